@@ -35,9 +35,9 @@ chunk_geometry(const struct phub_layout_params *p, uint32_t *chunk_elems, char *
 	if (segs == 0)
 		segs = 1;
 	if (segs > PHUB_LAYOUT_MAX_SEGMENTS)
-		return invalid(msg, msg_len,
-			"chunk_bytes %u with segment_elems %u makes %u segments per chunk (most %u)",
-			p->chunk_bytes, p->segment_elems, segs, PHUB_LAYOUT_MAX_SEGMENTS);
+		return invalid(msg, msg_len, "chunk_bytes %u with segment_elems %u makes %u"
+			" segments per chunk (most %u)", p->chunk_bytes, p->segment_elems, segs,
+			PHUB_LAYOUT_MAX_SEGMENTS);
 	/* segs > 1 only when segs * segment_elems <= chunk_bytes / 4, so this fits 32 bits. */
 	*chunk_elems = segs * p->segment_elems;
 	return 0;
@@ -109,10 +109,9 @@ check_servers(const struct phub_layout_params *p, char *msg, size_t msg_len)
 			return invalid(msg, msg_len, "servers[%u]: port %u has NUMA node %d",
 				i, sv[i].port, (int)sv[i].port_numa);
 		if (!phub_layout_server_numa_ok(&sv[i]))
-			return invalid(msg, msg_len,
-				"servers[%u]: lcore %u on NUMA node %d cannot serve port %u on node %d",
-				i, sv[i].lcore, (int)sv[i].lcore_numa, sv[i].port,
-				(int)sv[i].port_numa);
+			return invalid(msg, msg_len, "servers[%u]: lcore %u on NUMA node %d"
+				" cannot serve port %u on node %d", i, sv[i].lcore,
+				(int)sv[i].lcore_numa, sv[i].port, (int)sv[i].port_numa);
 	}
 
 	ref = malloc(sizeof(*ref) * p->n_servers);
@@ -128,7 +127,8 @@ check_servers(const struct phub_layout_params *p, char *msg, size_t msg_len)
 		if (ref[i].a != ref[i - 1].a)
 			continue;
 		if (ref[i].b == ref[i - 1].b) {
-			ret = invalid(msg, msg_len, "servers[%u]: port %u lcore %u repeats servers[%u]",
+			ret = invalid(msg, msg_len,
+				"servers[%u]: port %u lcore %u repeats servers[%u]",
 				ref[i].index, y->port, y->lcore, ref[i - 1].index);
 			goto out;
 		}
@@ -182,7 +182,8 @@ check_params(const struct phub_layout_params *p, char *msg, size_t msg_len, uint
 		return invalid(msg, msg_len, "elem_size %u is not in 1..%u", p->elem_size,
 			PHUB_LAYOUT_MAX_ELEM_SIZE);
 	if (p->chunk_bytes < PHUB_LAYOUT_MODEL_ELEM_SIZE)
-		return invalid(msg, msg_len, "chunk_bytes %u holds no fp32 element", p->chunk_bytes);
+		return invalid(msg, msg_len, "chunk_bytes %u holds no fp32 element",
+			p->chunk_bytes);
 	if (p->segment_elems == 0)
 		return invalid(msg, msg_len, "segment_elems is 0");
 	if (p->n_servers > 0 && p->servers == NULL)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The inside of struct phub_layout, shared by the cutting (layout.c) and placing (layout_place.c). */
+/* The inside of struct phub_layout, shared by cutting (layout.c) and placing (layout_place.c). */
 
 #ifndef LAYOUT_PRIV_H
 #define LAYOUT_PRIV_H
@@ -39,7 +39,7 @@ struct phub_layout {
 	struct layout_key *keys;	/* n_keys, in the job's order */
 	uint32_t *key_by_id;		/* n_keys key indices, by ascending key id */
 	uint32_t *chunk_key;		/* n_chunks: key index of each chunk */
-	uint32_t *chunk_server;		/* n_chunks: server of each chunk; NULL when not placed */
+	uint32_t *chunk_server;		/* n_chunks: server of each chunk, or NULL */
 	struct layout_bin *bins[LAYOUT_N_LEVELS];
 	uint32_t n_bins[LAYOUT_N_LEVELS];
 };

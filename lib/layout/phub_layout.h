@@ -62,9 +62,9 @@ phub_layout_server_numa_ok(const struct phub_layout_server *s)
 struct phub_layout_params {
 	const struct phub_layout_key *keys;	/**< the job's keys, in the job's order */
 	uint32_t n_keys;			/**< >= 1 */
-	uint32_t elem_size;			/**< wire bytes per element: 4 fp32, 2 fp16/bf16 */
+	uint32_t elem_size;			/**< wire bytes per element: 4 fp32, 2 fp16 */
 	uint32_t chunk_bytes;			/**< chunk size in fp32 model bytes, >= 4 */
-	uint32_t segment_elems;			/**< elements per datagram (from the MTU), >= 1 */
+	uint32_t segment_elems;			/**< elements per datagram, >= 1 */
 	const struct phub_layout_server *servers; /**< NULL when n_servers is 0 */
 	uint32_t n_servers;			/**< 0: cut only, do not place */
 };
@@ -99,7 +99,7 @@ struct phub_layout_segment {
 enum phub_layout_level {
 	PHUB_LAYOUT_LEVEL_SERVER,	/**< one bin per (port, lcore) pair, in params order */
 	PHUB_LAYOUT_LEVEL_LCORE,	/**< one bin per distinct lcore, by ascending lcore id */
-	PHUB_LAYOUT_LEVEL_PORT,		/**< one bin per distinct port, by ascending port id */
+	PHUB_LAYOUT_LEVEL_PORT,		/**< one bin per distinct port, by ascending id */
 	PHUB_LAYOUT_LEVEL_NUMA,		/**< one bin per lcore NUMA node, ascending */
 };
 

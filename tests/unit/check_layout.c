@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Unit tests of lib/layout: cutting keys into chunks and segments, and placing chunks on servers. */
+/* Unit tests of lib/layout: cutting keys into chunks and segments, placing chunks on servers. */
 
 #include <errno.h>
 #include <stdint.h>
@@ -125,6 +125,7 @@ check_tiling(const struct phub_layout *l, const struct phub_layout_key *keys, ui
 		for (j = 0; j < ki.n_chunks; j++, chunk++) {
 			struct phub_layout_chunk c;
 			uint32_t seg_offset = 0;
+			uint32_t last;
 			uint32_t s;
 
 			ck_assert_int_eq(phub_layout_chunk_get(l, chunk, &c), 0);
@@ -139,7 +140,8 @@ check_tiling(const struct phub_layout *l, const struct phub_layout_key *keys, ui
 			/* Its first and last element lead back to it. */
 			ck_assert_int_eq(phub_layout_chunk_find(l, k, offset, &found), 0);
 			ck_assert_uint_eq(found, chunk);
-			ck_assert_int_eq(phub_layout_chunk_find(l, k, offset + c.n_elems - 1, &found), 0);
+			last = offset + c.n_elems - 1;
+			ck_assert_int_eq(phub_layout_chunk_find(l, k, last, &found), 0);
 			ck_assert_uint_eq(found, chunk);
 			for (s = 0; s < c.n_segments; s++) {
 				struct phub_layout_segment sg;
@@ -150,8 +152,8 @@ check_tiling(const struct phub_layout *l, const struct phub_layout_key *keys, ui
 				ck_assert_uint_le(sg.n_elems, se);
 				if (sg.n_elems < se)
 					ck_assert_msg(j + 1 == ki.n_chunks && s + 1 == c.n_segments,
-						"short segment %u of chunk %u is not the key's last", s,
-						chunk);
+						"short segment %u of chunk %u is not the last",
+						s, chunk);
 				seg_offset += sg.n_elems;
 			}
 			ck_assert_uint_eq(seg_offset, c.n_elems);
@@ -523,7 +525,8 @@ START_TEST(test_lookup_finds_keys_by_id_and_refuses_what_is_not_there)
 	ck_assert_int_eq(phub_layout_chunk_find(l, 1, 5, &chunk), -EINVAL);
 	ck_assert_int_eq(phub_layout_chunk_find(l, 2, 8096, &chunk), 0);
 	ck_assert_uint_eq(chunk, 4);
-	ck_assert_int_eq(phub_layout_segment_get(l, 1, 5, &sg), 0);	/* 1904 = 5 * 352 + 144 */
+	/* Key 42's second chunk: 1904 = 5 * 352 + 144. */
+	ck_assert_int_eq(phub_layout_segment_get(l, 1, 5, &sg), 0);
 	ck_assert_uint_eq(sg.n_elems, 144);
 	ck_assert_int_eq(phub_layout_segment_get(l, 1, 6, &sg), -EINVAL);
 	ck_assert_int_eq(phub_layout_segment_get(l, 2, 1, &sg), -EINVAL);
@@ -634,7 +637,8 @@ START_TEST(test_create_rejects_bad_params_with_einval_and_a_reason)
 	if (_i == BAD_DUP_KEY)
 		ck_assert_str_eq(msg, "keys[2]: key id 7 repeats keys[0]");
 	if (_i == BAD_CROSS_NUMA)
-		ck_assert_str_eq(msg, "servers[2]: lcore 3 on NUMA node 1 cannot serve port 0 on node 0");
+		ck_assert_str_eq(msg,
+			"servers[2]: lcore 3 on NUMA node 1 cannot serve port 0 on node 0");
 }
 END_TEST
 
@@ -815,9 +819,13 @@ START_TEST(test_place_follows_lpt_on_its_worst_case)
 		uint32_t i;
 
 		for (i = 0; i < counts[t]; i++)
-			keys[i] = (struct phub_layout_key){ .key_id = i, .n_elems = 100 * sizes[t][i] };
+			keys[i] = (struct phub_layout_key){
+				.key_id = i, .n_elems = 100 * sizes[t][i],
+			};
 		for (i = 0; i < m; i++)
-			sv[i] = (struct phub_layout_server){ .lcore = i, .port = 0, .lcore_numa = 0 };
+			sv[i] = (struct phub_layout_server){
+				.lcore = i, .port = 0, .port_numa = 0, .lcore_numa = 0,
+			};
 		l = make(keys, counts[t], 4, 4 * 500, 100, sv, m);
 		ck_assert_uint_eq(phub_layout_chunk_count(l), counts[t]);
 		ck_assert_int_eq(phub_layout_balance_get(l, PHUB_LAYOUT_LEVEL_LCORE, &bal), 0);
@@ -996,7 +1004,8 @@ phub_layout_suite(void)
 		suite_add_tcase(s, tc); \
 	} while (0)
 	ADD("cut_geometry", test_cut_counts_chunk_bytes_in_fp32_elements_rounded_to_segments);
-	ADD("cut_large_key", test_cut_splits_a_large_key_into_whole_segment_chunks_and_a_short_tail);
+	ADD("cut_large_key",
+		test_cut_splits_a_large_key_into_whole_segment_chunks_and_a_short_tail);
 	ADD("cut_small_keys", test_cut_makes_each_key_smaller_than_a_chunk_one_chunk);
 	ADD("cut_cover", test_cut_covers_every_element_once_for_keys_of_any_size);
 	ADD("cut_64bit", test_cut_counts_in_64_bits_for_keys_of_2_32_minus_1_elements);
