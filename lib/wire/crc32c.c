@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* CRC32C (Castagnoli) for the datagram checksum: slicing-by-8 in C and SSE4.2, chosen at run time. */
+/* CRC32C (Castagnoli) for the datagram checksum: slicing-by-8 C and SSE4.2, picked at run time. */
 
 #include <endian.h>
 #include <stdbool.h>

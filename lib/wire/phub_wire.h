@@ -358,24 +358,33 @@ enum phub_drop_reason {
 
 /*
  * ERROR codes: _(NAME, value, name). Sent in the ERROR body and in the header's aux.
+ * BAD_NONCE the nonce differs from the job's; JOB_FULL world_size ranks already joined;
+ * RANK_TAKEN the rank joined with another nonce or source; RANK_RANGE rank >= the job's world
+ * size; LAYOUT_MISMATCH keys, dtype, optimizer or hyper-parameters differ from the first rank's;
+ * NO_MEMORY the PBox cannot hold the job's buffers; JOB_LIMIT too many jobs on this PBox;
+ * UNKNOWN_JOB job_id not known; BAD_SESSION token or source does not match; JOB_ABORTED the job
+ * was torn down; WORKER_TIMEOUT a rank went silent and the job stops; BAD_REQUEST a well-formed
+ * packet that makes no sense here; UNSUPPORTED a dtype, optimizer or flag this PBox lacks;
+ * JOIN_TIMEOUT JOIN segments missing for too long; SHUTTING_DOWN the PBox is stopping;
+ * INTERNAL a bug in the PBox (see its log).
  */
 #define PHUB_WIRE_ERRORS(_) \
-	_(BAD_NONCE,		1, "bad_nonce")		/* nonce differs from the job's */ \
-	_(JOB_FULL,		2, "job_full")		/* world_size ranks already joined */ \
-	_(RANK_TAKEN,		3, "rank_taken")	/* rank joined with another nonce/source */ \
-	_(RANK_RANGE,		4, "rank_range")	/* rank >= the job's world size */ \
-	_(LAYOUT_MISMATCH,	5, "layout_mismatch")	/* keys/dtype/optimizer differ from rank 0's */ \
-	_(NO_MEMORY,		6, "no_memory")		/* the PBox cannot hold the job's buffers */ \
-	_(JOB_LIMIT,		7, "job_limit")		/* too many jobs on this PBox */ \
-	_(UNKNOWN_JOB,		8, "unknown_job")	/* job_id not known */ \
-	_(BAD_SESSION,		9, "bad_session")	/* token or source does not match */ \
-	_(JOB_ABORTED,		10, "job_aborted")	/* the job was torn down */ \
-	_(WORKER_TIMEOUT,	11, "worker_timeout")	/* a rank went silent, the job stops */ \
-	_(BAD_REQUEST,		12, "bad_request")	/* a well-formed packet that makes no sense */ \
-	_(UNSUPPORTED,		13, "unsupported")	/* dtype/optimizer/flag this PBox lacks */ \
-	_(JOIN_TIMEOUT,		14, "join_timeout")	/* JOIN segments missing for too long */ \
-	_(SHUTTING_DOWN,	15, "shutting_down")	/* the PBox is stopping */ \
-	_(INTERNAL,		16, "internal")		/* a bug in the PBox; see its log */
+	_(BAD_NONCE,		1, "bad_nonce") \
+	_(JOB_FULL,		2, "job_full") \
+	_(RANK_TAKEN,		3, "rank_taken") \
+	_(RANK_RANGE,		4, "rank_range") \
+	_(LAYOUT_MISMATCH,	5, "layout_mismatch") \
+	_(NO_MEMORY,		6, "no_memory") \
+	_(JOB_LIMIT,		7, "job_limit") \
+	_(UNKNOWN_JOB,		8, "unknown_job") \
+	_(BAD_SESSION,		9, "bad_session") \
+	_(JOB_ABORTED,		10, "job_aborted") \
+	_(WORKER_TIMEOUT,	11, "worker_timeout") \
+	_(BAD_REQUEST,		12, "bad_request") \
+	_(UNSUPPORTED,		13, "unsupported") \
+	_(JOIN_TIMEOUT,		14, "join_timeout") \
+	_(SHUTTING_DOWN,	15, "shutting_down") \
+	_(INTERNAL,		16, "internal")
 
 enum phub_wire_error {
 #define PHUB_WIRE_ERROR_ENUM(n, v, s) PHUB_WIRE_ERR_##n = (v),
@@ -752,7 +761,7 @@ bool phub_crc32c_hw_available(void);
 
 /* First step of a datagram's csum: the payload's CRC. */
 uint32_t phub_wire_csum_payload(const void *payload, size_t len);
-/* Last step: finish payload_crc with the header's hdr_len bytes, its csum field taken as 0. */
+/* Last step: finish payload_crc with the header's hdr_len (>= 56) bytes, csum taken as 0. */
 uint32_t phub_wire_csum_finish(uint32_t payload_crc, const void *hdr, size_t hdr_len);
 
 /* ---- iteration numbers ---- */

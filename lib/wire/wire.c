@@ -254,10 +254,12 @@ phub_wire_csum_finish(uint32_t payload_crc, const void *hdr, size_t hdr_len)
 	const uint8_t *h = hdr;
 	uint32_t crc;
 
+	static_assert(offsetof(struct phub_wire_hdr, csum) + sizeof(zero) == PHUB_WIRE_HDR_LEN,
+			"csum is the last word of the fixed header");
 	crc = phub_crc32c(payload_crc, h, offsetof(struct phub_wire_hdr, csum));
 	crc = phub_crc32c(crc, zero, sizeof(zero));
-	return phub_crc32c(crc, h + PHUB_WIRE_HDR_LEN - sizeof(zero),
-			hdr_len - (PHUB_WIRE_HDR_LEN - sizeof(zero)));
+	/* The extension of a longer header, if any, is covered too. */
+	return phub_crc32c(crc, h + PHUB_WIRE_HDR_LEN, hdr_len - PHUB_WIRE_HDR_LEN);
 }
 
 /* Store msg's fields as a version 1 header at buf, with csum finished from payload_crc. */
@@ -365,7 +367,7 @@ phub_wire_parse(const void *buf, size_t len, struct phub_wire_msg *out)
 		if (phub_wire_csum_finish(crc, p, h.hdr_len) != wire_ld32(&h.csum))
 			return PHUB_DROP_BAD_CSUM;
 	} else if (h.csum != 0) {
-		/* A checksum the flag does not announce: the flag bit was lost or the field is junk. */
+		/* A checksum the flag does not announce: a lost flag bit or a junk field. */
 		return PHUB_DROP_CSUM_WITHOUT_FLAG;
 	}
 

@@ -80,7 +80,8 @@ phub_wire_join_parse(const void *body, size_t len, struct phub_wire_join_seg *ou
 		return PHUB_DROP_JOIN_FLAGS;
 	{
 		/* lr, momentum, weight_decay, beta1, beta2, eps: six consecutive float32. */
-		const uint8_t *hp = (const uint8_t *)body + offsetof(struct phub_wire_join_body, lr);
+		const uint8_t *hp = (const uint8_t *)body +
+			offsetof(struct phub_wire_join_body, lr);
 		float *hf[] = { &out->join.hyper.lr, &out->join.hyper.momentum,
 				&out->join.hyper.weight_decay, &out->join.hyper.beta1,
 				&out->join.hyper.beta2, &out->join.hyper.eps };
@@ -543,7 +544,8 @@ phub_wire_join_ack_merge_add(struct phub_wire_join_ack_merge *m,
 		for (uint16_t i = 0; i < seg->endpoint_count; i++) {
 			struct phub_wire_endpoint ep = phub_wire_join_ack_seg_endpoint(seg, i);
 
-			if (ep.ipv4 != m->endpoints[i].ipv4 || ep.udp_port != m->endpoints[i].udp_port)
+			if (ep.ipv4 != m->endpoints[i].ipv4 ||
+			    ep.udp_port != m->endpoints[i].udp_port)
 				return -EINVAL;
 		}
 	}
