@@ -162,7 +162,15 @@ bool
 cfg_parse_pci(const char *s, char *norm, size_t size);
 int
 cfg_parse_lcore_spec(const json_t *v, uint16_t *lcore, uint16_t *cpu);
+const char *
+cfg_nonce_weakness(uint64_t nonce);
 extern const struct cfg_field cfg_top_fields[];
+
+struct cfg_schema_table {
+	const char *prefix;		/* "ports[]." */
+	const struct cfg_field *fields;
+};
+extern const struct cfg_schema_table cfg_schema[];
 extern const struct cfg_field cfg_optimizer_fields[];
 
 /* config_driver.c: the driver profiles. */

@@ -112,10 +112,13 @@ parse_eal_lcores(struct cfg_ctx *ctx, const json_t *arr, void *target)
 
 		cfg_push_index(ctx, i);
 		rc = cfg_parse_lcore_spec(v, &l->id, &l->cpu);
-		if (rc == -ERANGE)
-			rc = cfg_error(ctx, CFG_AT_VALUE,
-				       "lcore ids are 0 to %d and CPU ids 0 to %d",
-				       PHUB_CONFIG_MAX_LCORES - 1, PHUB_CONFIG_MAX_CPUS - 1);
+		if (rc == -ERANGE && json_is_integer(v))
+			rc = cfg_error(ctx, CFG_AT_VALUE, "lcore %lld is out of bounds [0, %d]",
+				       (long long)json_integer_value(v), PHUB_CONFIG_MAX_LCORES - 1);
+		else if (rc == -ERANGE)
+			rc = cfg_error(ctx, CFG_AT_VALUE, "\"%s\": lcore ids are 0 to %d, CPU ids 0 "
+				       "to %d", json_string_value(v), PHUB_CONFIG_MAX_LCORES - 1,
+				       PHUB_CONFIG_MAX_CPUS - 1);
 		else if (rc != 0 && json_is_string(v))
 			rc = cfg_error(ctx, CFG_AT_VALUE,
 				       "expected \"lcore@cpu\" such as \"2@1\"");
@@ -401,8 +404,8 @@ parse_ports(struct cfg_ctx *ctx, const json_t *arr, void *target)
  * A nonce is the job's shared secret: refuse the values people type as placeholders. A random
  * 64-bit value fails these tests with probability below 1e-6.
  */
-static const char *
-nonce_weakness(uint64_t x)
+const char *
+cfg_nonce_weakness(uint64_t x)
 {
 	unsigned int seen = 0;
 	unsigned int distinct = 0;
@@ -460,7 +463,7 @@ parse_nonce(struct cfg_ctx *ctx, const json_t *v, void *target)
 					 shown);
 		x = (x << 4) | (uint64_t)(isdigit(c) ? c - '0' : tolower(c) - 'a' + 10);
 	}
-	weak = nonce_weakness(x);
+	weak = cfg_nonce_weakness(x);
 	if (weak != NULL)
 		return cfg_error(ctx, CFG_AT_VALUE,
 				 "%s is a weak nonce (%s): use 16 random hex digits", shown, weak);
@@ -772,3 +775,19 @@ cfg_parse(struct cfg_ctx *ctx, struct phub_config *cfg)
 		 "/var/lib/phub/checkpoints");
 	return cfg_parse_object(ctx, ctx->root, cfg_top_fields, cfg);
 }
+
+/* Every table with the JSON path of its keys, for docs and tests; custom arrays included. */
+const struct cfg_schema_table cfg_schema[] = {
+	{ "", cfg_top_fields },
+	{ "eal.", eal_fields },
+	{ "ports[].", port_fields },
+	{ "idle.", idle_fields },
+	{ "timeouts.", timeouts_fields },
+	{ "limits.", limits_fields },
+	{ "jobs[].", job_fields },
+	{ "jobs[].optimizer.", cfg_optimizer_fields },
+	{ "checkpoint.", checkpoint_fields },
+	{ "peers[].", peer_fields },
+	{ "telemetry.", telemetry_fields },
+	{ NULL, NULL },
+};
