@@ -35,6 +35,7 @@ usage(void)
 		"  --core-gbps B         one rack's uplink to the core, each direction [100]\n"
 		"  --pbox-mem-gbps B     PBox memory ceiling, in + out [640, §4.7's 80 GB/s]\n"
 		"  --per-packet-ns T     PBox lcore time per received segment [200]\n"
+		"  --per-chunk-ns T      PBox lcore time per chunk and worker, beyond segments [1000]\n"
 		"  --rtt-us T            fixed time of one round trip [20]\n"
 		"  --lcores N            PBox lcores that aggregate [16]\n"
 		"  --segment-bytes N     payload per datagram [1400]\n"
@@ -97,7 +98,7 @@ plan_optimize(int argc, char **argv)
 {
 	enum { O_PRESET = 256, O_MODEL, O_MODEL_BYTES, O_COMPUTE_S, O_COMPUTE_MS, O_BUDGET,
 		O_RACK_MAX, O_PBOX_MAX, O_IFACES_MAX, O_CHUNKS, O_TOP, O_WORKER, O_PORT, O_CORE,
-		O_MEM, O_PKT, O_RTT, O_LCORES, O_SEG, O_CALIB, O_BATCH, O_OVERLAP, O_UNITS, O_JSON,
+		O_MEM, O_PKT, O_CHUNK_NS, O_RTT, O_LCORES, O_SEG, O_CALIB, O_BATCH, O_OVERLAP, O_UNITS, O_JSON,
 		O_HELP };
 	static const struct option opts[] = {
 		{ "preset", required_argument, NULL, O_PRESET },
@@ -116,6 +117,7 @@ plan_optimize(int argc, char **argv)
 		{ "core-gbps", required_argument, NULL, O_CORE },
 		{ "pbox-mem-gbps", required_argument, NULL, O_MEM },
 		{ "per-packet-ns", required_argument, NULL, O_PKT },
+		{ "per-chunk-ns", required_argument, NULL, O_CHUNK_NS },
 		{ "rtt-us", required_argument, NULL, O_RTT },
 		{ "lcores", required_argument, NULL, O_LCORES },
 		{ "segment-bytes", required_argument, NULL, O_SEG },
@@ -128,7 +130,7 @@ plan_optimize(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	/* Hardware options are applied after the calibration file, whatever their order. */
-	double worker = -1, port = -1, core = -1, mem = -1, pkt_ns = -1, rtt_us = -1, overlap = -1;
+	double worker = -1, port = -1, core = -1, mem = -1, pkt_ns = -1, chunk_ns = -1, rtt_us = -1, overlap = -1;
 	unsigned int lcores = 0, seg = 0, batch = 0, top = 5, chunks[32];
 	struct phub_model_estimate best[TOP_MAX];
 	struct phub_model_search_params s;
@@ -204,6 +206,11 @@ plan_optimize(int argc, char **argv)
 			if (rc == 0 && pkt_ns < 0)
 				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--per-packet-ns must not be negative");
 			break;
+		case O_CHUNK_NS:
+			rc = plan_double(cmd, "per-chunk-ns", optarg, &chunk_ns);
+			if (rc == 0 && chunk_ns < 0)
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--per-chunk-ns must not be negative");
+			break;
 		case O_RTT:
 			rc = plan_double(cmd, "rtt-us", optarg, &rtt_us);
 			if (rc == 0 && rtt_us < 0)
@@ -264,6 +271,8 @@ plan_optimize(int argc, char **argv)
 		hw.pbox_mem_gbps = mem;
 	if (pkt_ns >= 0)
 		hw.per_packet_s = pkt_ns * 1e-9;
+	if (chunk_ns >= 0)
+		hw.per_chunk_s = chunk_ns * 1e-9;
 	if (rtt_us >= 0)
 		hw.rtt_s = rtt_us * 1e-6;
 	if (lcores != 0)
@@ -289,13 +298,14 @@ plan_optimize(int argc, char **argv)
 
 		for (size_t i = 0; i < n; i++)
 			json_array_append_new(arr, estimate_json(&best[i]));
-		rc = plan_json_print(json_pack("{s:s, s:f, s:i, s:f, s:i, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}, s:{s:i, s:i, s:i, s:i}, s:o}",
+		rc = plan_json_print(json_pack("{s:s, s:f, s:i, s:f, s:i, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}, s:{s:i, s:i, s:i, s:i}, s:o}",
 				"model", name, "model_bytes", phub_model_job_bytes(&job),
 				"layers", (int)job.layers, "compute_s", job.compute_s,
 				"batch", (int)job.batch,
 				"hardware", "worker_gbps", hw.worker_gbps, "port_gbps", hw.port_gbps,
 				"core_gbps", hw.core_gbps, "pbox_mem_gbps", hw.pbox_mem_gbps,
-				"per_packet_s", hw.per_packet_s, "rtt_s", hw.rtt_s,
+				"per_packet_s", hw.per_packet_s, "per_chunk_s", hw.per_chunk_s,
+				"rtt_s", hw.rtt_s,
 				"lcores", (int)hw.pbox_lcores, "segment_bytes", (int)hw.segment_bytes,
 				"search", "budget", (int)s.machine_budget,
 				"rack_max", (int)s.rack_machines_max, "pbox_max", (int)s.pbox_per_rack_max,

@@ -28,6 +28,7 @@ phub_model_hw_default(struct phub_model_hw *hw)
 	hw->core_gbps = 100;		/* one 100G uplink per rack */
 	hw->pbox_mem_gbps = 640;	/* §4.7: PBox sustained 80 GB/s of memory bandwidth */
 	hw->per_packet_s = 200e-9;	/* until calibrated: one AVX2 pass over a segment + ACK */
+	hw->per_chunk_s = 1e-6;		/* a chunk's completion: optimizer call, MODEL headers */
 	hw->rtt_s = 20e-6;
 	hw->pbox_lcores = 16;
 	hw->segment_bytes = 1400;	/* 1500-byte MTU less IPv4, UDP and chunk headers */
@@ -126,6 +127,7 @@ model_chunking_fini(struct model_chunking *ck)
 struct bin {
 	double bytes;
 	double pkts;
+	double chunks;
 };
 
 static void
@@ -154,10 +156,9 @@ heap_down(struct bin *h, size_t n, size_t i)
  * remainders (one per layer at most) then go, largest first, to the least loaded bin.
  */
 int
-model_lpt(const struct model_chunking *ck, unsigned int bins, double *max_bytes,
-		double *max_pkts)
+model_lpt(const struct model_chunking *ck, unsigned int bins, struct model_bin *max)
 {
-	double base, c = ck->chunk_bytes, ppc = ck->pkts_per_full, mb, mp;
+	double base, c = ck->chunk_bytes, ppc = ck->pkts_per_full, mb, mp, mc;
 	size_t extra, floor_bins, nf, nc, n = 0;
 	struct bin *h;
 
@@ -168,6 +169,7 @@ model_lpt(const struct model_chunking *ck, unsigned int bins, double *max_bytes,
 	floor_bins = bins - extra;
 	mb = (extra > 0 ? base + 1 : base) * c;
 	mp = (extra > 0 ? base + 1 : base) * ppc;
+	mc = extra > 0 ? base + 1 : base;
 	if (ck->nrem == 0)
 		goto out;
 	if (ck->nrem <= floor_bins) {
@@ -175,6 +177,7 @@ model_lpt(const struct model_chunking *ck, unsigned int bins, double *max_bytes,
 		 * (a remainder is smaller than a chunk): only the largest one matters. */
 		mb = fmax(mb, base * c + ck->rem_bytes[0]);
 		mp = fmax(mp, base * ppc + ceil(ck->rem_bytes[0] / ck->segment_bytes));
+		mc = fmax(mc, base + 1);
 		goto out;
 	}
 	/* Only bins that can receive a remainder need to be in the heap. */
@@ -184,22 +187,25 @@ model_lpt(const struct model_chunking *ck, unsigned int bins, double *max_bytes,
 	if (h == NULL)
 		return -ENOMEM;
 	for (size_t i = 0; i < nf; i++)
-		h[n++] = (struct bin){ base * c, base * ppc };
+		h[n++] = (struct bin){ base * c, base * ppc, base };
 	for (size_t i = 0; i < nc; i++)
-		h[n++] = (struct bin){ (base + 1) * c, (base + 1) * ppc };
+		h[n++] = (struct bin){ (base + 1) * c, (base + 1) * ppc, base + 1 };
 	for (size_t i = n / 2; i-- > 0;)
 		heap_down(h, n, i);
 	for (size_t i = 0; i < ck->nrem; i++) {
 		h[0].bytes += ck->rem_bytes[i];
 		h[0].pkts += ceil(ck->rem_bytes[i] / ck->segment_bytes);
+		h[0].chunks += 1;
 		mb = fmax(mb, h[0].bytes);
 		mp = fmax(mp, h[0].pkts);
+		mc = fmax(mc, h[0].chunks);
 		heap_down(h, n, 0);
 	}
 	free(h);
 out:
-	*max_bytes = mb;
-	*max_pkts = mp;
+	max->bytes = mb;
+	max->pkts = mp;
+	max->chunks = mc;
 	return 0;
 }
 
@@ -220,14 +226,14 @@ struct shape {
 
 static void
 estimate(const struct phub_model_job *job, const struct phub_model_hw *hw,
-		const struct model_chunking *ck, const struct shape *s, double port_max_bytes,
-		double core_max_pkts, double model_bytes, struct phub_model_estimate *e)
+		const struct model_chunking *ck, const struct shape *s, const struct model_bin *port,
+		const struct model_bin *core, double model_bytes, struct phub_model_estimate *e)
 {
 	double r = s->racks, w = s->workers, nmax = s->rack_max, p = s->pbox, served, ring;
 	double bw = hw->worker_gbps * MODEL_GIGA, bp = hw->port_gbps * MODEL_GIGA;
 	double bc = hw->core_gbps * MODEL_GIGA, bm = hw->pbox_mem_gbps * MODEL_GIGA;
 	double m = model_bytes * MODEL_BITS_PER_BYTE, *t = e->resource_s, last, hop, bn, busy;
-	double start;
+	double start, lcore;
 
 	memset(e, 0, sizeof(*e));
 	e->racks = s->racks;
@@ -242,11 +248,14 @@ estimate(const struct phub_model_job *job, const struct phub_model_hw *hw,
 	t[PHUB_MODEL_BN_COMPUTE] = job->compute_s;
 	/* A worker sends its gradients and receives the weights, M each way (Figure 4, PBox). */
 	t[PHUB_MODEL_BN_WORKER_NIC] = m / bw;
+	/* The busiest lcore's work for one worker's copy of its chunks: every segment is
+	 * aggregated and acknowledged, every chunk completed and optimized once it is whole. */
+	lcore = core->pkts * hw->per_packet_s + core->chunks * hw->per_chunk_s;
 	if (s->reduction == PHUB_MODEL_FLAT) {
 		/* The racks' PBoxes are one sharded PS: each serves its keys to all W workers. */
 		served = w;
-		t[PHUB_MODEL_BN_PBOX_PORT] = w * port_max_bytes * MODEL_BITS_PER_BYTE / bp;
-		t[PHUB_MODEL_BN_PBOX_CPU] = w * core_max_pkts * hw->per_packet_s;
+		t[PHUB_MODEL_BN_PBOX_PORT] = w * port->bytes * MODEL_BITS_PER_BYTE / bp;
+		t[PHUB_MODEL_BN_PBOX_CPU] = w * lcore;
 		t[PHUB_MODEL_BN_PBOX_MEMORY] = 2 * w * m / (r * p) / bm;
 		/* Out of rack i: its workers' pushes to remote shards, n_i (R-1)/R M, and its
 		 * shards' answers to remote workers, (W - n_i) M/R; largest for the fullest rack. */
@@ -256,8 +265,8 @@ estimate(const struct phub_model_job *job, const struct phub_model_hw *hw,
 		 * with the other racks' PBoxes in a ring, 2(R-1)/R of their keys each way. */
 		ring = 2 * (r - 1) / r;
 		served = nmax;
-		t[PHUB_MODEL_BN_PBOX_PORT] = (nmax + ring) * port_max_bytes * MODEL_BITS_PER_BYTE / bp;
-		t[PHUB_MODEL_BN_PBOX_CPU] = (nmax + ring) * core_max_pkts * hw->per_packet_s;
+		t[PHUB_MODEL_BN_PBOX_PORT] = (nmax + ring) * port->bytes * MODEL_BITS_PER_BYTE / bp;
+		t[PHUB_MODEL_BN_PBOX_CPU] = (nmax + ring) * lcore;
 		t[PHUB_MODEL_BN_PBOX_MEMORY] = 2 * (nmax + ring) * m / p / bm;
 		t[PHUB_MODEL_BN_CORE] = ring * m / bc;
 	}
@@ -322,6 +331,8 @@ check_inputs(const struct phub_model_job *job, const struct phub_model_hw *hw, c
 	if (rc == 0)
 		rc = model_check_nonneg(hw->per_packet_s, "per_packet_s", err, errlen);
 	if (rc == 0)
+		rc = model_check_nonneg(hw->per_chunk_s, "per_chunk_s", err, errlen);
+	if (rc == 0)
 		rc = model_check_nonneg(hw->rtt_s, "rtt_s", err, errlen);
 	if (rc == 0 && (hw->pbox_lcores < 1 || hw->pbox_lcores > LCORES_MAX))
 		rc = model_err(err, errlen, EINVAL, "pbox_lcores must be from 1 to %d",
@@ -338,7 +349,7 @@ phub_model_evaluate(const struct phub_model_job *job, const struct phub_model_hw
 {
 	struct model_chunking ck;
 	struct shape s;
-	double pb, pp, cb, cp;
+	struct model_bin pb, cb;
 	unsigned int port_bins, core_bins;
 	int rc;
 
@@ -377,11 +388,11 @@ phub_model_evaluate(const struct phub_model_job *job, const struct phub_model_hw
 	rc = model_chunking_init(&ck, job, d->chunk_bytes, hw->segment_bytes);
 	if (rc != 0)
 		return model_err(err, errlen, -rc, "cannot cut the job into chunks");
-	rc = model_lpt(&ck, port_bins, &pb, &pp);
+	rc = model_lpt(&ck, port_bins, &pb);
 	if (rc == 0)
-		rc = model_lpt(&ck, core_bins, &cb, &cp);
+		rc = model_lpt(&ck, core_bins, &cb);
 	if (rc == 0)
-		estimate(job, hw, &ck, &s, pb, cp, phub_model_job_bytes(job), out);
+		estimate(job, hw, &ck, &s, &pb, &cb, phub_model_job_bytes(job), out);
 	model_chunking_fini(&ck);
 	if (rc != 0)
 		return model_err(err, errlen, -rc, "out of memory");
@@ -451,8 +462,7 @@ top_insert(struct phub_model_estimate *best, size_t cap, size_t *n,
 }
 
 struct memo {
-	double *bytes;	/* NAN until computed */
-	double *pkts;
+	struct model_bin *bin;	/* bytes NAN until computed */
 	size_t size;
 };
 
@@ -469,37 +479,34 @@ static int
 memo_init(struct memo *m, size_t size)
 {
 	m->size = size;
-	m->bytes = malloc(size * sizeof(double));
-	m->pkts = malloc(size * sizeof(double));
-	if (m->bytes == NULL || m->pkts == NULL)
+	m->bin = malloc(size * sizeof(*m->bin));
+	if (m->bin == NULL)
 		return -ENOMEM;
 	for (size_t i = 0; i < size; i++)
-		m->bytes[i] = NAN;
+		m->bin[i].bytes = NAN;
 	return 0;
 }
 
 static void
 memo_fini(struct memo *m)
 {
-	free(m->bytes);
-	free(m->pkts);
+	free(m->bin);
 }
 
 static int
-memo_lpt(struct memo *m, const struct model_chunking *ck, unsigned int bins, double *bytes,
-		double *pkts)
+memo_lpt(struct memo *m, const struct model_chunking *ck, unsigned int bins,
+		struct model_bin *out)
 {
 	int rc;
 
 	if (bins >= m->size)
-		return model_lpt(ck, bins, bytes, pkts);
-	if (isnan(m->bytes[bins])) {
-		rc = model_lpt(ck, bins, &m->bytes[bins], &m->pkts[bins]);
+		return model_lpt(ck, bins, out);
+	if (isnan(m->bin[bins].bytes)) {
+		rc = model_lpt(ck, bins, &m->bin[bins]);
 		if (rc != 0)
 			return rc;
 	}
-	*bytes = m->bytes[bins];
-	*pkts = m->pkts[bins];
+	*out = m->bin[bins];
 	return 0;
 }
 
@@ -578,9 +585,9 @@ phub_model_optimize(const struct phub_model_job *job, const struct phub_model_hw
 			goto out;
 		}
 		for (size_t i = 0; i < port_memo.size; i++)
-			port_memo.bytes[i] = NAN;
+			port_memo.bin[i].bytes = NAN;
 		for (size_t i = 0; i < core_memo.size; i++)
-			core_memo.bytes[i] = NAN;
+			core_memo.bin[i].bytes = NAN;
 		for (unsigned int p = 1; p <= s->pbox_per_rack_max; p++) {
 			if (p + 1 > s->rack_machines_max)
 				break;
@@ -598,7 +605,7 @@ phub_model_optimize(const struct phub_model_job *job, const struct phub_model_hw
 
 					for (unsigned int i = 1; i <= s->interfaces_max; i++) {
 						for (int red = 0; red < 2; red++) {
-							double pb, pp, cb, cp;
+							struct model_bin pb, cb;
 							unsigned int pbins = i * p, cbins = hw->pbox_lcores * p;
 
 							if (red == PHUB_MODEL_HIERARCHICAL && r < 2)
@@ -609,17 +616,16 @@ phub_model_optimize(const struct phub_model_job *job, const struct phub_model_hw
 							}
 							sh.ifaces = i;
 							sh.reduction = red;
-							rc = memo_lpt(&port_memo, &ck, pbins, &pb, &pp);
+							rc = memo_lpt(&port_memo, &ck, pbins, &pb);
 							if (rc == 0)
-								rc = memo_lpt(&core_memo, &ck, cbins, &cb,
-										&cp);
+								rc = memo_lpt(&core_memo, &ck, cbins, &cb);
 							if (rc != 0) {
 								model_chunking_fini(&ck);
 								rc = model_err(err, errlen, ENOMEM,
 										"out of memory");
 								goto out;
 							}
-							estimate(job, hw, &ck, &sh, pb, cp, mbytes, &e);
+							estimate(job, hw, &ck, &sh, &pb, &cb, mbytes, &e);
 							top_insert(best, cap, &found, &e);
 						}
 					}

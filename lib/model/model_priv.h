@@ -35,8 +35,14 @@ struct model_chunking {
 int model_chunking_init(struct model_chunking *ck, const struct phub_model_job *job,
 		unsigned int chunk_bytes, unsigned int segment_bytes);
 void model_chunking_fini(struct model_chunking *ck);
-/* Largest-first placement of the chunks on `bins` bins: the busiest bin's bytes and segments. */
-int model_lpt(const struct model_chunking *ck, unsigned int bins, double *max_bytes,
-		double *max_pkts);
+/* What the busiest bin of a placement carries (each field the maximum over bins). */
+struct model_bin {
+	double bytes;
+	double pkts;
+	double chunks;
+};
+
+/* Largest-first placement of the chunks on `bins` bins (§3.2.4). */
+int model_lpt(const struct model_chunking *ck, unsigned int bins, struct model_bin *max);
 
 #endif /* PHUB_MODEL_PRIV_H */

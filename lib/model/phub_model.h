@@ -240,6 +240,7 @@ struct phub_model_hw {
 	double core_gbps;		/* one rack's uplink to the core, each direction */
 	double pbox_mem_gbps;		/* PBox memory/PCIe ceiling, in + out (§4.7: 80 GB/s) */
 	double per_packet_s;		/* PBox lcore time per received segment */
+	double per_chunk_s;		/* PBox lcore time per chunk and worker, beyond segments */
 	double rtt_s;			/* fixed time of one round trip (network + software) */
 	unsigned int pbox_lcores;	/* PBox lcores that aggregate */
 	unsigned int segment_bytes;	/* payload bytes per datagram */
