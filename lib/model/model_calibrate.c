@@ -288,7 +288,8 @@ lsq(double (*x)[3], const double *y, size_t n, const bool use[3], double coef[3]
 /*
  * exchange_s = rtt_s + port_bits / rate + lcore_packets * per_packet_s, the bench's version of
  * the iteration model (model_optimize.c) with compute zero (ZeroComputeEngine, §4.4). The
- * constants must not be negative; with three of them, non-negative least squares is solved
+ * constants must not be negative; with three of them, non-negative least squares (weighted by
+ * 1/observed time, so relative errors) is solved
  * exactly by fitting every support that keeps the bandwidth term and keeping the best
  * feasible one.
  */
@@ -299,7 +300,8 @@ phub_model_calibrate(const struct phub_model_run *runs, size_t n, struct phub_mo
 	static const bool supports[4][3] = {
 		{ true, true, true }, { false, true, true }, { true, true, false }, { false, true, false },
 	};
-	double (*x)[3] = NULL, *y = NULL, best_ss = INFINITY, best[3] = { 0 }, coef[3];
+	double (*x)[3] = NULL, *y = NULL, (*xw)[3] = NULL, *yw = NULL, best_ss = INFINITY;
+	double best[3] = { 0 }, coef[3];
 	int best_s = -1, rc = 0;
 
 	if (runs == NULL || fit == NULL)
@@ -312,7 +314,9 @@ phub_model_calibrate(const struct phub_model_run *runs, size_t n, struct phub_mo
 	memset(fit, 0, sizeof(*fit));
 	x = calloc(n, sizeof(*x));
 	y = calloc(n, sizeof(*y));
-	if (x == NULL || y == NULL) {
+	xw = calloc(n, sizeof(*xw));
+	yw = calloc(n, sizeof(*yw));
+	if (x == NULL || y == NULL || xw == NULL || yw == NULL) {
 		rc = model_err(err, errlen, ENOMEM, "out of memory");
 		goto out;
 	}
@@ -321,19 +325,24 @@ phub_model_calibrate(const struct phub_model_run *runs, size_t n, struct phub_mo
 		rc = phub_model_run_terms(&runs[i], &x[i][1], &x[i][2], &y[i], err, errlen);
 		if (rc != 0)
 			goto out;
+		/* Timing noise is proportional to the time: weigh every run by 1/observed, so
+		 * that the fit minimizes relative errors and small runs count as much as large. */
+		for (int j = 0; j < 3; j++)
+			xw[i][j] = x[i][j] / y[i];
+		yw[i] = 1;
 	}
-	fit->identifiable = lsq(x, y, n, supports[1], coef);
+	fit->identifiable = lsq(xw, yw, n, supports[1], coef);
 	for (int s = 0; s < 4; s++) {
 		double ss = 0;
 		bool ok;
 
-		if (!lsq(x, y, n, supports[s], coef))
+		if (!lsq(xw, yw, n, supports[s], coef))
 			continue;
 		ok = coef[1] > 0 && coef[0] >= 0 && coef[2] >= 0;
 		if (!ok)
 			continue;
 		for (size_t i = 0; i < n; i++) {
-			double r = y[i] - (coef[0] + coef[1] * x[i][1] + coef[2] * x[i][2]);
+			double r = 1 - (coef[0] + coef[1] * x[i][1] + coef[2] * x[i][2]) / y[i];
 
 			ss += r * r;
 		}
@@ -356,20 +365,22 @@ phub_model_calibrate(const struct phub_model_run *runs, size_t n, struct phub_mo
 	fit->rtt_fitted = supports[best_s][0];
 	fit->per_packet_fitted = supports[best_s][2];
 	{
-		double rel = 0;
+		double abs2 = 0;
 
 		for (size_t i = 0; i < n; i++) {
 			double r = y[i] - (best[0] + best[1] * x[i][1] + best[2] * x[i][2]);
 
 			fit->residual_s[i] = r;
-			rel += (r / y[i]) * (r / y[i]);
+			abs2 += r * r;
 		}
-		fit->residual_rms_s = sqrt(best_ss / n);
-		fit->residual_rel_rms = sqrt(rel / n);
+		fit->residual_rms_s = sqrt(abs2 / n);
+		fit->residual_rel_rms = sqrt(best_ss / n);
 	}
 out:
 	free(x);
 	free(y);
+	free(xw);
+	free(yw);
 	return rc;
 }
 
