@@ -536,11 +536,13 @@ phub_model_optimize(const struct phub_model_job *job, const struct phub_model_hw
 	double mbytes;
 	int rc;
 
+	if (s == NULL || best == NULL || n == NULL || *n == 0)
+		return model_err(err, errlen, EINVAL, "no room for results");
+	cap = *n;
+	*n = 0;
 	rc = check_inputs(job, hw, err, errlen);
 	if (rc != 0)
 		return rc;
-	if (s == NULL || best == NULL || n == NULL || *n == 0)
-		return model_err(err, errlen, EINVAL, "no room for results");
 	b = s->machine_budget;
 	if (b < 2 || b > SEARCH_BUDGET_MAX)
 		return model_err(err, errlen, EINVAL,
@@ -567,7 +569,6 @@ phub_model_optimize(const struct phub_model_job *job, const struct phub_model_hw
 					"chunk sizes must be from 64 bytes to 1 GiB (got %u)", chunks[i]);
 	}
 
-	cap = *n;
 	mbytes = phub_model_job_bytes(job);
 	/* Flat mode spreads keys over every PBox of every rack. */
 	rc = memo_init(&port_memo, memo_size((size_t)b * s->pbox_per_rack_max * s->interfaces_max));
