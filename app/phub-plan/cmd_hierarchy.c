@@ -2,6 +2,7 @@
 /* phub-plan hierarchy: the §3.4 condition for hierarchical reduction, both versions. */
 
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -76,7 +77,7 @@ plan_hierarchy(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct phub_model_hier_params p = {
-		.pbox_gbps = 560, .worker_gbps = 56, .core_gbps = -1, .model_bytes = 1e9,
+		.pbox_gbps = 560, .worker_gbps = 56, .core_gbps = NAN, .model_bytes = 1e9,
 	};
 	bool json = false, racks_given = false, wpr_given = false, v000 = true, v001 = false;
 	struct phub_model_hier h[2];
@@ -152,10 +153,10 @@ plan_hierarchy(int argc, char **argv)
 	}
 	if (optind < argc)
 		return plan_fail(cmd, PLAN_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
-	if (!racks_given || !wpr_given || p.core_gbps < 0)
+	if (!racks_given || !wpr_given || isnan(p.core_gbps))
 		return plan_fail(cmd, PLAN_EXIT_USAGE,
 				"--racks, --workers-per-rack and --core-gbps are required (see --help)");
-	if (m.preset != NULL || m.file != NULL || m.model_bytes >= 0) {
+	if (m.preset != NULL || m.file != NULL || !isnan(m.model_bytes)) {
 		rc = plan_model_load(cmd, &m, false, &job, &name);
 		if (rc != 0)
 			return rc;

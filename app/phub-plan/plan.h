@@ -40,8 +40,8 @@ int plan_bytes(const char *cmd, const char *opt, const char *s, double *out);
 struct plan_model_opts {
 	const char *preset;
 	const char *file;
-	double model_bytes;	/* < 0: not given */
-	double compute_s;	/* < 0: not given */
+	double model_bytes;	/* NAN: not given */
+	double compute_s;	/* NAN: not given */
 	bool units_given;
 	enum phub_model_units units;
 };

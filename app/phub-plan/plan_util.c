@@ -91,8 +91,8 @@ void
 plan_model_opts_init(struct plan_model_opts *m)
 {
 	memset(m, 0, sizeof(*m));
-	m->model_bytes = -1;
-	m->compute_s = -1;
+	m->model_bytes = NAN;
+	m->compute_s = NAN;
 	m->units = PHUB_MODEL_UNITS_SI;
 }
 
@@ -102,7 +102,7 @@ plan_model_load(const char *cmd, const struct plan_model_opts *m, bool need_comp
 {
 	const struct phub_model_preset *p;
 	char err[PHUB_MODEL_ERR_LEN];
-	int sources = (m->preset != NULL) + (m->file != NULL) + (m->model_bytes >= 0);
+	int sources = (m->preset != NULL) + (m->file != NULL) + !isnan(m->model_bytes);
 
 	if (sources == 0)
 		return plan_fail(cmd, PLAN_EXIT_USAGE,
@@ -111,7 +111,7 @@ plan_model_load(const char *cmd, const struct plan_model_opts *m, bool need_comp
 		return plan_fail(cmd, PLAN_EXIT_USAGE,
 				"--preset, --model and --model-bytes exclude each other");
 	if (m->preset != NULL) {
-		if (m->compute_s >= 0)
+		if (!isnan(m->compute_s))
 			return plan_fail(cmd, PLAN_EXIT_USAGE,
 					"--compute-s goes with --model-bytes, not with --preset");
 		p = phub_model_preset_find(m->preset);
@@ -125,7 +125,7 @@ plan_model_load(const char *cmd, const struct plan_model_opts *m, bool need_comp
 		return 0;
 	}
 	if (m->file != NULL) {
-		if (m->compute_s >= 0)
+		if (!isnan(m->compute_s))
 			return plan_fail(cmd, PLAN_EXIT_USAGE,
 					"--compute-s goes with --model-bytes; a model file has its own compute_s");
 		if (phub_model_job_load(m->file, job, err, sizeof(err)) != 0)
@@ -136,9 +136,9 @@ plan_model_load(const char *cmd, const struct plan_model_opts *m, bool need_comp
 	if (!(m->model_bytes > 0) || !isfinite(m->model_bytes))
 		return plan_fail(cmd, PLAN_EXIT_VALUE, "--model-bytes must be a positive size (got %g)",
 				m->model_bytes);
-	if (m->compute_s < 0 && need_compute)
+	if (isnan(m->compute_s) && need_compute)
 		return plan_fail(cmd, PLAN_EXIT_USAGE, "--model-bytes needs --compute-s (or --compute-ms)");
-	if (m->compute_s == 0 || (m->compute_s > 0 && !isfinite(m->compute_s)))
+	if (!isnan(m->compute_s) && (!(m->compute_s > 0) || !isfinite(m->compute_s)))
 		return plan_fail(cmd, PLAN_EXIT_VALUE, "--compute-s must be a positive time in seconds");
 	memset(job, 0, sizeof(*job));
 	job->layer_bytes = malloc(sizeof(double));
@@ -146,7 +146,8 @@ plan_model_load(const char *cmd, const struct plan_model_opts *m, bool need_comp
 		return plan_fail(cmd, PLAN_EXIT_VALUE, "out of memory");
 	job->layer_bytes[0] = m->model_bytes;
 	job->layers = 1;
-	job->compute_s = m->compute_s > 0 ? m->compute_s : 1;
+	/* Commands that need no compute time still get a valid job. */
+	job->compute_s = isnan(m->compute_s) ? 1 : m->compute_s;
 	job->overlap = 2.0 / 3.0;
 	job->batch = 1;
 	*name = "custom";
