@@ -10,31 +10,37 @@
 
 static const char *const cmd = "bandwidth";
 
+static const char usage_text[] =
+	"usage: phub-plan bandwidth (--preset NAME | --model FILE\n"
+	"                           | --model-bytes B --compute-s S)\n"
+	"                           [--workers N] [--servers S] [--interfaces I]\n"
+	"                           [--units si|paper] [--json]\n"
+	"       phub-plan bandwidth --table2 [--units si|paper] [--json]\n"
+	"       phub-plan bandwidth --list-presets [--json]\n\n"
+	"Minimum per-host bandwidth (send + receive, Gbit/s) that hides communication when\n"
+	"N workers exchange a model of M bytes every T seconds of compute (PHub §2.3.1,\n"
+	"Figure 4), for the four PS configurations CC, CS, NCC, NCS and for a PBox.\n\n"
+	"  --preset NAME       a network of Table 3: AN V11 V19 GN I3 RN18 RN50 RN269 RX269, or\n"
+	"                      alexnet vgg11 vgg19 googlenet inception3 resnet18 resnet50\n"
+	"                      resnet269 resnext269\n"
+	"  --model FILE        JSON {\"layer_bytes\": [...], \"compute_s\": T}\n"
+	"  --model-bytes B     model size in bytes (K, M, G suffixes are powers of 1024)\n"
+	"  --compute-s S       compute time per batch in seconds (--compute-ms: in ms)\n"
+	"  --workers N         worker machines (default 8, Table 2's setup)\n"
+	"  --servers S         NCS server processes (default: as many as workers)\n"
+	"  --interfaces I      PBox interfaces (default 10, §3.3)\n"
+	"  --units si|paper    si: MB = 10^6 B, Gbit = 10^9 bit; paper: MB = 2^20 B,\n"
+	"                      Gbit = 2^30 bit, the reading that reproduces Table 2 (default:\n"
+	"                      paper with --preset and --table2, si otherwise)\n"
+	"  --table2            Table 2 beside the model, with the residual of every cell\n"
+	"  --list-presets      the networks of Table 3\n"
+	"  --json              one JSON object: CC, CS, NCC, NCS, PBOX, each in Gbit/s\n\n"
+	"Exit status: 0 done, 1 bad value (size <= 0, workers < 2, unknown preset), 2 usage.\n";
+
 static void
 usage(void)
 {
-	printf("usage: phub-plan bandwidth (--preset NAME | --model FILE | --model-bytes B --compute-s S)\n"
-		"                          [--workers N] [--servers S] [--interfaces I] [--units si|paper] [--json]\n"
-		"       phub-plan bandwidth --table2 [--units si|paper] [--json]\n"
-		"       phub-plan bandwidth --list-presets [--json]\n\n"
-		"Minimum per-host bandwidth (send + receive, Gbit/s) that hides communication when N workers\n"
-		"exchange a model of M bytes every T seconds of compute (PHub §2.3.1, Figure 4), for the four\n"
-		"PS configurations CC, CS, NCC, NCS and for a PBox.\n\n"
-		"  --preset NAME       a network of Table 3: AN V11 V19 GN I3 RN18 RN50 RN269 RX269, or\n"
-		"                      alexnet vgg11 vgg19 googlenet inception3 resnet18 resnet50 resnet269 resnext269\n"
-		"  --model FILE        JSON {\"layer_bytes\": [...], \"compute_s\": T} (or \"compute_ms\")\n"
-		"  --model-bytes B     model size in bytes (K, M, G suffixes are powers of 1024)\n"
-		"  --compute-s S       compute time per batch in seconds (--compute-ms: in ms)\n"
-		"  --workers N         worker machines (default 8, Table 2's setup)\n"
-		"  --servers S         NCS server processes (default: as many as workers)\n"
-		"  --interfaces I      PBox interfaces (default 10, §3.3)\n"
-		"  --units si|paper    si: MB = 10^6 B, Gbit = 10^9 bit; paper: MB = 2^20 B, Gbit = 2^30 bit,\n"
-		"                      the reading that reproduces Table 2 (default: paper with --preset\n"
-		"                      and --table2, si otherwise)\n"
-		"  --table2            Table 2 beside the model, with the residual of every cell\n"
-		"  --list-presets      the networks of Table 3\n"
-		"  --json              one JSON object: CC, CS, NCC, NCS, PBOX, each in Gbit/s\n\n"
-		"Exit status: 0 done, 1 bad value (size <= 0, workers < 2, unknown preset), 2 usage.\n");
+	fputs(usage_text, stdout);
 }
 
 static int
@@ -81,8 +87,10 @@ table2(enum phub_model_units units, bool json)
 			json_t *paper = json_object(), *model = json_object(), *res = json_object();
 
 			for (int c = 0; c < 4; c++) {
-				json_object_set_new(paper, cols[c], json_real(rows[r].paper_gbps[c]));
-				json_object_set_new(model, cols[c], json_real(rows[r].model_gbps[c]));
+				json_object_set_new(paper, cols[c],
+						json_real(rows[r].paper_gbps[c]));
+				json_object_set_new(model, cols[c],
+						json_real(rows[r].model_gbps[c]));
 				json_object_set_new(res, cols[c], json_real(rows[r].residual[c]));
 			}
 			json_array_append_new(arr, json_pack("{s:s, s:o, s:o, s:o}", "network",
@@ -102,8 +110,8 @@ table2(enum phub_model_units units, bool json)
 	for (int r = 0; r < PHUB_MODEL_TABLE2_ROWS; r++) {
 		printf("%-6s", rows[r].abbr);
 		for (int c = 0; c < 4; c++)
-			printf("  %5.0f %8.1f %+7.1f%%", rows[r].paper_gbps[c], rows[r].model_gbps[c],
-					100 * rows[r].residual[c]);
+			printf("  %5.0f %8.1f %+7.1f%%", rows[r].paper_gbps[c],
+					rows[r].model_gbps[c], 100 * rows[r].residual[c]);
 		printf("\n");
 	}
 	printf("largest |residual|: %.1f%%\n", 100 * worst);
@@ -172,12 +180,13 @@ plan_bandwidth(int argc, char **argv)
 		case O_IFACES:
 			rc = plan_uint(cmd, "interfaces", optarg, 1024, &p.pbox_interfaces);
 			if (rc == 0 && p.pbox_interfaces == 0)
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--interfaces must be at least 1");
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+						"--interfaces must be at least 1");
 			break;
 		case O_UNITS:
 			if (phub_model_units_parse(optarg, &m.units) != 0)
-				rc = plan_fail(cmd, PLAN_EXIT_USAGE, "--units: '%s' is not si or paper",
-						optarg);
+				rc = plan_fail(cmd, PLAN_EXIT_USAGE,
+						"--units: '%s' is not si or paper", optarg);
 			m.units_given = true;
 			break;
 		case O_TABLE2:
@@ -227,8 +236,8 @@ plan_bandwidth(int argc, char **argv)
 
 		for (int i = 0; i < PHUB_MODEL_PS_COUNT; i++) {
 			json_t *v = json_pack("{s:f, s:f, s:f, s:f}", "gbps", bw[i].host_gbps,
-					"send_gbps", bw[i].send_gbps, "worker_gbps", bw[i].worker_gbps,
-					"interface_gbps", bw[i].interface_gbps);
+					"send_gbps", bw[i].send_gbps, "worker_gbps",
+					bw[i].worker_gbps, "interface_gbps", bw[i].interface_gbps);
 
 			json_object_set_new(o, phub_model_ps_name(i), v);
 		}
@@ -243,7 +252,8 @@ plan_bandwidth(int argc, char **argv)
 		printf("  %-5s %10.2f Gbit/s", phub_model_ps_name(i), bw[i].host_gbps);
 		if (i == PHUB_MODEL_PS_PBOX)
 			printf("  (%.2f per interface over %u; each worker %.2f)",
-					bw[i].interface_gbps, p.pbox_interfaces ? p.pbox_interfaces : 10,
+					bw[i].interface_gbps,
+					p.pbox_interfaces ? p.pbox_interfaces : 10,
 					bw[i].worker_gbps);
 		printf("\n");
 	}

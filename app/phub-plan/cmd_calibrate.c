@@ -9,20 +9,23 @@
 
 static const char *const cmd = "calibrate";
 
+static const char usage_text[] =
+	"usage: phub-plan calibrate [--json] RUN.json...\n\n"
+	"Fits  exchange_s = rtt_s + bits_per_port / achievable rate + segments_per_lcore *\n"
+	"per_packet_s  to phub-bench --json runs (one object, or an array of them, per file) by\n"
+	"non-negative least squares, and prints the constants and every run's residual. The\n"
+	"--json output is what phub-plan optimize --calibration reads.\n\n"
+	"Each run needs workers, model_bytes, iterations, verified (true), exchanges_per_s,\n"
+	"goodput_gbps, p50_ms, p99_ms, retransmits; calibration uses workers, model_bytes,\n"
+	"exchanges_per_s and, when present, ports, lcores, segment_bytes (or mtu), chunk_bytes,\n"
+	"packets_per_exchange. Runs must vary segment size, ports or lcores, not only workers\n"
+	"and model size, for the per-packet cost to be told apart from the bandwidth.\n\n"
+	"Exit status: 0 done, 1 bad run (unverified, missing field, too few runs), 2 usage.\n";
+
 static void
 usage(void)
 {
-	printf("usage: phub-plan calibrate [--json] RUN.json...\n\n"
-		"Fits  exchange_s = rtt_s + bits_per_port / achievable rate + segments_per_lcore *\n"
-		"per_packet_s  to phub-bench --json runs (one object, or an array of them, per file) by\n"
-		"non-negative least squares, and prints the constants and every run's residual. The\n"
-		"--json output is what phub-plan optimize --calibration reads.\n\n"
-		"Each run needs workers, model_bytes, iterations, verified (true), exchanges_per_s,\n"
-		"goodput_gbps, p50_ms, p99_ms, retransmits; calibration uses workers, model_bytes,\n"
-		"exchanges_per_s and, when present, ports, lcores, segment_bytes (or mtu), chunk_bytes,\n"
-		"packets_per_exchange. Runs must vary segment size, ports or lcores, not only workers\n"
-		"and model size, for the per-packet cost to be told apart from the bandwidth.\n\n"
-		"Exit status: 0 done, 1 bad run (unverified, missing field, too few runs), 2 usage.\n");
+	fputs(usage_text, stdout);
 }
 
 int
@@ -88,21 +91,22 @@ plan_calibrate(int argc, char **argv)
 		}
 		rc = plan_json_print(json_pack("{s:i, s:f, s:o, s:f, s:b, s:b, s:b, s:f, s:f, s:o}",
 				"points", (int)fit->points, "achievable_gbps", fit->achievable_gbps,
-				"per_packet_s", fit->per_packet_fitted ? json_real(fit->per_packet_s) :
-				json_null(), "rtt_s", fit->rtt_s, "rtt_fitted", fit->rtt_fitted,
-				"per_packet_fitted", fit->per_packet_fitted,
-				"identifiable", fit->identifiable,
-				"residual_rms_s", fit->residual_rms_s,
+				"per_packet_s",
+				fit->per_packet_fitted ? json_real(fit->per_packet_s) : json_null(),
+				"rtt_s", fit->rtt_s, "rtt_fitted", fit->rtt_fitted,
+				"per_packet_fitted", fit->per_packet_fitted, "identifiable",
+				fit->identifiable, "residual_rms_s", fit->residual_rms_s,
 				"residual_rel_rms", fit->residual_rel_rms, "runs", arr));
 		goto out;
 	}
-	printf("%zu runs fitted to  exchange_s = rtt + bits/port / rate + segments/lcore * cost:\n", n);
+	printf("%zu runs fitted to  exchange_s = rtt + bits/port / rate + segments/lcore * cost:\n",
+			n);
 	printf("  achievable rate per PBox port  %10.3f Gbit/s\n", fit->achievable_gbps);
 	if (fit->per_packet_fitted)
 		printf("  per-packet cost per lcore      %10.1f ns\n", fit->per_packet_s * 1e9);
 	else
-		printf("  per-packet cost per lcore      %10s (%s)\n", "-",
-				fit->identifiable ? "fitted as 0: negative otherwise" :
+		printf("  per-packet cost per lcore      %10s (%s)\n", "-", fit->identifiable ?
+				"fitted as 0: negative otherwise" :
 				"not identifiable: vary segment size, ports or lcores between runs");
 	printf("  rtt (fixed per exchange)       %10.1f us%s\n", fit->rtt_s * 1e6,
 			fit->rtt_fitted ? "" : " (constrained to 0)");
@@ -113,7 +117,8 @@ plan_calibrate(int argc, char **argv)
 
 		phub_model_run_terms(&runs[i], &bits, &pkts, &t, NULL, 0);
 		printf("  %-44s %10.1f us observed %+8.1f us residual%s\n", runs[i].source, t * 1e6,
-				fit->residual_s[i] * 1e6, runs[i].retransmits > 0 ? " (retransmits)" : "");
+				fit->residual_s[i] * 1e6,
+				runs[i].retransmits > 0 ? " (retransmits)" : "");
 	}
 out:
 	free(runs);

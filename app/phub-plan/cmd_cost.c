@@ -12,30 +12,33 @@
 
 static const char *const cmd = "cost";
 
+static const char usage_text[] =
+	"usage: phub-plan cost [--oversub LIST] [--samples-per-s X] [--phub-ratio R]\n"
+	"                     [price options] [--reading uplink-share|inverse] [--json]\n"
+	"       phub-plan cost --table5 [--ratio-row 1|2|3] [--reading ...] [--json]\n\n"
+	"PHub §4.9: the cost charged to one worker (its machine and GPUs, its network share\n"
+	"A = (N+S+C) + F(4S+2C), and for a PHub rack its share of the PBox) and throughput per\n"
+	"$1000, for a 100G sharded baseline at 1:1 and 25G PHub racks at x:1 oversubscription.\n\n"
+	"  --oversub LIST        PHub oversubscriptions, e.g. 1,2,3 (default)\n"
+	"  --samples-per-s X     baseline training throughput of one worker, samples/s\n"
+	"                        (default: the value Table 5 implies, see --table5)\n"
+	"  --phub-ratio R        PHub worker throughput / baseline (default: Table 5's)\n"
+	"  --reading R           how x:1 becomes F: uplink-share F = 1/(x+1) (default, fits\n"
+	"                        Table 5) or inverse F = 1/x\n"
+	"  --table5              Table 5 beside the model, every cell's residual\n"
+	"  --ratio-row K         the Table 5 row (PHub K:1, future GPUs) the ratio comes from\n"
+	"                        (default 2, the cell the text quotes)\n"
+	"prices, in US dollars (defaults: §4.9):\n"
+	"  --worker-usd 4117  --gpu-usd 699  --gpus-per-worker 4  --pbox-usd 8407\n"
+	"  --switch-usd 21077  --switch-ports 32  --breakout 4\n"
+	"  --fast-nic-usd 795  --fast-cable-usd 94  (100G baseline)\n"
+	"  --slow-nic-usd 260  --slow-cable-usd 31.25  --pbox-port-usd 162.5  --pbox-ports 20\n\n"
+	"Exit status: 0 done, 1 bad value (negative price, oversubscription 0), 2 usage.\n";
+
 static void
 usage(void)
 {
-	printf("usage: phub-plan cost [--oversub LIST] [--samples-per-s X] [--phub-ratio R]\n"
-		"                     [price options] [--reading uplink-share|inverse] [--json]\n"
-		"       phub-plan cost --table5 [--ratio-row 1|2|3] [--reading ...] [--json]\n\n"
-		"PHub §4.9: the cost charged to one worker (its machine and GPUs, its network share\n"
-		"A = (N+S+C) + F(4S+2C), and for a PHub rack its share of the PBox) and throughput per\n"
-		"$1000, for a 100G sharded baseline at 1:1 and 25G PHub racks at x:1 oversubscription.\n\n"
-		"  --oversub LIST        PHub oversubscriptions, e.g. 1,2,3 (default)\n"
-		"  --samples-per-s X     baseline training throughput of one worker, samples/s\n"
-		"                        (default: the value Table 5 implies, see --table5)\n"
-		"  --phub-ratio R        PHub worker throughput / baseline (default: Table 5's)\n"
-		"  --reading R           how x:1 becomes F: uplink-share F = 1/(x+1) (default, fits\n"
-		"                        Table 5) or inverse F = 1/x\n"
-		"  --table5              Table 5 beside the model, every cell's residual\n"
-		"  --ratio-row K         the Table 5 row (PHub K:1, future GPUs) the ratio comes from\n"
-		"                        (default 2, the cell the text quotes)\n"
-		"prices, in US dollars (defaults: §4.9):\n"
-		"  --worker-usd 4117  --gpu-usd 699  --gpus-per-worker 4  --pbox-usd 8407\n"
-		"  --switch-usd 21077  --switch-ports 32  --breakout 4\n"
-		"  --fast-nic-usd 795  --fast-cable-usd 94  (100G baseline)\n"
-		"  --slow-nic-usd 260  --slow-cable-usd 31.25  --pbox-port-usd 162.5  --pbox-ports 20\n\n"
-		"Exit status: 0 done, 1 bad value (negative price, oversubscription 0), 2 usage.\n");
+	fputs(usage_text, stdout);
 }
 
 static const char *const col_names[PHUB_MODEL_TABLE5_COLS] = { "future", "spendy", "cheap" };
@@ -68,10 +71,15 @@ table5(enum phub_model_cost_reading reading, unsigned int ratio_row, bool json)
 		for (int r = 0; r < PHUB_MODEL_TABLE5_ROWS; r++) {
 			json_t *cells = json_object();
 
-			for (int c = 0; c < PHUB_MODEL_TABLE5_COLS; c++)
-				json_object_set_new(cells, col_names[c], json_pack("{s:f, s:f, s:f, s:b}",
-						"paper", t.paper[r][c], "model", t.model[r][c],
-						"residual", t.residual[r][c], "derived", t.derived[r][c]));
+			for (int c = 0; c < PHUB_MODEL_TABLE5_COLS; c++) {
+				json_t *cell = json_object();
+
+				json_object_set_new(cell, "paper", json_real(t.paper[r][c]));
+				json_object_set_new(cell, "model", json_real(t.model[r][c]));
+				json_object_set_new(cell, "residual", json_real(t.residual[r][c]));
+				json_object_set_new(cell, "derived", json_boolean(t.derived[r][c]));
+				json_object_set_new(cells, col_names[c], cell);
+			}
 			json_array_append_new(rows, json_pack("{s:s, s:o}", "row", row_names[r],
 					"cells", cells));
 		}
@@ -97,10 +105,29 @@ table5(enum phub_model_cost_reading reading, unsigned int ratio_row, bool json)
 	}
 	printf("* derived cells (fitted, not predicted): baseline %.1f samples/s per worker,\n"
 		"  PHub/baseline throughput %.4f (from PHub %u:1), spendy GPU $%.0f, cheap worker $%.0f\n",
-		t.baseline_samples_per_s, t.phub_ratio, ratio_row, t.spendy_gpu_usd,
-		t.cheap_worker_usd);
+			t.baseline_samples_per_s, t.phub_ratio, ratio_row, t.spendy_gpu_usd,
+			t.cheap_worker_usd);
 	printf("largest |residual| of the predicted cells: %.2f%%\n", 100 * worst);
 	return 0;
+}
+
+static json_t *
+row_json(const char *name, bool phub, unsigned int oversub, const struct phub_model_cost *c,
+		double samples_per_s, double vs_baseline)
+{
+	json_t *o = json_object();
+
+	json_object_set_new(o, "deployment", json_string(name));
+	json_object_set_new(o, "phub", json_boolean(phub));
+	json_object_set_new(o, "oversub", json_integer(oversub));
+	json_object_set_new(o, "workers_per_switch", json_integer(c->workers_per_switch));
+	json_object_set_new(o, "network_usd", json_real(c->network_usd));
+	json_object_set_new(o, "pbox_share_usd", json_real(c->pbox_share_usd));
+	json_object_set_new(o, "worker_usd", json_real(c->worker_usd));
+	json_object_set_new(o, "samples_per_s", json_real(samples_per_s));
+	json_object_set_new(o, "samples_per_kusd", json_real(c->samples_per_kusd));
+	json_object_set_new(o, "vs_baseline", json_real(vs_baseline));
+	return o;
 }
 
 static int
@@ -137,11 +164,18 @@ plan_cost(int argc, char **argv)
 	} prices[] = {
 #define P(n, f) { n, offsetof(struct phub_model_cost_prices, f), false }
 #define U(n, f) { n, offsetof(struct phub_model_cost_prices, f), true }
-		P("worker-usd", worker_usd), P("gpu-usd", gpu_usd), U("gpus-per-worker", gpus_per_worker),
-		P("pbox-usd", pbox_usd), P("switch-usd", switch_usd), U("switch-ports", switch_ports),
-		U("breakout", breakout), P("fast-nic-usd", fast_nic_usd),
-		P("fast-cable-usd", fast_cable_usd), P("slow-nic-usd", slow_nic_usd),
-		P("slow-cable-usd", slow_cable_usd), P("pbox-port-usd", pbox_port_usd),
+		P("worker-usd", worker_usd),
+		P("gpu-usd", gpu_usd),
+		U("gpus-per-worker", gpus_per_worker),
+		P("pbox-usd", pbox_usd),
+		P("switch-usd", switch_usd),
+		U("switch-ports", switch_ports),
+		U("breakout", breakout),
+		P("fast-nic-usd", fast_nic_usd),
+		P("fast-cable-usd", fast_cable_usd),
+		P("slow-nic-usd", slow_nic_usd),
+		P("slow-cable-usd", slow_cable_usd),
+		P("pbox-port-usd", pbox_port_usd),
 		U("pbox-ports", pbox_ports),
 #undef P
 #undef U
@@ -199,12 +233,14 @@ plan_cost(int argc, char **argv)
 		case O_SPS:
 			rc = plan_double(cmd, "samples-per-s", optarg, &sps);
 			if (rc == 0 && !(sps > 0))
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--samples-per-s must be positive");
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+						"--samples-per-s must be positive");
 			break;
 		case O_RATIO:
 			rc = plan_double(cmd, "phub-ratio", optarg, &ratio);
 			if (rc == 0 && !(ratio > 0))
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--phub-ratio must be positive");
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+						"--phub-ratio must be positive");
 			break;
 		case O_READING:
 			if (strcmp(optarg, "uplink-share") == 0)
@@ -213,7 +249,8 @@ plan_cost(int argc, char **argv)
 				reading = PHUB_MODEL_COST_INVERSE;
 			else
 				rc = plan_fail(cmd, PLAN_EXIT_USAGE,
-						"--reading: '%s' is not uplink-share or inverse", optarg);
+						"--reading: '%s' is not uplink-share or inverse",
+						optarg);
 			break;
 		case O_TABLE5:
 			do_table5 = true;
@@ -221,7 +258,8 @@ plan_cost(int argc, char **argv)
 		case O_RATIO_ROW:
 			rc = plan_uint(cmd, "ratio-row", optarg, 3, &ratio_row);
 			if (rc == 0 && ratio_row == 0)
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--ratio-row must be 1, 2 or 3");
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+						"--ratio-row must be 1, 2 or 3");
 			break;
 		case O_JSON:
 			json = true;
@@ -263,14 +301,10 @@ plan_cost(int argc, char **argv)
 				"pbox_share", "per_worker", "samples/$1k", "vs_base");
 #define ROW_TEXT(name, k, c) \
 	printf("%-20s %8u %10.2f %10.2f %11.2f %11.2f %8.3fx\n", name, (k).workers_per_switch, \
-			(k).network_usd, (k).pbox_share_usd, (k).worker_usd, (k).samples_per_kusd, c)
+			(k).network_usd, (k).pbox_share_usd, (k).worker_usd, \
+			(k).samples_per_kusd, c)
 	if (json)
-		json_array_append_new(rows, json_pack("{s:s, s:b, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f}",
-				"deployment", "100Gb sharded", "phub", 0, "oversub", 1,
-				"workers_per_switch", (int)base.workers_per_switch,
-				"network_usd", base.network_usd, "pbox_share_usd", 0.0,
-				"worker_usd", base.worker_usd, "samples_per_s", sps,
-				"samples_per_kusd", base.samples_per_kusd, "vs_baseline", 1.0));
+		json_array_append_new(rows, row_json("100Gb sharded 1:1", false, 1, &base, sps, 1));
 	else
 		ROW_TEXT("100Gb sharded 1:1", base, 1.0);
 	p.phub = true;
@@ -285,22 +319,17 @@ plan_cost(int argc, char **argv)
 		}
 		snprintf(name, sizeof(name), "25Gb PHub %u:1", oversub[i]);
 		if (json)
-			json_array_append_new(rows, json_pack("{s:s, s:b, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f}",
-					"deployment", name, "phub", 1, "oversub", (int)oversub[i],
-					"workers_per_switch", (int)phub.workers_per_switch,
-					"network_usd", phub.network_usd,
-					"pbox_share_usd", phub.pbox_share_usd,
-					"worker_usd", phub.worker_usd, "samples_per_s", p.samples_per_s,
-					"samples_per_kusd", phub.samples_per_kusd,
-					"vs_baseline", phub.samples_per_kusd / base.samples_per_kusd));
+			json_array_append_new(rows, row_json(name, true, oversub[i], &phub,
+					p.samples_per_s,
+					phub.samples_per_kusd / base.samples_per_kusd));
 		else
 			ROW_TEXT(name, phub, phub.samples_per_kusd / base.samples_per_kusd);
 	}
 #undef ROW_TEXT
 	if (json)
 		return plan_json_print(json_pack("{s:s, s:f, s:f, s:o}", "reading",
-				reading_name(reading), "baseline_samples_per_s", sps, "phub_ratio", ratio,
-				"rows", rows));
+				reading_name(reading), "baseline_samples_per_s", sps, "phub_ratio",
+				ratio, "rows", rows));
 	printf("baseline %.1f samples/s per worker, PHub x%.4f; costs in US dollars per worker\n",
 			sps, ratio);
 	return 0;

@@ -10,37 +10,43 @@
 
 static const char *const cmd = "hierarchy";
 
+static const char usage_text[] =
+	"usage: phub-plan hierarchy --racks R --workers-per-rack N --core-gbps B\n"
+	"                          [--pbox-gbps B] [--worker-gbps B] [--formula 000|001|both]\n"
+	"                          [--preset NAME | --model FILE | --model-bytes B]\n"
+	"                          [--units si|paper] [--json]\n\n"
+	"Should a job whose workers span R racks of N workers reduce hierarchically (each rack's\n"
+	"PBox first, then the PBoxes across racks)? PHub §3.4:\n"
+	"  000 (SoCC):  N(R-1)/(R B_Core) > max(N/B_PBox, 1/B_Wkr) + C,\n"
+	"               B_bn = min(B_PBox, B_Core)\n"
+	"  001 (arXiv): max((N-1)/B_bn, 1/(N B_Wkr)) > max(1/B_PBox, N/B_Wkr) + C,\n"
+	"               B_bn = min((R-1) B_PBox, B_Core)\n"
+	"with C the cross-rack cost of sharded PSs or of a ring, both shown. Times are for the\n"
+	"model's bytes (the decision does not depend on them; default 1 GB).\n\n"
+	"  --racks R              racks the job spans (at least 2)\n"
+	"  --workers-per-rack N   workers in each rack\n"
+	"  --core-gbps B          B_Core: a rack's bandwidth to the network core, Gbit/s\n"
+	"  --pbox-gbps B          B_PBox (default 560: 10 x 56 Gbit/s, §3.3)\n"
+	"  --worker-gbps B        B_Wkr (default 56, §4.1)\n"
+	"  --formula V            000, 001 or both (default 000)\n"
+	"  --preset, --model, --model-bytes   the model whose exchange is timed\n"
+	"  --units si|paper       reading of a preset's MB (default si)\n"
+	"  --json                 one JSON object\n\n"
+	"Exit status: 0 done, 1 bad value (racks < 2, bandwidth <= 0), 2 usage.\n";
+
 static void
 usage(void)
 {
-	printf("usage: phub-plan hierarchy --racks R --workers-per-rack N --core-gbps B\n"
-		"                          [--pbox-gbps B] [--worker-gbps B] [--formula 000|001|both]\n"
-		"                          [--preset NAME | --model FILE | --model-bytes B] [--json]\n\n"
-		"Should a job whose workers span R racks of N workers reduce hierarchically (each rack's\n"
-		"PBox first, then the PBoxes across racks)? PHub §3.4:\n"
-		"  000 (SoCC):  N(R-1)/(R B_Core) > max(N/B_PBox, 1/B_Wkr) + C,  B_bn = min(B_PBox, B_Core)\n"
-		"  001 (arXiv): max((N-1)/B_bn, 1/(N B_Wkr)) > max(1/B_PBox, N/B_Wkr) + C,\n"
-		"               B_bn = min((R-1) B_PBox, B_Core)\n"
-		"with C the cross-rack cost of sharded PSs or of a ring, both shown. Times are for the\n"
-		"model's bytes (the decision does not depend on them; default 1 GB).\n\n"
-		"  --racks R              racks the job spans (at least 2)\n"
-		"  --workers-per-rack N   workers in each rack\n"
-		"  --core-gbps B          B_Core: a rack's bandwidth to the network core, Gbit/s\n"
-		"  --pbox-gbps B          B_PBox (default 560: 10 x 56 Gbit/s, §3.3)\n"
-		"  --worker-gbps B        B_Wkr (default 56, §4.1)\n"
-		"  --formula V            000, 001 or both (default 000)\n"
-		"  --preset, --model, --model-bytes   the model whose exchange is timed\n"
-		"  --json                 one JSON object\n\n"
-		"Exit status: 0 done, 1 bad value (racks < 2, bandwidth <= 0), 2 usage.\n");
+	fputs(usage_text, stdout);
 }
 
 static json_t *
 result_json(const char *formula, const struct phub_model_hier *h)
 {
-	return json_pack("{s:s, s:f, s:f, s:f, s:{s:f, s:f}, s:{s:b, s:b}}",
-			"formula", formula, "flat_s", h->flat_s, "local_s", h->local_s,
-			"bn_gbps", h->bn_gbps, "C", "sharded_s", h->c_sharded_s, "ring_s", h->c_ring_s,
-			"hierarchical", "sharded", h->hier_sharded, "ring", h->hier_ring);
+	return json_pack("{s:s, s:f, s:f, s:f, s:{s:f, s:f}, s:{s:b, s:b}}", "formula", formula,
+			"flat_s", h->flat_s, "local_s", h->local_s, "bn_gbps", h->bn_gbps, "C",
+			"sharded_s", h->c_sharded_s, "ring_s", h->c_ring_s, "hierarchical",
+			"sharded", h->hier_sharded, "ring", h->hier_ring);
 }
 
 static void
@@ -98,7 +104,8 @@ plan_hierarchy(int argc, char **argv)
 			racks_given = true;
 			break;
 		case O_WPR:
-			rc = plan_uint(cmd, "workers-per-rack", optarg, 1000000, &p.workers_per_rack);
+			rc = plan_uint(cmd, "workers-per-rack", optarg, 1000000,
+					&p.workers_per_rack);
 			wpr_given = true;
 			break;
 		case O_CORE:
@@ -135,8 +142,8 @@ plan_hierarchy(int argc, char **argv)
 			break;
 		case O_UNITS:
 			if (phub_model_units_parse(optarg, &m.units) != 0)
-				rc = plan_fail(cmd, PLAN_EXIT_USAGE, "--units: '%s' is not si or paper",
-						optarg);
+				rc = plan_fail(cmd, PLAN_EXIT_USAGE,
+						"--units: '%s' is not si or paper", optarg);
 			break;
 		case O_JSON:
 			json = true;
@@ -179,13 +186,13 @@ plan_hierarchy(int argc, char **argv)
 			json_array_append_new(results, result_json("000", &h[0]));
 		if (v001)
 			json_array_append_new(results, result_json("001", &h[1]));
-		return plan_json_print(json_pack("{s:s, s:f, s:i, s:i, s:f, s:f, s:f, s:o, s:{s:f, s:f, s:f}}",
-				"model", name, "model_bytes", p.model_bytes,
-				"racks", (int)p.racks, "workers_per_rack", (int)p.workers_per_rack,
-				"pbox_gbps", p.pbox_gbps, "core_gbps", p.core_gbps,
-				"worker_gbps", p.worker_gbps, "results", results,
-				"traffic", "flat_cross_bytes", t->flat_cross_bytes,
-				"hier_cross_bytes", t->hier_cross_bytes,
+		return plan_json_print(json_pack(
+				"{s:s, s:f, s:i, s:i, s:f, s:f, s:f, s:o, s:{s:f, s:f, s:f}}",
+				"model", name, "model_bytes", p.model_bytes, "racks", (int)p.racks,
+				"workers_per_rack", (int)p.workers_per_rack, "pbox_gbps",
+				p.pbox_gbps, "core_gbps", p.core_gbps, "worker_gbps", p.worker_gbps,
+				"results", results, "traffic", "flat_cross_bytes",
+				t->flat_cross_bytes, "hier_cross_bytes", t->hier_cross_bytes,
 				"saved_fraction", t->saved_fraction));
 	}
 	printf("%u racks of %u workers, model %s (%.0f bytes); B_PBox %g, B_Core %g, B_Wkr %g Gbit/s\n",
@@ -199,8 +206,8 @@ plan_hierarchy(int argc, char **argv)
 		const struct phub_model_hier *t = v000 ? &h[0] : &h[1];
 
 		printf("bytes through one rack's uplink per iteration, each direction: flat %.0f,\n"
-			"hierarchical %.0f: %.1f%% saved\n", t->flat_cross_bytes, t->hier_cross_bytes,
-			100 * t->saved_fraction);
+			"hierarchical %.0f: %.1f%% saved\n",
+				t->flat_cross_bytes, t->hier_cross_bytes, 100 * t->saved_fraction);
 	}
 	return 0;
 }

@@ -12,40 +12,44 @@ static const char *const cmd = "optimize";
 
 #define TOP_MAX 50
 
+static const char usage_text[] =
+	"usage: phub-plan optimize (--preset NAME | --model FILE | --model-bytes B --compute-s S)\n"
+	"                         [--budget N] [search options] [hardware options]\n"
+	"                         [--top K] [--json]\n\n"
+	"Searches PBoxes per rack, racks and workers (so workers per rack), flat or hierarchical\n"
+	"reduction, interfaces per PBox and chunk size for the most samples/s within a budget of\n"
+	"machines (workers + PBoxes), after Yan et al. (KDD 2015) §5: polynomial enumeration of\n"
+	"the resources, the PBox's own greedy chunk placement instead of all placements, and the\n"
+	"balanced split of workers over racks instead of all splits (docs/planning.md).\n\n"
+	"search:\n"
+	"  --budget N            machines at most, workers + PBoxes (default 64)\n"
+	"  --rack-max N          machines one rack (ToR) holds (default 32)\n"
+	"  --pbox-max N          PBoxes per rack at most (default 2)\n"
+	"  --interfaces-max N    interfaces per PBox at most (default 10)\n"
+	"  --chunks LIST         chunk sizes, e.g. 16K,32K,64K (default 4K..4M, powers of 2)\n"
+	"  --top K               configurations to print (default 5)\n"
+	"hardware (default in brackets):\n"
+	"  --worker-gbps B       worker NIC, achievable, each direction [25]\n"
+	"  --port-gbps B         PBox interface, achievable, each direction [25]\n"
+	"  --core-gbps B         one rack's uplink to the core, each direction [100]\n"
+	"  --pbox-mem-gbps B     PBox memory ceiling, in + out [640, §4.7's 80 GB/s]\n"
+	"  --per-packet-ns T     PBox lcore time per received segment [200]\n"
+	"  --per-chunk-ns T      PBox lcore time per chunk and worker, beyond segments [1000]\n"
+	"  --rtt-us T            fixed time of one round trip [20]\n"
+	"  --lcores N            PBox lcores that aggregate [16]\n"
+	"  --segment-bytes N     payload per datagram [1400]\n"
+	"  --calibration FILE    constants from phub-plan calibrate --json (applied before the\n"
+	"                        options above)\n"
+	"model:\n"
+	"  --batch N             samples per worker batch (presets: Table 3's)\n"
+	"  --overlap F           fraction of compute that communication can overlap [0.667]\n"
+	"  --units si|paper      reading of a preset's MB (default si)\n\n"
+	"Exit status: 0 done, 1 bad value (budget too small, bandwidth <= 0), 2 usage.\n";
+
 static void
 usage(void)
 {
-	printf("usage: phub-plan optimize (--preset NAME | --model FILE | --model-bytes B --compute-s S)\n"
-		"                         [--budget N] [search options] [hardware options] [--top K] [--json]\n\n"
-		"Searches PBoxes per rack, racks and workers (so workers per rack), flat or hierarchical\n"
-		"reduction, interfaces per PBox and chunk size for the most samples/s within a budget of\n"
-		"machines (workers + PBoxes), after Yan et al. (KDD 2015) §5: polynomial enumeration of\n"
-		"the resources, the PBox's own greedy chunk placement instead of all placements, and the\n"
-		"balanced split of workers over racks instead of all splits (docs/planning.md).\n\n"
-		"search:\n"
-		"  --budget N            machines at most, workers + PBoxes (default 64)\n"
-		"  --rack-max N          machines one rack (ToR) holds (default 32)\n"
-		"  --pbox-max N          PBoxes per rack at most (default 2)\n"
-		"  --interfaces-max N    interfaces per PBox at most (default 10)\n"
-		"  --chunks LIST         chunk sizes, e.g. 16K,32K,64K (default 4K..4M, powers of 2)\n"
-		"  --top K               configurations to print (default 5)\n"
-		"hardware (default in brackets):\n"
-		"  --worker-gbps B       worker NIC, achievable, each direction [25]\n"
-		"  --port-gbps B         PBox interface, achievable, each direction [25]\n"
-		"  --core-gbps B         one rack's uplink to the core, each direction [100]\n"
-		"  --pbox-mem-gbps B     PBox memory ceiling, in + out [640, §4.7's 80 GB/s]\n"
-		"  --per-packet-ns T     PBox lcore time per received segment [200]\n"
-		"  --per-chunk-ns T      PBox lcore time per chunk and worker, beyond segments [1000]\n"
-		"  --rtt-us T            fixed time of one round trip [20]\n"
-		"  --lcores N            PBox lcores that aggregate [16]\n"
-		"  --segment-bytes N     payload per datagram [1400]\n"
-		"  --calibration FILE    constants from phub-plan calibrate --json (applied before the\n"
-		"                        options above)\n"
-		"model:\n"
-		"  --batch N             samples per worker batch (presets: Table 3's)\n"
-		"  --overlap F           fraction of compute that communication can overlap [0.667]\n"
-		"  --units si|paper      reading of a preset's MB (default si)\n\n"
-		"Exit status: 0 done, 1 bad value (budget too small, bandwidth <= 0), 2 usage.\n");
+	fputs(usage_text, stdout);
 }
 
 static int
@@ -65,7 +69,8 @@ parse_chunks(const char *s, unsigned int *list, size_t *n)
 			return rc;
 		if (v < 64 || v > 1073741824.0)
 			return plan_fail(cmd, PLAN_EXIT_VALUE,
-					"--chunks: sizes must be from 64 bytes to 1G (got %s)", tok);
+					"--chunks: sizes must be from 64 bytes to 1G (got %s)",
+					tok);
 		list[(*n)++] = (unsigned int)v;
 	}
 	if (*n == 0)
@@ -76,21 +81,45 @@ parse_chunks(const char *s, unsigned int *list, size_t *n)
 static json_t *
 estimate_json(const struct phub_model_estimate *e)
 {
-	json_t *res = json_object();
+	json_t *o = json_object(), *res = json_object();
 
 	for (int i = 0; i < PHUB_MODEL_BN_COUNT; i++)
-		json_object_set_new(res, phub_model_bottleneck_name(i), json_real(e->resource_s[i]));
-	return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:f, s:f, s:f, s:f, s:s, s:o}",
-			"racks", (int)e->racks, "workers", (int)e->workers,
-			"workers_per_rack", (int)e->rack_workers_max,
-			"pbox_per_rack", (int)e->pbox_per_rack,
-			"pboxes", (int)(e->racks * e->pbox_per_rack),
-			"interfaces", (int)e->interfaces, "chunk_bytes", (int)e->chunk_bytes,
-			"reduction", phub_model_reduction_name(e->reduction),
-			"machines", (int)e->machines, "iteration_s", e->iteration_s,
-			"exchange_s", e->exchange_s, "tail_s", e->tail_s,
-			"samples_per_s", e->samples_per_s,
-			"bottleneck", phub_model_bottleneck_name(e->bottleneck), "resource_s", res);
+		json_object_set_new(res, phub_model_bottleneck_name(i),
+				json_real(e->resource_s[i]));
+	json_object_set_new(o, "racks", json_integer(e->racks));
+	json_object_set_new(o, "workers", json_integer(e->workers));
+	json_object_set_new(o, "workers_per_rack", json_integer(e->rack_workers_max));
+	json_object_set_new(o, "pbox_per_rack", json_integer(e->pbox_per_rack));
+	json_object_set_new(o, "pboxes", json_integer(e->racks * e->pbox_per_rack));
+	json_object_set_new(o, "interfaces", json_integer(e->interfaces));
+	json_object_set_new(o, "chunk_bytes", json_integer(e->chunk_bytes));
+	json_object_set_new(o, "reduction", json_string(phub_model_reduction_name(e->reduction)));
+	json_object_set_new(o, "machines", json_integer(e->machines));
+	json_object_set_new(o, "iteration_s", json_real(e->iteration_s));
+	json_object_set_new(o, "exchange_s", json_real(e->exchange_s));
+	json_object_set_new(o, "tail_s", json_real(e->tail_s));
+	json_object_set_new(o, "samples_per_s", json_real(e->samples_per_s));
+	json_object_set_new(o, "bottleneck",
+			json_string(phub_model_bottleneck_name(e->bottleneck)));
+	json_object_set_new(o, "resource_s", res);
+	return o;
+}
+
+static json_t *
+hw_json(const struct phub_model_hw *hw)
+{
+	json_t *o = json_object();
+
+	json_object_set_new(o, "worker_gbps", json_real(hw->worker_gbps));
+	json_object_set_new(o, "port_gbps", json_real(hw->port_gbps));
+	json_object_set_new(o, "core_gbps", json_real(hw->core_gbps));
+	json_object_set_new(o, "pbox_mem_gbps", json_real(hw->pbox_mem_gbps));
+	json_object_set_new(o, "per_packet_s", json_real(hw->per_packet_s));
+	json_object_set_new(o, "per_chunk_s", json_real(hw->per_chunk_s));
+	json_object_set_new(o, "rtt_s", json_real(hw->rtt_s));
+	json_object_set_new(o, "lcores", json_integer(hw->pbox_lcores));
+	json_object_set_new(o, "segment_bytes", json_integer(hw->segment_bytes));
+	return o;
 }
 
 int
@@ -98,8 +127,8 @@ plan_optimize(int argc, char **argv)
 {
 	enum { O_PRESET = 256, O_MODEL, O_MODEL_BYTES, O_COMPUTE_S, O_COMPUTE_MS, O_BUDGET,
 		O_RACK_MAX, O_PBOX_MAX, O_IFACES_MAX, O_CHUNKS, O_TOP, O_WORKER, O_PORT, O_CORE,
-		O_MEM, O_PKT, O_CHUNK_NS, O_RTT, O_LCORES, O_SEG, O_CALIB, O_BATCH, O_OVERLAP, O_UNITS, O_JSON,
-		O_HELP };
+		O_MEM, O_PKT, O_CHUNK_NS, O_RTT, O_LCORES, O_SEG, O_CALIB, O_BATCH, O_OVERLAP,
+		O_UNITS, O_JSON, O_HELP };
 	static const struct option opts[] = {
 		{ "preset", required_argument, NULL, O_PRESET },
 		{ "model", required_argument, NULL, O_MODEL },
@@ -130,7 +159,8 @@ plan_optimize(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	/* Hardware options are applied after the calibration file, whatever their order. */
-	double worker = -1, port = -1, core = -1, mem = -1, pkt_ns = -1, chunk_ns = -1, rtt_us = -1, overlap = -1;
+	double worker = -1, port = -1, core = -1, mem = -1, pkt_ns = -1, chunk_ns = -1;
+	double rtt_us = -1, overlap = -1;
 	unsigned int lcores = 0, seg = 0, batch = 0, top = 5, chunks[32];
 	struct phub_model_estimate best[TOP_MAX];
 	struct phub_model_search_params s;
@@ -187,7 +217,8 @@ plan_optimize(int argc, char **argv)
 		case O_TOP:
 			rc = plan_uint(cmd, "top", optarg, TOP_MAX, &top);
 			if (rc == 0 && top == 0)
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--top must be from 1 to %d", TOP_MAX);
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--top must be from 1 to %d",
+						TOP_MAX);
 			break;
 		case O_WORKER:
 			rc = plan_double(cmd, "worker-gbps", optarg, &worker);
@@ -204,17 +235,20 @@ plan_optimize(int argc, char **argv)
 		case O_PKT:
 			rc = plan_double(cmd, "per-packet-ns", optarg, &pkt_ns);
 			if (rc == 0 && pkt_ns < 0)
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--per-packet-ns must not be negative");
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+						"--per-packet-ns must not be negative");
 			break;
 		case O_CHUNK_NS:
 			rc = plan_double(cmd, "per-chunk-ns", optarg, &chunk_ns);
 			if (rc == 0 && chunk_ns < 0)
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--per-chunk-ns must not be negative");
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+						"--per-chunk-ns must not be negative");
 			break;
 		case O_RTT:
 			rc = plan_double(cmd, "rtt-us", optarg, &rtt_us);
 			if (rc == 0 && rtt_us < 0)
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--rtt-us must not be negative");
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+						"--rtt-us must not be negative");
 			break;
 		case O_LCORES:
 			rc = plan_uint(cmd, "lcores", optarg, 1024, &lcores);
@@ -224,7 +258,8 @@ plan_optimize(int argc, char **argv)
 		case O_SEG:
 			rc = plan_uint(cmd, "segment-bytes", optarg, 65536, &seg);
 			if (rc == 0 && seg < 64)
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--segment-bytes must be at least 64");
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+						"--segment-bytes must be at least 64");
 			break;
 		case O_CALIB:
 			calib = optarg;
@@ -237,12 +272,13 @@ plan_optimize(int argc, char **argv)
 		case O_OVERLAP:
 			rc = plan_double(cmd, "overlap", optarg, &overlap);
 			if (rc == 0 && !(overlap >= 0 && overlap <= 1))
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--overlap must be from 0 to 1");
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+						"--overlap must be from 0 to 1");
 			break;
 		case O_UNITS:
 			if (phub_model_units_parse(optarg, &m.units) != 0)
-				rc = plan_fail(cmd, PLAN_EXIT_USAGE, "--units: '%s' is not si or paper",
-						optarg);
+				rc = plan_fail(cmd, PLAN_EXIT_USAGE,
+						"--units: '%s' is not si or paper", optarg);
 			break;
 		case O_JSON:
 			json = true;
@@ -294,22 +330,23 @@ plan_optimize(int argc, char **argv)
 	}
 
 	if (json) {
-		json_t *arr = json_array();
+		json_t *arr = json_array(), *o = json_object();
 
 		for (size_t i = 0; i < n; i++)
 			json_array_append_new(arr, estimate_json(&best[i]));
-		rc = plan_json_print(json_pack("{s:s, s:f, s:i, s:f, s:i, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}, s:{s:i, s:i, s:i, s:i}, s:o}",
-				"model", name, "model_bytes", phub_model_job_bytes(&job),
-				"layers", (int)job.layers, "compute_s", job.compute_s,
-				"batch", (int)job.batch,
-				"hardware", "worker_gbps", hw.worker_gbps, "port_gbps", hw.port_gbps,
-				"core_gbps", hw.core_gbps, "pbox_mem_gbps", hw.pbox_mem_gbps,
-				"per_packet_s", hw.per_packet_s, "per_chunk_s", hw.per_chunk_s,
-				"rtt_s", hw.rtt_s,
-				"lcores", (int)hw.pbox_lcores, "segment_bytes", (int)hw.segment_bytes,
-				"search", "budget", (int)s.machine_budget,
-				"rack_max", (int)s.rack_machines_max, "pbox_max", (int)s.pbox_per_rack_max,
-				"interfaces_max", (int)s.interfaces_max, "configs", arr));
+		json_object_set_new(o, "model", json_string(name));
+		json_object_set_new(o, "model_bytes", json_real(phub_model_job_bytes(&job)));
+		json_object_set_new(o, "layers", json_integer(job.layers));
+		json_object_set_new(o, "compute_s", json_real(job.compute_s));
+		json_object_set_new(o, "batch", json_integer(job.batch));
+		json_object_set_new(o, "hardware", hw_json(&hw));
+		json_object_set_new(o, "search", json_pack("{s:i, s:i, s:i, s:i}",
+				"budget", (int)s.machine_budget,
+				"rack_max", (int)s.rack_machines_max,
+				"pbox_max", (int)s.pbox_per_rack_max,
+				"interfaces_max", (int)s.interfaces_max));
+		json_object_set_new(o, "configs", arr);
+		rc = plan_json_print(o);
 		phub_model_job_free(&job);
 		return rc;
 	}

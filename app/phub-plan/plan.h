@@ -24,15 +24,18 @@ int plan_optimize(int argc, char **argv);
 int plan_calibrate(int argc, char **argv);
 
 /* Prints "phub-plan <cmd>: <message>" on stderr; returns code. */
-int plan_fail(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int plan_fail(const char *cmd, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* For getopt_long's '?' and ':' answers: names the option, points at --help, returns 2. */
 int plan_bad_option(const char *cmd, char **argv);
 
 /* A number option: text that is not a number is a usage error (2). */
 int plan_double(const char *cmd, const char *opt, const char *s, double *out);
-/* An integer option: not an integer is a usage error (2); negative or above max a value error (1). */
-int plan_uint(const char *cmd, const char *opt, const char *s, unsigned long max, unsigned int *out);
+/* An integer option: not an integer is a usage error (2); negative or above max a value
+ * error (1). */
+int plan_uint(const char *cmd, const char *opt, const char *s, unsigned long max,
+		unsigned int *out);
 /* A byte size with an optional K, M, G suffix (powers of 1024): "32K". */
 int plan_bytes(const char *cmd, const char *opt, const char *s, double *out);
 

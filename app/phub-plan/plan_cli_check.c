@@ -104,8 +104,8 @@ main(int argc, char **argv)
 	if (out_s == NULL || err_s == NULL)
 		goto done;
 	if (got != want) {
-		fprintf(stderr, "exit %d, expected %d\nstdout:\n%s\nstderr:\n%s\n", got, want, out_s,
-				err_s);
+		fprintf(stderr, "exit %d, expected %d\nstdout:\n%s\nstderr:\n%s\n", got, want,
+				out_s, err_s);
 		goto done;
 	}
 	if (want != 0) {
@@ -120,8 +120,8 @@ main(int argc, char **argv)
 	if (strcmp(keys, "-") != 0) {
 		root = json_loads(out_s, 0, &jerr);
 		if (root == NULL) {
-			fprintf(stderr, "stdout is not JSON (%d:%d: %s):\n%s\n", jerr.line, jerr.column,
-					jerr.text, out_s);
+			fprintf(stderr, "stdout is not JSON (%d:%d: %s):\n%s\n", jerr.line,
+					jerr.column, jerr.text, out_s);
 			goto done;
 		}
 		for (tok = strtok_r(keys, ",", &save); tok != NULL;
@@ -130,8 +130,8 @@ main(int argc, char **argv)
 
 			snprintf(path, sizeof(path), "%s", tok);
 			if (check_path(root, path) != 0) {
-				fprintf(stderr, "JSON path %s missing or not a number in:\n%s\n", tok,
-						out_s);
+				fprintf(stderr, "JSON path %s missing or not a number in:\n%s\n",
+						tok, out_s);
 				json_decref(root);
 				goto done;
 			}

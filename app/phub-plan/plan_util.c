@@ -31,7 +31,8 @@ plan_bad_option(const char *cmd, char **argv)
 	const char *opt = optind > 0 ? argv[optind - 1] : "?";
 
 	return plan_fail(cmd, PLAN_EXIT_USAGE,
-			"option %s is unknown or lacks its value (see phub-plan %s --help)", opt, cmd);
+			"option %s is unknown or lacks its value (see phub-plan %s --help)", opt,
+			cmd);
 }
 
 int
@@ -59,8 +60,8 @@ plan_uint(const char *cmd, const char *opt, const char *s, unsigned long max, un
 	if (end == s || *end != '\0' || errno == ERANGE)
 		return plan_fail(cmd, PLAN_EXIT_USAGE, "--%s: '%s' is not an integer", opt, s);
 	if (v < 0 || (unsigned long long)v > max)
-		return plan_fail(cmd, PLAN_EXIT_VALUE, "--%s: must be an integer from 0 to %lu (got %s)",
-				opt, max, s);
+		return plan_fail(cmd, PLAN_EXIT_VALUE,
+				"--%s: must be an integer from 0 to %lu (got %s)", opt, max, s);
 	*out = (unsigned int)v;
 	return 0;
 }
@@ -134,12 +135,14 @@ plan_model_load(const char *cmd, const struct plan_model_opts *m, bool need_comp
 		return 0;
 	}
 	if (!(m->model_bytes > 0) || !isfinite(m->model_bytes))
-		return plan_fail(cmd, PLAN_EXIT_VALUE, "--model-bytes must be a positive size (got %g)",
-				m->model_bytes);
+		return plan_fail(cmd, PLAN_EXIT_VALUE,
+				"--model-bytes must be a positive size (got %g)", m->model_bytes);
 	if (isnan(m->compute_s) && need_compute)
-		return plan_fail(cmd, PLAN_EXIT_USAGE, "--model-bytes needs --compute-s (or --compute-ms)");
+		return plan_fail(cmd, PLAN_EXIT_USAGE,
+				"--model-bytes needs --compute-s (or --compute-ms)");
 	if (!isnan(m->compute_s) && (!(m->compute_s > 0) || !isfinite(m->compute_s)))
-		return plan_fail(cmd, PLAN_EXIT_VALUE, "--compute-s must be a positive time in seconds");
+		return plan_fail(cmd, PLAN_EXIT_VALUE,
+				"--compute-s must be a positive time in seconds");
 	memset(job, 0, sizeof(*job));
 	job->layer_bytes = malloc(sizeof(double));
 	if (job->layer_bytes == NULL)

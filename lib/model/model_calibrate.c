@@ -78,7 +78,8 @@ parse_run(json_t *o, const char *src, struct phub_model_run *r, char *err, size_
 	ver = json_object_get(o, "verified");
 	if (ver == NULL)
 		return model_err(err, errlen, EINVAL,
-				"%s: missing field \"verified\" (phub-bench --json prints it)", src);
+				"%s: missing field \"verified\" (phub-bench --json prints it)",
+				src);
 	if (!json_is_boolean(ver))
 		return model_err(err, errlen, EINVAL, "%s: verified: must be true or false", src);
 	if (!json_is_true(ver))
@@ -193,7 +194,8 @@ phub_model_run_terms(const struct phub_model_run *r, double *port_bits, double *
 	unsigned int ports, lcores;
 
 	if (r->workers < 1 || !(r->model_bytes > 0) || !(r->exchanges_per_s > 0))
-		return model_err(err, errlen, EINVAL, "%s: workers, model_bytes and exchanges_per_s must be positive",
+		return model_err(err, errlen, EINVAL,
+				"%s: workers, model_bytes and exchanges_per_s must be positive",
 				r->source);
 	if (r->segment_bytes != 0)
 		seg = r->segment_bytes;
@@ -298,7 +300,8 @@ phub_model_calibrate(const struct phub_model_run *runs, size_t n, struct phub_mo
 		char *err, size_t errlen)
 {
 	static const bool supports[4][3] = {
-		{ true, true, true }, { false, true, true }, { true, true, false }, { false, true, false },
+		{ true, true, true }, { false, true, true },
+		{ true, true, false }, { false, true, false },
 	};
 	double (*x)[3] = NULL, *y = NULL, (*xw)[3] = NULL, *yw = NULL, best_ss = INFINITY;
 	double best[3] = { 0 }, coef[3];
@@ -310,7 +313,8 @@ phub_model_calibrate(const struct phub_model_run *runs, size_t n, struct phub_mo
 		return model_err(err, errlen, EINVAL,
 				"need at least 2 verified runs to fit (got %zu)", n);
 	if (n > PHUB_MODEL_FIT_MAX_POINTS)
-		return model_err(err, errlen, EINVAL, "more than %d runs", PHUB_MODEL_FIT_MAX_POINTS);
+		return model_err(err, errlen, EINVAL, "more than %d runs",
+				PHUB_MODEL_FIT_MAX_POINTS);
 	memset(fit, 0, sizeof(*fit));
 	x = calloc(n, sizeof(*x));
 	y = calloc(n, sizeof(*y));

@@ -110,8 +110,8 @@ phub_model_cost(const struct phub_model_cost_params *p, struct phub_model_cost *
 		out->workers_per_switch = pr->switch_ports * x / (x + 1);
 	} else {
 		/* PHub: 25G hosts on broken-out ports, a 25G port costs a quarter of a 100G one.
-		 * §4.9: "a PHub and 44 25Gb workers" at 1:1, 65 at 2:1, 76 at 3:1: the host share of
-		 * the 128 25G ports, less the PBox's 20. */
+		 * §4.9: "a PHub and 44 25Gb workers" at 1:1, 65 at 2:1, 76 at 3:1: the host share
+		 * of the 128 25G ports, less the PBox's 20. */
 		s = pr->switch_usd / (pr->switch_ports * pr->breakout);
 		c = pr->slow_cable_usd;
 		nic = pr->slow_nic_usd;
@@ -132,11 +132,12 @@ phub_model_cost(const struct phub_model_cost_params *p, struct phub_model_cost *
 	/* §4.9 writes a worker as W + N + 4G + A with N also inside A; the NIC is counted once. */
 	out->worker_usd = pr->worker_usd + pr->gpus_per_worker * pr->gpu_usd + out->network_usd;
 	if (p->phub) {
-		/* §4.9: P = W + 20N + 20A and KP the worker's share, K the worker-to-PHub ratio. We
-		 * read W there as H, the PHub node (the text's own name for it; Table 5's cheap-CPU
-		 * column shows that P does not follow W), and 20N + 20A as 20 ports' A, the port's
-		 * NIC counted once as for workers. */
-		out->pbox_usd = pr->pbox_usd + pr->pbox_ports * network_usd(pr->pbox_port_usd, s, c, f);
+		/* §4.9: P = W + 20N + 20A and KP the worker's share, K the worker-to-PHub
+		 * ratio. We read W there as H, the PHub node (the text's own name for it; Table
+		 * 5's cheap-CPU column shows that P does not follow W), and 20N + 20A as 20
+		 * ports' A, the port's NIC counted once as for workers. */
+		out->pbox_usd = pr->pbox_usd +
+			pr->pbox_ports * network_usd(pr->pbox_port_usd, s, c, f);
 		out->pbox_share_usd = out->pbox_usd / out->workers_per_switch;
 		out->worker_usd += out->pbox_share_usd;
 	}
@@ -193,7 +194,8 @@ phub_model_table5(enum phub_model_cost_reading reading, unsigned int ratio_row,
 	if (out == NULL)
 		return model_err(err, errlen, EINVAL, "missing output");
 	if (ratio_row < 1 || ratio_row >= PHUB_MODEL_TABLE5_ROWS)
-		return model_err(err, errlen, EINVAL, "ratio row must be 1, 2 or 3 (PHub 1:1, 2:1, 3:1)");
+		return model_err(err, errlen, EINVAL,
+				"ratio row must be 1, 2 or 3 (PHub 1:1, 2:1, 3:1)");
 	memset(out, 0, sizeof(*out));
 	out->reading = reading;
 	out->ratio_row = ratio_row;

@@ -54,10 +54,11 @@ phub_model_hierarchy(const struct phub_model_hier_params *p, struct phub_model_h
 		c_ring = (r - 1) / (r * bn);
 		break;
 	case PHUB_MODEL_HIER_001:
-		/* §3.4 (arXiv, seed 001):  max((N-1)/B_bn, 1/(N B_Wkr)) > max(1/B_PBox, N/B_Wkr) + C,
+		/* §3.4 (arXiv, seed 001):
+		 *   max((N-1)/B_bn, 1/(N B_Wkr)) > max(1/B_PBox, N/B_Wkr) + C,
 		 * B_bn = min((r-1) B_PBox, B_Core), C = (N-1)/(N B_bn) for sharded PSs and
-		 * ~ (r-1)/(r B_bn) for a ring. Implemented as printed, though its N sits on the other
-		 * side of the fractions than in the 000 version. */
+		 * ~ (r-1)/(r B_bn) for a ring. Implemented as printed, though its N sits on the
+		 * other side of the fractions than in the 000 version. */
 		bn = fmin((r - 1) * bp, bc);
 		flat = fmax((n - 1) / bn, 1 / (n * bw));
 		local = fmax(1 / bp, n / bw);

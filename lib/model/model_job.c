@@ -86,7 +86,8 @@ parse_job(json_t *root, const char *path, struct phub_model_job *job, char *err,
 						path);
 			if (json_array_size(v) > MAX_LAYERS)
 				return model_err(err, errlen, EINVAL,
-						"%s: layer_bytes: more than %d layers", path, MAX_LAYERS);
+						"%s: layer_bytes: more than %d layers", path,
+						MAX_LAYERS);
 			job->layer_bytes = calloc(json_array_size(v), sizeof(double));
 			if (job->layer_bytes == NULL)
 				return model_err(err, errlen, ENOMEM, "out of memory");
@@ -115,7 +116,8 @@ parse_job(json_t *root, const char *path, struct phub_model_job *job, char *err,
 			if (!json_is_integer(v) || json_integer_value(v) < 1 ||
 					json_integer_value(v) > 1000000)
 				return model_err(err, errlen, EINVAL,
-						"%s: batch: must be an integer from 1 to 1000000", path);
+						"%s: batch: must be an integer from 1 to 1000000",
+						path);
 			job->batch = (unsigned int)json_integer_value(v);
 		} else if (strcmp(key, "overlap") == 0) {
 			rc = number(v, key, path, &d, err, errlen);
@@ -123,7 +125,8 @@ parse_job(json_t *root, const char *path, struct phub_model_job *job, char *err,
 				return rc;
 			if (!(d >= 0 && d <= 1))
 				return model_err(err, errlen, EINVAL,
-						"%s: overlap: must be a fraction from 0 to 1", path);
+						"%s: overlap: must be a fraction from 0 to 1",
+						path);
 			job->overlap = d;
 		} else if (strcmp(key, "name") == 0 || strcmp(key, "comment") == 0) {
 			if (!json_is_string(v))

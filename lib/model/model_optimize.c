@@ -226,8 +226,9 @@ struct shape {
 
 static void
 estimate(const struct phub_model_job *job, const struct phub_model_hw *hw,
-		const struct model_chunking *ck, const struct shape *s, const struct model_bin *port,
-		const struct model_bin *core, double model_bytes, struct phub_model_estimate *e)
+		const struct model_chunking *ck, const struct shape *s,
+		const struct model_bin *port, const struct model_bin *core, double model_bytes,
+		struct phub_model_estimate *e)
 {
 	double r = s->racks, w = s->workers, nmax = s->rack_max, p = s->pbox, served, ring;
 	double bw = hw->worker_gbps * MODEL_GIGA, bp = hw->port_gbps * MODEL_GIGA;
@@ -258,11 +259,12 @@ estimate(const struct phub_model_job *job, const struct phub_model_hw *hw,
 		t[PHUB_MODEL_BN_PBOX_CPU] = w * lcore;
 		t[PHUB_MODEL_BN_PBOX_MEMORY] = 2 * w * m / (r * p) / bm;
 		/* Out of rack i: its workers' pushes to remote shards, n_i (R-1)/R M, and its
-		 * shards' answers to remote workers, (W - n_i) M/R; largest for the fullest rack. */
+		 * shards' answers to remote workers, (W - n_i) M/R; most for the fullest rack. */
 		t[PHUB_MODEL_BN_CORE] = s->racks > 1 ? (nmax * (r - 2) + w) * m / r / bc : 0;
 	} else {
-		/* §3.4: the rack's PBoxes aggregate its workers, then reduce-scatter and all-gather
-		 * with the other racks' PBoxes in a ring, 2(R-1)/R of their keys each way. */
+		/* §3.4: the rack's PBoxes aggregate its workers, then reduce-scatter and
+		 * all-gather with the other racks' PBoxes in a ring, 2(R-1)/R of their keys each
+		 * way. */
 		ring = 2 * (r - 1) / r;
 		served = nmax;
 		t[PHUB_MODEL_BN_PBOX_PORT] = (nmax + ring) * port->bytes * MODEL_BITS_PER_BYTE / bp;
@@ -362,7 +364,8 @@ phub_model_evaluate(const struct phub_model_job *job, const struct phub_model_hw
 		return model_err(err, errlen, EINVAL,
 				"a deployment needs a PBox per rack, an interface and a chunk size");
 	if (d->reduction == PHUB_MODEL_HIERARCHICAL && d->racks < 2)
-		return model_err(err, errlen, EINVAL, "hierarchical reduction needs at least 2 racks");
+		return model_err(err, errlen, EINVAL,
+				"hierarchical reduction needs at least 2 racks");
 	if (d->reduction != PHUB_MODEL_FLAT && d->reduction != PHUB_MODEL_HIERARCHICAL)
 		return model_err(err, errlen, EINVAL, "unknown reduction");
 
@@ -510,6 +513,55 @@ memo_lpt(struct memo *m, const struct model_chunking *ck, unsigned int bins,
 	return 0;
 }
 
+/* What the search carries from one deployment to the next. */
+struct search {
+	const struct phub_model_job *job;
+	const struct phub_model_hw *hw;
+	struct model_chunking ck;	/* the job at the current chunk size */
+	struct memo port;		/* placements on interfaces, by bin count */
+	struct memo core;		/* placements on lcores, by bin count */
+	double mbytes;
+	struct phub_model_estimate *best;
+	size_t cap;
+	size_t found;
+};
+
+/* Every interface count and reduction of one (racks, workers, PBoxes per rack). */
+static int
+try_shape(struct search *ctx, unsigned int r, unsigned int w, unsigned int p,
+		unsigned int ifaces_max)
+{
+	struct shape sh = {
+		.racks = r, .workers = w, .rack_max = (w + r - 1) / r, .pbox = p,
+	};
+	struct phub_model_estimate e;
+	struct model_bin pb, cb;
+	int rc;
+
+	for (unsigned int i = 1; i <= ifaces_max; i++) {
+		for (int red = 0; red < 2; red++) {
+			unsigned int pbins = i * p, cbins = ctx->hw->pbox_lcores * p;
+
+			if (red == PHUB_MODEL_HIERARCHICAL && r < 2)
+				continue;
+			if (red == PHUB_MODEL_FLAT) {
+				pbins *= r;
+				cbins *= r;
+			}
+			sh.ifaces = i;
+			sh.reduction = red;
+			rc = memo_lpt(&ctx->port, &ctx->ck, pbins, &pb);
+			if (rc == 0)
+				rc = memo_lpt(&ctx->core, &ctx->ck, cbins, &cb);
+			if (rc != 0)
+				return rc;
+			estimate(ctx->job, ctx->hw, &ctx->ck, &sh, &pb, &cb, ctx->mbytes, &e);
+			top_insert(ctx->best, ctx->cap, &ctx->found, &e);
+		}
+	}
+	return 0;
+}
+
 /*
  * Seed 004 §5 enumerates the resource parameters (at most N^3 choices) and replaces the two
  * exponential parts of the space by a greedy mapping and a dynamic program. Here:
@@ -527,13 +579,10 @@ phub_model_optimize(const struct phub_model_job *job, const struct phub_model_hw
 		const struct phub_model_search_params *s, struct phub_model_estimate *best,
 		size_t *n, char *err, size_t errlen)
 {
-	struct memo port_memo = { 0 }, core_memo = { 0 };
+	struct search ctx = { 0 };
 	const unsigned int *chunks;
-	struct phub_model_estimate e;
-	struct model_chunking ck;
-	size_t nchunks, cap, found = 0;
-	unsigned int b, rmax;
-	double mbytes;
+	size_t nchunks, cap;
+	unsigned int b;
 	int rc;
 
 	if (s == NULL || best == NULL || n == NULL || *n == 0)
@@ -566,81 +615,59 @@ phub_model_optimize(const struct phub_model_job *job, const struct phub_model_hw
 	for (size_t i = 0; i < nchunks; i++) {
 		if (chunks[i] < 64 || chunks[i] > (1u << 30))
 			return model_err(err, errlen, EINVAL,
-					"chunk sizes must be from 64 bytes to 1 GiB (got %u)", chunks[i]);
+					"chunk sizes must be from 64 bytes to 1 GiB (got %u)",
+					chunks[i]);
 	}
 
-	mbytes = phub_model_job_bytes(job);
 	/* Flat mode spreads keys over every PBox of every rack. */
-	rc = memo_init(&port_memo, memo_size((size_t)b * s->pbox_per_rack_max * s->interfaces_max));
+	rc = memo_init(&ctx.port, memo_size((size_t)b * s->pbox_per_rack_max * s->interfaces_max));
 	if (rc == 0)
-		rc = memo_init(&core_memo, memo_size((size_t)b * s->pbox_per_rack_max * hw->pbox_lcores));
+		rc = memo_init(&ctx.core, memo_size((size_t)b * s->pbox_per_rack_max *
+				hw->pbox_lcores));
 	if (rc != 0) {
 		rc = model_err(err, errlen, ENOMEM, "out of memory");
 		goto out;
 	}
 
+	ctx.job = job;
+	ctx.hw = hw;
+	ctx.mbytes = phub_model_job_bytes(job);
+	ctx.best = best;
+	ctx.cap = cap;
 	for (size_t ci = 0; ci < nchunks; ci++) {
-		rc = model_chunking_init(&ck, job, chunks[ci], hw->segment_bytes);
+		rc = model_chunking_init(&ctx.ck, job, chunks[ci], hw->segment_bytes);
 		if (rc != 0) {
 			rc = model_err(err, errlen, -rc, "cannot cut the job into chunks");
 			goto out;
 		}
-		for (size_t i = 0; i < port_memo.size; i++)
-			port_memo.bin[i].bytes = NAN;
-		for (size_t i = 0; i < core_memo.size; i++)
-			core_memo.bin[i].bytes = NAN;
+		for (size_t i = 0; i < ctx.port.size; i++)
+			ctx.port.bin[i].bytes = NAN;
+		for (size_t i = 0; i < ctx.core.size; i++)
+			ctx.core.bin[i].bytes = NAN;
 		for (unsigned int p = 1; p <= s->pbox_per_rack_max; p++) {
-			if (p + 1 > s->rack_machines_max)
+			if (p >= s->rack_machines_max)
 				break;
-			rmax = b / (p + 1);
-			for (unsigned int r = 1; r <= rmax; r++) {
+			for (unsigned int r = 1; r <= b / (p + 1); r++) {
 				unsigned int wmax = b - r * p;
 
 				if (wmax > r * (s->rack_machines_max - p))
 					wmax = r * (s->rack_machines_max - p);
-				for (unsigned int w = r; w <= wmax; w++) {
-					struct shape sh = {
-						.racks = r, .workers = w, .rack_max = (w + r - 1) / r,
-						.pbox = p,
-					};
-
-					for (unsigned int i = 1; i <= s->interfaces_max; i++) {
-						for (int red = 0; red < 2; red++) {
-							struct model_bin pb, cb;
-							unsigned int pbins = i * p, cbins = hw->pbox_lcores * p;
-
-							if (red == PHUB_MODEL_HIERARCHICAL && r < 2)
-								continue;
-							if (red == PHUB_MODEL_FLAT) {
-								pbins *= r;
-								cbins *= r;
-							}
-							sh.ifaces = i;
-							sh.reduction = red;
-							rc = memo_lpt(&port_memo, &ck, pbins, &pb);
-							if (rc == 0)
-								rc = memo_lpt(&core_memo, &ck, cbins, &cb);
-							if (rc != 0) {
-								model_chunking_fini(&ck);
-								rc = model_err(err, errlen, ENOMEM,
-										"out of memory");
-								goto out;
-							}
-							estimate(job, hw, &ck, &sh, &pb, &cb, mbytes, &e);
-							top_insert(best, cap, &found, &e);
-						}
-					}
-				}
+				for (unsigned int w = r; w <= wmax && rc == 0; w++)
+					rc = try_shape(&ctx, r, w, p, s->interfaces_max);
 			}
 		}
-		model_chunking_fini(&ck);
+		model_chunking_fini(&ctx.ck);
+		if (rc != 0) {
+			rc = model_err(err, errlen, ENOMEM, "out of memory");
+			goto out;
+		}
 	}
-	if (found == 0)
+	if (ctx.found == 0)
 		rc = model_err(err, errlen, EINVAL,
 				"no configuration fits: the budget or the rack size is too small");
 out:
-	memo_fini(&port_memo);
-	memo_fini(&core_memo);
-	*n = found;
+	memo_fini(&ctx.port);
+	memo_fini(&ctx.core);
+	*n = rc == 0 ? ctx.found : 0;
 	return rc;
 }

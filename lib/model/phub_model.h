@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The papers' performance and cost models: bandwidth need, hierarchy, rack cost, search, calibration. */
+/* The papers' models: bandwidth need, hierarchy, rack cost, configuration search, calibration. */
 
 #ifndef PHUB_MODEL_H
 #define PHUB_MODEL_H
@@ -25,7 +25,7 @@
  */
 enum phub_model_units {
 	PHUB_MODEL_UNITS_SI = 0,	/* MB = 10^6 bytes, Gbit = 10^9 bits */
-	PHUB_MODEL_UNITS_PAPER,		/* MB = 2^20 bytes, Gbit = 2^30 bits: reproduces Table 2 best */
+	PHUB_MODEL_UNITS_PAPER,		/* MB = 2^20 bytes, Gbit = 2^30 bits: fits Table 2 best */
 };
 
 /* Bytes in one Table 3 "MB" under a reading. */
@@ -65,7 +65,7 @@ enum phub_model_ps {
 	PHUB_MODEL_PS_CS,	/* colocated sharded */
 	PHUB_MODEL_PS_NCC,	/* non-colocated centralized */
 	PHUB_MODEL_PS_NCS,	/* non-colocated sharded */
-	PHUB_MODEL_PS_PBOX,	/* a PBox: NCC with its traffic spread over its interfaces (§3.3) */
+	PHUB_MODEL_PS_PBOX,	/* a PBox: NCC, its traffic spread over its interfaces (§3.3) */
 	PHUB_MODEL_PS_COUNT,
 };
 
@@ -83,7 +83,7 @@ struct phub_model_bw_params {
 
 struct phub_model_bw {
 	double host_gbps;	/* busiest host, send + receive within T: Table 2's quantity */
-	double send_gbps;	/* busiest host, send direction only (what full duplex must carry) */
+	double send_gbps;	/* busiest host, send direction only (what full duplex carries) */
 	double worker_gbps;	/* a worker machine's need, send + receive */
 	double interface_gbps;	/* PBOX: each interface's share of host_gbps; else host_gbps */
 };
@@ -101,7 +101,8 @@ struct phub_model_table2_row {
 };
 /* Fills the four rows for 8 workers (Table 2's setup) from the Table 3 presets. */
 int phub_model_table2(enum phub_model_units units,
-		struct phub_model_table2_row rows[PHUB_MODEL_TABLE2_ROWS], char *err, size_t errlen);
+		struct phub_model_table2_row rows[PHUB_MODEL_TABLE2_ROWS], char *err,
+		size_t errlen);
 
 /* ---------------------------------------------------------------------------------------------
  * §3.4: should a job that spans R racks reduce hierarchically? Two versions of the condition:
@@ -182,7 +183,7 @@ struct phub_model_cost {
 	double switch_port_usd;			/* S: one host port of the ToR */
 	double cable_usd;			/* C */
 	double network_usd;			/* A */
-	double pbox_usd;			/* P: the whole PBox with its network share (0 baseline) */
+	double pbox_usd;			/* P: PBox with its network share (0: baseline) */
 	double pbox_share_usd;			/* K P: one worker's share of P */
 	double worker_usd;			/* total cost charged to one worker */
 	double samples_per_kusd;		/* samples/s per $1000, if samples_per_s given */
@@ -205,7 +206,8 @@ struct phub_model_table5 {
 	double paper[PHUB_MODEL_TABLE5_ROWS][PHUB_MODEL_TABLE5_COLS];
 	double model[PHUB_MODEL_TABLE5_ROWS][PHUB_MODEL_TABLE5_COLS];
 	double residual[PHUB_MODEL_TABLE5_ROWS][PHUB_MODEL_TABLE5_COLS];
-	bool derived[PHUB_MODEL_TABLE5_ROWS][PHUB_MODEL_TABLE5_COLS];	/* used to fit, not predicted */
+	/* Cells used to fit, not predicted. */
+	bool derived[PHUB_MODEL_TABLE5_ROWS][PHUB_MODEL_TABLE5_COLS];
 };
 
 /* ratio_row: 1, 2 or 3, the PHub row of the future-GPU column that fixes the ratio. */
@@ -220,7 +222,7 @@ struct phub_model_job {
 	double *layer_bytes;		/* the keys (layers), in bytes; owned by the job */
 	size_t layers;
 	double compute_s;		/* forward + backward of one batch on one worker, s */
-	double overlap;			/* fraction of compute_s that gradients can overlap (backward) */
+	double overlap;			/* fraction of compute_s that communication overlaps */
 	unsigned int batch;		/* samples per worker batch, for samples/s */
 };
 
@@ -287,7 +289,7 @@ struct phub_model_estimate {
 	unsigned int machines;			/* workers + PBoxes */
 	double resource_s[PHUB_MODEL_BN_COUNT];	/* time each resource is busy per iteration */
 	double exchange_s;			/* the busiest communication resource */
-	double tail_s;				/* last chunk's round trip after the last gradient */
+	double tail_s;				/* last chunk's round trip after compute */
 	double iteration_s;
 	double samples_per_s;			/* workers * batch / iteration_s */
 	enum phub_model_bottleneck bottleneck;

@@ -36,7 +36,8 @@ START_TEST(test_table2_every_cell_within_ten_percent)
 	for (int r = 0; r < PHUB_MODEL_TABLE2_ROWS; r++) {
 		for (int c = 0; c < 4; c++) {
 			ck_assert_msg(fabs(rows[r].residual[c]) < 0.10, "%s column %d: %g vs %g",
-					rows[r].abbr, c, rows[r].model_gbps[c], rows[r].paper_gbps[c]);
+					rows[r].abbr, c, rows[r].model_gbps[c],
+					rows[r].paper_gbps[c]);
 		}
 	}
 	/* AlexNet NCS by hand: 2 * 194 MiB * 8 bit / 16 ms in Gibit/s = 189.453125. */
@@ -263,7 +264,8 @@ START_TEST(test_table5_predicted_cells_within_two_percent)
 	for (int r = 0; r < PHUB_MODEL_TABLE5_ROWS; r++) {
 		for (int c = 0; c < PHUB_MODEL_TABLE5_COLS; c++) {
 			if (t.derived[r][c]) {
-				ck_assert_msg(fabs(t.residual[r][c]) < 1e-9, "derived cell %d,%d", r, c);
+				ck_assert_msg(fabs(t.residual[r][c]) < 1e-9, "derived cell %d,%d",
+						r, c);
 				continue;
 			}
 			predicted++;
@@ -485,7 +487,8 @@ brute_racks(struct brute *b, unsigned int racks, unsigned int i, unsigned int us
 					struct phub_model_deploy d = {
 						.racks = racks, .rack_workers = b->rack,
 						.pbox_per_rack = pbox, .interfaces = ifs,
-						.chunk_bytes = b->s->chunk_bytes[c], .reduction = red,
+						.chunk_bytes = b->s->chunk_bytes[c],
+						.reduction = red,
 					};
 					struct phub_model_estimate e;
 
@@ -758,7 +761,8 @@ phub_model_suite(void)
 		{ "optimize_errors", test_optimize_rejects_a_budget_of_one },
 		{ "job_file", test_job_file_loads_and_names_bad_keys },
 		{ "calibrate_exact", test_calibrate_recovers_known_constants },
-		{ "calibrate_identifiable", test_calibrate_says_when_per_packet_cost_is_not_identifiable },
+		{ "calibrate_identifiable",
+				test_calibrate_says_when_per_packet_cost_is_not_identifiable },
 		{ "calibrate_files", test_calibrate_recovers_constants_from_recorded_runs },
 		{ "calibrate_errors", test_calibrate_refuses_unverified_and_incomplete_runs },
 	};
