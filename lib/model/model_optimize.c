@@ -257,6 +257,7 @@ estimate(const struct phub_model_job *job, const struct phub_model_hw *hw,
 		served = w;
 		t[PHUB_MODEL_BN_PBOX_PORT] = w * port->bytes * MODEL_BITS_PER_BYTE / bp;
 		t[PHUB_MODEL_BN_PBOX_CPU] = w * lcore;
+		/* §4.7: the PBox is bound by memory (PCIe) bandwidth, in + out. */
 		t[PHUB_MODEL_BN_PBOX_MEMORY] = 2 * w * m / (r * p) / bm;
 		/* Out of rack i: its workers' pushes to remote shards, n_i (R-1)/R M, and its
 		 * shards' answers to remote workers, (W - n_i) M/R; most for the fullest rack. */
@@ -283,8 +284,10 @@ estimate(const struct phub_model_job *job, const struct phub_model_hw *hw,
 	}
 
 	/* After the last gradient (the first layer's) exists, its last chunk still travels to
-	 * the PBox and back: one chunk from the worker, and all served workers' copies through
-	 * one PBox port, each way; the ring adds 2(R-1) steps of a chunk's 1/R. */
+	 * the PBox and back, and is aggregated only once whole (§3.2.3): one chunk from the
+	 * worker, and all served workers' copies through one PBox port, each way; the ring
+	 * adds 2(R-1) steps of a chunk's 1/R (§4.8: the added rounds of hierarchical
+	 * reduction). */
 	last = fmin(ck->chunk_bytes, job->layer_bytes[0]) * MODEL_BITS_PER_BYTE;
 	hop = fmax(last / bw, served * last / bp);
 	e->tail_s = 2 * hop + hw->rtt_s;
