@@ -1,0 +1,261 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* phub-plan bandwidth: Figure 4's per-host bandwidth for a model, and Table 2 reproduced. */
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "plan.h"
+
+static const char *const cmd = "bandwidth";
+
+static const char usage_text[] =
+	"usage: phub-plan bandwidth (--preset NAME | --model FILE\n"
+	"                           | --model-bytes B --compute-s S)\n"
+	"                           [--workers N] [--servers S] [--interfaces I]\n"
+	"                           [--units si|paper] [--json]\n"
+	"       phub-plan bandwidth --table2 [--units si|paper] [--json]\n"
+	"       phub-plan bandwidth --list-presets [--json]\n\n"
+	"Minimum per-host bandwidth (send + receive, Gbit/s) that hides communication when\n"
+	"N workers exchange a model of M bytes every T seconds of compute (PHub §2.3.1,\n"
+	"Figure 4), for the four PS configurations CC, CS, NCC, NCS and for a PBox.\n\n"
+	"  --preset NAME       a network of Table 3: AN V11 V19 GN I3 RN18 RN50 RN269 RX269, or\n"
+	"                      alexnet vgg11 vgg19 googlenet inception3 resnet18 resnet50\n"
+	"                      resnet269 resnext269\n"
+	"  --model FILE        JSON {\"layer_bytes\": [...], \"compute_s\": T}\n"
+	"  --model-bytes B     model size in bytes (K, M, G suffixes are powers of 1024)\n"
+	"  --compute-s S       compute time per batch in seconds (--compute-ms: in ms)\n"
+	"  --workers N         worker machines (default 8, Table 2's setup)\n"
+	"  --servers S         NCS server processes (default: as many as workers)\n"
+	"  --interfaces I      PBox interfaces (default 10, §3.3)\n"
+	"  --units si|paper    si: MB = 10^6 B, Gbit = 10^9 bit; paper: MB = 2^20 B,\n"
+	"                      Gbit = 2^30 bit, the reading that reproduces Table 2 (default:\n"
+	"                      paper with --preset and --table2, si otherwise)\n"
+	"  --table2            Table 2 beside the model, with the residual of every cell\n"
+	"  --list-presets      the networks of Table 3\n"
+	"  --json              one JSON object: CC, CS, NCC, NCS, PBOX, each in Gbit/s\n\n"
+	"Exit status: 0 done, 1 bad value (size <= 0, workers < 2, unknown preset), 2 usage.\n";
+
+static void
+usage(void)
+{
+	fputs(usage_text, stdout);
+}
+
+static int
+list_presets(bool json)
+{
+	json_t *arr = json ? json_array() : NULL;
+
+	if (!json)
+		printf("%-6s %-11s %-14s %9s %12s %6s\n", "abbr", "name", "network", "size_MB",
+				"compute_ms", "batch");
+	for (size_t i = 0; i < phub_model_preset_count(); i++) {
+		const struct phub_model_preset *p = phub_model_preset_at(i);
+
+		if (json)
+			json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:f, s:f, s:i}",
+					"abbr", p->abbr, "name", p->name, "title", p->title,
+					"model_mb", p->model_mb, "compute_ms", p->compute_ms,
+					"batch", (int)p->batch));
+		else
+			printf("%-6s %-11s %-14s %9.0f %12.0f %6u\n", p->abbr, p->name, p->title,
+					p->model_mb, p->compute_ms, p->batch);
+	}
+	return json ? plan_json_print(arr) : 0;
+}
+
+static const char *const cols[4] = { "CC", "CS", "NCC", "NCS" };
+
+static int
+table2(enum phub_model_units units, bool json)
+{
+	struct phub_model_table2_row rows[PHUB_MODEL_TABLE2_ROWS];
+	char err[PHUB_MODEL_ERR_LEN];
+	double worst = 0;
+	json_t *arr, *o;
+
+	if (phub_model_table2(units, rows, err, sizeof(err)) != 0)
+		return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);
+	for (int r = 0; r < PHUB_MODEL_TABLE2_ROWS; r++)
+		for (int c = 0; c < 4; c++)
+			worst = fmax(worst, fabs(rows[r].residual[c]));
+	if (json) {
+		arr = json_array();
+		for (int r = 0; r < PHUB_MODEL_TABLE2_ROWS; r++) {
+			json_t *paper = json_object(), *model = json_object(), *res = json_object();
+
+			for (int c = 0; c < 4; c++) {
+				json_object_set_new(paper, cols[c],
+						json_real(rows[r].paper_gbps[c]));
+				json_object_set_new(model, cols[c],
+						json_real(rows[r].model_gbps[c]));
+				json_object_set_new(res, cols[c], json_real(rows[r].residual[c]));
+			}
+			json_array_append_new(arr, json_pack("{s:s, s:o, s:o, s:o}", "network",
+					rows[r].abbr, "paper_gbps", paper, "model_gbps", model,
+					"residual", res));
+		}
+		o = json_pack("{s:s, s:i, s:o, s:f}", "units", phub_model_units_name(units),
+				"workers", 8, "rows", arr, "max_abs_residual", worst);
+		return plan_json_print(o);
+	}
+	printf("Table 2 (8 workers), units %s: paper | model | residual\n",
+			phub_model_units_name(units));
+	printf("%-6s", "");
+	for (int c = 0; c < 4; c++)
+		printf(" %24s", cols[c]);
+	printf("\n");
+	for (int r = 0; r < PHUB_MODEL_TABLE2_ROWS; r++) {
+		printf("%-6s", rows[r].abbr);
+		for (int c = 0; c < 4; c++)
+			printf("  %5.0f %8.1f %+7.1f%%", rows[r].paper_gbps[c],
+					rows[r].model_gbps[c], 100 * rows[r].residual[c]);
+		printf("\n");
+	}
+	printf("largest |residual|: %.1f%%\n", 100 * worst);
+	return 0;
+}
+
+int
+plan_bandwidth(int argc, char **argv)
+{
+	enum { O_PRESET = 256, O_MODEL, O_MODEL_BYTES, O_COMPUTE_S, O_COMPUTE_MS, O_WORKERS,
+		O_SERVERS, O_IFACES, O_UNITS, O_TABLE2, O_LIST, O_JSON, O_HELP };
+	static const struct option opts[] = {
+		{ "preset", required_argument, NULL, O_PRESET },
+		{ "model", required_argument, NULL, O_MODEL },
+		{ "model-bytes", required_argument, NULL, O_MODEL_BYTES },
+		{ "compute-s", required_argument, NULL, O_COMPUTE_S },
+		{ "compute-ms", required_argument, NULL, O_COMPUTE_MS },
+		{ "workers", required_argument, NULL, O_WORKERS },
+		{ "servers", required_argument, NULL, O_SERVERS },
+		{ "interfaces", required_argument, NULL, O_IFACES },
+		{ "units", required_argument, NULL, O_UNITS },
+		{ "table2", no_argument, NULL, O_TABLE2 },
+		{ "list-presets", no_argument, NULL, O_LIST },
+		{ "json", no_argument, NULL, O_JSON },
+		{ "help", no_argument, NULL, O_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct phub_model_bw bw[PHUB_MODEL_PS_COUNT];
+	struct phub_model_bw_params p = { .workers = 8 };
+	char err[PHUB_MODEL_ERR_LEN];
+	struct plan_model_opts m;
+	struct phub_model_job job = { 0 };
+	bool json = false, do_table2 = false, do_list = false;
+	const char *name = NULL;
+	double d;
+	int c, rc;
+
+	plan_model_opts_init(&m);
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		rc = 0;
+		switch (c) {
+		case O_PRESET:
+			m.preset = optarg;
+			break;
+		case O_MODEL:
+			m.file = optarg;
+			break;
+		case O_MODEL_BYTES:
+			rc = plan_bytes(cmd, "model-bytes", optarg, &m.model_bytes);
+			break;
+		case O_COMPUTE_S:
+			rc = plan_double(cmd, "compute-s", optarg, &m.compute_s);
+			break;
+		case O_COMPUTE_MS:
+			rc = plan_double(cmd, "compute-ms", optarg, &d);
+			m.compute_s = d / 1e3;
+			break;
+		case O_WORKERS:
+			rc = plan_uint(cmd, "workers", optarg, 1000000, &p.workers);
+			break;
+		case O_SERVERS:
+			rc = plan_uint(cmd, "servers", optarg, 1000000, &p.servers);
+			break;
+		case O_IFACES:
+			rc = plan_uint(cmd, "interfaces", optarg, 1024, &p.pbox_interfaces);
+			if (rc == 0 && p.pbox_interfaces == 0)
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+						"--interfaces must be at least 1");
+			break;
+		case O_UNITS:
+			if (phub_model_units_parse(optarg, &m.units) != 0)
+				rc = plan_fail(cmd, PLAN_EXIT_USAGE,
+						"--units: '%s' is not si or paper", optarg);
+			m.units_given = true;
+			break;
+		case O_TABLE2:
+			do_table2 = true;
+			break;
+		case O_LIST:
+			do_list = true;
+			break;
+		case O_JSON:
+			json = true;
+			break;
+		case 'h':
+		case O_HELP:
+			usage();
+			return PLAN_EXIT_OK;
+		default:
+			return plan_bad_option(cmd, argv);
+		}
+		if (rc != 0)
+			return rc;
+	}
+	if (optind < argc)
+		return plan_fail(cmd, PLAN_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+	if (do_list)
+		return list_presets(json);
+	if (do_table2)
+		return table2(m.units_given ? m.units : PHUB_MODEL_UNITS_PAPER, json);
+
+	/* The presets are the paper's numbers: read them as the paper did unless told. */
+	if (m.preset != NULL && !m.units_given)
+		m.units = PHUB_MODEL_UNITS_PAPER;
+	rc = plan_model_load(cmd, &m, true, &job, &name);
+	if (rc != 0)
+		return rc;
+	p.model_bytes = phub_model_job_bytes(&job);
+	p.compute_s = job.compute_s;
+	p.units = m.units;
+	phub_model_job_free(&job);
+	if (phub_model_bandwidth(&p, bw, err, sizeof(err)) != 0)
+		return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);
+
+	if (json) {
+		json_t *o = json_pack("{s:s, s:f, s:f, s:i, s:s, s:f}", "model", name,
+				"model_bytes", p.model_bytes, "compute_s", p.compute_s,
+				"workers", (int)p.workers, "units", phub_model_units_name(p.units),
+				"gbit_bits", phub_model_units_gbit_bits(p.units));
+
+		for (int i = 0; i < PHUB_MODEL_PS_COUNT; i++) {
+			json_t *v = json_pack("{s:f, s:f, s:f, s:f}", "gbps", bw[i].host_gbps,
+					"send_gbps", bw[i].send_gbps, "worker_gbps",
+					bw[i].worker_gbps, "interface_gbps", bw[i].interface_gbps);
+
+			json_object_set_new(o, phub_model_ps_name(i), v);
+		}
+		json_object_set_new(json_object_get(o, "PBOX"), "interfaces",
+				json_integer(p.pbox_interfaces ? p.pbox_interfaces : 10));
+		return plan_json_print(o);
+	}
+	printf("model %s: %.0f bytes, %.4g s compute per batch, %u workers (units %s)\n", name,
+			p.model_bytes, p.compute_s, p.workers, phub_model_units_name(p.units));
+	printf("minimum bandwidth of the busiest host, send + receive, to hide communication:\n");
+	for (int i = 0; i < PHUB_MODEL_PS_COUNT; i++) {
+		printf("  %-5s %10.2f Gbit/s", phub_model_ps_name(i), bw[i].host_gbps);
+		if (i == PHUB_MODEL_PS_PBOX)
+			printf("  (%.2f per interface over %u; each worker %.2f)",
+					bw[i].interface_gbps,
+					p.pbox_interfaces ? p.pbox_interfaces : 10,
+					bw[i].worker_gbps);
+		printf("\n");
+	}
+	return 0;
+}

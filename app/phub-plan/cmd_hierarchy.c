@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* phub-plan hierarchy: the §3.4 condition for hierarchical reduction, both versions. */
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "plan.h"
+
+static const char *const cmd = "hierarchy";
+
+static const char usage_text[] =
+	"usage: phub-plan hierarchy --racks R --workers-per-rack N --core-gbps B\n"
+	"                          [--pbox-gbps B] [--worker-gbps B] [--formula 000|001|both]\n"
+	"                          [--preset NAME | --model FILE | --model-bytes B]\n"
+	"                          [--units si|paper] [--json]\n\n"
+	"Should a job whose workers span R racks of N workers reduce hierarchically (each rack's\n"
+	"PBox first, then the PBoxes across racks)? PHub §3.4:\n"
+	"  000 (SoCC):  N(R-1)/(R B_Core) > max(N/B_PBox, 1/B_Wkr) + C,\n"
+	"               B_bn = min(B_PBox, B_Core)\n"
+	"  001 (arXiv): max((N-1)/B_bn, 1/(N B_Wkr)) > max(1/B_PBox, N/B_Wkr) + C,\n"
+	"               B_bn = min((R-1) B_PBox, B_Core)\n"
+	"with C the cross-rack cost of sharded PSs or of a ring, both shown. Times are for the\n"
+	"model's bytes (the decision does not depend on them; default 1 GB).\n\n"
+	"  --racks R              racks the job spans (at least 2)\n"
+	"  --workers-per-rack N   workers in each rack\n"
+	"  --core-gbps B          B_Core: a rack's bandwidth to the network core, Gbit/s\n"
+	"  --pbox-gbps B          B_PBox (default 560: 10 x 56 Gbit/s, §3.3)\n"
+	"  --worker-gbps B        B_Wkr (default 56, §4.1)\n"
+	"  --formula V            000, 001 or both (default 000)\n"
+	"  --preset, --model, --model-bytes   the model whose exchange is timed\n"
+	"  --units si|paper       reading of a preset's MB (default si)\n"
+	"  --json                 one JSON object\n\n"
+	"Exit status: 0 done, 1 bad value (racks < 2, bandwidth <= 0), 2 usage.\n";
+
+static void
+usage(void)
+{
+	fputs(usage_text, stdout);
+}
+
+static json_t *
+result_json(const char *formula, const struct phub_model_hier *h)
+{
+	return json_pack("{s:s, s:f, s:f, s:f, s:{s:f, s:f}, s:{s:b, s:b}}", "formula", formula,
+			"flat_s", h->flat_s, "local_s", h->local_s, "bn_gbps", h->bn_gbps, "C",
+			"sharded_s", h->c_sharded_s, "ring_s", h->c_ring_s, "hierarchical",
+			"sharded", h->hier_sharded, "ring", h->hier_ring);
+}
+
+static void
+result_text(const char *formula, const struct phub_model_hier *h)
+{
+	printf("§3.4 formula %s:\n", formula);
+	printf("  flat cross-rack time (left side)   %12.6f s\n", h->flat_s);
+	printf("  rack-local aggregation             %12.6f s\n", h->local_s);
+	printf("  B_bn                               %12.3f Gbit/s\n", h->bn_gbps);
+	printf("  C with sharded PSs                 %12.6f s -> %s\n", h->c_sharded_s,
+			h->hier_sharded ? "hierarchical" : "flat");
+	printf("  C with a ring                      %12.6f s -> %s\n", h->c_ring_s,
+			h->hier_ring ? "hierarchical" : "flat");
+}
+
+int
+plan_hierarchy(int argc, char **argv)
+{
+	enum { O_RACKS = 256, O_WPR, O_CORE, O_PBOX, O_WORKER, O_FORMULA, O_PRESET, O_MODEL,
+		O_MODEL_BYTES, O_UNITS, O_JSON, O_HELP };
+	static const struct option opts[] = {
+		{ "racks", required_argument, NULL, O_RACKS },
+		{ "workers-per-rack", required_argument, NULL, O_WPR },
+		{ "core-gbps", required_argument, NULL, O_CORE },
+		{ "pbox-gbps", required_argument, NULL, O_PBOX },
+		{ "worker-gbps", required_argument, NULL, O_WORKER },
+		{ "formula", required_argument, NULL, O_FORMULA },
+		{ "preset", required_argument, NULL, O_PRESET },
+		{ "model", required_argument, NULL, O_MODEL },
+		{ "model-bytes", required_argument, NULL, O_MODEL_BYTES },
+		{ "units", required_argument, NULL, O_UNITS },
+		{ "json", no_argument, NULL, O_JSON },
+		{ "help", no_argument, NULL, O_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct phub_model_hier_params p = {
+		.pbox_gbps = 560, .worker_gbps = 56, .core_gbps = NAN, .model_bytes = 1e9,
+	};
+	bool json = false, racks_given = false, wpr_given = false, v000 = true, v001 = false;
+	struct phub_model_hier h[2];
+	char err[PHUB_MODEL_ERR_LEN];
+	struct plan_model_opts m;
+	struct phub_model_job job;
+	const char *name = "1 GB";
+	int c, rc;
+
+	plan_model_opts_init(&m);
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		rc = 0;
+		switch (c) {
+		case O_RACKS:
+			rc = plan_uint(cmd, "racks", optarg, 1000000, &p.racks);
+			racks_given = true;
+			break;
+		case O_WPR:
+			rc = plan_uint(cmd, "workers-per-rack", optarg, 1000000,
+					&p.workers_per_rack);
+			wpr_given = true;
+			break;
+		case O_CORE:
+			rc = plan_double(cmd, "core-gbps", optarg, &p.core_gbps);
+			break;
+		case O_PBOX:
+			rc = plan_double(cmd, "pbox-gbps", optarg, &p.pbox_gbps);
+			break;
+		case O_WORKER:
+			rc = plan_double(cmd, "worker-gbps", optarg, &p.worker_gbps);
+			break;
+		case O_FORMULA:
+			if (strcmp(optarg, "000") == 0) {
+				v000 = true;
+				v001 = false;
+			} else if (strcmp(optarg, "001") == 0) {
+				v000 = false;
+				v001 = true;
+			} else if (strcmp(optarg, "both") == 0) {
+				v000 = v001 = true;
+			} else {
+				rc = plan_fail(cmd, PLAN_EXIT_USAGE,
+						"--formula: '%s' is not 000, 001 or both", optarg);
+			}
+			break;
+		case O_PRESET:
+			m.preset = optarg;
+			break;
+		case O_MODEL:
+			m.file = optarg;
+			break;
+		case O_MODEL_BYTES:
+			rc = plan_bytes(cmd, "model-bytes", optarg, &m.model_bytes);
+			break;
+		case O_UNITS:
+			if (phub_model_units_parse(optarg, &m.units) != 0)
+				rc = plan_fail(cmd, PLAN_EXIT_USAGE,
+						"--units: '%s' is not si or paper", optarg);
+			break;
+		case O_JSON:
+			json = true;
+			break;
+		case 'h':
+		case O_HELP:
+			usage();
+			return PLAN_EXIT_OK;
+		default:
+			return plan_bad_option(cmd, argv);
+		}
+		if (rc != 0)
+			return rc;
+	}
+	if (optind < argc)
+		return plan_fail(cmd, PLAN_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+	if (!racks_given || !wpr_given || isnan(p.core_gbps))
+		return plan_fail(cmd, PLAN_EXIT_USAGE,
+				"--racks, --workers-per-rack and --core-gbps are required (see --help)");
+	if (m.preset != NULL || m.file != NULL || !isnan(m.model_bytes)) {
+		rc = plan_model_load(cmd, &m, false, &job, &name);
+		if (rc != 0)
+			return rc;
+		p.model_bytes = phub_model_job_bytes(&job);
+		phub_model_job_free(&job);
+	}
+
+	p.version = PHUB_MODEL_HIER_000;
+	if (v000 && phub_model_hierarchy(&p, &h[0], err, sizeof(err)) != 0)
+		return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);
+	p.version = PHUB_MODEL_HIER_001;
+	if (v001 && phub_model_hierarchy(&p, &h[1], err, sizeof(err)) != 0)
+		return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);
+
+	if (json) {
+		const struct phub_model_hier *t = v000 ? &h[0] : &h[1];
+		json_t *results = json_array();
+
+		if (v000)
+			json_array_append_new(results, result_json("000", &h[0]));
+		if (v001)
+			json_array_append_new(results, result_json("001", &h[1]));
+		return plan_json_print(json_pack(
+				"{s:s, s:f, s:i, s:i, s:f, s:f, s:f, s:o, s:{s:f, s:f, s:f}}",
+				"model", name, "model_bytes", p.model_bytes, "racks", (int)p.racks,
+				"workers_per_rack", (int)p.workers_per_rack, "pbox_gbps",
+				p.pbox_gbps, "core_gbps", p.core_gbps, "worker_gbps", p.worker_gbps,
+				"results", results, "traffic", "flat_cross_bytes",
+				t->flat_cross_bytes, "hier_cross_bytes", t->hier_cross_bytes,
+				"saved_fraction", t->saved_fraction));
+	}
+	printf("%u racks of %u workers, model %s (%.0f bytes); B_PBox %g, B_Core %g, B_Wkr %g Gbit/s\n",
+			p.racks, p.workers_per_rack, name, p.model_bytes, p.pbox_gbps, p.core_gbps,
+			p.worker_gbps);
+	if (v000)
+		result_text("000", &h[0]);
+	if (v001)
+		result_text("001", &h[1]);
+	{
+		const struct phub_model_hier *t = v000 ? &h[0] : &h[1];
+
+		printf("bytes through one rack's uplink per iteration, each direction: flat %.0f,\n"
+			"hierarchical %.0f: %.1f%% saved\n",
+				t->flat_cross_bytes, t->hier_cross_bytes, 100 * t->saved_fraction);
+	}
+	return 0;
+}

@@ -1,0 +1,370 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* phub-plan optimize: the best PHub deployments for a job within a machine budget. */
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+static const char *const cmd = "optimize";
+
+#define TOP_MAX 50
+
+static const char usage_text[] =
+	"usage: phub-plan optimize (--preset NAME | --model FILE | --model-bytes B --compute-s S)\n"
+	"                         [--budget N] [search options] [hardware options]\n"
+	"                         [--top K] [--json]\n\n"
+	"Searches PBoxes per rack, racks and workers (so workers per rack), flat or hierarchical\n"
+	"reduction, interfaces per PBox and chunk size for the most samples/s within a budget of\n"
+	"machines (workers + PBoxes), after Yan et al. (KDD 2015) §5: polynomial enumeration of\n"
+	"the resources, the PBox's own greedy chunk placement instead of all placements, and the\n"
+	"balanced split of workers over racks instead of all splits (docs/planning.md).\n\n"
+	"search:\n"
+	"  --budget N            machines at most, workers + PBoxes (default 64)\n"
+	"  --rack-max N          machines one rack (ToR) holds (default 32)\n"
+	"  --pbox-max N          PBoxes per rack at most (default 2)\n"
+	"  --interfaces-max N    interfaces per PBox at most (default 10)\n"
+	"  --chunks LIST         chunk sizes, e.g. 16K,32K,64K (default 4K..4M, powers of 2)\n"
+	"  --top K               configurations to print (default 5)\n"
+	"hardware (default in brackets):\n"
+	"  --worker-gbps B       worker NIC, achievable, each direction [25]\n"
+	"  --port-gbps B         PBox interface, achievable, each direction [25]\n"
+	"  --core-gbps B         one rack's uplink to the core, each direction [100]\n"
+	"  --pbox-mem-gbps B     PBox memory ceiling, in + out [640, §4.7's 80 GB/s]\n"
+	"  --per-packet-ns T     PBox lcore time per received segment [200]\n"
+	"  --per-chunk-ns T      PBox lcore time per chunk and worker, beyond segments [1000]\n"
+	"  --rtt-us T            fixed time of one round trip [20]\n"
+	"  --lcores N            PBox lcores that aggregate [16]\n"
+	"  --segment-bytes N     payload per datagram [1400]\n"
+	"  --calibration FILE    constants from phub-plan calibrate --json (applied before the\n"
+	"                        options above)\n"
+	"model:\n"
+	"  --batch N             samples per worker batch (presets: Table 3's)\n"
+	"  --overlap F           fraction of compute that communication can overlap [0.667]\n"
+	"  --units si|paper      reading of a preset's MB (default si)\n\n"
+	"Exit status: 0 done, 1 bad value (budget too small, bandwidth <= 0), 2 usage.\n";
+
+static void
+usage(void)
+{
+	fputs(usage_text, stdout);
+}
+
+static int
+parse_chunks(const char *s, unsigned int *list, size_t *n)
+{
+	char buf[512], *tok, *save = NULL;
+	double v;
+	int rc;
+
+	snprintf(buf, sizeof(buf), "%s", s);
+	*n = 0;
+	for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+		if (*n == 32)
+			return plan_fail(cmd, PLAN_EXIT_VALUE, "--chunks: at most 32 sizes");
+		rc = plan_bytes(cmd, "chunks", tok, &v);
+		if (rc != 0)
+			return rc;
+		if (v < 64 || v > 1073741824.0)
+			return plan_fail(cmd, PLAN_EXIT_VALUE,
+					"--chunks: sizes must be from 64 bytes to 1G (got %s)",
+					tok);
+		list[(*n)++] = (unsigned int)v;
+	}
+	if (*n == 0)
+		return plan_fail(cmd, PLAN_EXIT_USAGE, "--chunks: give a list such as 16K,32K");
+	return 0;
+}
+
+static json_t *
+estimate_json(const struct phub_model_estimate *e)
+{
+	json_t *o = json_object(), *res = json_object();
+
+	for (int i = 0; i < PHUB_MODEL_BN_COUNT; i++)
+		json_object_set_new(res, phub_model_bottleneck_name(i),
+				json_real(e->resource_s[i]));
+	json_object_set_new(o, "racks", json_integer(e->racks));
+	json_object_set_new(o, "workers", json_integer(e->workers));
+	json_object_set_new(o, "workers_per_rack", json_integer(e->rack_workers_max));
+	json_object_set_new(o, "pbox_per_rack", json_integer(e->pbox_per_rack));
+	json_object_set_new(o, "pboxes", json_integer(e->racks * e->pbox_per_rack));
+	json_object_set_new(o, "interfaces", json_integer(e->interfaces));
+	json_object_set_new(o, "chunk_bytes", json_integer(e->chunk_bytes));
+	json_object_set_new(o, "reduction", json_string(phub_model_reduction_name(e->reduction)));
+	json_object_set_new(o, "machines", json_integer(e->machines));
+	json_object_set_new(o, "iteration_s", json_real(e->iteration_s));
+	json_object_set_new(o, "exchange_s", json_real(e->exchange_s));
+	json_object_set_new(o, "tail_s", json_real(e->tail_s));
+	json_object_set_new(o, "samples_per_s", json_real(e->samples_per_s));
+	json_object_set_new(o, "bottleneck",
+			json_string(phub_model_bottleneck_name(e->bottleneck)));
+	json_object_set_new(o, "resource_s", res);
+	return o;
+}
+
+static json_t *
+hw_json(const struct phub_model_hw *hw)
+{
+	json_t *o = json_object();
+
+	json_object_set_new(o, "worker_gbps", json_real(hw->worker_gbps));
+	json_object_set_new(o, "port_gbps", json_real(hw->port_gbps));
+	json_object_set_new(o, "core_gbps", json_real(hw->core_gbps));
+	json_object_set_new(o, "pbox_mem_gbps", json_real(hw->pbox_mem_gbps));
+	json_object_set_new(o, "per_packet_s", json_real(hw->per_packet_s));
+	json_object_set_new(o, "per_chunk_s", json_real(hw->per_chunk_s));
+	json_object_set_new(o, "rtt_s", json_real(hw->rtt_s));
+	json_object_set_new(o, "lcores", json_integer(hw->pbox_lcores));
+	json_object_set_new(o, "segment_bytes", json_integer(hw->segment_bytes));
+	return o;
+}
+
+int
+plan_optimize(int argc, char **argv)
+{
+	enum { O_PRESET = 256, O_MODEL, O_MODEL_BYTES, O_COMPUTE_S, O_COMPUTE_MS, O_BUDGET,
+		O_RACK_MAX, O_PBOX_MAX, O_IFACES_MAX, O_CHUNKS, O_TOP, O_WORKER, O_PORT, O_CORE,
+		O_MEM, O_PKT, O_CHUNK_NS, O_RTT, O_LCORES, O_SEG, O_CALIB, O_BATCH, O_OVERLAP,
+		O_UNITS, O_JSON, O_HELP };
+	static const struct option opts[] = {
+		{ "preset", required_argument, NULL, O_PRESET },
+		{ "model", required_argument, NULL, O_MODEL },
+		{ "model-bytes", required_argument, NULL, O_MODEL_BYTES },
+		{ "compute-s", required_argument, NULL, O_COMPUTE_S },
+		{ "compute-ms", required_argument, NULL, O_COMPUTE_MS },
+		{ "budget", required_argument, NULL, O_BUDGET },
+		{ "rack-max", required_argument, NULL, O_RACK_MAX },
+		{ "pbox-max", required_argument, NULL, O_PBOX_MAX },
+		{ "interfaces-max", required_argument, NULL, O_IFACES_MAX },
+		{ "chunks", required_argument, NULL, O_CHUNKS },
+		{ "top", required_argument, NULL, O_TOP },
+		{ "worker-gbps", required_argument, NULL, O_WORKER },
+		{ "port-gbps", required_argument, NULL, O_PORT },
+		{ "core-gbps", required_argument, NULL, O_CORE },
+		{ "pbox-mem-gbps", required_argument, NULL, O_MEM },
+		{ "per-packet-ns", required_argument, NULL, O_PKT },
+		{ "per-chunk-ns", required_argument, NULL, O_CHUNK_NS },
+		{ "rtt-us", required_argument, NULL, O_RTT },
+		{ "lcores", required_argument, NULL, O_LCORES },
+		{ "segment-bytes", required_argument, NULL, O_SEG },
+		{ "calibration", required_argument, NULL, O_CALIB },
+		{ "batch", required_argument, NULL, O_BATCH },
+		{ "overlap", required_argument, NULL, O_OVERLAP },
+		{ "units", required_argument, NULL, O_UNITS },
+		{ "json", no_argument, NULL, O_JSON },
+		{ "help", no_argument, NULL, O_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	/* Hardware options are applied after the calibration file, whatever their order. */
+	double worker = -1, port = -1, core = -1, mem = -1, pkt_ns = -1, chunk_ns = -1;
+	double rtt_us = -1, overlap = -1;
+	unsigned int lcores = 0, seg = 0, batch = 0, top = 5, chunks[32];
+	struct phub_model_estimate best[TOP_MAX];
+	struct phub_model_search_params s;
+	char err[PHUB_MODEL_ERR_LEN];
+	struct plan_model_opts m;
+	struct phub_model_job job = { 0 };
+	struct phub_model_hw hw;
+	const char *name = NULL, *calib = NULL;
+	bool json = false;
+	size_t n = 0;
+	double d;
+	int c, rc;
+
+	plan_model_opts_init(&m);
+	phub_model_hw_default(&hw);
+	phub_model_search_default(&s);
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		rc = 0;
+		switch (c) {
+		case O_PRESET:
+			m.preset = optarg;
+			break;
+		case O_MODEL:
+			m.file = optarg;
+			break;
+		case O_MODEL_BYTES:
+			rc = plan_bytes(cmd, "model-bytes", optarg, &m.model_bytes);
+			break;
+		case O_COMPUTE_S:
+			rc = plan_double(cmd, "compute-s", optarg, &m.compute_s);
+			break;
+		case O_COMPUTE_MS:
+			rc = plan_double(cmd, "compute-ms", optarg, &d);
+			m.compute_s = d / 1e3;
+			break;
+		case O_BUDGET:
+			rc = plan_uint(cmd, "budget", optarg, 1000000, &s.machine_budget);
+			break;
+		case O_RACK_MAX:
+			rc = plan_uint(cmd, "rack-max", optarg, 1000000, &s.rack_machines_max);
+			break;
+		case O_PBOX_MAX:
+			rc = plan_uint(cmd, "pbox-max", optarg, 1000000, &s.pbox_per_rack_max);
+			break;
+		case O_IFACES_MAX:
+			rc = plan_uint(cmd, "interfaces-max", optarg, 1000000, &s.interfaces_max);
+			break;
+		case O_CHUNKS:
+			rc = parse_chunks(optarg, chunks, &s.chunk_count);
+			s.chunk_bytes = chunks;
+			break;
+		case O_TOP:
+			rc = plan_uint(cmd, "top", optarg, TOP_MAX, &top);
+			if (rc == 0 && top == 0)
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--top must be from 1 to %d",
+						TOP_MAX);
+			break;
+		case O_WORKER:
+			rc = plan_double(cmd, "worker-gbps", optarg, &worker);
+			break;
+		case O_PORT:
+			rc = plan_double(cmd, "port-gbps", optarg, &port);
+			break;
+		case O_CORE:
+			rc = plan_double(cmd, "core-gbps", optarg, &core);
+			break;
+		case O_MEM:
+			rc = plan_double(cmd, "pbox-mem-gbps", optarg, &mem);
+			break;
+		case O_PKT:
+			rc = plan_double(cmd, "per-packet-ns", optarg, &pkt_ns);
+			if (rc == 0 && pkt_ns < 0)
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+						"--per-packet-ns must not be negative");
+			break;
+		case O_CHUNK_NS:
+			rc = plan_double(cmd, "per-chunk-ns", optarg, &chunk_ns);
+			if (rc == 0 && chunk_ns < 0)
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+						"--per-chunk-ns must not be negative");
+			break;
+		case O_RTT:
+			rc = plan_double(cmd, "rtt-us", optarg, &rtt_us);
+			if (rc == 0 && rtt_us < 0)
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+						"--rtt-us must not be negative");
+			break;
+		case O_LCORES:
+			rc = plan_uint(cmd, "lcores", optarg, 1024, &lcores);
+			if (rc == 0 && lcores == 0)
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--lcores must be at least 1");
+			break;
+		case O_SEG:
+			rc = plan_uint(cmd, "segment-bytes", optarg, 65536, &seg);
+			if (rc == 0 && seg < 64)
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+						"--segment-bytes must be at least 64");
+			break;
+		case O_CALIB:
+			calib = optarg;
+			break;
+		case O_BATCH:
+			rc = plan_uint(cmd, "batch", optarg, 1000000, &batch);
+			if (rc == 0 && batch == 0)
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--batch must be at least 1");
+			break;
+		case O_OVERLAP:
+			rc = plan_double(cmd, "overlap", optarg, &overlap);
+			if (rc == 0 && !(overlap >= 0 && overlap <= 1))
+				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+						"--overlap must be from 0 to 1");
+			break;
+		case O_UNITS:
+			if (phub_model_units_parse(optarg, &m.units) != 0)
+				rc = plan_fail(cmd, PLAN_EXIT_USAGE,
+						"--units: '%s' is not si or paper", optarg);
+			break;
+		case O_JSON:
+			json = true;
+			break;
+		case 'h':
+		case O_HELP:
+			usage();
+			return PLAN_EXIT_OK;
+		default:
+			return plan_bad_option(cmd, argv);
+		}
+		if (rc != 0)
+			return rc;
+	}
+	if (optind < argc)
+		return plan_fail(cmd, PLAN_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+	if (calib != NULL && phub_model_hw_load_calibration(calib, &hw, err, sizeof(err)) != 0)
+		return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);
+	if (worker >= 0)
+		hw.worker_gbps = worker;
+	if (port >= 0)
+		hw.port_gbps = port;
+	if (core >= 0)
+		hw.core_gbps = core;
+	if (mem >= 0)
+		hw.pbox_mem_gbps = mem;
+	if (pkt_ns >= 0)
+		hw.per_packet_s = pkt_ns * 1e-9;
+	if (chunk_ns >= 0)
+		hw.per_chunk_s = chunk_ns * 1e-9;
+	if (rtt_us >= 0)
+		hw.rtt_s = rtt_us * 1e-6;
+	if (lcores != 0)
+		hw.pbox_lcores = lcores;
+	if (seg != 0)
+		hw.segment_bytes = seg;
+
+	rc = plan_model_load(cmd, &m, true, &job, &name);
+	if (rc != 0)
+		return rc;
+	if (batch != 0)
+		job.batch = batch;
+	if (overlap >= 0)
+		job.overlap = overlap;
+	n = top;
+	if (phub_model_optimize(&job, &hw, &s, best, &n, err, sizeof(err)) != 0) {
+		phub_model_job_free(&job);
+		return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);
+	}
+
+	if (json) {
+		json_t *arr = json_array(), *o = json_object();
+
+		for (size_t i = 0; i < n; i++)
+			json_array_append_new(arr, estimate_json(&best[i]));
+		json_object_set_new(o, "model", json_string(name));
+		json_object_set_new(o, "model_bytes", json_real(phub_model_job_bytes(&job)));
+		json_object_set_new(o, "layers", json_integer(job.layers));
+		json_object_set_new(o, "compute_s", json_real(job.compute_s));
+		json_object_set_new(o, "batch", json_integer(job.batch));
+		json_object_set_new(o, "hardware", hw_json(&hw));
+		json_object_set_new(o, "search", json_pack("{s:i, s:i, s:i, s:i}",
+				"budget", (int)s.machine_budget,
+				"rack_max", (int)s.rack_machines_max,
+				"pbox_max", (int)s.pbox_per_rack_max,
+				"interfaces_max", (int)s.interfaces_max));
+		json_object_set_new(o, "configs", arr);
+		rc = plan_json_print(o);
+		phub_model_job_free(&job);
+		return rc;
+	}
+	printf("model %s: %.0f bytes in %zu layer(s), %.4g s compute, batch %u; budget %u machines\n",
+			name, phub_model_job_bytes(&job), job.layers, job.compute_s, job.batch,
+			s.machine_budget);
+	printf("%-3s %5s %7s %5s %5s %5s %8s %-12s %9s %11s %-11s\n", "#", "racks", "workers",
+			"/rack", "pbox", "ifs", "chunk", "reduction", "iter_ms", "samples/s",
+			"bottleneck");
+	for (size_t i = 0; i < n; i++) {
+		const struct phub_model_estimate *e = &best[i];
+
+		printf("%-3zu %5u %7u %5u %5u %5u %7uK %-12s %9.3f %11.1f %-11s\n", i + 1, e->racks,
+				e->workers, e->rack_workers_max, e->racks * e->pbox_per_rack,
+				e->interfaces, e->chunk_bytes / 1024,
+				phub_model_reduction_name(e->reduction), e->iteration_s * 1e3,
+				e->samples_per_s, phub_model_bottleneck_name(e->bottleneck));
+	}
+	phub_model_job_free(&job);
+	return 0;
+}

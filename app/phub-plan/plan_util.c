@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Option parsing, model selection and JSON printing shared by the phub-plan commands. */
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+int
+plan_fail(const char *cmd, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "phub-plan%s%s: ", cmd != NULL ? " " : "", cmd != NULL ? cmd : "");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return code;
+}
+
+int
+plan_bad_option(const char *cmd, char **argv)
+{
+	/* getopt_long has already advanced past the offending word. */
+	const char *opt = optind > 0 ? argv[optind - 1] : "?";
+
+	return plan_fail(cmd, PLAN_EXIT_USAGE,
+			"option %s is unknown or lacks its value (see phub-plan %s --help)", opt,
+			cmd);
+}
+
+int
+plan_double(const char *cmd, const char *opt, const char *s, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (end == s || *end != '\0' || errno == ERANGE || isnan(v))
+		return plan_fail(cmd, PLAN_EXIT_USAGE, "--%s: '%s' is not a number", opt, s);
+	*out = v;
+	return 0;
+}
+
+int
+plan_uint(const char *cmd, const char *opt, const char *s, unsigned long max, unsigned int *out)
+{
+	char *end;
+	long long v;
+
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (end == s || *end != '\0' || errno == ERANGE)
+		return plan_fail(cmd, PLAN_EXIT_USAGE, "--%s: '%s' is not an integer", opt, s);
+	if (v < 0 || (unsigned long long)v > max)
+		return plan_fail(cmd, PLAN_EXIT_VALUE,
+				"--%s: must be an integer from 0 to %lu (got %s)", opt, max, s);
+	*out = (unsigned int)v;
+	return 0;
+}
+
+int
+plan_bytes(const char *cmd, const char *opt, const char *s, double *out)
+{
+	char *end;
+	double v, mul = 1;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (end != s && (*end == 'K' || *end == 'k'))
+		mul = 1024, end++;
+	else if (end != s && (*end == 'M' || *end == 'm'))
+		mul = 1024.0 * 1024, end++;
+	else if (end != s && (*end == 'G' || *end == 'g'))
+		mul = 1024.0 * 1024 * 1024, end++;
+	if (end == s || *end != '\0' || errno == ERANGE || isnan(v))
+		return plan_fail(cmd, PLAN_EXIT_USAGE,
+				"--%s: '%s' is not a size in bytes (a number with an optional K, M or G)",
+				opt, s);
+	*out = v * mul;
+	return 0;
+}
+
+void
+plan_model_opts_init(struct plan_model_opts *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->model_bytes = NAN;
+	m->compute_s = NAN;
+	m->units = PHUB_MODEL_UNITS_SI;
+}
+
+int
+plan_model_load(const char *cmd, const struct plan_model_opts *m, bool need_compute,
+		struct phub_model_job *job, const char **name)
+{
+	const struct phub_model_preset *p;
+	char err[PHUB_MODEL_ERR_LEN];
+	int sources = (m->preset != NULL) + (m->file != NULL) + !isnan(m->model_bytes);
+
+	if (sources == 0)
+		return plan_fail(cmd, PLAN_EXIT_USAGE,
+				"give a model: --preset NAME, --model FILE or --model-bytes B (see --help)");
+	if (sources > 1)
+		return plan_fail(cmd, PLAN_EXIT_USAGE,
+				"--preset, --model and --model-bytes exclude each other");
+	if (m->preset != NULL) {
+		if (!isnan(m->compute_s))
+			return plan_fail(cmd, PLAN_EXIT_USAGE,
+					"--compute-s goes with --model-bytes, not with --preset");
+		p = phub_model_preset_find(m->preset);
+		if (p == NULL)
+			return plan_fail(cmd, PLAN_EXIT_VALUE,
+					"unknown preset '%s' (phub-plan bandwidth --list-presets shows them)",
+					m->preset);
+		if (phub_model_job_from_preset(p, m->units, job, err, sizeof(err)) != 0)
+			return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);
+		*name = p->abbr;
+		return 0;
+	}
+	if (m->file != NULL) {
+		if (!isnan(m->compute_s))
+			return plan_fail(cmd, PLAN_EXIT_USAGE,
+					"--compute-s goes with --model-bytes; a model file has its own compute_s");
+		if (phub_model_job_load(m->file, job, err, sizeof(err)) != 0)
+			return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);
+		*name = m->file;
+		return 0;
+	}
+	if (!(m->model_bytes > 0) || !isfinite(m->model_bytes))
+		return plan_fail(cmd, PLAN_EXIT_VALUE,
+				"--model-bytes must be a positive size (got %g)", m->model_bytes);
+	if (isnan(m->compute_s) && need_compute)
+		return plan_fail(cmd, PLAN_EXIT_USAGE,
+				"--model-bytes needs --compute-s (or --compute-ms)");
+	if (!isnan(m->compute_s) && (!(m->compute_s > 0) || !isfinite(m->compute_s)))
+		return plan_fail(cmd, PLAN_EXIT_VALUE,
+				"--compute-s must be a positive time in seconds");
+	memset(job, 0, sizeof(*job));
+	job->layer_bytes = malloc(sizeof(double));
+	if (job->layer_bytes == NULL)
+		return plan_fail(cmd, PLAN_EXIT_VALUE, "out of memory");
+	job->layer_bytes[0] = m->model_bytes;
+	job->layers = 1;
+	/* Commands that need no compute time still get a valid job. */
+	job->compute_s = isnan(m->compute_s) ? 1 : m->compute_s;
+	job->overlap = 2.0 / 3.0;
+	job->batch = 1;
+	*name = "custom";
+	return 0;
+}
+
+int
+plan_json_print(json_t *v)
+{
+	char *s;
+
+	if (v == NULL)
+		return plan_fail(NULL, PLAN_EXIT_VALUE, "out of memory");
+	s = json_dumps(v, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+	json_decref(v);
+	if (s == NULL)
+		return plan_fail(NULL, PLAN_EXIT_VALUE, "out of memory");
+	puts(s);
+	free(s);
+	return 0;
+}
