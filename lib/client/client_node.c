@@ -321,19 +321,25 @@ send_ping(struct phub *h, uint64_t now)
 /* ---- operations ---- */
 
 static void
-seg_queue(struct phub *h, struct seg *s, const struct op *op)
+send_heap_add(struct phub *h, struct seg *s, const struct op *op)
 {
-	s->iter = op->iter;
-	s->state = SEG_QUEUED;
 	s->tries = 0;
 	s->send_prio = op->prio;
 	s->send_seq = h->send_seq++;
 	heap_update(h, &h->send_heap, seg_id(h, s), false);
 }
 
+static void
+seg_queue(struct phub *h, struct seg *s, const struct op *op)
+{
+	s->iter = op->iter;
+	s->state = SEG_QUEUED;
+	send_heap_add(h, s, op);
+}
+
 /* The head of the key's FIFO starts. The previous operation on the key has completed. */
 static void
-op_activate(struct phub *h, struct key *key, uint64_t now)
+op_activate(struct phub *h, struct key *key)
 {
 	struct op *op = key->head;
 
@@ -341,13 +347,12 @@ op_activate(struct phub *h, struct key *key, uint64_t now)
 		struct seg *s = &h->segs[key->first_seg + i];
 
 		if (op->type == OP_PULL) {
-			/* Its broadcast went by unclaimed: ask for it again at once. */
+			/* Its broadcast went by unclaimed: ask for it again, in turn. */
 			if (s->state == SEG_DONE) {
 				s->state = SEG_ACKED;
-				s->tries = 0;
 				s->repull = true;
 				h->n_waiting++;
-				timer_arm(h, s, now);
+				send_heap_add(h, s, op);
 			}
 		} else if (s->state == SEG_DONE) {
 			seg_queue(h, s, op);
@@ -360,7 +365,7 @@ op_activate(struct phub *h, struct key *key, uint64_t now)
 }
 
 static void
-op_complete_if_done(struct phub *h, struct key *key, uint64_t now)
+op_complete_if_done(struct phub *h, struct key *key)
 {
 	struct op *op = key->head;
 	bool done;
@@ -376,7 +381,7 @@ op_complete_if_done(struct phub *h, struct key *key, uint64_t now)
 	h->n_active--;
 	client_op_finish(h, op, 0);
 	if (key->head != NULL)
-		op_activate(h, key, now);
+		op_activate(h, key);
 }
 
 /* Take what the API submitted; true when the session is to stop. */
@@ -411,7 +416,7 @@ take_submissions(struct phub *h, uint64_t now)
 		} else {
 			key->head = op;
 			key->tail = op;
-			op_activate(h, key, now);
+			op_activate(h, key);
 		}
 	}
 	return stop;
@@ -471,7 +476,7 @@ rx_ack(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 	s->state = SEG_ACKED;
 	s->tries = 0;
 	timer_arm(h, s, now + backoff(h, MODEL_WAIT_SHIFT));
-	op_complete_if_done(h, &h->keys[s->key], now);
+	op_complete_if_done(h, &h->keys[s->key]);
 }
 
 static void
@@ -496,7 +501,12 @@ rx_model(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 	h->stats.models++;
 	if (!s->repull && stamp_after(s->first_stamp, h->ep_order[s->endpoint].model_hi))
 		h->ep_order[s->endpoint].model_hi = s->first_stamp;
+	if (s->charged)
+		h->inflight_bytes -= s->n_elems * h->elem_size;
+	s->charged = false;
 	s->repull = false;
+	/* An answer to an earlier PULL may overtake the one still queued. */
+	heap_remove(h, &h->send_heap, seg_id(h, s), false);
 	key = &h->keys[s->key];
 	op = key->head;
 	if (s->state == SEG_SENT)
@@ -515,7 +525,7 @@ rx_model(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 		s->next_pending = false;
 		seg_queue(h, s, op);
 	}
-	op_complete_if_done(h, key, now);
+	op_complete_if_done(h, key);
 }
 
 static void
@@ -640,7 +650,7 @@ timer_fire(struct phub *h, struct seg *s, uint64_t now)
 		if (s->tries < UINT8_MAX)
 			s->tries++;
 	}
-	timer_arm(h, s, now + backoff(h, s->tries + MODEL_WAIT_SHIFT));
+	timer_arm(h, s, now + backoff(h, s->tries + (s->repull ? 0 : MODEL_WAIT_SHIFT)));
 }
 
 static void
@@ -664,11 +674,18 @@ send_run(struct phub *h, uint64_t now)
 		if (h->inflight_bytes != 0 && h->inflight_bytes + bytes > h->window_bytes)
 			break;
 		heap_remove(h, &h->send_heap, seg_id(h, s), false);
+		h->inflight_bytes += bytes;
+		if (s->state == SEG_ACKED) {
+			/* A repull: its MODEL comes from kept state, at once. */
+			send_pull(h, s, now, false);
+			h->stats.pulls++;
+			s->charged = true;
+			timer_arm(h, s, now + backoff(h, 0));
+			continue;
+		}
 		send_push(h, s, h->keys[s->key].head, now, false);
 		h->stats.pushes++;
 		s->state = SEG_SENT;
-		s->tries = 0;
-		h->inflight_bytes += bytes;
 		h->n_waiting++;
 		timer_arm(h, s, now + backoff(h, 0));
 	}

@@ -34,7 +34,8 @@ enum {
 /*
  * One segment's state for the iteration in seg->iter. A segment moves
  * DONE -> QUEUED -> SENT -> ACKED -> DONE once per pushed iteration; a pull of a model whose
- * broadcast went by moves it DONE -> ACKED (waiting for a MODEL, asking with PULL).
+ * broadcast went by moves it DONE -> ACKED with repull set: its PULL waits in the send heap like
+ * a PUSH and, once sent, holds the MODEL's bytes of the window.
  */
 enum seg_state {
 	SEG_DONE = 0,	/* the MODEL of iter is in (or iter is the job's start) */
@@ -58,7 +59,8 @@ struct seg {
 	uint8_t state;			/* enum seg_state */
 	uint8_t tries;			/* timeouts since the last progress: the back-off exponent */
 	bool next_pending;		/* the key's next push waits for this segment's MODEL */
-	bool repull;			/* a pull wants the MODEL that went by: PULL at once */
+	bool repull;			/* a pull wants the MODEL that went by: PULL it */
+	bool charged;			/* that PULL holds n_elems of the window until the MODEL */
 	uint32_t iter;
 	uint32_t first_stamp;		/* aux of the PUSH's first transmission: its place in the
 					 * stream */
@@ -189,10 +191,10 @@ struct phub {
 	atomic_bool sleeping;		/* the progress thread is (about to be) in ppoll */
 
 	/* Progress thread only. */
-	struct seg_heap send_heap;	/* QUEUED segments by (priority, queueing order) */
+	struct seg_heap send_heap;	/* QUEUED PUSHes and repull PULLs by (priority, order) */
 	struct seg_heap timer_heap;	/* SENT and ACKED segments by deadline */
 	uint64_t send_seq;
-	uint32_t inflight_bytes;
+	uint32_t inflight_bytes;	/* PUSH payload not ACKed + MODEL payload PULLed */
 	uint32_t n_active;		/* ops in the keys' FIFOs */
 	uint32_t n_waiting;		/* segments SENT or ACKED */
 	uint64_t srtt_ns;		/* 0 until the first sample */

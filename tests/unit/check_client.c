@@ -66,6 +66,7 @@ struct job_cfg {
 	bool push_then_pull;	/* phub_push + phub_pull instead of phub_pushpull */
 	unsigned int flags;
 	uint32_t rto_min_ms;
+	uint32_t window_bytes;
 };
 
 /* Small integers: exact in every dtype, and their sums do not depend on arrival order. */
@@ -233,6 +234,7 @@ params_fill(struct phub_connect_params *p, const struct job_cfg *c, uint16_t por
 	p->n_keys = c->n_keys;
 	p->chunk_bytes = c->chunk_bytes;
 	p->rto_min_ms = c->rto_min_ms;
+	p->window_bytes = c->window_bytes;
 	p->connect_timeout_ms = 10000;
 	p->flags = c->flags;
 }
@@ -400,10 +402,18 @@ START_TEST(test_push_then_pull_equals_pushpull)
 	struct job_cfg c = mixed_job("pushpull", 2);
 	struct worker w[MAX_WORKERS];
 	struct soft_pbox *sp = pbox_start(1, 0.0);
+	struct soft_pbox_stats st;
 
 	c.push_then_pull = true;
+	/* Two segments: the PULLs of models that went by wait for room like PUSHes. */
+	c.window_bytes = 2 * 352 * 4;
 	job_run(&c, sp, w);
 	workers_check(&c, w);
+	soft_pbox_get_stats(sp, &st);
+	/* At least the start model was pulled again by both ranks: 1 + 1 + 15 + 2 + 3 segments. */
+	ck_assert_uint_ge(st.pulls, 2 * 22);
+	for (unsigned int r = 0; r < c.n_workers; r++)
+		ck_assert_uint_eq(w[r].stats.inflight_bytes, 0);
 	soft_pbox_stop(sp);
 }
 END_TEST
