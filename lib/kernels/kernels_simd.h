@@ -131,7 +131,9 @@ SIMD_NAME(to_wire)(void *dst, enum phub_dtype dtype, const float *src, size_t n)
 
 	switch (dtype) {
 	case PHUB_DTYPE_FP32:
-		memmove(dst, src, n * sizeof(float));
+		/* memmove's pointers must be valid even for 0 bytes; ours may be NULL then. */
+		if (n != 0)
+			memcpy(dst, src, n * sizeof(float));
 		return;
 	case PHUB_DTYPE_FP16:
 		for (; i + VW <= n; i += VW)

@@ -672,8 +672,7 @@ START_TEST(test_sum_of_k_equals_one_arrival_at_a_time)
 }
 END_TEST
 
-/* --- fused last-arrival steps --------------------------------------------------------------- */
-
+/* Hyper-parameters of the fused-step tests: weight decay on, so every term is exercised. */
 static const struct phub_optimizer_params test_params[PHUB_OPT_COUNT] = {
 	[PHUB_OPT_NONE] = { .type = PHUB_OPT_NONE },
 	[PHUB_OPT_SGD] = { .type = PHUB_OPT_SGD, .lr = 0.1f, .weight_decay = 1e-2f },
@@ -686,6 +685,40 @@ static const struct phub_optimizer_params test_params[PHUB_OPT_COUNT] = {
 	[PHUB_OPT_ADAMW] = { .type = PHUB_OPT_ADAMW, .lr = 1e-2f, .weight_decay = 1e-2f,
 			     .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f },
 };
+
+/* An empty segment (a key of 0 elements, a zero-length tail) touches no pointer at all. */
+START_TEST(test_every_kernel_accepts_an_empty_segment_with_null_pointers)
+{
+	const struct phub_kernels *all[PHUB_ISA_COUNT];
+	struct phub_opt_buffers b = { 0 };
+	struct phub_opt_step step;
+	const void *nosrc = NULL;
+	unsigned int nall, v;
+	enum phub_opt_type t;
+	enum phub_dtype dt;
+
+	all[0] = scalar();
+	nall = 1 + simd_variants(all + 1, "empty");
+	for (v = 0; v < nall; v++) {
+		for (dt = PHUB_DTYPE_FP32; dt <= PHUB_DTYPE_BF16; dt++) {
+			all[v]->first(NULL, NULL, dt, 0);
+			all[v]->add(NULL, NULL, dt, 0);
+			all[v]->sum(NULL, true, &nosrc, 1, dt, 0);
+			all[v]->sum(NULL, false, NULL, 0, dt, 1000);
+			all[v]->to_wire(NULL, dt, NULL, 0);
+			b.grad_dtype = dt;
+			b.out_dtype = dt;
+			for (t = PHUB_OPT_NONE; t < PHUB_OPT_COUNT; t++) {
+				ck_assert_int_eq(phub_opt_step_init(&step, &test_params[t], 1, 2), 0);
+				all[v]->last(&b, 0, &test_params[t], &step);
+			}
+		}
+	}
+}
+END_TEST
+
+/* --- fused last-arrival steps --------------------------------------------------------------- */
+
 
 /* Which of acc and grad the last step gets. */
 enum presence { BOTH, ACC_ONLY, GRAD_ONLY };
@@ -1064,6 +1097,10 @@ phub_kernels_suite(void)
 	tcase_add_test(tc, test_simd_first_arrival_matches_scalar_for_every_length_and_offset);
 	tcase_add_test(tc, test_simd_later_arrival_matches_scalar_for_every_length_and_offset);
 	tcase_add_test(tc, test_sum_of_k_equals_one_arrival_at_a_time);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("empty");
+	tcase_add_test(tc, test_every_kernel_accepts_an_empty_segment_with_null_pointers);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("last");
