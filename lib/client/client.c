@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The session: phub_connect() and phub_close(), the calls that submit and wait, and their tickets. */
+/* The session: phub_connect(), phub_close(), the calls that submit and wait, and the tickets. */
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -317,7 +317,8 @@ params_check(const struct phub_connect_params *p, char *err, size_t errlen)
 		return -EINVAL;
 	}
 	if (p->job == NULL || p->job[0] == '\0' || strlen(p->job) >= PHUB_WIRE_JOB_NAME_LEN) {
-		set_err(err, errlen, "job name must have 1 to %d bytes", PHUB_WIRE_JOB_NAME_LEN - 1);
+		set_err(err, errlen, "job name must have 1 to %d bytes",
+				PHUB_WIRE_JOB_NAME_LEN - 1);
 		return -EINVAL;
 	}
 	for (const char *c = p->job; *c != '\0'; c++) {

@@ -209,7 +209,8 @@ join_receive(struct phub *h, struct join_ctx *c, uint64_t deadline_ns, char *err
 		if (len < 0)
 			continue;
 		/* Only the control port answers a JOIN. */
-		if (src.sin_addr.s_addr != h->ctrl.sin_addr.s_addr || src.sin_port != h->ctrl.sin_port)
+		if (src.sin_addr.s_addr != h->ctrl.sin_addr.s_addr ||
+		    src.sin_port != h->ctrl.sin_port)
 			continue;
 		if (phub_wire_parse(c->rx, (size_t)len, &msg) != PHUB_DROP_OK)
 			continue;
@@ -368,7 +369,8 @@ client_join(struct phub *h, const struct phub_connect_params *p, char *err, size
 		if (now >= end) {
 			join_err(err, errlen, "no answer from PBox %s to the JOIN of rank %u of job"
 					" '%s' within %u ms: is the PBox running and reachable?",
-					h->server_name, h->rank, h->job_name, h->connect_timeout_ms);
+					h->server_name, h->rank, h->job_name,
+					h->connect_timeout_ms);
 			rc = -ETIMEDOUT;
 			break;
 		}
@@ -427,7 +429,8 @@ client_leave(struct phub *h)
 	msg.worker_rank = h->rank;
 	msg.iteration = last;
 	/* A silent PBox would only make us wait: tell it once and go. */
-	end = client_now_ns() + (h->error == -ECONNRESET ? 0 : (uint64_t)CLIENT_LEAVE_MS * 1000000u);
+	end = client_now_ns() +
+		(h->error == -ECONNRESET ? 0 : (uint64_t)CLIENT_LEAVE_MS * 1000000u);
 	do {
 		uint64_t now;
 

@@ -16,10 +16,10 @@
 
 enum {
 	RX_BATCHES = 8,			/* recvmmsg calls per loop before sending again */
-	TRIES_MAX = 20,			/* back-off exponent cap: rto_max caps the timeout anyway */
+	TRIES_MAX = 20,			/* back-off exponent cap; rto_max caps the timeout */
 	RTT_SAMPLE_MAX_US = 60000000,	/* an older stamp is from before a wrap: no sample */
 	RTO_GRANULARITY_NS = 100000,	/* the G of RFC 6298: our clock and scheduling */
-	MODEL_WAIT_SHIFT = 2,		/* a MODEL waits on the slowest rank: first PULL at 4 RTO */
+	MODEL_WAIT_SHIFT = 2,		/* a MODEL waits on the slowest rank: 4 RTO */
 };
 
 /* An idle session says PING this often, so that the PBox knows it is alive (protocol §11). */
@@ -645,7 +645,7 @@ timer_fire(struct phub *h, struct seg *s, uint64_t now)
 	if (go && !lost)
 		h->pull_probe_ns = now;
 	if (go) {
-		send_pull(h, s, now, s->tries > 0);
+		send_pull(h, s, now, s->tries > 0 || s->charged);
 		h->stats.pulls++;
 		if (s->tries < UINT8_MAX)
 			s->tries++;

@@ -50,20 +50,19 @@ struct seg {
 	uint32_t chunk;
 	uint32_t key;			/* index in h->keys */
 	uint32_t key_elem;		/* first element within the key */
-	uint32_t chunk_elem;		/* first element within the chunk (the wire's elem_offset) */
+	uint32_t chunk_elem;		/* first element within the chunk (wire elem_offset) */
 	uint32_t n_elems;
 	uint16_t seg_index;
 	uint16_t seg_count;
 	uint16_t endpoint;
 	/* Progress thread only. */
 	uint8_t state;			/* enum seg_state */
-	uint8_t tries;			/* timeouts since the last progress: the back-off exponent */
+	uint8_t tries;			/* timeouts since progress: back-off exponent */
 	bool next_pending;		/* the key's next push waits for this segment's MODEL */
 	bool repull;			/* a pull wants the MODEL that went by: PULL it */
-	bool charged;			/* that PULL holds n_elems of the window until the MODEL */
+	bool charged;			/* that PULL holds window bytes until the MODEL */
 	uint32_t iter;
-	uint32_t first_stamp;		/* aux of the PUSH's first transmission: its place in the
-					 * stream */
+	uint32_t first_stamp;		/* aux of the PUSH's first transmission: its place */
 	uint32_t tx_stamp;		/* aux of its latest transmission */
 	uint32_t timer_pos;		/* 1 + index in the timer heap, 0 when not in it */
 	uint32_t send_pos;		/* 1 + index in the send heap, 0 when not in it */
@@ -141,7 +140,7 @@ struct rx_batch {
 
 struct phub {
 	/* Fixed once phub_connect() returns: read by every thread. */
-	int fd;				/* the one UDP socket; only the progress thread uses it */
+	int fd;				/* the socket; only the progress thread uses it */
 	int wake_fd;			/* eventfd: the API wakes the progress thread */
 	struct sockaddr_in ctrl;	/* PBox control port */
 	struct sockaddr_in *endpoints;	/* PBox data ports */
@@ -169,7 +168,7 @@ struct phub {
 	uint64_t dead_ns;
 	uint32_t connect_timeout_ms;
 	uint64_t start_ns;		/* origin of the aux transmit stamps */
-	uint8_t *zeros;			/* one segment of zeros: the initial round without weights */
+	uint8_t *zeros;			/* a segment of zeros: start without weights */
 	char server_name[32];		/* "a.b.c.d:port", for messages */
 	char job_name[PHUB_WIRE_JOB_NAME_LEN];
 	pthread_t thread;
@@ -201,7 +200,7 @@ struct phub {
 	uint64_t rttvar_ns;
 	uint64_t rto_ns;
 	struct ep_order *ep_order;	/* per PBox endpoint: what was answered last */
-	uint64_t push_probe_ns;		/* last PUSH retransmitted without evidence of loss */
+	uint64_t push_probe_ns;		/* last PUSH resent without evidence of loss */
 	uint64_t pull_probe_ns;		/* last PULL sent without evidence of loss */
 	uint64_t last_heard_ns;		/* last valid datagram, or when work started */
 	uint64_t last_ping_ns;

@@ -76,8 +76,8 @@ struct phub_connect_params {
 	uint16_t rank;			/* this worker, < world_size */
 	uint16_t world_size;		/* workers in the job, >= 1 */
 	int dtype;			/* enum phub_dtype of every gradient and model */
-	const char *optimizer;		/* "none", "sgd", "momentum", "nesterov", "adam", "adamw";
-					 * NULL: "sgd" */
+	const char *optimizer;		/* "none", "sgd", "momentum", "nesterov", "adam",
+					 * "adamw"; NULL: "sgd" */
 	float lr;			/* hyper-parameters of the PBox-side optimizer */
 	float momentum;
 	float weight_decay;
@@ -86,14 +86,14 @@ struct phub_connect_params {
 	float eps;			/* 0: 1e-8 (Adam) */
 	const struct phub_key *keys;	/* the layout, n_keys entries */
 	uint32_t n_keys;		/* >= 1 */
-	const void *const *initial;	/* per key initial weights in dtype; NULL (or a NULL entry):
-					 * zeros. Only rank 0's become the model. */
+	const void *const *initial;	/* per key initial weights in dtype; NULL (or a NULL
+					 * entry): zeros. Only rank 0's become the model. */
 	uint32_t chunk_bytes;		/* chunk size in fp32 bytes; 0: the PBox's default */
 	uint32_t mtu;			/* path MTU, for splitting JOIN; 0: 1500 */
 	uint32_t window_bytes;		/* gradient bytes in flight; 0: 256 KiB */
 	uint32_t rto_min_ms;		/* retransmission timeout bounds; 0: 5 ms ... */
 	uint32_t rto_max_ms;		/* ... 0: 1000 ms */
-	uint32_t dead_ms;		/* PBox silent this long with work pending: failed; 0: 10 s */
+	uint32_t dead_ms;		/* PBox silent this long, work pending: failed; 0: 10 s */
 	uint32_t connect_timeout_ms;	/* bound on JOIN and the initial round each; 0: 10 s */
 	unsigned int flags;		/* PHUB_CONNECT_F_* */
 };
@@ -110,9 +110,9 @@ struct phub_stats {
 	uint64_t acks;			/* ACK taken */
 	uint64_t models;		/* MODEL segments taken (duplicates not counted) */
 	uint64_t replays;		/* ACK/MODEL the PBox marked as answered from kept state */
-	uint64_t rx_dropped;		/* malformed, other session, stale or duplicate datagrams */
+	uint64_t rx_dropped;		/* malformed, other session, stale or duplicate */
 	uint64_t tx_errors;		/* datagrams the kernel refused (counted as lost) */
-	uint64_t pings;			/* keep-alive PINGs sent while waiting on other workers */
+	uint64_t pings;			/* keep-alive PINGs sent */
 	uint64_t ops_completed;		/* tickets completed successfully */
 	uint32_t srtt_us;		/* smoothed round-trip time (RFC 6298) */
 	uint32_t rttvar_us;		/* its variation */

@@ -526,7 +526,8 @@ on_join(struct soft_pbox *sp, const struct sockaddr_in *src, const struct phub_w
 		pending_free(pj);
 	} else if (rc < 0) {
 		send_error(sp, sp->fds[0], src, msg, PHUB_WIRE_ERR_BAD_REQUEST,
-				"the JOIN datagrams of rank %u contradict each other", seg.join.rank);
+				"the JOIN datagrams of rank %u contradict each other",
+				seg.join.rank);
 		pending_free(pj);
 	}
 }

@@ -19,11 +19,11 @@ enum {
 
 struct soft_pbox_params {
 	const char *bind_addr;		/* IPv4 to listen on; NULL: 127.0.0.1 */
-	uint16_t port;			/* control port; data ports are port+1+k. 0: all ephemeral */
+	uint16_t port;			/* control port; data ports port+1+k. 0: ephemeral */
 	uint16_t n_lcores;		/* data ports, chunks placed over them; 0: 1 */
 	uint32_t mtu;			/* sets the segment size; 0: 1500 */
 	uint32_t chunk_bytes;		/* for a JOIN that asks for 0; 0: the layout default */
-	double loss;			/* fraction of datagrams dropped on receive and on send */
+	double loss;			/* fraction of datagrams dropped on receive and send */
 	uint64_t seed;			/* of the loss draws; 0: 1 */
 	uint32_t log_cap;		/* PUSH arrivals kept for soft_pbox_arrivals(); 0: 65536 */
 };

@@ -152,7 +152,8 @@ reference_compute(const struct job_cfg *c, struct reference *ref)
 				fill(c, g, k, n, c->n_workers - 1, it, false);
 				b.acc = c->n_workers > 1 ? acc : NULL;
 				b.grad = g;
-				ck_assert_int_eq(phub_opt_step_init(&step, &op, it, c->n_workers), 0);
+				ck_assert_int_eq(phub_opt_step_init(&step, &op, it,
+						c->n_workers), 0);
 				sk->last(&b, n, &op, &step);
 			}
 			if (dt == PHUB_DTYPE_FP32)
@@ -269,7 +270,8 @@ worker_main(void *arg)
 		phub_pull(h, c->keys[k].key_id, out[k], PHUB_PRIORITY_DEFAULT, NULL, NULL);
 	w->wait_rc = phub_wait_all(h, WAIT_MS);
 	for (uint32_t k = 0; k < c->n_keys && w->wait_rc == 0; k++)
-		w->init_mismatches += memcmp(out[k], w->ref->out[0][k], c->keys[k].n_elems * es) != 0;
+		w->init_mismatches += memcmp(out[k], w->ref->out[0][k],
+				c->keys[k].n_elems * es) != 0;
 
 	for (unsigned int it = 1; it <= c->n_iter && w->wait_rc == 0; it++) {
 		for (uint32_t k = 0; k < c->n_keys; k++) {
@@ -436,6 +438,81 @@ START_TEST(test_large_layout_splits_join_and_join_ack)
 	workers_check(&c, w);
 	soft_pbox_get_stats(sp, &st);
 	ck_assert_uint_eq(st.joins, 2);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+/* Each rank pushes key 1 three times back to back, key 2 once, then pulls key 1. */
+struct indep_args {
+	uint16_t port;
+	uint16_t rank;
+	int rc;
+	char err[256];
+	float a[1000];
+	float b[5];
+};
+
+static const struct phub_key indep_keys[] = {
+	{ .key_id = 1, .n_elems = 1000 },	/* 3 segments */
+	{ .key_id = 2, .n_elems = 5 },
+};
+
+static void *
+indep_main(void *arg)
+{
+	struct indep_args *x = arg;
+	struct job_cfg c = {
+		.name = "indep", .dtype = PHUB_DTYPE_FP32, .optimizer = "sgd",
+		.opt = PHUB_OPT_SGD, .lr = 1.0f, .keys = indep_keys, .n_keys = 2, .n_workers = 2,
+	};
+	static const float twos[5] = { 2, 2, 2, 2, 2 };
+	struct phub_connect_params p;
+	float ones[1000];
+	struct phub *h;
+
+	for (int i = 0; i < 1000; i++)
+		ones[i] = 1.0f;
+
+	params_fill(&p, &c, x->port, x->rank, 77);
+	h = phub_connect(&p, x->err, sizeof(x->err));
+	if (h == NULL) {
+		x->rc = -errno;
+		return NULL;
+	}
+	/* The second and third pushes wait for the models of the previous one, no call waits. */
+	for (int i = 0; i < 3; i++)
+		phub_push(h, 1, ones, PHUB_PRIORITY_DEFAULT, NULL, NULL);
+	phub_pushpull(h, 2, twos, x->b, PHUB_PRIORITY_DEFAULT, NULL, NULL);
+	phub_pull(h, 1, x->a, PHUB_PRIORITY_DEFAULT, NULL, NULL);
+	x->rc = phub_wait_all(h, WAIT_MS);
+	if (x->rc != 0)
+		snprintf(x->err, sizeof(x->err), "%s", phub_last_error(h));
+	phub_close(h);
+	return NULL;
+}
+
+START_TEST(test_keys_progress_independently)
+{
+	struct soft_pbox *sp = pbox_start(2, 0.0);
+	struct indep_args x[2];
+	pthread_t t[2];
+
+	for (int r = 0; r < 2; r++) {
+		memset(&x[r], 0, sizeof(x[r]));
+		x[r].port = soft_pbox_port(sp);
+		x[r].rank = (uint16_t)r;
+		ck_assert_int_eq(pthread_create(&t[r], NULL, indep_main, &x[r]), 0);
+	}
+	for (int r = 0; r < 2; r++)
+		pthread_join(t[r], NULL);
+	for (int r = 0; r < 2; r++) {
+		ck_assert_msg(x[r].rc == 0, "rank %d: %d %s", r, x[r].rc, x[r].err);
+		/* From zeros, SGD with lr 1 and a mean gradient of 1: three steps of -1. */
+		for (int i = 0; i < 1000; i++)
+			ck_assert_float_eq(x[r].a[i], -3.0f);
+		for (int i = 0; i < 5; i++)
+			ck_assert_float_eq(x[r].b[i], -2.0f);
+	}
 	soft_pbox_stop(sp);
 }
 END_TEST
@@ -682,6 +759,37 @@ START_TEST(test_pbox_gone_fails_wait_within_dead_time)
 }
 END_TEST
 
+START_TEST(test_restarted_pbox_ends_the_session_with_its_error)
+{
+	struct soft_pbox_params pp = { .bind_addr = "127.0.0.1", .n_lcores = 1 };
+	struct soft_pbox *sp = NULL;
+	float g[17] = { 0 };
+	char err[256];
+	struct phub *h;
+	int t;
+
+	/* Fixed ports, so that the second PBox listens where the first did. */
+	for (int i = 0; i < 50 && sp == NULL; i++) {
+		pp.port = (uint16_t)(20000 + ((unsigned int)getpid() * 7 + (unsigned int)i * 97) %
+				30000);
+		sp = soft_pbox_start(&pp);
+	}
+	ck_assert_ptr_nonnull(sp);
+	h = connect_one(sp, "restart", mixed_keys, 2, 5, 5000, err, sizeof(err));
+	ck_assert_msg(h != NULL, "%s", err);
+	soft_pbox_stop(sp);
+	sp = soft_pbox_start(&pp);
+	ck_assert_ptr_nonnull(sp);
+
+	t = phub_pushpull(h, 11, g, g, PHUB_PRIORITY_DEFAULT, NULL, NULL);
+	ck_assert_int_eq(phub_wait(h, t, WAIT_MS), -EIO);
+	ck_assert_msg(strstr(phub_last_error(h), "unknown_job") != NULL, "%s",
+			phub_last_error(h));
+	phub_close(h);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
 START_TEST(test_join_with_wrong_nonce_is_refused_with_the_pbox_text)
 {
 	struct soft_pbox *sp = pbox_start(1, 0.0);
@@ -867,6 +975,7 @@ phub_client_suite(void)
 	tcase_add_loop_test(tc, test_every_worker_gets_the_reference_model, 1, MAX_WORKERS + 1);
 	tcase_add_test(tc, test_push_then_pull_equals_pushpull);
 	tcase_add_test(tc, test_large_layout_splits_join_and_join_ack);
+	tcase_add_test(tc, test_keys_progress_independently);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("dtypes_and_optimizers");
@@ -891,6 +1000,7 @@ phub_client_suite(void)
 	tc = tcase_create("failures");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_pbox_gone_fails_wait_within_dead_time);
+	tcase_add_test(tc, test_restarted_pbox_ends_the_session_with_its_error);
 	tcase_add_test(tc, test_join_with_wrong_nonce_is_refused_with_the_pbox_text);
 	tcase_add_test(tc, test_join_with_other_layout_is_refused);
 	tcase_add_test(tc, test_unreachable_pbox_times_out_naming_the_address);
