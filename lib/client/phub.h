@@ -90,7 +90,8 @@ struct phub_connect_params {
 					 * entry): zeros. Only rank 0's become the model. */
 	uint32_t chunk_bytes;		/* chunk size in fp32 bytes; 0: the PBox's default */
 	uint32_t mtu;			/* path MTU, for splitting JOIN; 0: 1500 */
-	uint32_t window_bytes;		/* gradient bytes in flight; 0: 256 KiB */
+	uint32_t window_bytes;		/* payload bytes in flight (PUSH, and the MODEL a
+					 * PULL asks for); 0: 256 KiB */
 	uint32_t rto_min_ms;		/* retransmission timeout bounds; 0: 5 ms ... */
 	uint32_t rto_max_ms;		/* ... 0: 1000 ms */
 	uint32_t dead_ms;		/* PBox silent this long, work pending: failed; 0: 10 s */
@@ -117,8 +118,8 @@ struct phub_stats {
 	uint32_t srtt_us;		/* smoothed round-trip time (RFC 6298) */
 	uint32_t rttvar_us;		/* its variation */
 	uint32_t rto_us;		/* current retransmission timeout */
-	uint32_t window_bytes;		/* the window of gradient bytes in flight */
-	uint32_t inflight_bytes;	/* gradient bytes sent and not yet ACKed */
+	uint32_t window_bytes;		/* the window of payload bytes in flight */
+	uint32_t inflight_bytes;	/* PUSH bytes not yet ACKed, MODEL bytes PULLed */
 };
 
 /* What the PBox decided at JOIN. */
