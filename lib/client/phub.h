@@ -107,7 +107,7 @@ struct phub_stats {
 	uint64_t rx_bytes;
 	uint64_t pushes;		/* PUSH segments sent for the first time */
 	uint64_t retransmits;		/* PUSH segments sent again after a timeout */
-	uint64_t pulls;			/* PULL sent for a MODEL that did not come */
+	uint64_t pulls;			/* PULL sent: a MODEL late, or asked again by a pull */
 	uint64_t acks;			/* ACK taken */
 	uint64_t models;		/* MODEL segments taken (duplicates not counted) */
 	uint64_t replays;		/* ACK/MODEL the PBox marked as answered from kept state */
