@@ -369,6 +369,18 @@ phub_engine_job_id(const struct phub_engine_job *job)
 	return job->id;
 }
 
+uint16_t
+phub_engine_job_world_size(const struct phub_engine_job *job)
+{
+	return job->world_size;
+}
+
+enum phub_dtype
+phub_engine_job_dtype(const struct phub_engine_job *job)
+{
+	return job->dtype;
+}
+
 const struct phub_layout *
 phub_engine_job_layout(const struct phub_engine_job *job)
 {

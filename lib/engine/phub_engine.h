@@ -178,6 +178,8 @@ struct phub_engine_job_info {
 
 void phub_engine_job_get_info(const struct phub_engine_job *job, struct phub_engine_job_info *info);
 uint32_t phub_engine_job_id(const struct phub_engine_job *job);
+uint16_t phub_engine_job_world_size(const struct phub_engine_job *job);
+enum phub_dtype phub_engine_job_dtype(const struct phub_engine_job *job);
 const struct phub_layout *phub_engine_job_layout(const struct phub_engine_job *job);
 /* The peer and token of a joined rank; false when the rank has not joined. */
 bool phub_engine_job_rank(const struct phub_engine_job *job, uint16_t rank,
