@@ -164,8 +164,8 @@ verify()
 			q = $2; port = $4; tagged = $6; n = $8
 			want = (port > base && port <= base + queues) ? port - base - 1 : 0
 			if (q != want) {
-				printf "FAIL %d datagram(s) for port %d (vlan %d) in queue %d, not %d\n",
-					n, port, tagged, q, want
+				printf "FAIL %d datagram(s) for port %d (vlan %d) in queue %d," \
+					" not %d\n", n, port, tagged, q, want
 				bad = 1
 			}
 			got[port, tagged] += n
@@ -188,18 +188,20 @@ verify()
 			if (mode != "full")
 				exit bad
 			for (port in sent) {
-				# Ports outside the counted span (64 from base) are only "udp-other".
-				n = (port >= base && port < base + 64) ? got[port, 0] : kind["udp-other"]
+				# Ports past the counted span (64 from base) are only "udp-other".
+				n = (port >= base && port < base + 64) ? got[port, 0] : \
+					kind["udp-other"]
 				if (n < sent[port] * 0.9) {
-					printf "FAIL port %d: %d of %d datagrams arrived\n", port, n,
-						sent[port]
+					printf "FAIL port %d: %d of %d datagrams arrived\n", port,
+						n, sent[port]
 					bad = 1
 				}
 			}
 			for (k = 0; have_raw && k < queues; k++) {
 				if (got[base + 1 + k, 1] < 2 * per_kind * 0.9) {
-					printf "FAIL port %d: %d of %d VLAN-tagged frames arrived\n",
-						base + 1 + k, got[base + 1 + k, 1], 2 * per_kind
+					printf "FAIL port %d: %d of %d VLAN-tagged frames" \
+						" arrived\n", base + 1 + k, got[base + 1 + k, 1],
+						2 * per_kind
 					bad = 1
 				}
 			}

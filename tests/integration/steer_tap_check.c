@@ -52,7 +52,7 @@
 
 enum frame_kind {
 	KIND_UDP,		/* a whole UDP datagram, counted per destination port */
-	KIND_UDP_OTHER,		/* a whole UDP datagram for a port outside the counted span */
+	KIND_UDP_OTHER,		/* a whole UDP datagram for a port past the counted span */
 	KIND_FRAG,		/* any IPv4 fragment */
 	KIND_ICMP,
 	KIND_ARP,
