@@ -23,7 +23,6 @@ id=9
 pbox_ip="10.$id.0.1"
 per_port=200		# paced datagrams per data port
 per_kind=20		# raw frames per data port and kind of tag
-work=$(mktemp -d)
 recv_pid=""
 failures=0
 
@@ -35,6 +34,8 @@ if [ ! -c /dev/net/tun ]; then
 	echo "SKIP: no /dev/net/tun"
 	exit 77
 fi
+
+work=$(mktemp -d)
 
 stop_receiver()
 {
