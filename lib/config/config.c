@@ -154,7 +154,7 @@ phub_config_load(const char *path, struct phub_config *cfg, char *err, size_t er
 	rc = cfg_read_file(path, &text, &len);
 	if (rc != 0) {
 		if (err != NULL && errlen > 0)
-			snprintf(err, errlen, "%s: cannot read: %s", path, strerror(-rc));
+			snprintf(err, errlen, "%s: cannot read: %s", path, cfg_read_error(rc));
 		return rc;
 	}
 	rc = phub_config_load_buffer(text, len, &params, cfg, err, errlen);

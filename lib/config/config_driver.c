@@ -116,7 +116,7 @@ profile_load(struct cfg_ctx *ctx, struct phub_config *cfg, unsigned int port,
 	rc = cfg_read_file(path, &text, &len);
 	if (rc != 0)
 		return cfg_error_at(ctx, where, "cannot read the profile %s: %s", path,
-				    strerror(-rc));
+				    cfg_read_error(rc));
 	memset(&pctx, 0, sizeof(pctx));
 	pctx.name = path;
 	pctx.text = text;

@@ -176,9 +176,9 @@ phub_config_dump(const struct phub_config *cfg, FILE *f)
 	dump_ports(cfg, f);
 	fprintf(f, "  \"udp_base_port\": %u,\n  \"chunk_bytes\": %u,\n  \"segment_bytes\": %u,\n",
 		cfg->udp_base_port, cfg->chunk_bytes, cfg->segment_bytes);
-	fprintf(f, "  \"idle\": { \"policy\": \"%s\", \"spin_polls\": %u, \"max_sleep_us\": %u },\n",
-		phub_config_idle_name(cfg->idle.policy), cfg->idle.spin_polls,
-		cfg->idle.max_sleep_us);
+	fprintf(f, "  \"idle\": { \"policy\": \"%s\", \"spin_polls\": %u, "
+		"\"max_sleep_us\": %u },\n", phub_config_idle_name(cfg->idle.policy),
+		cfg->idle.spin_polls, cfg->idle.max_sleep_us);
 	fprintf(f, "  \"timeouts\": { \"rto_min_ms\": %u, \"rto_max_ms\": %u, "
 		"\"worker_dead_ms\": %u, \"join_ms\": %u },\n", cfg->timeouts.rto_min_ms,
 		cfg->timeouts.rto_max_ms, cfg->timeouts.worker_dead_ms, cfg->timeouts.join_ms);

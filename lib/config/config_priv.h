@@ -37,7 +37,7 @@ struct cfg_ctx {
 	const char *text;		/* the bytes jansson parsed */
 	size_t len;
 	json_t *root;
-	unsigned int depth;		/* may exceed CFG_PATH_MAX; only the first ones are kept */
+	unsigned int depth;		/* may exceed CFG_PATH_MAX: only the first are kept */
 	struct cfg_path_comp path[CFG_PATH_MAX];
 	char *err;
 	size_t errlen;
@@ -98,11 +98,12 @@ struct cfg_field {
 	double rdef;			/* CFG_REAL default */
 	const char *sdef;		/* CFG_STRING default (NULL: empty) */
 	size_t offset;			/* target, from the base of the struct being filled */
-	size_t size;			/* target size: 1, 2, 4, 8 for integers; array size for strings */
+	size_t size;			/* 1, 2, 4, 8 for integers; array size for strings */
 	enum cfg_charset charset;
 	const char *const *names;	/* CFG_ENUM: NULL-terminated */
 	const struct cfg_field *sub;	/* CFG_OBJECT */
-	int (*parse)(struct cfg_ctx *ctx, const json_t *value, void *target);	/* CFG_CUSTOM */
+	/* CFG_CUSTOM */
+	int (*parse)(struct cfg_ctx *ctx, const json_t *value, void *target);
 };
 
 /* config_pos.c: the JSON path and the error sink. */
@@ -150,18 +151,14 @@ const char *
 cfg_json_type(const json_t *v);
 int
 cfg_read_file(const char *path, char **text, size_t *len);
+const char *
+cfg_read_error(int rc);
 json_t *
 cfg_parse_text(struct cfg_ctx *ctx);
 
 /* config_schema.c: parse step of the main file. */
 int
 cfg_parse(struct cfg_ctx *ctx, struct phub_config *cfg);
-bool
-cfg_parse_ipv4(const char *s, uint32_t *addr);
-bool
-cfg_parse_pci(const char *s, char *norm, size_t size);
-int
-cfg_parse_lcore_spec(const json_t *v, uint16_t *lcore, uint16_t *cpu);
 const char *
 cfg_nonce_weakness(uint64_t nonce);
 extern const struct cfg_field cfg_top_fields[];

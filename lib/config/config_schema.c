@@ -42,10 +42,6 @@ static const char *const dtype_names[] = { PHUB_CONFIG_FOREACH_DTYPE(NAME_) NULL
 static const char *const optimizer_names[] = { PHUB_CONFIG_FOREACH_OPTIMIZER(NAME_) NULL };
 #undef NAME_
 
-/* Element of an array: push its index, parse it, pop. */
-#define FOREACH_ELEMENT(ctx, arr, i, v) \
-	for ((i) = 0; (i) < json_array_size(arr) && ((v) = json_array_get((arr), (i)), 1); (i)++)
-
 static int
 expect_array(struct cfg_ctx *ctx, const json_t *v, size_t min, size_t max)
 {
@@ -61,8 +57,8 @@ expect_array(struct cfg_ctx *ctx, const json_t *v, size_t min, size_t max)
 }
 
 /* An lcore: N (on CPU N) or "N@C" (lcore N pinned to CPU C, as EAL's --lcores writes it). */
-int
-cfg_parse_lcore_spec(const json_t *v, uint16_t *lcore, uint16_t *cpu)
+static int
+parse_lcore_spec(const json_t *v, uint16_t *lcore, uint16_t *cpu)
 {
 	unsigned long id;
 	unsigned long c;
@@ -107,17 +103,20 @@ parse_eal_lcores(struct cfg_ctx *ctx, const json_t *arr, void *target)
 	rc = expect_array(ctx, arr, 1, PHUB_CONFIG_MAX_LCORES);
 	if (rc != 0)
 		return rc;
-	FOREACH_ELEMENT(ctx, arr, i, v) {
+	for (i = 0; i < json_array_size(arr); i++) {
 		struct phub_config_lcore *l = &eal->lcores[i];
 
+		v = json_array_get(arr, i);
 		cfg_push_index(ctx, i);
-		rc = cfg_parse_lcore_spec(v, &l->id, &l->cpu);
+		rc = parse_lcore_spec(v, &l->id, &l->cpu);
 		if (rc == -ERANGE && json_is_integer(v))
 			rc = cfg_error(ctx, CFG_AT_VALUE, "lcore %lld is out of bounds [0, %d]",
-				       (long long)json_integer_value(v), PHUB_CONFIG_MAX_LCORES - 1);
+				       (long long)json_integer_value(v),
+				       PHUB_CONFIG_MAX_LCORES - 1);
 		else if (rc == -ERANGE)
-			rc = cfg_error(ctx, CFG_AT_VALUE, "\"%s\": lcore ids are 0 to %d, CPU ids 0 "
-				       "to %d", json_string_value(v), PHUB_CONFIG_MAX_LCORES - 1,
+			rc = cfg_error(ctx, CFG_AT_VALUE,
+				       "\"%s\": lcore ids are 0 to %d, CPU ids 0 to %d",
+				       json_string_value(v), PHUB_CONFIG_MAX_LCORES - 1,
 				       PHUB_CONFIG_MAX_CPUS - 1);
 		else if (rc != 0 && json_is_string(v))
 			rc = cfg_error(ctx, CFG_AT_VALUE,
@@ -151,7 +150,8 @@ parse_extra_args(struct cfg_ctx *ctx, const json_t *arr, void *target)
 	rc = expect_array(ctx, arr, 0, PHUB_CONFIG_MAX_EXTRA_ARGS);
 	if (rc != 0)
 		return rc;
-	FOREACH_ELEMENT(ctx, arr, i, v) {
+	for (i = 0; i < json_array_size(arr); i++) {
+		v = json_array_get(arr, i);
 		cfg_push_index(ctx, i);
 		rc = cfg_parse_string(ctx, v, &extra_arg_field, eal->extra_args[i]);
 		cfg_pop(ctx);
@@ -175,8 +175,8 @@ static const struct cfg_field eal_fields[] = {
 };
 
 /* "0000:3b:00.0" or "3b:00.0"; written back as dddd:bb:dd.f in lower case, as sysfs names it. */
-bool
-cfg_parse_pci(const char *s, char *norm, size_t size)
+static bool
+parse_pci(const char *s, char *norm, size_t size)
 {
 	unsigned int domain = 0;
 	unsigned int bus;
@@ -247,7 +247,7 @@ parse_device(struct cfg_ctx *ctx, const json_t *v, void *target)
 	rc = cfg_parse_string(ctx, v, &device_field, port->device);
 	if (rc != 0)
 		return rc;
-	if (cfg_parse_pci(port->device, norm, sizeof(norm))) {
+	if (parse_pci(port->device, norm, sizeof(norm))) {
 		snprintf(port->device, sizeof(port->device), "%s", norm);
 		port->is_pci = true;
 		return 0;
@@ -255,14 +255,13 @@ parse_device(struct cfg_ctx *ctx, const json_t *v, void *target)
 	if (is_vdev(port->device))
 		return 0;
 	cfg_quote(shown, sizeof(shown), port->device, strlen(port->device));
-	return cfg_error(ctx, CFG_AT_VALUE,
-			 "%s is neither a PCI address (0000:3b:00.0) nor a vdev (net_tap0,iface=pb0)",
-			 shown);
+	return cfg_error(ctx, CFG_AT_VALUE, "%s is neither a PCI address (0000:3b:00.0) nor "
+			 "a vdev (net_tap0,iface=pb0)", shown);
 }
 
 /* A dotted quad, nothing else (inet_pton refuses leading zeros and short forms). */
-bool
-cfg_parse_ipv4(const char *s, uint32_t *addr)
+static bool
+parse_ipv4(const char *s, uint32_t *addr)
 {
 	struct in_addr a;
 
@@ -313,7 +312,7 @@ parse_port_ipv4(struct cfg_ctx *ctx, const json_t *v, void *target)
 	addr_text[slash - s] = '\0';
 	len = strtoul(slash + 1, &end, 10);
 	if (*end != '\0' || end - s != (long)json_string_length(v) ||
-	    !cfg_parse_ipv4(addr_text, &port->ipv4))
+	    !parse_ipv4(addr_text, &port->ipv4))
 		return cfg_error(ctx, CFG_AT_VALUE, "%s is not \"a.b.c.d/len\"", shown);
 	if (len < 8 || len > 32)
 		return cfg_error(ctx, CFG_AT_VALUE, "prefix length %lu is out of bounds [8, 32]",
@@ -349,7 +348,8 @@ parse_port_lcores(struct cfg_ctx *ctx, const json_t *arr, void *target)
 	rc = expect_array(ctx, arr, 1, PHUB_CONFIG_MAX_PORT_LCORES);
 	if (rc != 0)
 		return rc;
-	FOREACH_ELEMENT(ctx, arr, i, v) {
+	for (i = 0; i < json_array_size(arr); i++) {
+		v = json_array_get(arr, i);
 		cfg_push_index(ctx, i);
 		rc = cfg_parse_int(ctx, v, &port_lcore_field, &x);
 		cfg_pop(ctx);
@@ -385,9 +385,10 @@ parse_ports(struct cfg_ctx *ctx, const json_t *arr, void *target)
 	rc = expect_array(ctx, arr, 1, PHUB_CONFIG_MAX_PORTS);
 	if (rc != 0)
 		return rc;
-	FOREACH_ELEMENT(ctx, arr, i, v) {
+	for (i = 0; i < json_array_size(arr); i++) {
 		struct phub_config_port *port = &cfg->ports[i];
 
+		v = json_array_get(arr, i);
 		memset(port, 0, sizeof(*port));
 		port->numa_node = -1;
 		cfg_push_index(ctx, i);
@@ -449,8 +450,8 @@ parse_nonce(struct cfg_ctx *ctx, const json_t *v, void *target)
 	uint64_t x = 0;
 
 	if (!json_is_string(v))
-		return cfg_error(ctx, CFG_AT_VALUE, "expected a string \"0x\" + 16 hex digits, got %s",
-				 cfg_json_type(v));
+		return cfg_error(ctx, CFG_AT_VALUE, "expected a string \"0x\" + 16 hex digits, "
+				 "got %s", cfg_json_type(v));
 	s = json_string_value(v);
 	cfg_quote(shown, sizeof(shown), s, json_string_length(v));
 	if (json_string_length(v) != 18 || s[0] != '0' || s[1] != 'x')
@@ -624,9 +625,10 @@ parse_jobs(struct cfg_ctx *ctx, const json_t *arr, void *target)
 	cfg->jobs = calloc(json_array_size(arr), sizeof(*cfg->jobs));
 	if (cfg->jobs == NULL)
 		return cfg_error_file(ctx, -ENOMEM, "out of memory");
-	FOREACH_ELEMENT(ctx, arr, i, v) {
+	for (i = 0; i < json_array_size(arr); i++) {
 		struct phub_config_job *job = &cfg->jobs[i];
 
+		v = json_array_get(arr, i);
 		job->deterministic = deterministic;
 		optimizer_defaults(&job->optimizer, PHUB_CONFIG_OPTIMIZER_SGD);
 		cfg_push_index(ctx, i);
@@ -676,7 +678,7 @@ parse_peer_ipv4(struct cfg_ctx *ctx, const json_t *v, void *target)
 				 cfg_json_type(v));
 	cfg_quote(shown, sizeof(shown), json_string_value(v), json_string_length(v));
 	if (strlen(json_string_value(v)) != json_string_length(v) ||
-	    !cfg_parse_ipv4(json_string_value(v), addr))
+	    !parse_ipv4(json_string_value(v), addr))
 		return cfg_error(ctx, CFG_AT_VALUE, "%s is not \"a.b.c.d\"", shown);
 	problem = unicast_problem(*addr);
 	if (problem != NULL)
@@ -703,7 +705,8 @@ parse_peers(struct cfg_ctx *ctx, const json_t *arr, void *target)
 	rc = expect_array(ctx, arr, 0, PHUB_CONFIG_MAX_PEERS);
 	if (rc != 0)
 		return rc;
-	FOREACH_ELEMENT(ctx, arr, i, v) {
+	for (i = 0; i < json_array_size(arr); i++) {
+		v = json_array_get(arr, i);
 		cfg_push_index(ctx, i);
 		rc = cfg_parse_object(ctx, v, peer_fields, &cfg->peers[i]);
 		cfg_pop(ctx);

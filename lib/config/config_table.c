@@ -316,6 +316,13 @@ cfg_parse_object(struct cfg_ctx *ctx, const json_t *obj, const struct cfg_field 
 	return 0;
 }
 
+/* Text of a cfg_read_file() error. */
+const char *
+cfg_read_error(int rc)
+{
+	return rc == -EINVAL ? "not a regular file" : strerror(-rc);
+}
+
 /* Read a whole regular file (never a FIFO or device, which could block or never end). */
 int
 cfg_read_file(const char *path, char **text, size_t *len)

@@ -117,8 +117,8 @@ validate_eal(struct cfg_ctx *ctx, const struct phub_config *cfg)
 
 		if (i >= 0 && (unsigned int)i < j) {
 			snprintf(path, sizeof(path), "eal.lcores[%u]", j);
-			return cfg_error_at(ctx, path, "lcore %u is listed twice (also eal.lcores[%d])",
-					    eal->lcores[j].id, i);
+			return cfg_error_at(ctx, path, "lcore %u is listed twice "
+					    "(also eal.lcores[%d])", eal->lcores[j].id, i);
 		}
 	}
 	if (eal_index(cfg, eal->main_lcore) < 0)
@@ -182,7 +182,8 @@ validate_port_identity(struct cfg_ctx *ctx, const struct phub_config *cfg, unsig
 		if (other->ipv4 == port->ipv4) {
 			ipv4_text(port->ipv4, addr, sizeof(addr));
 			snprintf(path, sizeof(path), "ports[%u].ipv4", i);
-			return cfg_error_at(ctx, path, "address %s is also ports[%u].ipv4", addr, j);
+			return cfg_error_at(ctx, path, "address %s is also ports[%u].ipv4", addr,
+					    j);
 		}
 	}
 	snprintf(path, sizeof(path), "ports[%u].device", i);
@@ -214,8 +215,8 @@ validate_port_lcores(struct cfg_ctx *ctx, const struct phub_config *cfg, unsigne
 		snprintf(path, sizeof(path), "ports[%u].lcores[%u]", i, q);
 		for (unsigned int r = 0; r < q; r++) {
 			if (port->lcores[r] == lcore)
-				return cfg_error_at(ctx, path, "lcore %u is listed twice in this port "
-						    "(also lcores[%u])", lcore, r);
+				return cfg_error_at(ctx, path, "lcore %u is listed twice in "
+						    "this port (also lcores[%u])", lcore, r);
 		}
 		if (eal_index(cfg, lcore) < 0)
 			return cfg_error_at(ctx, path, "lcore %u is not in eal.lcores", lcore);
@@ -279,19 +280,21 @@ validate_sizes(struct cfg_ctx *ctx, const struct phub_config *cfg)
 			unsigned int fit = cfg->ports[i].mtu - PHUB_CONFIG_SEGMENT_OVERHEAD;
 
 			if (cfg->segment_bytes > fit)
-				return cfg_error_at(ctx, "segment_bytes", "%u does not fit ports[%u]: "
-						    "mtu %u carries at most %u bytes of segment",
-						    cfg->segment_bytes, i, cfg->ports[i].mtu, fit);
+				return cfg_error_at(ctx, "segment_bytes", "%u does not fit "
+						    "ports[%u]: mtu %u carries at most %u bytes of "
+						    "segment", cfg->segment_bytes, i,
+						    cfg->ports[i].mtu, fit);
 		}
 		if (cfg->segment_bytes > cfg->chunk_bytes)
-			return cfg_error_at(ctx, "segment_bytes", "%u is larger than chunk_bytes %u",
-					    cfg->segment_bytes, cfg->chunk_bytes);
+			return cfg_error_at(ctx, "segment_bytes", "%u is larger than "
+					    "chunk_bytes %u", cfg->segment_bytes, cfg->chunk_bytes);
 	}
 	/* Each pair blames the key that is written; when both are, the first named. */
 	if (cfg->window_bytes < cfg->chunk_bytes) {
 		if (cfg_has(ctx, "window_bytes"))
-			return cfg_error_at(ctx, "window_bytes", "%u is smaller than chunk_bytes %u: "
-					    "a worker could not have one chunk in flight",
+			return cfg_error_at(ctx, "window_bytes", "%u is smaller than "
+					    "chunk_bytes %u: a worker could not have one chunk in "
+					    "flight",
 					    cfg->window_bytes, cfg->chunk_bytes);
 		return cfg_error_at(ctx, "chunk_bytes", "%u is larger than window_bytes %u: a "
 				    "worker could not have one chunk in flight", cfg->chunk_bytes,
@@ -345,13 +348,13 @@ validate_jobs(struct cfg_ctx *ctx, const struct phub_config *cfg)
 		for (unsigned int j = 0; j < i; j++) {
 			if (strcmp(cfg->jobs[j].name, job->name) == 0) {
 				snprintf(path, sizeof(path), "jobs[%u].name", i);
-				return cfg_error_at(ctx, path, "job name \"%s\" is also jobs[%u].name",
-						    job->name, j);
+				return cfg_error_at(ctx, path, "job name \"%s\" is also "
+						    "jobs[%u].name", job->name, j);
 			}
 			if (cfg->jobs[j].nonce == job->nonce) {
 				snprintf(path, sizeof(path), "jobs[%u].nonce", i);
-				return cfg_error_at(ctx, path, "the same nonce as jobs[%u]: each job "
-						    "needs its own secret", j);
+				return cfg_error_at(ctx, path, "the same nonce as jobs[%u]: "
+						    "each job needs its own secret", j);
 			}
 		}
 	}
@@ -414,8 +417,8 @@ cfg_validate(struct cfg_ctx *ctx, struct phub_config *cfg)
 		}
 	}
 	if (cfg->udp_base_port + n_data > 65535)
-		return cfg_error_at(ctx, "udp_base_port", "%u + %u data lcores runs past port 65535",
-				    cfg->udp_base_port, n_data);
+		return cfg_error_at(ctx, "udp_base_port", "%u + %u data lcores runs past port "
+				    "65535", cfg->udp_base_port, n_data);
 	rc = validate_sizes(ctx, cfg);
 	if (rc == 0)
 		rc = validate_jobs(ctx, cfg);

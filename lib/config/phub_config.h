@@ -46,7 +46,11 @@ extern "C" {
 /* Segments are whole cache lines so that aggregation never handles a partial vector. */
 #define PHUB_CONFIG_SEGMENT_ALIGN 64
 
-/* X-macros: each makes an enum and its names in the JSON (VPP's foreach_x_error idiom). */
+/*
+ * X-macros: each makes an enum and its names in the JSON (VPP's foreach_x_error idiom). Ids are
+ * meant to be pasted with ## (PHUB_CONFIG_DRIVER_##id): the driver id NULL would otherwise
+ * expand to the C macro.
+ */
 #define PHUB_CONFIG_FOREACH_DRIVER(_) \
 	_(MLX5, "mlx5") \
 	_(ICE, "ice") \
@@ -139,7 +143,7 @@ struct phub_config_driver {
 	uint16_t rx_desc_default;
 	uint16_t tx_desc_default;
 	uint16_t max_mtu;
-	uint16_t mbuf_size;			/* mbuf data room with headroom; 0: DPDK's default */
+	uint16_t mbuf_size;			/* data room with headroom; 0: DPDK's default */
 	bool rx_checksum;
 	bool tx_checksum;
 	bool multi_seg;
@@ -150,7 +154,7 @@ struct phub_config_driver {
 /* An EAL lcore: eal.lcores[i]. */
 struct phub_config_lcore {
 	uint16_t id;		/* EAL lcore id */
-	uint16_t cpu;		/* the CPU it is pinned to: id itself unless written "id@cpu" */
+	uint16_t cpu;		/* its CPU: the id itself unless written "id@cpu" */
 	int16_t numa_node;	/* of that CPU, from sysfs; -1 when unknown */
 	int16_t data_index;	/* index among the sorted data lcores; -1: main or unused */
 };
@@ -168,8 +172,8 @@ struct phub_config_eal {
 
 struct phub_config_port {
 	enum phub_config_driver_id driver;
-	bool is_pci;			/* device is a PCI address (normalised to dddd:bb:dd.f) */
-	int16_t numa_node;		/* of the PCI device, from sysfs; -1 when unknown or vdev */
+	bool is_pci;			/* device is a PCI address, written dddd:bb:dd.f */
+	int16_t numa_node;		/* of the PCI device, from sysfs; -1: unknown or vdev */
 	uint32_t ipv4;			/* host byte order */
 	uint8_t prefix_len;
 	uint16_t mtu;
@@ -240,7 +244,7 @@ struct phub_config_peer {
 };
 
 /*
- * Everything the file says, with defaults filled in and derived tables built. About 40 KiB:
+ * Everything the file says, with defaults filled in and derived tables built. About 41 KiB:
  * keep it static or on the heap. Read-only once loaded; release with phub_config_free().
  */
 struct phub_config {
@@ -250,12 +254,12 @@ struct phub_config {
 	/* Sorted by port, then queue; one entry per (port, queue). */
 	uint16_t n_lcore_params;
 	struct phub_config_lcore_params lcore_params[PHUB_CONFIG_MAX_QUEUES];
-	/* The lcores that serve a port, in increasing order: data lcore k owns UDP port base+1+k. */
+	/* Lcores that serve a port, in increasing order: data lcore k has UDP port base + 1 + k. */
 	uint16_t n_data_lcores;
 	uint16_t data_lcores[PHUB_CONFIG_MAX_LCORES];
 	uint16_t udp_base_port;		/* the control port, served by the main lcore */
 	uint32_t chunk_bytes;
-	uint32_t segment_bytes;		/* effective: computed from the MTUs when written as 0 */
+	uint32_t segment_bytes;		/* effective: from the MTUs when written as 0 */
 	uint32_t window_bytes;
 	bool deterministic;
 	struct phub_config_idle idle;
@@ -269,7 +273,7 @@ struct phub_config {
 	bool telemetry_enabled;
 	/* The profiles of the drivers the ports use, indexed by driver id. */
 	struct phub_config_driver drivers[PHUB_CONFIG_DRIVER_COUNT];
-	char drivers_dir[PHUB_CONFIG_PATH_MAX];	/* as resolved; profile paths in messages use it */
+	char drivers_dir[PHUB_CONFIG_PATH_MAX];	/* as resolved, as messages show it */
 	char source[PHUB_CONFIG_PATH_MAX];	/* the name used in messages */
 };
 
