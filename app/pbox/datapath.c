@@ -120,6 +120,26 @@ pbox_finish_udp_csum(struct rte_mbuf *m, uint16_t head_l4_len, uint32_t payload_
 	udp->dgram_cksum = csum == 0 ? 0xffff : csum;
 }
 
+/* The UDP checksum over the pseudo-header and the datagram's own length sums to all ones. */
+static inline bool
+udp_csum_ok(const struct rte_ipv4_hdr *ip, const struct rte_udp_hdr *udp, uint16_t udp_len)
+{
+	struct {
+		rte_be32_t src;
+		rte_be32_t dst;
+		uint8_t zero;
+		uint8_t proto;
+		rte_be16_t len;
+	} __rte_packed pseudo = {
+		.src = ip->src_addr, .dst = ip->dst_addr, .proto = IPPROTO_UDP,
+		.len = rte_cpu_to_be_16(udp_len),
+	};
+	uint32_t sum = (uint32_t)rte_raw_cksum(&pseudo, sizeof(pseudo)) + rte_raw_cksum(udp, udp_len);
+
+	sum = (sum & 0xffff) + (sum >> 16);
+	return sum == 0xffff;
+}
+
 static void
 handle_arp(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi)
 {
@@ -441,7 +461,7 @@ handle_frame(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi, bool handed
 		net_drop(lc, m, PBOX_NET_DROP_NOT_FOR_US);
 		return;
 	}
-	if (rte_ipv4_frag_pkt_is_fragmented(ip)) {
+	if (ip->fragment_offset & RTE_BE16(RTE_IPV4_HDR_MF_FLAG | RTE_IPV4_HDR_OFFSET_MASK)) {
 		net_drop(lc, m, PBOX_NET_DROP_IP_FRAGMENT);
 		return;
 	}
@@ -464,8 +484,7 @@ handle_frame(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi, bool handed
 		uint64_t l4 = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
 
 		if (l4 == RTE_MBUF_F_RX_L4_CKSUM_BAD ||
-		    (l4 != RTE_MBUF_F_RX_L4_CKSUM_GOOD &&
-		     rte_ipv4_udptcp_cksum_verify(ip, udp) != 0)) {
+		    (l4 != RTE_MBUF_F_RX_L4_CKSUM_GOOD && !udp_csum_ok(ip, udp, udp_len))) {
 			net_drop(lc, m, PBOX_NET_DROP_BAD_UDP_CSUM);
 			return;
 		}

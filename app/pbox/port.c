@@ -9,6 +9,7 @@
 #include <rte_lcore.h>
 #include <rte_malloc.h>
 #include <rte_mempool.h>
+#include <rte_thash.h>
 
 #include "pbox.h"
 #include "steer_tap.h"
@@ -263,6 +264,7 @@ port_setup(struct pbox *pb, unsigned int pi)
 	struct rte_eth_conf conf;
 	struct rte_eth_dev_info info;
 	uint16_t rx_desc = cp->rx_desc, tx_desc = cp->tx_desc;
+	uint32_t max_mtu;
 	int rc;
 
 	memset(&conf, 0, sizeof(conf));
@@ -283,7 +285,25 @@ port_setup(struct pbox *pb, unsigned int pi)
 		conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_UDP_CKSUM;
 		port->rx_l4_csum = true;
 	}
+	/* ethdev checks the frame (MTU + Ethernet header and CRC) against max_rx_pktlen. */
+	max_mtu = RTE_MIN((uint32_t)info.max_mtu,
+			info.max_rx_pktlen - RTE_ETHER_HDR_LEN - RTE_ETHER_CRC_LEN);
 	conf.rxmode.mtu = cp->mtu;
+	if (cp->mtu > max_mtu) {
+		/*
+		 * net_tap in DPDK 22.11 reports a 1522-byte frame limit but reads
+		 * whatever the kernel side's MTU lets through into our large mbufs; a
+		 * real NIC that cannot take the MTU is a configuration error.
+		 */
+		if (cp->is_pci) {
+			PBOX_LOG(ERR, "port %s (%s): MTU %u is above the device's maximum %u",
+					port->name, cp->device, cp->mtu, max_mtu);
+			return -EINVAL;
+		}
+		PBOX_LOG(NOTICE, "port %s: the PMD reports MTU at most %u; the kernel side of %s "
+				"carries MTU %u", port->name, max_mtu, cp->device, cp->mtu);
+		conf.rxmode.mtu = max_mtu;
+	}
 	if (drv->steering == PHUB_CONFIG_STEERING_RSS || drv->fallback == PHUB_CONFIG_STEERING_RSS) {
 		if (info.flow_type_rss_offloads & RTE_ETH_RSS_NONFRAG_IPV4_UDP) {
 			conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
@@ -317,9 +337,6 @@ port_setup(struct pbox *pb, unsigned int pi)
 			return rc;
 		}
 	}
-	rc = rte_eth_dev_set_mtu(port->port_id, cp->mtu);
-	if (rc != 0 && rc != -ENOTSUP)
-		PBOX_LOG(WARNING, "port %s: MTU %u: %s", port->name, cp->mtu, rte_strerror(-rc));
 	rc = rte_eth_dev_start(port->port_id);
 	if (rc != 0) {
 		PBOX_LOG(ERR, "port %s: start: %s", port->name, rte_strerror(-rc));

@@ -113,11 +113,13 @@ fi
 # The config: the exact schema for this rack.
 config=$(awk -F= '$1 == "config" { print $2 }' "/run/phub-vrack/$rack/state")
 check "the PBox config has the rack's values" python3 - "$config" "$rack" <<'PY'
-import json, sys
+import json, os, sys
 c = json.load(open(sys.argv[1]))
 rack = sys.argv[2]
+ncpu = os.cpu_count()
+lcores = [0] + [i if i < ncpu else "%d@%d" % (i, i % ncpu) for i in (1, 2)]
 assert set(c) == {"eal", "ports", "udp_base_port", "chunk_bytes", "idle", "jobs", "telemetry"}, c
-assert c["eal"] == {"lcores": [0, 1, 2], "main_lcore": 0, "memory_mb": 512, "no_huge": True,
+assert c["eal"] == {"lcores": lcores, "main_lcore": 0, "memory_mb": 512, "no_huge": True,
                     "file_prefix": "phub-" + rack, "extra_args": []}, c["eal"]
 assert len(c["ports"]) == 2
 for p, port in enumerate(c["ports"]):
