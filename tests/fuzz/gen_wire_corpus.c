@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Writes the seed corpus of fuzz_wire (tests/fuzz/corpus/wire/) with the library's own encoders:
+ * a valid datagram of every opcode, split JOIN and JOIN_ACK, bare bodies, and broken packets.
+ * Not a test; run it when the wire format changes and commit the result:
+ *
+ *   ninja -C build && cc -std=c11 -D_GNU_SOURCE -Ilib/wire tests/fuzz/gen_wire_corpus.c \
+ *       build/lib/wire/libphub_wire.a -o build/gen_wire_corpus && \
+ *       build/gen_wire_corpus tests/fuzz/corpus/wire
+ */
+
+#include <endian.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "phub_wire.h"
+
+static const char *dir;
+static unsigned int written;
+
+static void
+save(const char *name, const void *buf, int len)
+{
+	char path[4096];
+	FILE *f;
+
+	if (len < 0) {
+		fprintf(stderr, "gen_wire_corpus: %s: encode failed (%d)\n", name, len);
+		exit(EXIT_FAILURE);
+	}
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "wb");
+	if (f == NULL || fwrite(buf, 1, (size_t)len, f) != (size_t)len || fclose(f) != 0) {
+		perror(path);
+		exit(EXIT_FAILURE);
+	}
+	written++;
+}
+
+static void
+put32(uint8_t *p, size_t off, uint32_t v)
+{
+	v = htobe32(v);
+	memcpy(p + off, &v, sizeof(v));
+}
+
+static int
+data_msg(uint8_t *buf, uint8_t opcode, uint8_t flags, uint8_t dtype, uint32_t n)
+{
+	static uint8_t payload[4096];
+	struct phub_wire_msg m;
+
+	for (size_t i = 0; i < sizeof(payload); i++)
+		payload[i] = (uint8_t)(i * 37 + 11);
+	phub_wire_msg_init(&m, opcode);
+	m.flags |= flags;
+	m.job_id = 3;
+	m.session_token = 0x0badc0ffee0ddf00ull;
+	m.worker_rank = 1;
+	m.chunk_id = 17;
+	m.iteration = 42;
+	m.elem_offset = 352;
+	m.elem_count = n;
+	m.aux = 7;
+	m.seg_index = 1;
+	m.seg_count = 2;
+	if (dtype != PHUB_WIRE_DTYPE_NONE) {
+		m.dtype = dtype;
+		m.payload = payload;
+		m.payload_len = (uint16_t)(n * phub_wire_dtype_size(dtype));
+	}
+	return phub_wire_encode(buf, PHUB_WIRE_MAX_DATAGRAM, &m);
+}
+
+int
+main(int argc, char **argv)
+{
+	static uint8_t buf[PHUB_WIRE_MAX_DATAGRAM];
+	static struct phub_wire_key keys[400];
+	static uint16_t map[1500];
+	static const struct phub_wire_endpoint eps[] = {
+		{ 0, 7000 }, { 0x0a000002, 7001 }, { 0x0a000002, 7002 },
+	};
+	struct phub_wire_join_params jp;
+	struct phub_wire_join_ack_params ap;
+	struct phub_wire_msg m;
+	char name[64];
+	int len, segs;
+
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s corpus-dir\n", argv[0]);
+		return EXIT_FAILURE;
+	}
+	dir = argv[1];
+
+	/* Data opcodes, each dtype, with and without checksum. */
+	save("push_fp32.bin", buf, data_msg(buf, PHUB_WIRE_OP_PUSH, 0, PHUB_WIRE_DTYPE_FP32, 16));
+	save("push_fp32_csum.bin", buf,
+			data_msg(buf, PHUB_WIRE_OP_PUSH, PHUB_WIRE_F_CSUM, PHUB_WIRE_DTYPE_FP32, 32));
+	save("push_fp16_retransmit.bin", buf, data_msg(buf, PHUB_WIRE_OP_PUSH,
+			PHUB_WIRE_F_RETRANSMIT, PHUB_WIRE_DTYPE_FP16, 48));
+	save("push_bf16_1500.bin", buf, data_msg(buf, PHUB_WIRE_OP_PUSH, PHUB_WIRE_F_CSUM,
+			PHUB_WIRE_DTYPE_BF16, 704));
+	save("model_fp32_replay.bin", buf, data_msg(buf, PHUB_WIRE_OP_MODEL, PHUB_WIRE_F_REPLAY,
+			PHUB_WIRE_DTYPE_FP32, 16));
+	save("model_fp32_csum.bin", buf, data_msg(buf, PHUB_WIRE_OP_MODEL, PHUB_WIRE_F_CSUM,
+			PHUB_WIRE_DTYPE_FP32, 64));
+	save("ring_reduce.bin", buf, data_msg(buf, PHUB_WIRE_OP_RING_REDUCE, PHUB_WIRE_F_CSUM,
+			PHUB_WIRE_DTYPE_FP32, 16));
+	save("ring_gather.bin", buf, data_msg(buf, PHUB_WIRE_OP_RING_GATHER, 0,
+			PHUB_WIRE_DTYPE_FP16, 16));
+	save("ack.bin", buf, data_msg(buf, PHUB_WIRE_OP_ACK, 0, PHUB_WIRE_DTYPE_NONE, 352));
+	save("ack_csum.bin", buf, data_msg(buf, PHUB_WIRE_OP_ACK, PHUB_WIRE_F_CSUM,
+			PHUB_WIRE_DTYPE_NONE, 352));
+	save("pull.bin", buf, data_msg(buf, PHUB_WIRE_OP_PULL, PHUB_WIRE_F_RETRANSMIT,
+			PHUB_WIRE_DTYPE_NONE, 1000));
+	save("ring_ack.bin", buf, data_msg(buf, PHUB_WIRE_OP_RING_ACK, 0, PHUB_WIRE_DTYPE_NONE, 16));
+
+	/* Session opcodes. */
+	phub_wire_msg_init(&m, PHUB_WIRE_OP_LEAVE);
+	m.job_id = 3;
+	m.session_token = 99;
+	m.iteration = 1000;
+	save("leave.bin", buf, phub_wire_encode(buf, sizeof(buf), &m));
+	m.opcode = PHUB_WIRE_OP_LEAVE_ACK;
+	m.flags |= PHUB_WIRE_F_CSUM;
+	save("leave_ack_csum.bin", buf, phub_wire_encode(buf, sizeof(buf), &m));
+	phub_wire_msg_init(&m, PHUB_WIRE_OP_PING);
+	m.aux = 12;
+	m.payload = (const uint8_t *)"probe-payload";
+	m.payload_len = 13;
+	save("ping_no_session.bin", buf, phub_wire_encode(buf, sizeof(buf), &m));
+	m.opcode = PHUB_WIRE_OP_PONG;
+	m.job_id = 3;
+	m.session_token = 99;
+	m.iteration = 5;
+	m.flags |= PHUB_WIRE_F_CSUM;
+	save("pong_csum.bin", buf, phub_wire_encode(buf, sizeof(buf), &m));
+
+	/* JOIN: one datagram, and a 400-key layout split at MTU 1500. */
+	memset(&jp, 0, sizeof(jp));
+	strcpy(jp.join.name, "bert-large");
+	jp.join.nonce = 0x0123456789abcdefull;
+	jp.join.rank = 2;
+	jp.join.world_size = 8;
+	jp.join.dtype = PHUB_WIRE_DTYPE_BF16;
+	jp.join.optimizer = PHUB_WIRE_OPT_ADAMW;
+	jp.join.join_flags = PHUB_WIRE_JOIN_F_CSUM;
+	jp.join.hyper = (struct phub_wire_hyper){ 1e-3f, 0.0f, 0.01f, 0.9f, 0.999f, 1e-8f };
+	for (uint32_t i = 0; i < 400; i++)
+		keys[i] = (struct phub_wire_key){ i, 1024 + i * 16 };
+	jp.keys = keys;
+	jp.key_count = 3;
+	save("join_small.bin", buf, phub_wire_join_write(buf, sizeof(buf), &jp, 1500, 0));
+	jp.key_count = 400;
+	jp.flags = PHUB_WIRE_F_CSUM;
+	segs = phub_wire_join_segments(&jp, 1500);
+	for (int s = 0; s < segs; s++) {
+		snprintf(name, sizeof(name), "join_split_%d_of_%d.bin", s, segs);
+		save(name, buf, phub_wire_join_write(buf, sizeof(buf), &jp, 1500, (uint16_t)s));
+	}
+	len = phub_wire_join_write(buf, sizeof(buf), &jp, 1500, 0);
+	save("body_join.bin", buf + PHUB_WIRE_HDR_LEN, len - PHUB_WIRE_HDR_LEN);
+
+	/* JOIN_ACK: one datagram, and a 1500-chunk map split at MTU 1500. */
+	memset(&ap, 0, sizeof(ap));
+	ap.ack = (struct phub_wire_join_ack){ 3, 0, 32768, 352 };
+	ap.session_token = 0x0badc0ffee0ddf00ull;
+	ap.rank = 2;
+	ap.endpoints = eps;
+	ap.endpoint_count = 3;
+	for (uint32_t i = 0; i < 1500; i++)
+		map[i] = (uint16_t)(i % 3);
+	ap.chunk_endpoints = map;
+	ap.total_chunks = 5;
+	save("join_ack_small.bin", buf, phub_wire_join_ack_write(buf, sizeof(buf), &ap, 1500, 0));
+	ap.total_chunks = 1500;
+	ap.flags = PHUB_WIRE_F_CSUM;
+	segs = phub_wire_join_ack_segments(&ap, 1500);
+	for (int s = 0; s < segs; s++) {
+		snprintf(name, sizeof(name), "join_ack_split_%d_of_%d.bin", s, segs);
+		save(name, buf, phub_wire_join_ack_write(buf, sizeof(buf), &ap, 1500, (uint16_t)s));
+	}
+	len = phub_wire_join_ack_write(buf, sizeof(buf), &ap, 1500, 0);
+	save("body_join_ack.bin", buf + PHUB_WIRE_HDR_LEN, len - PHUB_WIRE_HDR_LEN);
+
+	/* ERROR, and its bare body. */
+	phub_wire_msg_init(&m, PHUB_WIRE_OP_PUSH);
+	m.job_id = 3;
+	m.session_token = 99;
+	m.chunk_id = 4;
+	m.iteration = 9;
+	len = phub_wire_error_write(buf, sizeof(buf), &m, PHUB_WIRE_ERR_BAD_SESSION,
+			"session token unknown \xe2\x80\x94 join again");
+	save("error.bin", buf, len);
+	save("body_error.bin", buf + PHUB_WIRE_HDR_LEN, len - PHUB_WIRE_HDR_LEN);
+	save("error_join_no_session.bin", buf, phub_wire_error_write(buf, sizeof(buf), NULL,
+			PHUB_WIRE_ERR_BAD_NONCE, "nonce does not match the job's"));
+
+	/* A PUSH from a later version with an 8-byte header extension. */
+	len = data_msg(buf + 8, PHUB_WIRE_OP_PUSH, 0, PHUB_WIRE_DTYPE_FP32, 16);
+	memmove(buf, buf + 8, PHUB_WIRE_HDR_LEN);
+	memset(buf + PHUB_WIRE_HDR_LEN, 0xee, 8);
+	buf[offsetof(struct phub_wire_hdr, hdr_len)] = PHUB_WIRE_HDR_LEN + 8;
+	save("push_hdr_ext.bin", buf, len + 8);
+
+	/* Broken packets, one defect each. */
+	len = data_msg(buf, PHUB_WIRE_OP_PUSH, PHUB_WIRE_F_CSUM, PHUB_WIRE_DTYPE_FP32, 16);
+	buf[PHUB_WIRE_HDR_LEN + 3] ^= 0x40;
+	save("bad_csum.bin", buf, len);
+	len = data_msg(buf, PHUB_WIRE_OP_PUSH, 0, PHUB_WIRE_DTYPE_FP32, 16);
+	save("truncated_push.bin", buf, len - 5);
+	save("truncated_header.bin", buf, 30);
+	buf[0] = 'G';
+	save("bad_magic.bin", buf, len);
+	len = data_msg(buf, PHUB_WIRE_OP_ACK, 0, PHUB_WIRE_DTYPE_NONE, 16);
+	buf[offsetof(struct phub_wire_hdr, opcode)] = 0x4a;
+	save("reserved_opcode.bin", buf, len);
+	len = data_msg(buf, PHUB_WIRE_OP_ACK, 0, PHUB_WIRE_DTYPE_NONE, 16);
+	put32(buf, offsetof(struct phub_wire_hdr, elem_offset), 0xfffffff8u);
+	save("elem_range.bin", buf, len);
+	len = data_msg(buf, PHUB_WIRE_OP_PUSH, 0, PHUB_WIRE_DTYPE_FP32, 16);
+	put32(buf, offsetof(struct phub_wire_hdr, elem_count), 15);
+	save("elem_count_mismatch.bin", buf, len);
+	jp.key_count = 2;
+	jp.flags = 0;
+	len = phub_wire_join_write(buf, sizeof(buf), &jp, 1500, 0);
+	memset(buf + PHUB_WIRE_HDR_LEN, 'x', PHUB_WIRE_JOB_NAME_LEN);
+	save("join_name_unterminated.bin", buf, len);
+
+	printf("gen_wire_corpus: %u files in %s\n", written, dir);
+	return EXIT_SUCCESS;
+}
