@@ -160,8 +160,8 @@ phub_bench_reference_key(struct phub_bench_verifier *v, uint32_t key, uint32_t n
 }
 
 void
-phub_bench_verify_key(struct phub_bench_verifier *v, uint32_t key, uint32_t n_elems,
-		const void *model, struct phub_bench_verify_result *res)
+phub_bench_verify_range(struct phub_bench_verifier *v, uint32_t key, uint64_t first,
+		uint64_t n_elems, const void *model, struct phub_bench_verify_result *res)
 {
 	const struct phub_bench_pattern *pat = v->p.pattern;
 	bool exact = phub_bench_verify_exact(v->p.optimizer.type);
@@ -171,11 +171,11 @@ phub_bench_verify_key(struct phub_bench_verifier *v, uint32_t key, uint32_t n_el
 	size_t n, i;
 
 	phub_bench_verify_tolerance(pat->dtype, &rtol, &atol);
-	for (off = 0; off < n_elems; off += n) {
-		const char *got_raw = (const char *)model + off * es;
+	for (off = first; off < first + n_elems; off += n) {
+		const char *got_raw = (const char *)model + (off - first) * es;
 		float *want = v->acc;	/* free after reference_block() */
 
-		n = n_elems - off < VERIFY_BLOCK ? n_elems - off : VERIFY_BLOCK;
+		n = first + n_elems - off < VERIFY_BLOCK ? first + n_elems - off : VERIFY_BLOCK;
 		reference_block(v, key, off, n);
 		v->k->first(v->got, got_raw, pat->dtype, n);
 		v->k->first(want, v->out, pat->dtype, n);
@@ -207,4 +207,11 @@ phub_bench_verify_key(struct phub_bench_verifier *v, uint32_t key, uint32_t n_el
 			res->mismatches++;
 		}
 	}
+}
+
+void
+phub_bench_verify_key(struct phub_bench_verifier *v, uint32_t key, uint32_t n_elems,
+		const void *model, struct phub_bench_verify_result *res)
+{
+	phub_bench_verify_range(v, key, 0, n_elems, model, res);
 }

@@ -131,6 +131,10 @@ void phub_bench_verifier_free(struct phub_bench_verifier *v);
 void phub_bench_verify_key(struct phub_bench_verifier *v, uint32_t key, uint32_t n_elems,
 		const void *model, struct phub_bench_verify_result *res);
 
+/* The same for elements [first, first + n) of key; model points at element first. */
+void phub_bench_verify_range(struct phub_bench_verifier *v, uint32_t key, uint64_t first,
+		uint64_t n, const void *model, struct phub_bench_verify_result *res);
+
 /* The reference alone: key's model after the iterations into out (n_elems in the dtype). */
 void phub_bench_reference_key(struct phub_bench_verifier *v, uint32_t key, uint32_t n_elems,
 		void *out);
