@@ -481,8 +481,8 @@ static_assert(sizeof(struct phub_wire_key_entry) == 8, "key entry is 8 bytes");
 
 /*
  * JOIN_ACK body, 32 bytes, then endpoint_count endpoints of 8 bytes, then chunk_count u16
- * endpoint indices, one per chunk from first_chunk on. The fixed fields come first (the brief
- * order put the endpoint table before the chunk counts) so that the fixed part has fixed offsets.
+ * endpoint indices, one per chunk from first_chunk on. Every fixed field, the chunk counts
+ * included, comes before the variable endpoint table, so that all of them have fixed offsets.
  * Every datagram repeats the fixed part and the whole endpoint table: each is usable alone.
  *
  *  0                   1                   2                   3

@@ -14,9 +14,13 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static uint8_t out[PHUB_WIRE_MAX_DATAGRAM + 64];
-static struct phub_wire_key merge_keys[1 << 14];
-static struct phub_wire_endpoint merge_eps[1 << 10];
-static uint16_t merge_map[1 << 14];
+#define N_KEYS (1u << 14)
+#define N_EPS (1u << 10)
+#define N_CHUNKS (1u << 14)
+
+static struct phub_wire_key merge_keys[N_KEYS];
+static struct phub_wire_endpoint merge_eps[N_EPS];
+static uint16_t merge_map[N_CHUNKS];
 
 /* A property that does not hold is a bug: crash so that libFuzzer and the replay report it. */
 static void
@@ -67,7 +71,7 @@ fuzz_datagram(const uint8_t *data, size_t size)
 		struct phub_wire_join_seg js;
 
 		require(phub_wire_join_parse(m.payload, m.payload_len, &js) == PHUB_DROP_OK);
-		phub_wire_join_merge_init(&jm, merge_keys, sizeof(merge_keys) / sizeof(merge_keys[0]));
+		phub_wire_join_merge_init(&jm, merge_keys, N_KEYS);
 		n = phub_wire_join_merge_add(&jm, &m, &js);
 		require(n == -ENOSPC || n == (js.key_count == js.total_keys));
 	} else if (m.opcode == PHUB_WIRE_OP_JOIN_ACK) {
@@ -75,8 +79,7 @@ fuzz_datagram(const uint8_t *data, size_t size)
 		struct phub_wire_join_ack_seg as;
 
 		require(phub_wire_join_ack_parse(m.payload, m.payload_len, &as) == PHUB_DROP_OK);
-		phub_wire_join_ack_merge_init(&am, merge_eps, sizeof(merge_eps) / sizeof(merge_eps[0]),
-				merge_map, sizeof(merge_map) / sizeof(merge_map[0]));
+		phub_wire_join_ack_merge_init(&am, merge_eps, N_EPS, merge_map, N_CHUNKS);
 		n = phub_wire_join_ack_merge_add(&am, &m, &as);
 		require(n == -ENOSPC || n == (as.chunk_count == as.total_chunks));
 	}

@@ -96,8 +96,8 @@ main(int argc, char **argv)
 
 	/* Data opcodes, each dtype, with and without checksum. */
 	save("push_fp32.bin", buf, data_msg(buf, PHUB_WIRE_OP_PUSH, 0, PHUB_WIRE_DTYPE_FP32, 16));
-	save("push_fp32_csum.bin", buf,
-			data_msg(buf, PHUB_WIRE_OP_PUSH, PHUB_WIRE_F_CSUM, PHUB_WIRE_DTYPE_FP32, 32));
+	save("push_fp32_csum.bin", buf, data_msg(buf, PHUB_WIRE_OP_PUSH, PHUB_WIRE_F_CSUM,
+			PHUB_WIRE_DTYPE_FP32, 32));
 	save("push_fp16_retransmit.bin", buf, data_msg(buf, PHUB_WIRE_OP_PUSH,
 			PHUB_WIRE_F_RETRANSMIT, PHUB_WIRE_DTYPE_FP16, 48));
 	save("push_bf16_1500.bin", buf, data_msg(buf, PHUB_WIRE_OP_PUSH, PHUB_WIRE_F_CSUM,
@@ -115,7 +115,8 @@ main(int argc, char **argv)
 			PHUB_WIRE_DTYPE_NONE, 352));
 	save("pull.bin", buf, data_msg(buf, PHUB_WIRE_OP_PULL, PHUB_WIRE_F_RETRANSMIT,
 			PHUB_WIRE_DTYPE_NONE, 1000));
-	save("ring_ack.bin", buf, data_msg(buf, PHUB_WIRE_OP_RING_ACK, 0, PHUB_WIRE_DTYPE_NONE, 16));
+	save("ring_ack.bin", buf, data_msg(buf, PHUB_WIRE_OP_RING_ACK, 0, PHUB_WIRE_DTYPE_NONE,
+			16));
 
 	/* Session opcodes. */
 	phub_wire_msg_init(&m, PHUB_WIRE_OP_LEAVE);

@@ -520,6 +520,50 @@ START_TEST(test_encoder_refuses_invalid_message_and_small_buffer)
 }
 END_TEST
 
+static const uint8_t opcode_use[] = {
+#define OPCODE_USE(n, v, s, u, pl) u,
+	PHUB_WIRE_OPCODES(OPCODE_USE)
+#undef OPCODE_USE
+};
+
+START_TEST(test_fields_an_opcode_does_not_use_must_be_zero)
+{
+	static uint8_t buf[BUF_SIZE];
+	uint8_t use = opcode_use[_i];
+	struct phub_wire_msg base, m;
+	size_t len = make_opcode(buf, all_opcodes[_i], 0);
+	int unused = 0;
+
+	ck_assert_int_eq(phub_wire_parse(buf, len, &base), PHUB_DROP_OK);
+	for (int f = 0; f < 6; f++) {
+		uint8_t bit = (uint8_t[]){ PHUB_WIRE_USE_JOB, PHUB_WIRE_USE_TOKEN,
+			PHUB_WIRE_USE_CHUNK, PHUB_WIRE_USE_ITER, PHUB_WIRE_USE_ELEMS,
+			PHUB_WIRE_USE_AUX }[f];
+
+		if (use & bit)
+			continue;
+		unused++;
+		m = base;
+		switch (f) {
+		case 0: m.job_id = 1; break;
+		case 1: m.session_token = 1; break;
+		case 2: m.chunk_id = 1; break;
+		case 3: m.iteration = 1; break;
+		case 4: m.elem_offset = 1; break;
+		default: m.aux = 1; break;
+		}
+		ck_assert_msg(phub_wire_msg_check(&m) == PHUB_DROP_UNUSED_FIELD, "%s field %d",
+				phub_wire_opcode_name(all_opcodes[_i]), f);
+		ck_assert_int_eq(phub_wire_encode(buf, BUF_SIZE, &m), -EINVAL);
+	}
+	/* Data opcodes use every field; JOIN, before any session, uses none of them. */
+	if (use & PHUB_WIRE_USE_RANGE)
+		ck_assert_int_eq(unused, 0);
+	if (all_opcodes[_i] == PHUB_WIRE_OP_JOIN)
+		ck_assert_int_eq(unused, 6);
+}
+END_TEST
+
 /* ---- one defect per drop reason ---- */
 
 /* Valid datagrams the defect cases start from. */
@@ -1181,6 +1225,7 @@ phub_wire_suite(void)
 	tc = tcase_create("round_trip");
 	tcase_add_loop_test(tc, test_every_opcode_survives_encode_parse_encode, 0, N_OPCODES);
 	tcase_add_loop_test(tc, test_every_opcode_survives_round_trip_with_checksum, 0, N_OPCODES);
+	tcase_add_loop_test(tc, test_fields_an_opcode_does_not_use_must_be_zero, 0, N_OPCODES);
 	tcase_add_test(tc, test_push_fields_and_payload_are_read_back_in_host_order);
 	tcase_add_test(tc, test_receiver_skips_a_longer_header);
 	tcase_add_test(tc, test_header_only_encode_matches_full_encode_for_shared_payload);
