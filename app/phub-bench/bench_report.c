@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -163,6 +164,22 @@ ascii_string(const char *text)
 	return json_string(buf);
 }
 
+/* A float parameter as written on the command line (0.01, not 0.009999999776). */
+static json_t *
+real_f(float x)
+{
+	char buf[32];
+	int digits;
+
+	/* The shortest decimal that reads back as the same float; 9 digits always do. */
+	for (digits = 6; digits <= 9; digits++) {
+		snprintf(buf, sizeof(buf), "%.*g", digits, (double)x);
+		if (strtof(buf, NULL) == x)
+			break;
+	}
+	return real(strtod(buf, NULL));
+}
+
 static json_t *
 worker_json(const struct phub_bench_worker_result *r, uint64_t xbytes, bool *ok)
 {
@@ -225,12 +242,12 @@ phub_bench_report_json(const struct phub_bench_run *run, const struct phub_bench
 	set(root, "iterations", json_integer(run->iterations), &ok);
 	set(root, "warmup", json_integer(run->warmup), &ok);
 	set(root, "optimizer", json_string(phub_opt_type_name(run->optimizer.type)), &ok);
-	set(opt, "lr", real(run->optimizer.lr), &ok);
-	set(opt, "momentum", real(run->optimizer.momentum), &ok);
-	set(opt, "weight_decay", real(run->optimizer.weight_decay), &ok);
-	set(opt, "beta1", real(run->optimizer.beta1), &ok);
-	set(opt, "beta2", real(run->optimizer.beta2), &ok);
-	set(opt, "eps", real(run->optimizer.eps), &ok);
+	set(opt, "lr", real_f(run->optimizer.lr), &ok);
+	set(opt, "momentum", real_f(run->optimizer.momentum), &ok);
+	set(opt, "weight_decay", real_f(run->optimizer.weight_decay), &ok);
+	set(opt, "beta1", real_f(run->optimizer.beta1), &ok);
+	set(opt, "beta2", real_f(run->optimizer.beta2), &ok);
+	set(opt, "eps", real_f(run->optimizer.eps), &ok);
 	set(root, "optimizer_params", opt, &ok);
 	opt = NULL;
 	if (run->server != NULL)

@@ -310,8 +310,12 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 	if (h == NULL) {
 		int e = errno;
 
-		fail(&w, -e, "cannot join job '%s' at %s:%u: %s%s%s", cfg->job, cfg->server,
-			cfg->port, strerror(e), err[0] != '\0' ? ": " : "", err);
+		/* libphub's reason names the PBox, the job and the rank already. */
+		if (err[0] != '\0')
+			fail(&w, -e, "cannot join (%s): %s", strerror(e), err);
+		else
+			fail(&w, -e, "cannot join job '%s' at %s:%u: %s", cfg->job, cfg->server,
+				cfg->port, strerror(e));
 		goto out;
 	}
 	/* Fault the model's pages in now rather than in the first exchange. */

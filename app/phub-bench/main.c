@@ -516,9 +516,9 @@ print_progress(const struct options *o, const struct child *kids, unsigned int n
 		fprintf(stderr, "phub-bench: %u of %u worker(s) joining job '%s' at %s:%u\n",
 			joining, n, c->job, c->server, c->port);
 	else if (running > 0)
-		fprintf(stderr, "phub-bench: iteration %u/%u, %.1f exchanges/s, %" PRIu64
-			" retransmits, %" PRIu64 " pulls\n", it_min, c->iterations, rate, retr,
-			pulls);
+		fprintf(stderr, "phub-bench: iteration %u/%u%s, %.1f exchanges/s, %" PRIu64
+			" retransmits, %" PRIu64 " pulls\n", it_min, c->iterations,
+			it_min < c->warmup ? " (warm-up)" : "", rate, retr, pulls);
 	else if (verifying > 0)
 		fprintf(stderr, "phub-bench: verifying, %.0f%% of the models checked\n",
 			100.0 * (double)verified / ((double)c->layout->total_elems * verifying));
@@ -558,6 +558,7 @@ static void
 supervise(const struct options *o, struct child *kids, unsigned int n, char *reason,
 		size_t reason_len)
 {
+	int died = -1;		/* the first worker that vanished without a result */
 	double stall_s = o->timeout_s;
 	double connect_s = o->cfg.connect_timeout_ms / 1000.0 + 5;
 	double next_print = bench_now() + 1;
@@ -615,8 +616,8 @@ supervise(const struct options *o, struct child *kids, unsigned int n, char *rea
 			if (ch->have_result && ch->res.status != 0) {
 				snprintf(reason, reason_len, "%s", ch->res.error);
 			} else if (ch->fd < 0 && !ch->have_result) {
-				snprintf(reason, reason_len, "rank %u died after %u exchange(s)",
-					ch->rank, ch->prog.iteration);
+				/* Said once reaped, when how it ended is known. */
+				died = (int)i;
 			} else if (!ch->have_result && now - ch->last_change > limit) {
 				snprintf(reason, reason_len, "rank %u made no progress for %.0f s"
 					" (phase %u, %u exchange(s) done): stopped", ch->rank,
@@ -649,8 +650,10 @@ supervise(const struct options *o, struct child *kids, unsigned int n, char *rea
 out:
 	for (i = 0; i < n; i++) {
 		child_close(&kids[i]);
-		describe_loss(&kids[i], kids[i].killed);
+		describe_loss(&kids[i], kids[i].killed && (int)i != died);
 	}
+	if (died >= 0)
+		snprintf(reason, reason_len, "%s", kids[died].res.error);
 	free(pfd);
 	free(map);
 }
@@ -673,10 +676,13 @@ print_table(const struct phub_bench_run *run,
 	printf("phub-bench: %s lr %g; %u iterations, the first %u not timed\n",
 		phub_opt_type_name(run->optimizer.type), (double)run->optimizer.lr,
 		run->iterations, run->warmup);
+	if (s->failed == n) {
+		printf("phub-bench: no worker finished (stderr says why)\n");
+		return;
+	}
 	printf("%5s %10s %10s %10s %9s %9s %8s %7s  %s\n", "rank", "exch/s", "goodput",
 		"wire", "p50", "p99", "retrans", "pulls", "verified");
-	printf("%5s %10s %10s %10s %9s %9s %8s %7s\n", "", "", "Gbit/s", "Gbit/s", "ms", "ms",
-		"", "");
+	printf("%5s %10s %10s %10s %9s %9s\n", "", "", "Gbit/s", "Gbit/s", "ms", "ms");
 	for (i = 0; i < n; i++) {
 		const struct phub_bench_worker_result *r = &kids[i].res;
 
@@ -691,13 +697,26 @@ print_table(const struct phub_bench_run *run,
 		s->exchanges_per_s, s->goodput_gbps, s->wire_gbps, s->p50_ms, s->p99_ms,
 		s->retransmits, s->pulls, s->verified ? "yes" : "NO");
 	phub_bench_verify_tolerance(run->dtype, &rtol, &atol);
-	if (phub_bench_verify_exact(run->optimizer.type))
+	if (s->failed > 0)
+		printf("phub-bench: not verified: %u of %u worker(s) failed\n", s->failed, n);
+	else if (phub_bench_verify_exact(run->optimizer.type))
 		printf("phub-bench: verification byte for byte against the scalar reference;"
 			" max abs error %g\n", s->max_abs_error);
 	else
 		printf("phub-bench: verification within %g + %g * |reference|; max abs error"
 			" %g%s\n", atol, rtol, s->max_abs_error, s->bitwise ? " (bitwise)" : "");
 	printf("phub-bench: job iterations/s %.2f (slowest worker)\n", s->job_iterations_per_s);
+}
+
+/* Workers that ran to the end but whose model is not the reference. */
+static unsigned int
+mismatched(const struct phub_bench_worker_result *r, unsigned int n)
+{
+	unsigned int i, bad = 0;
+
+	for (i = 0; i < n; i++)
+		bad += r[i].status == 0 && !r[i].verified;
+	return bad;
 }
 
 static int
@@ -878,11 +897,18 @@ main(int argc, char **argv)
 		print_table(&run, &sum, kids, n);
 	}
 	if (!sum.verified) {
-		for (i = 0; i < n; i++)
-			if (results[i].error[0] != '\0')
-				fprintf(stderr, "phub-bench: %s\n", results[i].error);
-		fprintf(stderr, "phub-bench: FAILED: %s\n", reason[0] != '\0' ? reason :
-			"not every worker's model matched the reference");
+		bool said = false;
+
+		for (i = 0; i < n; i++) {
+			if (results[i].error[0] == '\0')
+				continue;
+			fprintf(stderr, "phub-bench: %s\n", results[i].error);
+			said = said || strcmp(results[i].error, reason) == 0;
+		}
+		if (!said && reason[0] != '\0')
+			fprintf(stderr, "phub-bench: %s\n", reason);
+		fprintf(stderr, "phub-bench: FAILED: %u of %u worker(s) failed, %u model(s) differ"
+			" from the reference\n", sum.failed, n, mismatched(results, n));
 	}
 	status = sum.verified ? EXIT_SUCCESS : EXIT_FAILURE;
 out:

@@ -139,7 +139,7 @@ unreachable)
 	took=$(($(date +%s) - start))
 	[ "$rc" = 1 ] || fail "exit $rc, expected 1"
 	[ "$took" -le 20 ] || fail "took ${took}s to give up"
-	grep -q "cannot join job" "$tmp/bench.err" || fail "no clear error on stderr"
+	grep -q "cannot join" "$tmp/bench.err" || fail "no clear error on stderr"
 	json_check 'r["verified"] is False' '"cannot join" in r["error"]' \
 		'not any(w["ok"] for w in r["per_worker"])'
 	;;
