@@ -760,7 +760,7 @@ main(int argc, char **argv)
 	char reason[512] = "";
 	struct options o;
 	struct in_addr a;
-	unsigned int n, i;
+	unsigned int n = 0, i;
 	int status = EXIT_FAILURE;
 	int rc;
 

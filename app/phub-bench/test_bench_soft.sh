@@ -14,6 +14,8 @@
 #   wrong-nonce  rank 1 joins rank 0's job with another nonce: refused, exit 1
 #   worker-dies  a worker is killed mid-run: the parent says so and exits 1, no hang
 #   pbox-dies    the PBox is killed mid-run: the workers fail and the parent exits 1
+#   netns        the worker enters /run/netns/<prefix>0, where the soft PBox listens on its
+#                own loopback (root only; skipped otherwise); a missing namespace is an error
 # Exit 77 (skipped) when the soft PBox has not been built.
 
 set -u
@@ -28,10 +30,13 @@ shift 3
 tmp=$(mktemp -d /tmp/phub-bench-test.XXXXXX)
 pbox_pid=
 bg_pid=
+netns=
+pbox_wrap=
 
 cleanup() {
 	[ -n "$bg_pid" ] && kill -KILL "$bg_pid" 2>/dev/null
 	[ -n "$pbox_pid" ] && kill -TERM "$pbox_pid" 2>/dev/null && wait "$pbox_pid" 2>/dev/null
+	[ -n "$netns" ] && ip netns del "$netns"
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -46,7 +51,7 @@ fail() {
 
 # Start the soft PBox on ephemeral ports and learn its control port from its first line.
 start_pbox() {
-	"$soft" --port 0 --lcores 2 "$@" >"$tmp/pbox.out" 2>"$tmp/pbox.err" &
+	$pbox_wrap "$soft" --port 0 --lcores 2 "$@" >"$tmp/pbox.out" 2>"$tmp/pbox.err" &
 	pbox_pid=$!
 	for _ in $(seq 100); do
 		port=$(sed -n 's/.*control 127\.0\.0\.1:\([0-9]*\),.*/\1/p' "$tmp/pbox.out")
@@ -193,6 +198,28 @@ pbox-dies)
 	[ "$rc" = 1 ] || fail "exit $rc, expected 1 (124: the parent hung)"
 	json_check 'r["verified"] is False' 'all(not w["ok"] for w in r["per_worker"])' \
 		'r["per_worker"][0]["iterations"] > 0'
+	;;
+netns)
+	if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
+		echo "SKIP: needs root and ip(8)"
+		exit 77
+	fi
+	prefix="phb$$-w"
+	ip netns add "${prefix}0" || fail "cannot create a network namespace"
+	netns="${prefix}0"
+	ip -n "$netns" link set lo up || fail "cannot bring lo up in $netns"
+	# ip netns exec execs the program: $! is the soft PBox itself.
+	pbox_wrap="ip netns exec $netns"
+	start_pbox
+	bench --job "netns-$$" --workers 1 --netns-prefix "$prefix" --keys 4 \
+		--key-elems 1000 --json
+	[ "$rc" = 0 ] || fail "phub-bench exited $rc"
+	json_check 'r["verified"] is True'
+	bench --job "netns2-$$" --workers 1 --netns-prefix "nonexistent-$$-" --keys 1 \
+		--key-elems 10 --json
+	[ "$rc" = 1 ] || fail "exit $rc with a missing namespace, expected 1"
+	grep -q "cannot open network namespace /run/netns/nonexistent-$$-0" "$tmp/bench.err" ||
+		fail "the missing namespace is not named"
 	;;
 *)
 	fail "unknown case"
