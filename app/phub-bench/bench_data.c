@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The deterministic gradients and initial weights: windows of one shared pattern of exact values. */
+/* The deterministic gradients and initial weights: windows of a shared pattern, exact values. */
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The built-in model layouts (torchvision's parameter tensors in order), layout files, synthetic. */
+/* The built-in model layouts (torchvision's parameters in order), layout files, synthetic ones. */
 
 #include <errno.h>
 #include <stdio.h>
@@ -52,7 +52,7 @@ struct layer {
 #define BASIC_BLOCK_DS(p, i, o) \
 	BASIC_BLOCK(p, i, o), L_CONV(p ".downsample.0", i, o, 1, 1), L_BN(p ".downsample.1", o)
 
-/* Bottleneck: 1x1 down to width, 3x3, 1x1 up to 4 * width (torchvision puts the stride on the 3x3). */
+/* Bottleneck: 1x1 down to width, 3x3 (torchvision strides here), 1x1 up to 4 * width. */
 #define BOTTLENECK(p, i, w) \
 	L_CONV(p ".conv1", i, w, 1, 1), L_BN(p ".bn1", w), \
 	L_CONV(p ".conv2", w, w, 3, 3), L_BN(p ".bn2", w), \
@@ -343,7 +343,7 @@ phub_bench_layout_preset(const char *model)
 	for (k = 0; k < p->n_layers; k++) {
 		n = layer_expand(&p->layers[k], sizes, suffix);
 		for (j = 0; j < n; j++, n_keys++) {
-			/* The largest tensor of any preset (VGG's fc6, 102,760,448) fits 32 bits. */
+			/* The largest tensor of the presets (VGG's fc6, 102,760,448) fits. */
 			l->n_elems[n_keys] = (uint32_t)sizes[j];
 			if (asprintf(&l->names[n_keys], "%s%s", p->layers[k].name, suffix[j]) < 0) {
 				l->names[n_keys] = NULL;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* What phub-bench's parent and its worker processes share: the run's settings and the pipe records. */
+/* What phub-bench's parent and its workers share: the run's settings and the pipe records. */
 
 #ifndef PHUB_BENCH_PRIV_H
 #define PHUB_BENCH_PRIV_H

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The reference model (scalar kernels, ranks summed in order) and its comparison with the PBox's. */
+/* The reference model (scalar kernels, ranks summed in order) and the comparison with the PBox. */
 
 #include <errno.h>
 #include <math.h>
@@ -184,7 +184,8 @@ phub_bench_verify_range(struct phub_bench_verifier *v, uint32_t key, uint64_t fi
 			continue;
 		for (i = 0; i < n; i++) {
 			double err = fabs((double)v->got[i] - (double)want[i]);
-			bool same = memcmp(got_raw + i * es, (const char *)v->out + i * es, es) == 0;
+			const char *ref_raw = (const char *)v->out + i * es;
+			bool same = memcmp(got_raw + i * es, ref_raw, es) == 0;
 			bool bad;
 
 			if (same)

@@ -153,7 +153,7 @@ exchange(struct worker *w, struct phub *h, char *model, double *times)
 	w->prog.phase = BENCH_PHASE_RUNNING;
 	for (it = 1; it <= cfg->iterations; it++) {
 		if (it == cfg->warmup + 1) {
-			/* The warm-up is over: page faults, ARP and the first RTT estimates are paid. */
+			/* Warm-up over: page faults, ARP and the first RTT estimates are paid. */
 			phub_stats(h, &st0);
 			t_timed = bench_now();
 		}

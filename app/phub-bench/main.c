@@ -67,9 +67,9 @@ usage(FILE *f)
 	fprintf(f,
 		"usage: phub-bench --server IP --workers N (--model NAME | --layout FILE |\n"
 		"                  --keys N --key-elems E) [options]\n"
-		"  Emulated workers with zero compute (PHub 4.4): every worker pushes a whole model\n"
-		"  of gradients and pulls the model back, --iterations times, then checks the model\n"
-		"  against a reference computed locally.\n"
+		"  Emulated workers with zero compute (PHub 4.4): every worker pushes a whole\n"
+		"  model of gradients and pulls the model back, --iterations times, then checks\n"
+		"  the model against a reference computed locally.\n"
 		"  --server IP          the PBox's control address (IPv4)\n"
 		"  --port N             its control port (default %u)\n"
 		"  --workers N          workers in the job (world size)\n"
@@ -80,7 +80,7 @@ usage(FILE *f)
 	for (i = 0; i < phub_bench_preset_count(); i++)
 		fprintf(f, " %s", phub_bench_preset_name(i));
 	fprintf(f, "\n"
-		"  --layout FILE        a JSON list of key sizes in elements, [1024, 3, 9408, ...]\n"
+		"  --layout FILE        a JSON list of key sizes in elements: [1024, 3, 9408]\n"
 		"  --keys N --key-elems E   N keys of E elements\n"
 		"  --iterations K       exchanges per worker (default 10)\n"
 		"  --warmup W           first exchanges not timed (default 1)\n"
@@ -97,7 +97,7 @@ usage(FILE *f)
 		"  --csum               CRC32C on every datagram\n"
 		"  --connect-timeout-ms T   bound on joining (default 10000)\n"
 		"  --dead-ms T          PBox silent this long: the worker fails (default 10000)\n"
-		"  --timeout S          a worker making no progress for S s is stopped (default 120)\n"
+		"  --timeout S          stop a worker making no progress for S s (default 120)\n"
 		"  --json               one JSON object on stdout instead of the table\n"
 		"  --quiet              no progress lines on stderr\n"
 		"  --print-layout       print the keys (index, elements, name) and exit\n"

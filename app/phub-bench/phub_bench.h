@@ -100,7 +100,7 @@ struct phub_bench_verify_params {
 /* What one comparison found; phub_bench_verify_key() adds to it. */
 struct phub_bench_verify_result {
 	uint64_t checked;	/* elements compared */
-	uint64_t mismatches;	/* elements outside the tolerance (or not byte-equal when exact) */
+	uint64_t mismatches;	/* elements out of tolerance (not byte-equal when exact) */
 	uint64_t differing;	/* elements not byte-equal, within tolerance or not */
 	double max_abs_error;	/* largest |model - reference| */
 	uint32_t first_bad_key;	/* valid when mismatches > 0 */

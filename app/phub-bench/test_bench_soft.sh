@@ -129,8 +129,10 @@ json-shape)
 		'isinstance(r["retransmits"], int) and isinstance(r["pulls"], int)' \
 		'r["max_abs_error"] == 0' \
 		'[w["rank"] for w in r["per_worker"]] == [0, 1]' \
-		'all(w["timed_iterations"] == 4 and w["iterations"] == 6 for w in r["per_worker"])' \
-		'abs(sum(w["exchanges_per_s"] for w in r["per_worker"]) - r["exchanges_per_s"]) < 1e-6'
+		'all(w["timed_iterations"] == 4 for w in r["per_worker"])' \
+		'all(w["iterations"] == 6 for w in r["per_worker"])' \
+		'abs(sum(w["exchanges_per_s"] for w in r["per_worker"])
+		     - r["exchanges_per_s"]) < 1e-6'
 	# Without --json: a table on stdout, the same verdict.
 	bench --job "table-$$" --workers 1 --keys 2 --key-elems 100 --iterations 3
 	[ "$rc" = 0 ] || fail "phub-bench (table) exited $rc"

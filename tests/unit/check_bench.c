@@ -233,10 +233,12 @@ START_TEST(test_gradients_depend_on_rank_iteration_and_key)
 	ck_assert_ptr_nonnull(p);
 	for (r = 0; r < 16; r++) {
 		for (t = 1; t < 16; t++) {
-			ck_assert_uint_lt(phub_bench_grad_offset(r, t, 3), PHUB_BENCH_PATTERN_PERIOD);
-			same += phub_bench_grad_offset(r, t, 3) == phub_bench_grad_offset(r + 1, t, 3);
-			same += phub_bench_grad_offset(r, t, 3) == phub_bench_grad_offset(r, t + 1, 3);
-			same += phub_bench_grad_offset(r, t, 3) == phub_bench_grad_offset(r, t, 4);
+			uint32_t o = phub_bench_grad_offset(r, t, 3);
+
+			ck_assert_uint_lt(o, PHUB_BENCH_PATTERN_PERIOD);
+			same += o == phub_bench_grad_offset(r + 1, t, 3);
+			same += o == phub_bench_grad_offset(r, t + 1, 3);
+			same += o == phub_bench_grad_offset(r, t, 4);
 		}
 	}
 	/* 720 pairs over 65521 offsets: a coincidence or two at most. */
@@ -430,6 +432,15 @@ START_TEST(test_verify_sgd_rejects_a_one_ulp_difference)
 	ck_assert_float_eq(res.first_bad_want, nextafterf(model[777], -INFINITY));
 	ck_assert_double_gt(res.max_abs_error, 0);
 	ck_assert_double_lt(res.max_abs_error, 1e-7);
+	/* A range names elements by their index in the key. */
+	memset(&res, 0, sizeof(res));
+	phub_bench_verify_range(v, 0, 500, 500, model + 500, &res);
+	ck_assert_uint_eq(res.checked, 500);
+	ck_assert_uint_eq(res.mismatches, 1);
+	ck_assert_uint_eq(res.first_bad_elem, 777);
+	memset(&res, 0, sizeof(res));
+	phub_bench_verify_range(v, 0, 0, 500, model, &res);
+	ck_assert_uint_eq(res.mismatches, 0);
 	phub_bench_verifier_free(v);
 	phub_bench_pattern_free(p);
 }
