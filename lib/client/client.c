@@ -148,6 +148,8 @@ submit(struct phub *h, uint32_t key_id, enum op_type type, const void *grad, voi
 	else
 		op->iter = ++key->sub_iter;
 	do {
+		if (h->next_ticket == INT32_MAX)
+			h->tickets_wrapped = true;
 		h->next_ticket = h->next_ticket == INT32_MAX ? 1 : h->next_ticket + 1;
 	} while (ticket_pending(h, h->next_ticket));
 	op->ticket = h->next_ticket;
@@ -209,7 +211,9 @@ wait_until(struct phub *h, int ticket, int timeout_ms)
 	if (timeout_ms >= 0)
 		deadline_after(&until, timeout_ms);
 	pthread_mutex_lock(&h->lock);
-	for (;;) {
+	if (ticket > h->next_ticket && !h->tickets_wrapped)
+		rc = -EINVAL;
+	while (rc == 0) {
 		if (h->error != 0) {
 			rc = h->error;
 			break;

@@ -172,6 +172,13 @@ rtt_sample(struct phub *h, uint32_t aux, uint64_t now)
 	rto_update(h);
 }
 
+/* Whether stamp a was taken after stamp b (serial-number order: the clock wraps in 71 min). */
+static inline bool
+stamp_after(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b) > 0;
+}
+
 static uint64_t
 backoff(const struct phub *h, unsigned int tries)
 {
@@ -265,7 +272,7 @@ msg_for_seg(const struct phub *h, const struct seg *s, uint8_t opcode, struct ph
 }
 
 static void
-send_push(struct phub *h, const struct seg *s, const struct op *op, uint64_t now, bool again)
+send_push(struct phub *h, struct seg *s, const struct op *op, uint64_t now, bool again)
 {
 	struct phub_wire_msg msg;
 	const uint8_t *payload;
@@ -276,6 +283,9 @@ send_push(struct phub *h, const struct seg *s, const struct op *op, uint64_t now
 	msg.priority = op->wire_prio;
 	msg.payload_len = (uint16_t)(s->n_elems * h->elem_size);
 	msg.aux = stamp(h, now);
+	s->tx_stamp = msg.aux;
+	if (!again)
+		s->first_stamp = msg.aux;
 	payload = op->grad != NULL ?
 		(const uint8_t *)op->grad + (size_t)s->key_elem * h->elem_size : h->zeros;
 	tx_add(h, &h->endpoints[s->endpoint], &msg, payload);
@@ -335,6 +345,7 @@ op_activate(struct phub *h, struct key *key, uint64_t now)
 			if (s->state == SEG_DONE) {
 				s->state = SEG_ACKED;
 				s->tries = 0;
+				s->repull = true;
 				h->n_waiting++;
 				timer_arm(h, s, now);
 			}
@@ -448,6 +459,8 @@ rx_ack(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 	}
 	h->last_heard_ns = now;
 	rtt_sample(h, msg->aux, now);
+	if (msg->aux != 0 && stamp_after(msg->aux, h->ep_order[s->endpoint].ack_hi))
+		h->ep_order[s->endpoint].ack_hi = msg->aux;
 	if (msg->iteration != s->iter || s->state != SEG_SENT) {
 		/* A duplicate, or an ACK overtaken by the MODEL. */
 		h->stats.rx_dropped++;
@@ -474,11 +487,16 @@ rx_model(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 	}
 	h->last_heard_ns = now;
 	rtt_sample(h, msg->aux, now);
+	if (msg->aux != 0 && stamp_after(msg->aux, h->ep_order[s->endpoint].ack_hi))
+		h->ep_order[s->endpoint].ack_hi = msg->aux;
 	if (msg->iteration != s->iter || (s->state != SEG_SENT && s->state != SEG_ACKED)) {
 		h->stats.rx_dropped++;
 		return;
 	}
 	h->stats.models++;
+	if (!s->repull && stamp_after(s->first_stamp, h->ep_order[s->endpoint].model_hi))
+		h->ep_order[s->endpoint].model_hi = s->first_stamp;
+	s->repull = false;
 	key = &h->keys[s->key];
 	op = key->head;
 	if (s->state == SEG_SENT)
@@ -585,25 +603,53 @@ rx_drain(struct phub *h)
 
 /* ---- timers and sending ---- */
 
+/*
+ * A PUSH whose ACK is late was lost if a transmission sent after it to the same endpoint has
+ * been answered (struct ep_order); if
+ * nothing newer was answered either, the PBox or the path is stalled (a busy PBox, a descheduled
+ * thread) and resending the whole window would only add to the queue: one segment per RTO goes
+ * as a probe, the others wait. The same for a MODEL that is late: lost if a segment pushed after
+ * this one has its MODEL, else the ranks are still pushing and one PULL per model wait probes.
+ */
+static void
+timer_fire(struct phub *h, struct seg *s, uint64_t now)
+{
+	bool lost, go;
+
+	if (s->state == SEG_SENT) {
+		lost = stamp_after(h->ep_order[s->endpoint].ack_hi, s->tx_stamp);
+		go = lost || now - h->push_probe_ns >= h->rto_ns;
+		if (go && !lost)
+			h->push_probe_ns = now;
+		if (go) {
+			send_push(h, s, h->keys[s->key].head, now, true);
+			h->stats.retransmits++;
+			if (s->tries < UINT8_MAX)
+				s->tries++;
+		}
+		timer_arm(h, s, now + (go ? backoff(h, s->tries) : h->rto_ns));
+		return;
+	}
+	lost = s->repull || stamp_after(h->ep_order[s->endpoint].model_hi, s->first_stamp);
+	go = lost || now - h->pull_probe_ns >= backoff(h, MODEL_WAIT_SHIFT);
+	if (go && !lost)
+		h->pull_probe_ns = now;
+	if (go) {
+		send_pull(h, s, now, s->tries > 0);
+		h->stats.pulls++;
+		if (s->tries < UINT8_MAX)
+			s->tries++;
+	}
+	timer_arm(h, s, now + backoff(h, s->tries + MODEL_WAIT_SHIFT));
+}
+
 static void
 timers_run(struct phub *h, uint64_t now)
 {
 	struct seg *s;
 
-	while ((s = heap_top(h, &h->timer_heap)) != NULL && s->deadline_ns <= now) {
-		if (s->state == SEG_SENT) {
-			send_push(h, s, h->keys[s->key].head, now, true);
-			h->stats.retransmits++;
-		} else {
-			/* ACKED: the MODEL is late, or lost. */
-			send_pull(h, s, now, s->tries > 0);
-			h->stats.pulls++;
-		}
-		if (s->tries < UINT8_MAX)
-			s->tries++;
-		timer_arm(h, s, now + backoff(h, s->tries +
-				(s->state == SEG_ACKED ? MODEL_WAIT_SHIFT : 0)));
-	}
+	while ((s = heap_top(h, &h->timer_heap)) != NULL && s->deadline_ns <= now)
+		timer_fire(h, s, now);
 }
 
 static void
@@ -658,7 +704,7 @@ liveness(struct phub *h, uint64_t now)
 }
 
 /* How long the loop may sleep: until the first timer, PING or liveness check. */
-static int
+static void
 sleep_ts(struct phub *h, uint64_t now, struct timespec *ts)
 {
 	uint64_t next = UINT64_MAX;
@@ -681,7 +727,6 @@ sleep_ts(struct phub *h, uint64_t now, struct timespec *ts)
 	next = next > now ? next - now : 0;
 	ts->tv_sec = (time_t)(next / 1000000000u);
 	ts->tv_nsec = (long)(next % 1000000000u);
-	return 0;
 }
 
 static void
@@ -699,8 +744,10 @@ idle_wait(struct phub *h, uint64_t now)
 	pthread_mutex_lock(&h->lock);
 	more = h->sub_head != NULL || h->stop;
 	pthread_mutex_unlock(&h->lock);
-	if (!more)
-		ppoll(pfd, 2, sleep_ts(h, now, &ts) == 0 ? &ts : NULL, NULL);
+	if (!more) {
+		sleep_ts(h, now, &ts);
+		ppoll(pfd, 2, &ts, NULL);
+	}
 	atomic_store(&h->sleeping, false);
 	if (more || (pfd[1].revents & POLLIN)) {
 		uint64_t v;
@@ -789,7 +836,9 @@ client_node_init(struct phub *h)
 	h->send_heap.ids = calloc(h->n_segs, sizeof(uint32_t));
 	h->timer_heap.ids = calloc(h->n_segs, sizeof(uint32_t));
 	rx->buf = malloc(CLIENT_BATCH * rx->rx_size);
-	if (h->send_heap.ids == NULL || h->timer_heap.ids == NULL || rx->buf == NULL)
+	h->ep_order = calloc(h->n_endpoints, sizeof(*h->ep_order));
+	if (h->send_heap.ids == NULL || h->timer_heap.ids == NULL || rx->buf == NULL ||
+	    h->ep_order == NULL)
 		return -ENOMEM;
 	for (unsigned int i = 0; i < CLIENT_BATCH; i++) {
 		rx->iov[i].iov_base = rx->buf + (size_t)i * rx->rx_size;
@@ -823,4 +872,5 @@ client_node_free(struct phub *h)
 	free(h->send_heap.ids);
 	free(h->timer_heap.ids);
 	free(h->rx.buf);
+	free(h->ep_order);
 }

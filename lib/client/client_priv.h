@@ -58,7 +58,11 @@ struct seg {
 	uint8_t state;			/* enum seg_state */
 	uint8_t tries;			/* timeouts since the last progress: the back-off exponent */
 	bool next_pending;		/* the key's next push waits for this segment's MODEL */
+	bool repull;			/* a pull wants the MODEL that went by: PULL at once */
 	uint32_t iter;
+	uint32_t first_stamp;		/* aux of the PUSH's first transmission: its place in the
+					 * stream */
+	uint32_t tx_stamp;		/* aux of its latest transmission */
 	uint32_t timer_pos;		/* 1 + index in the timer heap, 0 when not in it */
 	uint32_t send_pos;		/* 1 + index in the send heap, 0 when not in it */
 	uint32_t send_prio;		/* send heap order: priority, then queueing order */
@@ -98,6 +102,16 @@ struct key {
 	uint32_t sub_iter;		/* latest iteration submitted for push; under h->lock */
 	struct op *head;		/* progress thread: head is the active op */
 	struct op *tail;
+};
+
+/*
+ * What a PBox endpoint answered last. One endpoint (one lcore) answers in the order it received,
+ * so an answer to a later datagram means an earlier one without answer was lost; across
+ * endpoints the order means nothing (each lcore drains its own queue).
+ */
+struct ep_order {
+	uint32_t ack_hi;		/* newest transmission stamp an ACK or replay echoed */
+	uint32_t model_hi;		/* newest first_stamp of a segment whose MODEL came */
 };
 
 /* An indexed binary min-heap of segment ids; the order is the heap's own. */
@@ -166,7 +180,8 @@ struct phub {
 	struct op *sub_tail;
 	struct op *pending[CLIENT_TICKET_BUCKETS];
 	uint32_t n_pending;
-	int next_ticket;
+	int next_ticket;		/* the last ticket handed out */
+	bool tickets_wrapped;		/* next_ticket went past INT32_MAX at least once */
 	int error;			/* 0, or the -errno every call returns from now on */
 	bool stop;
 	char errmsg[CLIENT_ERRMSG];
@@ -183,6 +198,9 @@ struct phub {
 	uint64_t srtt_ns;		/* 0 until the first sample */
 	uint64_t rttvar_ns;
 	uint64_t rto_ns;
+	struct ep_order *ep_order;	/* per PBox endpoint: what was answered last */
+	uint64_t push_probe_ns;		/* last PUSH retransmitted without evidence of loss */
+	uint64_t pull_probe_ns;		/* last PULL sent without evidence of loss */
 	uint64_t last_heard_ns;		/* last valid datagram, or when work started */
 	uint64_t last_ping_ns;
 	uint32_t ping_seq;

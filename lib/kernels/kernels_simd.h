@@ -22,43 +22,63 @@
 #error "kernels_simd.h is included by an ISA file that defines its vector operations"
 #endif
 
-/* Sum loop: four vectors per round keeps two loads and a store in flight per cycle. */
-#define SUM_UNROLL 4
-
+/*
+ * Sum loop: four vectors per round keeps two loads and a store in flight per
+ * cycle. Four named variables, not an array: gcc 12 keeps an array of vectors
+ * indexed in a loop on the stack and copies it out in 16-byte pieces.
+ */
 static KERNELS_ALWAYS_INLINE void
 SIMD_NAME(sum_tpl)(float *acc, bool accumulate, const void *const *srcs, unsigned int k,
 		   enum phub_dtype dtype, size_t n)
 {
-	vec a[SUM_UNROLL];
-	unsigned int j, u;
+	vec a0, a1, a2, a3;
+	const void *s;
 	size_t i = 0, cnt;
+	unsigned int j;
 
-	for (; i + SUM_UNROLL * VW <= n; i += SUM_UNROLL * VW) {
-		for (u = 0; u < SUM_UNROLL; u++)
-			a[u] = accumulate ? v_add(v_load(acc, i + u * VW, PHUB_DTYPE_FP32),
-						  v_load(srcs[0], i + u * VW, dtype)) :
-					    v_load(srcs[0], i + u * VW, dtype);
-		for (j = 1; j < k; j++)
-			for (u = 0; u < SUM_UNROLL; u++)
-				a[u] = v_add(a[u], v_load(srcs[j], i + u * VW, dtype));
-		for (u = 0; u < SUM_UNROLL; u++)
-			v_store(acc, i + u * VW, PHUB_DTYPE_FP32, a[u]);
+	for (; i + 4 * VW <= n; i += 4 * VW) {
+		s = srcs[0];
+		if (accumulate) {
+			a0 = v_add(v_load(acc, i, PHUB_DTYPE_FP32), v_load(s, i, dtype));
+			a1 = v_add(v_load(acc, i + VW, PHUB_DTYPE_FP32), v_load(s, i + VW, dtype));
+			a2 = v_add(v_load(acc, i + 2 * VW, PHUB_DTYPE_FP32),
+				   v_load(s, i + 2 * VW, dtype));
+			a3 = v_add(v_load(acc, i + 3 * VW, PHUB_DTYPE_FP32),
+				   v_load(s, i + 3 * VW, dtype));
+		} else {
+			a0 = v_load(s, i, dtype);
+			a1 = v_load(s, i + VW, dtype);
+			a2 = v_load(s, i + 2 * VW, dtype);
+			a3 = v_load(s, i + 3 * VW, dtype);
+		}
+		for (j = 1; j < k; j++) {
+			s = srcs[j];
+			a0 = v_add(a0, v_load(s, i, dtype));
+			a1 = v_add(a1, v_load(s, i + VW, dtype));
+			a2 = v_add(a2, v_load(s, i + 2 * VW, dtype));
+			a3 = v_add(a3, v_load(s, i + 3 * VW, dtype));
+		}
+		v_store(acc, i, PHUB_DTYPE_FP32, a0);
+		v_store(acc, i + VW, PHUB_DTYPE_FP32, a1);
+		v_store(acc, i + 2 * VW, PHUB_DTYPE_FP32, a2);
+		v_store(acc, i + 3 * VW, PHUB_DTYPE_FP32, a3);
 	}
 	for (; i + VW <= n; i += VW) {
-		a[0] = accumulate ? v_add(v_load(acc, i, PHUB_DTYPE_FP32), v_load(srcs[0], i, dtype)) :
-				    v_load(srcs[0], i, dtype);
+		a0 = v_load(srcs[0], i, dtype);
+		if (accumulate)
+			a0 = v_add(v_load(acc, i, PHUB_DTYPE_FP32), a0);
 		for (j = 1; j < k; j++)
-			a[0] = v_add(a[0], v_load(srcs[j], i, dtype));
-		v_store(acc, i, PHUB_DTYPE_FP32, a[0]);
+			a0 = v_add(a0, v_load(srcs[j], i, dtype));
+		v_store(acc, i, PHUB_DTYPE_FP32, a0);
 	}
 	if (i < n) {
 		cnt = n - i;
-		a[0] = accumulate ? v_add(v_load_part(acc, i, PHUB_DTYPE_FP32, cnt),
-					  v_load_part(srcs[0], i, dtype, cnt)) :
-				    v_load_part(srcs[0], i, dtype, cnt);
+		a0 = accumulate ? v_add(v_load_part(acc, i, PHUB_DTYPE_FP32, cnt),
+					v_load_part(srcs[0], i, dtype, cnt)) :
+				  v_load_part(srcs[0], i, dtype, cnt);
 		for (j = 1; j < k; j++)
-			a[0] = v_add(a[0], v_load_part(srcs[j], i, dtype, cnt));
-		v_store_part(acc, i, PHUB_DTYPE_FP32, a[0], cnt);
+			a0 = v_add(a0, v_load_part(srcs[j], i, dtype, cnt));
+		v_store_part(acc, i, PHUB_DTYPE_FP32, a0, cnt);
 	}
 }
 
@@ -112,7 +132,9 @@ SIMD_NAME(to_wire)(void *dst, enum phub_dtype dtype, const float *src, size_t n)
 
 	switch (dtype) {
 	case PHUB_DTYPE_FP32:
-		memmove(dst, src, n * sizeof(float));
+		/* memmove's pointers must be valid even for 0 bytes; ours may be NULL then. */
+		if (n != 0)
+			memcpy(dst, src, n * sizeof(float));
 		return;
 	case PHUB_DTYPE_FP16:
 		for (; i + VW <= n; i += VW)
@@ -226,12 +248,18 @@ SIMD_NAME(last_tpl)(const struct phub_opt_buffers *b, size_t n, enum phub_opt_ty
 		.c2 = v_set1(sc->c2),
 		.decay = v_set1(sc->decay),
 	};
+	/*
+	 * A private copy of the pointers: the intrinsics store through may_alias
+	 * types, so the compiler would reload every pointer from *b after each
+	 * store; nothing can store into a local whose address never escapes.
+	 */
+	struct phub_opt_buffers lb = *b;
 	size_t i = 0;
 
 	for (; i + VW <= n; i += VW)
-		SIMD_NAME(last_vec)(b, i, type, gdt, &c, false, VW);
+		SIMD_NAME(last_vec)(&lb, i, type, gdt, &c, false, VW);
 	if (i < n)
-		SIMD_NAME(last_vec)(b, i, type, gdt, &c, true, n - i);
+		SIMD_NAME(last_vec)(&lb, i, type, gdt, &c, true, n - i);
 }
 
 #define SIMD_LAST_CASE(type)                                                                       \
@@ -261,4 +289,3 @@ SIMD_NAME(last)(const struct phub_opt_buffers *buf, size_t n,
 
 #undef SIMD_LAST_CASE
 #undef SIMD_BY_DTYPE
-#undef SUM_UNROLL

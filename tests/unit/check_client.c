@@ -765,6 +765,7 @@ START_TEST(test_bad_arguments_are_refused)
 	ck_assert_int_eq(phub_pull(h, 11, NULL, 0, NULL, NULL), -EINVAL);
 	ck_assert_int_eq(phub_push(h, 11, g, -2, NULL, NULL), -EINVAL);
 	ck_assert_int_eq(phub_wait(h, 0, 0), -EINVAL);
+	ck_assert_int_eq(phub_wait(h, 1000000, 0), -EINVAL);
 	phub_close(h);
 	soft_pbox_stop(sp);
 }
