@@ -190,6 +190,40 @@ exchange(struct worker *w, struct phub *h, char *model, double *times)
 	return 0;
 }
 
+/*
+ * Test hook: with PHUB_BENCH_FAULT=ulp in its environment, rank 0 moves element 0 of the middle
+ * key by one ulp before the check, so that the tests see the verdict on a wrong model end to
+ * end (a mismatch for SGD, within tolerance for the other optimizers).
+ */
+static void
+inject_fault(struct worker *w, char *model)
+{
+	const struct phub_bench_layout *l = w->cfg->layout;
+	size_t es = phub_dtype_size(w->cfg->dtype);
+	const char *fault = getenv("PHUB_BENCH_FAULT");
+	size_t off = 0;
+	uint32_t k;
+
+	if (fault == NULL || strcmp(fault, "ulp") != 0 || w->rank != 0)
+		return;
+	for (k = 0; k < l->n_keys / 2; k++)
+		off += (size_t)l->n_elems[k] * es;
+	/* The next representable magnitude: the encoding's integer plus one (little endian). */
+	if (es == 4) {
+		uint32_t x;
+
+		memcpy(&x, model + off, 4);
+		x++;
+		memcpy(model + off, &x, 4);
+	} else {
+		uint16_t x;
+
+		memcpy(&x, model + off, 2);
+		x++;
+		memcpy(model + off, &x, 2);
+	}
+}
+
 static void
 verify(struct worker *w, const char *model)
 {
@@ -331,6 +365,7 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 	/* Every rank has the final model once its last wait returned: leave, then check. */
 	phub_close(h);
 	h = NULL;
+	inject_fault(&w, model);
 	verify(&w, model);
 out:
 	if (h != NULL) {

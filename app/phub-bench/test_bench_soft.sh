@@ -14,6 +14,8 @@
 #   wrong-nonce  rank 1 joins rank 0's job with another nonce: refused, exit 1
 #   worker-dies  a worker is killed mid-run: the parent says so and exits 1, no hang
 #   pbox-dies    the PBox is killed mid-run: the workers fail and the parent exits 1
+#   fault        PHUB_BENCH_FAULT=ulp (rank 0's model one ulp off): SGD fails the check with
+#                the key and element named; Nesterov accepts it as rounding (not bitwise)
 #   netns        the worker enters /run/netns/<prefix>0, where the soft PBox listens on its
 #                own loopback (root only; skipped otherwise); a missing namespace is an error
 # Exit 77 (skipped) when the soft PBox has not been built.
@@ -200,6 +202,20 @@ pbox-dies)
 	[ "$rc" = 1 ] || fail "exit $rc, expected 1 (124: the parent hung)"
 	json_check 'r["verified"] is False' 'all(not w["ok"] for w in r["per_worker"])' \
 		'r["per_worker"][0]["iterations"] > 0'
+	;;
+fault)
+	start_pbox
+	PHUB_BENCH_FAULT=ulp bench --job "fault-$$" --workers 2 --keys 5 --key-elems 1000 --json
+	[ "$rc" = 1 ] || fail "exit $rc with a wrong model, expected 1"
+	grep -q "model differs from the reference in 1 of 5000 elements; first: key 2 element 0" \
+		"$tmp/bench.err" || fail "the mismatch is not described"
+	json_check 'r["verified"] is False' 'r["failed_workers"] == 0' \
+		'r["per_worker"][0]["mismatches"] == 1 and r["per_worker"][1]["mismatches"] == 0' \
+		'r["per_worker"][1]["verified"] is True' '0 < r["max_abs_error"] < 1e-6'
+	PHUB_BENCH_FAULT=ulp bench --job "fault2-$$" --workers 2 --keys 5 --key-elems 1000 \
+		--optimizer nesterov --json
+	[ "$rc" = 0 ] || fail "exit $rc for a one-ulp difference with Nesterov, expected 0"
+	json_check 'r["verified"] is True' 'r["bitwise"] is False' 'r["max_abs_error"] > 0'
 	;;
 netns)
 	if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
