@@ -90,14 +90,17 @@ fail(struct worker *w, int status, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Move this process into the worker's network namespace of the virtual rack. */
+/*
+ * Move this process into the worker's network namespace of the virtual rack, which numbers its
+ * workers from 1: rank i enters <prefix><i + 1>.
+ */
 static int
 enter_netns(struct worker *w)
 {
 	char path[PATH_MAX];
 	int fd, e;
 
-	snprintf(path, sizeof(path), "/run/netns/%s%u", w->cfg->netns_prefix, w->rank);
+	snprintf(path, sizeof(path), "/run/netns/%s%u", w->cfg->netns_prefix, w->rank + 1u);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		e = errno;

@@ -74,7 +74,7 @@ usage(FILE *f)
 		"  --port N             its control port (default %u)\n"
 		"  --workers N          workers in the job (world size)\n"
 		"  --rank I             run only rank I of the N (by hand, e.g. in a namespace)\n"
-		"  --netns-prefix P     worker i joins from network namespace /run/netns/<P><i>\n"
+		"  --netns-prefix P     rank i joins from network namespace /run/netns/<P><i+1>\n"
 		"  --model NAME         a built-in layout:",
 		PHUB_DEFAULT_PORT);
 	for (i = 0; i < phub_bench_preset_count(); i++)

@@ -16,7 +16,7 @@
 #   pbox-dies    the PBox is killed mid-run: the workers fail and the parent exits 1
 #   fault        PHUB_BENCH_FAULT=ulp (rank 0's model one ulp off): SGD fails the check with
 #                the key and element named; Nesterov accepts it as rounding (not bitwise)
-#   netns        the worker enters /run/netns/<prefix>0, where the soft PBox listens on its
+#   netns        the worker (rank 0) enters /run/netns/<prefix>1, where the soft PBox listens on its
 #                own loopback (root only; skipped otherwise); a missing namespace is an error
 # Exit 77 (skipped) when the soft PBox has not been built.
 
@@ -223,8 +223,8 @@ netns)
 		exit 77
 	fi
 	prefix="phb$$-w"
-	ip netns add "${prefix}0" || fail "cannot create a network namespace"
-	netns="${prefix}0"
+	ip netns add "${prefix}1" || fail "cannot create a network namespace"
+	netns="${prefix}1"
 	ip -n "$netns" link set lo up || fail "cannot bring lo up in $netns"
 	# ip netns exec execs the program: $! is the soft PBox itself.
 	pbox_wrap="ip netns exec $netns"
@@ -236,7 +236,7 @@ netns)
 	bench --job "netns2-$$" --workers 1 --netns-prefix "nonexistent-$$-" --keys 1 \
 		--key-elems 10 --json
 	[ "$rc" = 1 ] || fail "exit $rc with a missing namespace, expected 1"
-	grep -q "cannot open network namespace /run/netns/nonexistent-$$-0" "$tmp/bench.err" ||
+	grep -q "cannot open network namespace /run/netns/nonexistent-$$-1" "$tmp/bench.err" ||
 		fail "the missing namespace is not named"
 	;;
 *)
