@@ -65,9 +65,8 @@ bf16_narrow(vec x)
 	__m256i b = _mm256_castps_si256(x);
 	__m256i hi = _mm256_srli_epi32(b, 16);
 	__m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-	__m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)),
-						       lsb),
-				      16);
+	__m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb);
+	__m256i r = _mm256_srli_epi32(_mm256_add_epi32(b, bias), 16);
 	__m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 
 	r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);

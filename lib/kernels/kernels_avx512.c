@@ -65,9 +65,8 @@ bf16_narrow(vec x)
 	__m512i b = _mm512_castps_si512(x);
 	__m512i hi = _mm512_srli_epi32(b, 16);
 	__m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-	__m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)),
-						       lsb),
-				      16);
+	__m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb);
+	__m512i r = _mm512_srli_epi32(_mm512_add_epi32(b, bias), 16);
 	__mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
 
 	r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
@@ -118,7 +117,8 @@ v_load_part(const void *p, size_t i, enum phub_dtype dtype, size_t cnt)
 		return _mm512_cvtph_ps(
 			_mm256_maskz_loadu_epi16(k, (const void *)((const char *)p + 2 * i)));
 	case PHUB_DTYPE_BF16:
-		return bf16_widen(_mm256_maskz_loadu_epi16(k, (const void *)((const char *)p + 2 * i)));
+		return bf16_widen(
+			_mm256_maskz_loadu_epi16(k, (const void *)((const char *)p + 2 * i)));
 	case PHUB_DTYPE_FP32:
 	default:
 		return _mm512_maskz_loadu_ps(k, (const char *)p + 4 * i);

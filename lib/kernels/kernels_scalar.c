@@ -105,8 +105,8 @@ last_tpl(const struct phub_opt_buffers *buf, size_t n, enum phub_opt_type type,
 }
 
 static void
-scalar_last(const struct phub_opt_buffers *buf, size_t n, const struct phub_optimizer_params *params,
-	    const struct phub_opt_step *step)
+scalar_last(const struct phub_opt_buffers *buf, size_t n,
+	    const struct phub_optimizer_params *params, const struct phub_opt_step *step)
 {
 	struct opt_consts c;
 

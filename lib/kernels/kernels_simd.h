@@ -64,8 +64,9 @@ SIMD_NAME(sum_tpl)(float *acc, bool accumulate, const void *const *srcs, unsigne
 		v_store(acc, i + 3 * VW, PHUB_DTYPE_FP32, a3);
 	}
 	for (; i + VW <= n; i += VW) {
-		a0 = accumulate ? v_add(v_load(acc, i, PHUB_DTYPE_FP32), v_load(srcs[0], i, dtype)) :
-				  v_load(srcs[0], i, dtype);
+		a0 = v_load(srcs[0], i, dtype);
+		if (accumulate)
+			a0 = v_add(v_load(acc, i, PHUB_DTYPE_FP32), a0);
 		for (j = 1; j < k; j++)
 			a0 = v_add(a0, v_load(srcs[j], i, dtype));
 		v_store(acc, i, PHUB_DTYPE_FP32, a0);
@@ -131,7 +132,9 @@ SIMD_NAME(to_wire)(void *dst, enum phub_dtype dtype, const float *src, size_t n)
 
 	switch (dtype) {
 	case PHUB_DTYPE_FP32:
-		memmove(dst, src, n * sizeof(float));
+		/* memmove's pointers must be valid even for 0 bytes; ours may be NULL then. */
+		if (n != 0)
+			memcpy(dst, src, n * sizeof(float));
 		return;
 	case PHUB_DTYPE_FP16:
 		for (; i + VW <= n; i += VW)

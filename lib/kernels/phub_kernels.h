@@ -132,7 +132,7 @@ struct phub_kernels {
 	/*
 	 * k arrivals in one pass: acc[i] = ((acc[i] + s0[i]) + s1[i]) + ... when
 	 * accumulate, ((s0[i] + s1[i]) + ...) otherwise; the same bits as first
-	 * and k-1 or k calls of add, with acc read and written once.
+	 * and k-1 or k calls of add, with acc read and written once; k = 0 does nothing.
 	 */
 	void (*sum)(float *acc, bool accumulate, const void *const *srcs, unsigned int k,
 		    enum phub_dtype dtype, size_t n);

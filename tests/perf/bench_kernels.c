@@ -29,8 +29,9 @@
 	"(B/2 read + B/2 written) over a working set of the same size. ratio = memcpy time / "    \
 	"kernel time. sum-seq = first() then K-1 add() calls, one arrival per call as in the "    \
 	"engine (it also re-reads and re-writes acc: it moves (3K-1)*S, see ratio(moved)); "      \
-	"sum-batch = one sum() call over the K arrays; add = one add() call (K = 1). nt-exp rows: " \
-	"the same AVX-512 loops with non-temporal stores, an experiment outside the library."
+	"sum-batch = one sum() call over the K arrays; add = one add() call (K = 1). "            \
+	"nt-exp rows: the same AVX-512 loops with non-temporal stores, an experiment outside "    \
+	"the library."
 
 #define CHUNK_BYTES (32u << 10)
 #define DRAM_BYTES (256u << 20)
@@ -317,7 +318,8 @@ bench_sums(struct bench *b, const struct phub_kernels *k, size_t array_bytes)
 		if (k->isa == PHUB_ISA_AVX512 && op.nk != 4) {
 			op.run = run_nt_sum;
 			t = time_op(b, &op);
-			record(b, "nt-exp", "sum-batch-nt", array_bytes, op.nk, bytes, bytes, t, tm);
+			record(b, "nt-exp", "sum-batch-nt", array_bytes, op.nk, bytes, bytes, t,
+			       tm);
 		}
 #endif
 	}
@@ -420,11 +422,12 @@ bench_fused_vs_sum(struct bench *b, const struct phub_kernels *k)
 	struct op fused = { .k = k, .run = run_seq_fused };
 	double ts, tf, tl, ta;
 	char what[64];
+	json_t *row;
 	unsigned int i, j;
 
 	for (i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
-		snprintf(what, sizeof(what), "%s sum+nesterov K=%u 32KB", phub_kernels_isa_name(k->isa),
-			 ks[i]);
+		snprintf(what, sizeof(what), "%s sum+nesterov K=%u 32KB",
+			 phub_kernels_isa_name(k->isa), ks[i]);
 		progress(b, what);
 		fused_op(b, &fused, PHUB_OPT_NESTEROV, PHUB_DTYPE_FP32);
 		fused.nk = ks[i];
@@ -447,11 +450,11 @@ bench_fused_vs_sum(struct bench *b, const struct phub_kernels *k)
 		ta = time_op(b, &sum);
 		sum.run = run_sum_seq;
 		fused.run = run_seq_fused;
-		json_array_append_new(b->fused_vs_sum,
-				      json_pack("{s:s, s:I, s:f, s:f, s:f, s:f}", "isa",
-						phub_kernels_isa_name(k->isa), "k", (json_int_t)ks[i],
-						"sum_ns", ts * 1e9, "fused_ns", tf * 1e9, "ratio",
-						tf / ts, "last_vs_add_ratio", tl / ta));
+		row = json_pack("{s:s, s:I, s:f, s:f, s:f, s:f}", "isa",
+				phub_kernels_isa_name(k->isa), "k", (json_int_t)ks[i], "sum_ns",
+				ts * 1e9, "fused_ns", tf * 1e9, "ratio", tf / ts,
+				"last_vs_add_ratio", tl / ta);
+		json_array_append_new(b->fused_vs_sum, row);
 	}
 }
 
@@ -478,9 +481,9 @@ print_text(const struct bench *b, json_t *root)
 		       json_real_value(json_object_get(r, "ratio_moved")),
 		       json_real_value(json_object_get(r, "ns")));
 	}
-	printf("\nSegment of K arrivals of 32KB, engine order: time of first + adds + fused Nesterov "
-	       "last, over first + adds alone (goal <= 1.3); and the last arrival alone: fused "
-	       "last() over add().\n");
+	printf("\nSegment of K arrivals of 32KB, engine order: time of first + adds + fused "
+	       "Nesterov last, over first + adds alone (goal <= 1.3); and the last arrival alone: "
+	       "fused last() over add().\n");
 	printf("%-7s %2s %10s %10s %7s %13s\n", "isa", "K", "sum ns", "fused ns", "ratio",
 	       "last/add");
 	json_array_foreach(b->fused_vs_sum, i, r) {
@@ -558,7 +561,7 @@ main(int argc, char **argv)
 			continue;
 		isas[nisa] = phub_kernels_for_isa((enum phub_isa)e);
 		if (isas[nisa] == NULL)
-			fprintf(stderr, "phub-bench-kernels: %s skipped: not supported by this CPU\n",
+			fprintf(stderr, "phub-bench-kernels: %s skipped: not supported here\n",
 				phub_kernels_isa_name((enum phub_isa)e));
 		else
 			nisa++;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Unit tests of lib/kernels: conversions, sums and fused optimizer steps on every ISA this CPU has. */
+/* Unit tests of lib/kernels: conversions, sums and fused steps on every ISA this CPU runs. */
 
 #include <errno.h>
 #include <math.h>
@@ -80,7 +80,7 @@ float_of(uint32_t u)
 	return f;
 }
 
-/* Same bits, or both NaN: C leaves the payload of an arithmetic NaN to the hardware's operand order. */
+/* Same bits, or both NaN: C leaves an arithmetic NaN's payload to the hardware's operand order. */
 static bool
 same_float(float a, float b)
 {
@@ -208,7 +208,7 @@ static const struct conv_case conv_cases[] = {
 	{ 0x7f7fffff, 0x7c00, 0x7f80 }, /* FLT_MAX: Inf in both (bf16: above the midpoint) */
 	{ 0xff7fffff, 0xfc00, 0xff80 }, /* -FLT_MAX */
 	{ 0x00000001, 0x0000, 0x0000 }, /* smallest fp32 denormal */
-	{ 0x807fffff, 0x8000, 0x8080 }, /* largest negative fp32 denormal: bf16 rounds up to normal */
+	{ 0x807fffff, 0x8000, 0x8080 }, /* largest negative denormal: bf16 rounds up to normal */
 	{ 0x00008000, 0x0000, 0x0000 }, /* bf16 tie between 0 and its smallest denormal: even */
 	{ 0x00018000, 0x0000, 0x0002 }, /* bf16 tie between denormals 1 and 2: even */
 	{ 0x00400000, 0x0000, 0x0040 }, /* fp32 denormal that bf16 keeps exactly */
@@ -396,10 +396,10 @@ START_TEST(test_scalar_conversion_rounds_to_nearest_even_on_edge_values)
 		f = float_of(conv_cases[i].f32);
 		k->to_wire(&h, PHUB_DTYPE_FP16, &f, 1);
 		EXPECT(h == conv_cases[i].fp16, "fp16 of %08x: %04x, expected %04x",
-			      conv_cases[i].f32, h, conv_cases[i].fp16);
+		       conv_cases[i].f32, h, conv_cases[i].fp16);
 		k->to_wire(&h, PHUB_DTYPE_BF16, &f, 1);
 		EXPECT(h == conv_cases[i].bf16, "bf16 of %08x: %04x, expected %04x",
-			      conv_cases[i].f32, h, conv_cases[i].bf16);
+		       conv_cases[i].f32, h, conv_cases[i].bf16);
 	}
 }
 END_TEST
@@ -423,9 +423,9 @@ START_TEST(test_scalar_widening_is_exact_for_every_16_bit_pattern)
 		m = x & 0x3ff;
 		if (e == 0x1f && m != 0) {
 			EXPECT(isnan(f) && (bits_of(f) & 0x400000) != 0 &&
-					      ((bits_of(f) >> 13) & 0x1ff) == (m & 0x1ff) &&
-					      !!signbit(f) == ((x & 0x8000) != 0),
-				      "fp16 NaN %04x widened to %08x", x, bits_of(f));
+			       ((bits_of(f) >> 13) & 0x1ff) == (m & 0x1ff) &&
+			       !!signbit(f) == ((x & 0x8000) != 0),
+			       "fp16 NaN %04x widened to %08x", x, bits_of(f));
 		} else {
 			want = e == 0x1f ? INFINITY :
 			       e == 0	 ? ldexp((double)m, -24) :
@@ -433,7 +433,7 @@ START_TEST(test_scalar_widening_is_exact_for_every_16_bit_pattern)
 			if (x & 0x8000)
 				want = -want;
 			EXPECT((double)f == want && !signbit(f) == !signbit(want),
-				      "fp16 %04x widened to %a, expected %a", x, (double)f, want);
+			       "fp16 %04x widened to %a, expected %a", x, (double)f, want);
 			/* A value that is a half converts back to itself. */
 			k->to_wire(&back, PHUB_DTYPE_FP16, &f, 1);
 			EXPECT(back == h, "fp16 %04x came back as %04x", x, back);
@@ -467,6 +467,25 @@ START_TEST(test_scalar_fp16_rounding_agrees_with_the_compiler)
 END_TEST
 #endif
 
+/* Narrow n elements at src with one SIMD ISA, at an element offset (3: plus one byte). */
+static void
+check_narrow_case(const struct phub_kernels *simd, enum phub_dtype dt, const float *src, size_t n,
+		  size_t off)
+{
+	unsigned char got_mem[2 * (MAX_LEN + 4) + 8];
+	size_t start = 2 * off + (off == 3 ? 1 : 0), i;
+	uint16_t want[MAX_LEN + 4];
+
+	scalar()->to_wire(want, dt, src + off, n);
+	memset(got_mem, GUARD_BYTE, sizeof(got_mem));
+	simd->to_wire(got_mem + start, dt, src + off, n);
+	EXPECT(memcmp(got_mem + start, want, 2 * n) == 0, "%s to_wire dtype %d n %zu off %zu",
+	       phub_kernels_isa_name(simd->isa), dt, n, off);
+	for (i = 0; i < sizeof(got_mem); i++)
+		EXPECT((i >= start && i < start + 2 * n) || got_mem[i] == GUARD_BYTE,
+		       "%s to_wire n %zu wrote byte %zu", phub_kernels_isa_name(simd->isa), n, i);
+}
+
 START_TEST(test_simd_conversions_match_scalar_bit_for_bit)
 {
 	static float wide_ref[1 << 16], wide_simd[1 << 16];
@@ -474,12 +493,11 @@ START_TEST(test_simd_conversions_match_scalar_bit_for_bit)
 	const struct phub_kernels *simd[PHUB_ISA_COUNT];
 	const struct phub_kernels *ref = scalar();
 	unsigned int nsimd = simd_variants(simd, "conversions");
-	unsigned char got_mem[2 * (MAX_LEN + 4) + 8];
-	uint16_t want[MAX_LEN + 4];
+	unsigned char odd[2 * MAX_LEN + 1];
 	float src[MAX_LEN + 4];
 	unsigned int v, round;
 	enum phub_dtype dt;
-	size_t n, off, b, i;
+	size_t n, off, i;
 
 	/* Edge values repeated at every position of a vector, then random bit patterns. */
 	rng_seed(3);
@@ -491,31 +509,19 @@ START_TEST(test_simd_conversions_match_scalar_bit_for_bit)
 	for (v = 0; v < nsimd; v++) {
 		for (dt = PHUB_DTYPE_FP16; dt <= PHUB_DTYPE_BF16; dt++) {
 			/* Narrowing: every length, element offsets 0..3 and an odd byte address. */
-			for (n = 0; n <= MAX_LEN; n++) {
-				for (off = 0; off < 4; off++) {
-					b = off == 3 ? 1 : 0;
-					ref->to_wire(want, dt, src + off, n);
-					memset(got_mem, GUARD_BYTE, sizeof(got_mem));
-					simd[v]->to_wire(got_mem + 2 * off + b, dt, src + off, n);
-					EXPECT(memcmp(got_mem + 2 * off + b, want, 2 * n) == 0,
-						      "%s to_wire dtype %d n %zu off %zu",
-						      phub_kernels_isa_name(simd[v]->isa), dt, n, off);
-					for (i = 0; i < sizeof(got_mem); i++)
-						if (i < 2 * off + b || i >= 2 * off + b + 2 * n)
-							EXPECT(got_mem[i] == GUARD_BYTE,
-							       "to_wire n %zu wrote byte %zu", n, i);
-				}
-			}
-			/* Widening: all 65536 patterns, from an odd byte address too. */
+			for (n = 0; n <= MAX_LEN; n++)
+				for (off = 0; off < 4; off++)
+					check_narrow_case(simd[v], dt, src, n, off);
+			/* Widening: all 65536 patterns, and from an odd byte address. */
 			ref->first(wide_ref, pat, dt, 1 << 16);
 			simd[v]->first(wide_simd, pat, dt, 1 << 16);
 			for (i = 0; i <= 0xffff; i++)
 				EXPECT(bits_of(wide_ref[i]) == bits_of(wide_simd[i]),
-					      "%s widen dtype %d %04zx: %08x, scalar %08x",
-					      phub_kernels_isa_name(simd[v]->isa), dt, i,
-					      bits_of(wide_simd[i]), bits_of(wide_ref[i]));
-			memcpy(got_mem + 1, pat + 7, 2 * MAX_LEN);
-			simd[v]->first(wide_simd, got_mem + 1, dt, MAX_LEN);
+				       "%s widen dtype %d %04zx: %08x, scalar %08x",
+				       phub_kernels_isa_name(simd[v]->isa), dt, i,
+				       bits_of(wide_simd[i]), bits_of(wide_ref[i]));
+			memcpy(odd + 1, pat + 7, 2 * MAX_LEN);
+			simd[v]->first(wide_simd, odd + 1, dt, MAX_LEN);
 			ck_assert_int_eq(first_float_diff(wide_simd, wide_ref + 7, MAX_LEN), -1);
 		}
 		/* 2^20 random fp32 patterns through both narrowings. */
@@ -552,54 +558,59 @@ fill_wire(void *dst, enum phub_dtype dt, size_t n)
 
 enum sum_op { OP_FIRST, OP_ADD };
 
+/*
+ * One first() or add() of n elements: acc at element offset off + 1, the
+ * source at element offset off (off 3 on a 2-byte dtype: plus one byte).
+ */
+static void
+check_sum_case(const struct phub_kernels *simd, enum sum_op op, enum phub_dtype dt, size_t n,
+	       size_t off, struct gbuf *acc, struct gbuf *src)
+{
+	size_t esize = phub_dtype_size(dt);
+	size_t soff = esize * off + (esize == 2 && off == 3 ? 1 : 0);
+	size_t aoff = 4 * ((off + 1) % 4);
+	float want[MAX_LEN + 4];
+	void *s;
+	float *a;
+
+	gbuf_reset(src);
+	s = gbuf_at(src, soff);
+	fill_wire(s, dt, n);
+	gbuf_reset(acc);
+	a = gbuf_at(acc, aoff);
+	fill_wire(a, PHUB_DTYPE_FP32, n);
+	memcpy(want, a, 4 * n);
+	if (op == OP_FIRST) {
+		scalar()->first(want, s, dt, n);
+		simd->first(a, s, dt, n);
+	} else {
+		scalar()->add(want, s, dt, n);
+		simd->add(a, s, dt, n);
+	}
+	EXPECT(first_float_diff(a, want, n) == -1, "%s dtype %d n %zu off %zu: element %ld",
+	       phub_kernels_isa_name(simd->isa), dt, n, off, first_float_diff(a, want, n));
+	EXPECT(gbuf_guards_intact(acc, aoff, 4 * n), "n %zu: a write outside acc", n);
+	EXPECT(gbuf_guards_intact(src, soff, esize * n), "n %zu: a write to src", n);
+}
+
 static void
 check_sum_op(enum sum_op op)
 {
 	const struct phub_kernels *simd[PHUB_ISA_COUNT];
-	const struct phub_kernels *ref = scalar();
 	unsigned int nsimd = simd_variants(simd, op == OP_FIRST ? "first" : "add");
-	float acc0[MAX_LEN + 4], want[MAX_LEN + 4];
 	struct gbuf acc, src;
-	size_t n, off, esize, soff;
 	enum phub_dtype dt;
+	size_t n, off;
 	unsigned int v;
-	float *a;
-	void *s;
 
 	gbuf_init(&acc, 4 * (MAX_LEN + 4));
 	gbuf_init(&src, 4 * (MAX_LEN + 4) + 1);
 	for (v = 0; v < nsimd; v++) {
 		for (dt = PHUB_DTYPE_FP32; dt <= PHUB_DTYPE_BF16; dt++) {
-			esize = phub_dtype_size(dt);
 			rng_seed(100 + dt);
-			for (n = 0; n <= MAX_LEN; n++) {
-				/* off 3 on a 2-byte dtype also shifts the source by one byte. */
-				for (off = 0; off < 4; off++) {
-					soff = esize * off + (esize == 2 && off == 3 ? 1 : 0);
-					gbuf_reset(&src);
-					s = gbuf_at(&src, soff);
-					fill_wire(s, dt, n);
-					fill_wire(acc0, PHUB_DTYPE_FP32, n);
-					memcpy(want, acc0, 4 * n);
-					gbuf_reset(&acc);
-					a = gbuf_at(&acc, 4 * ((off + 1) % 4));
-					memcpy(a, acc0, 4 * n);
-					if (op == OP_FIRST) {
-						ref->first(want, s, dt, n);
-						simd[v]->first(a, s, dt, n);
-					} else {
-						ref->add(want, s, dt, n);
-						simd[v]->add(a, s, dt, n);
-					}
-					EXPECT(first_float_diff(a, want, n) == -1,
-						      "%s dtype %d n %zu off %zu: element %ld",
-						      phub_kernels_isa_name(simd[v]->isa), dt, n, off,
-						      first_float_diff(a, want, n));
-					EXPECT(gbuf_guards_intact(&acc, 4 * ((off + 1) % 4), 4 * n),
-					       "n %zu: write outside acc", n);
-					EXPECT(gbuf_guards_intact(&src, soff, esize * n), "n %zu: write to src", n);
-				}
-			}
+			for (n = 0; n <= MAX_LEN; n++)
+				for (off = 0; off < 4; off++)
+					check_sum_case(simd[v], op, dt, n, off, &acc, &src);
 		}
 	}
 	gbuf_free(&acc);
@@ -626,13 +637,13 @@ START_TEST(test_sum_of_k_equals_one_arrival_at_a_time)
 {
 	const struct phub_kernels *all[PHUB_ISA_COUNT];
 	const struct phub_kernels *ref = scalar();
-	unsigned int nall, v, k, j, accumulate;
 	unsigned char srcmem[5][4 * (MAX_LEN + 4) + 8];
 	float acc0[MAX_LEN + 4], want[MAX_LEN + 4], got[MAX_LEN + 8];
+	unsigned int nall, v, k, j, accumulate;
 	const void *srcs[5];
-	void *sp;
 	enum phub_dtype dt;
 	size_t n, esize;
+	void *sp;
 
 	all[0] = ref;
 	nall = 1 + simd_variants(all + 1, "sum");
@@ -642,8 +653,8 @@ START_TEST(test_sum_of_k_equals_one_arrival_at_a_time)
 			rng_seed(200 + dt);
 			for (n = 0; n <= MAX_LEN; n += 1 + n / 16) {
 				for (k = 1; k <= 5; k++) {
+					/* Each source at its own element (and byte) offset. */
 					for (j = 0; j < k; j++) {
-						/* Each source at its own element (and byte) offset. */
 						sp = srcmem[j] + esize * ((n + j) % 4) +
 						     (esize == 2 ? j % 2 : 0);
 						fill_wire(sp, dt, n);
@@ -651,6 +662,7 @@ START_TEST(test_sum_of_k_equals_one_arrival_at_a_time)
 					}
 					fill_wire(acc0, PHUB_DTYPE_FP32, n);
 					for (accumulate = 0; accumulate < 2; accumulate++) {
+						/* The reference: one arrival per call, in order. */
 						memcpy(want, acc0, 4 * n);
 						if (!accumulate)
 							ref->first(want, srcs[0], dt, n);
@@ -658,12 +670,12 @@ START_TEST(test_sum_of_k_equals_one_arrival_at_a_time)
 							ref->add(want, srcs[j], dt, n);
 						memcpy(got + 1, acc0, 4 * n);
 						got[n + 1] = 42.0f;
-						all[v]->sum(got + 1, accumulate != 0, srcs, k, dt, n);
+						all[v]->sum(got + 1, accumulate, srcs, k, dt, n);
 						EXPECT(first_float_diff(got + 1, want, n) == -1,
-							      "%s sum dtype %d n %zu k %u acc %u",
-							      phub_kernels_isa_name(all[v]->isa), dt, n, k,
-							      accumulate);
-						ck_assert_float_eq(got[n + 1], 42.0f);
+						       "%s sum dtype %d n %zu k %u acc %u",
+						       phub_kernels_isa_name(all[v]->isa), dt, n,
+						       k, accumulate);
+						EXPECT(got[n + 1] == 42.0f, "sum wrote past n");
 					}
 				}
 			}
@@ -672,8 +684,7 @@ START_TEST(test_sum_of_k_equals_one_arrival_at_a_time)
 }
 END_TEST
 
-/* --- fused last-arrival steps --------------------------------------------------------------- */
-
+/* Hyper-parameters of the fused-step tests: weight decay on, so every term is exercised. */
 static const struct phub_optimizer_params test_params[PHUB_OPT_COUNT] = {
 	[PHUB_OPT_NONE] = { .type = PHUB_OPT_NONE },
 	[PHUB_OPT_SGD] = { .type = PHUB_OPT_SGD, .lr = 0.1f, .weight_decay = 1e-2f },
@@ -686,6 +697,40 @@ static const struct phub_optimizer_params test_params[PHUB_OPT_COUNT] = {
 	[PHUB_OPT_ADAMW] = { .type = PHUB_OPT_ADAMW, .lr = 1e-2f, .weight_decay = 1e-2f,
 			     .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f },
 };
+
+/* An empty segment (a key of 0 elements, a zero-length tail) touches no pointer at all. */
+START_TEST(test_every_kernel_accepts_an_empty_segment_with_null_pointers)
+{
+	const struct phub_kernels *all[PHUB_ISA_COUNT];
+	struct phub_opt_buffers b = { 0 };
+	struct phub_opt_step step;
+	const void *nosrc = NULL;
+	unsigned int nall, v;
+	enum phub_opt_type t;
+	enum phub_dtype dt;
+
+	all[0] = scalar();
+	nall = 1 + simd_variants(all + 1, "empty");
+	for (v = 0; v < nall; v++) {
+		for (dt = PHUB_DTYPE_FP32; dt <= PHUB_DTYPE_BF16; dt++) {
+			all[v]->first(NULL, NULL, dt, 0);
+			all[v]->add(NULL, NULL, dt, 0);
+			all[v]->sum(NULL, true, &nosrc, 1, dt, 0);
+			all[v]->sum(NULL, false, NULL, 0, dt, 1000);
+			all[v]->to_wire(NULL, dt, NULL, 0);
+			b.grad_dtype = dt;
+			b.out_dtype = dt;
+			for (t = PHUB_OPT_NONE; t < PHUB_OPT_COUNT; t++) {
+				phub_opt_step_init(&step, &test_params[t], 1, 2);
+				all[v]->last(&b, 0, &test_params[t], &step);
+			}
+		}
+	}
+}
+END_TEST
+
+/* --- fused last-arrival steps --------------------------------------------------------------- */
+
 
 /* Which of acc and grad the last step gets. */
 enum presence { BOTH, ACC_ONLY, GRAD_ONLY };
@@ -795,7 +840,8 @@ seg_run_check_guards(const struct seg_run *r, enum phub_dtype gdt, int odt, size
 	     gbuf_guards_intact(&r->w, 4 * ((off + 1) % 4), 4 * n) &&
 	     gbuf_guards_intact(&r->m, r->b.m ? 4 * ((off + 2) % 4) : 0, r->b.m ? 4 * n : 0) &&
 	     gbuf_guards_intact(&r->v, r->b.v ? 4 * ((off + 3) % 4) : 0, r->b.v ? 4 * n : 0) &&
-	     gbuf_guards_intact(&r->out, odt >= 0 ? byte_off((enum phub_dtype)odt, off) : 0, osize * n);
+	     gbuf_guards_intact(&r->out, odt >= 0 ? byte_off((enum phub_dtype)odt, off) : 0,
+				osize * n);
 	EXPECT(ok, "n %zu off %zu: a write outside the segment's buffers", n, off);
 }
 
@@ -819,26 +865,37 @@ within_ulps(float a, float b, unsigned int ulps)
 	return llabs(ia - ib) <= (long long)ulps;
 }
 
-static void
-check_last_case(const struct phub_kernels *simd, const struct seg_init *si, struct seg_run *ref_run,
-		struct seg_run *simd_run, enum phub_opt_type type, enum phub_dtype gdt, int odt,
-		enum presence pr, size_t n, size_t off, const struct phub_opt_step *step)
-{
-	const struct phub_optimizer_params *p = &test_params[type];
-	float wire[MAX_LEN];
-	size_t i;
+/* What one optimizer's fused-step test shares between its cases. */
+struct last_ctx {
+	enum phub_opt_type type;
+	struct phub_opt_step step;
+	struct seg_init *si;
+	struct seg_run ref;
+	struct seg_run simd;
+};
 
-	seg_run_prepare(ref_run, si, type, gdt, odt, pr, n, off);
-	seg_run_prepare(simd_run, si, type, gdt, odt, pr, n, off);
+static void
+check_last_case(struct last_ctx *x, const struct phub_kernels *simd, enum phub_dtype gdt, int odt,
+		enum presence pr, size_t n, size_t off)
+{
+	const struct phub_optimizer_params *p = &test_params[x->type];
+	struct seg_run *ref_run = &x->ref, *simd_run = &x->simd;
+	const struct phub_opt_step *step = &x->step;
+	enum phub_opt_type type = x->type;
+	float wire[MAX_LEN];
+	size_t i, osize;
+
+	seg_run_prepare(ref_run, x->si, type, gdt, odt, pr, n, off);
+	seg_run_prepare(simd_run, x->si, type, gdt, odt, pr, n, off);
 	scalar()->last(&ref_run->b, n, p, step);
 	simd->last(&simd_run->b, n, p, step);
 	for (i = 0; i < n; i++) {
 		EXPECT(within_ulps(simd_run->b.weight[i], ref_run->b.weight[i],
-					  LAST_TOLERANCE_ULP),
-			      "%s %s gdt %d odt %d pr %d n %zu off %zu: w[%zu] %a, scalar %a",
-			      phub_kernels_isa_name(simd->isa), phub_opt_type_name(type), gdt, odt,
-			      pr, n, off, i, (double)simd_run->b.weight[i],
-			      (double)ref_run->b.weight[i]);
+				   LAST_TOLERANCE_ULP),
+		       "%s %s gdt %d odt %d pr %d n %zu off %zu: w[%zu] %a, scalar %a",
+		       phub_kernels_isa_name(simd->isa), phub_opt_type_name(type), gdt, odt,
+		       pr, n, off, i, (double)simd_run->b.weight[i],
+		       (double)ref_run->b.weight[i]);
 		if (simd_run->b.m != NULL)
 			EXPECT(within_ulps(simd_run->b.m[i], ref_run->b.m[i], LAST_TOLERANCE_ULP),
 			       "%s n %zu: m[%zu] %a, scalar %a", phub_opt_type_name(type), n, i,
@@ -851,10 +908,10 @@ check_last_case(const struct phub_kernels *simd, const struct seg_init *si, stru
 	if (odt >= 0) {
 		/* The MODEL payload is the new weight in the wire dtype, nothing else. */
 		scalar()->to_wire(wire, (enum phub_dtype)odt, simd_run->b.weight, n);
-		EXPECT(memcmp(simd_run->b.out, wire, phub_dtype_size((enum phub_dtype)odt) * n) ==
-				      0,
-			      "%s %s odt %d n %zu: MODEL payload is not the converted weight",
-			      phub_kernels_isa_name(simd->isa), phub_opt_type_name(type), odt, n);
+		osize = phub_dtype_size((enum phub_dtype)odt);
+		EXPECT(memcmp(simd_run->b.out, wire, osize * n) == 0,
+		       "%s %s odt %d n %zu: MODEL payload is not the converted weight",
+		       phub_kernels_isa_name(simd->isa), phub_opt_type_name(type), odt, n);
 	}
 	seg_run_check_guards(simd_run, gdt, odt, n, off);
 }
@@ -864,45 +921,41 @@ check_last_type(enum phub_opt_type type)
 {
 	const struct phub_kernels *simd[PHUB_ISA_COUNT];
 	unsigned int nsimd = simd_variants(simd, phub_opt_type_name(type));
-	struct seg_run ref_run, simd_run;
-	struct phub_opt_step step;
-	struct seg_init *si;
+	struct last_ctx x = { .type = type };
 	enum phub_dtype gdt;
-	enum presence pr;
+	unsigned int v, c;
 	size_t n, off;
-	unsigned int v;
+	enum presence pr;
 	int odt;
 
-	si = malloc(sizeof(*si));
-	ck_assert_ptr_nonnull(si);
-	seg_run_init(&ref_run);
-	seg_run_init(&simd_run);
-	ck_assert_int_eq(phub_opt_step_init(&step, &test_params[type], 3, 4), 0);
+	x.si = malloc(sizeof(*x.si));
+	ck_assert_ptr_nonnull(x.si);
+	seg_run_init(&x.ref);
+	seg_run_init(&x.simd);
+	ck_assert_int_eq(phub_opt_step_init(&x.step, &test_params[type], 3, 4), 0);
 	for (v = 0; v < nsimd; v++) {
 		for (gdt = PHUB_DTYPE_FP32; gdt <= PHUB_DTYPE_BF16; gdt++) {
 			rng_seed(300 + 10 * type + gdt);
 			for (n = 0; n <= MAX_LEN; n++) {
-				seg_init_fill(si, gdt, n);
-				/* The full cross of offsets and options on a few lengths, one
-				 * rotating choice on the others. */
-				for (off = 0; off < 4; off++) {
-					for (pr = BOTH; pr <= GRAD_ONLY; pr++) {
-						for (odt = -1; odt < PHUB_DTYPE_COUNT; odt++) {
-							if (n % 37 != 0 && n > 40 &&
-							    (size_t)(odt + 1 + pr + off) % 4 != n % 4)
-								continue;
-							check_last_case(simd[v], si, &ref_run, &simd_run,
-									type, gdt, odt, pr, n, off,
-									&step);
-						}
-					}
+				seg_init_fill(x.si, gdt, n);
+				/*
+				 * c walks offset x presence x output dtype: all 48 on short
+				 * lengths and every 37th, a rotating quarter on the others.
+				 */
+				for (c = 0; c < 4 * 3 * 4; c++) {
+					off = c % 4;
+					pr = (enum presence)(c / 4 % 3);
+					odt = (int)(c / 12) - 1;
+					if (n > 40 && n % 37 != 0 && c % 4 != n % 4)
+						continue;
+					check_last_case(&x, simd[v], gdt, odt, pr, n, off);
 				}
 			}
 		}
 	}
-	seg_run_free(&ref_run);
-	seg_run_free(&simd_run);
-	free(si);
+	seg_run_free(&x.ref);
+	seg_run_free(&x.simd);
+	free(x.si);
 }
 
 START_TEST(test_simd_last_arrival_matches_scalar_for_every_optimizer)
@@ -911,7 +964,7 @@ START_TEST(test_simd_last_arrival_matches_scalar_for_every_optimizer)
 }
 END_TEST
 
-/* --- trajectories against double precision ----------------------------------------------------- */
+/* --- trajectories against double precision ------------------------------------------------- */
 
 #define TRAJ_LEN 37
 #define TRAJ_WORKERS 3
@@ -1010,9 +1063,9 @@ check_trajectory(enum phub_opt_type type, enum phub_dtype dt)
 		/* fp32 rounding of a few operations per step, accumulated over the steps. */
 		for (i = 0; i < TRAJ_LEN; i++)
 			EXPECT(fabs((double)w[i] - wd_[i]) <= 2e-5 * (1.0 + fabs(wd_[i])),
-				      "%s %s dtype %d step %u w[%zu] = %.9g, double says %.9g",
-				      phub_kernels_isa_name(k->isa), phub_opt_type_name(type), dt, t, i,
-				      (double)w[i], wd_[i]);
+			       "%s %s dtype %d step %u w[%zu] = %.9g, double says %.9g",
+			       phub_kernels_isa_name(k->isa), phub_opt_type_name(type), dt, t, i,
+			       (double)w[i], wd_[i]);
 	}
 	/* The weights moved: a step that did nothing would match a reference that did nothing. */
 	if (type != PHUB_OPT_NONE)
@@ -1064,6 +1117,10 @@ phub_kernels_suite(void)
 	tcase_add_test(tc, test_simd_first_arrival_matches_scalar_for_every_length_and_offset);
 	tcase_add_test(tc, test_simd_later_arrival_matches_scalar_for_every_length_and_offset);
 	tcase_add_test(tc, test_sum_of_k_equals_one_arrival_at_a_time);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("empty");
+	tcase_add_test(tc, test_every_kernel_accepts_an_empty_segment_with_null_pointers);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("last");
