@@ -290,28 +290,10 @@ port_setup(struct pbox *pb, unsigned int pi)
 			info.max_rx_pktlen - RTE_ETHER_HDR_LEN - RTE_ETHER_CRC_LEN);
 	conf.rxmode.mtu = cp->mtu;
 	if (cp->mtu > max_mtu) {
-		/*
-		 * net_tap in DPDK 22.11 reports a 1522-byte frame limit but reads
-		 * whatever the kernel side's MTU lets through into our large mbufs; a
-		 * real NIC that cannot take the MTU is a configuration error.
-		 */
-		if (cp->is_pci) {
-			PBOX_LOG(ERR, "port %s (%s): MTU %u is above the device's maximum %u",
-					port->name, cp->device, cp->mtu, max_mtu);
-			return -EINVAL;
-		}
-		PBOX_LOG(NOTICE, "port %s: the PMD reports MTU at most %u; the kernel side of %s "
-				"carries MTU %u", port->name, max_mtu, cp->device, cp->mtu);
-		conf.rxmode.mtu = max_mtu;
-	}
-	if (drv->steering == PHUB_CONFIG_STEERING_RSS || drv->fallback == PHUB_CONFIG_STEERING_RSS) {
-		if (info.flow_type_rss_offloads & RTE_ETH_RSS_NONFRAG_IPV4_UDP) {
-			conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
-			conf.rx_adv_conf.rss_conf.rss_hf = RTE_ETH_RSS_NONFRAG_IPV4_UDP |
-				RTE_ETH_RSS_L4_DST_ONLY;
-			conf.rx_adv_conf.rss_conf.rss_hf &= info.flow_type_rss_offloads |
-				RTE_ETH_RSS_L4_DST_ONLY;
-		}
+		PBOX_LOG(ERR, "port %s (%s): MTU %u is above the %u the device takes: lower "
+				"ports[].mtu (and max_mtu in its driver profile)", port->name,
+				cp->device, cp->mtu, max_mtu);
+		return -EINVAL;
 	}
 	rc = rte_eth_dev_configure(port->port_id, cp->n_lcores, cp->n_lcores, &conf);
 	if (rc != 0) {

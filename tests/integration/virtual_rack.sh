@@ -124,7 +124,7 @@ assert c["eal"] == {"lcores": lcores, "main_lcore": 0, "memory_mb": 512, "no_hug
 assert len(c["ports"]) == 2
 for p, port in enumerate(c["ports"]):
     assert port == {"name": "p%d" % p, "device": "net_tap%d,iface=pt%d" % (p, p),
-                    "driver": "tap", "ipv4": "10.77.0.%d/24" % (p + 1), "mtu": 9000,
+                    "driver": "tap", "ipv4": "10.77.0.%d/24" % (p + 1), "mtu": 1500,
                     "rx_desc": 1024, "tx_desc": 1024, "lcores": [1, 2]}, port
 assert c["udp_base_port"] == 47000 and c["chunk_bytes"] == 32768
 assert c["idle"] == {"policy": "adaptive", "spin_polls": 64, "max_sleep_us": 200}
