@@ -1,0 +1,575 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The control plane on the main lcore: JOIN (reassembled when split), job
+ * creation within the configured limits, JOIN_ACK with the chunk map, LEAVE
+ * and the freeing of a job once no data lcore can still hold it.
+ */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rte_cycles.h>
+#include <rte_ip.h>
+#include <rte_malloc.h>
+#include <rte_udp.h>
+
+#include "pbox.h"
+
+#define MAX_PENDING_JOINS 64
+#define CONTROL_BURST 32
+
+/* A JOIN split over several datagrams, until its last one is in. */
+struct pending_join {
+	bool used;
+	uint32_t src_ip;
+	uint16_t src_udp;
+	uint16_t port_index;
+	uint16_t rank;
+	uint64_t started_tsc;
+	struct rte_ether_addr src_mac;
+	struct phub_wire_join_merge merge;
+	struct phub_wire_key *keys;
+};
+
+/* The requester of a control operation, for the answer. */
+struct requester {
+	uint16_t port_index;
+	struct rte_ether_addr mac;
+	uint32_t ip;
+	uint16_t udp;
+};
+
+static struct pending_join pending[MAX_PENDING_JOINS];
+static uint64_t jobs_memory_bytes;
+
+static void *
+numa_alloc(size_t size, size_t align, void *ctx)
+{
+	return rte_malloc_socket("phub_job", size, (unsigned int)align, (int)(intptr_t)ctx);
+}
+
+static void
+numa_free(void *ptr, void *ctx)
+{
+	(void)ctx;
+	rte_free(ptr);
+}
+
+/* Send one built datagram through a data lcore that has a queue on the port. */
+static void
+control_send(struct pbox *pb, const struct requester *to, const void *payload, uint16_t len)
+{
+	const struct phub_config_port *cp = &pb->cfg.ports[to->port_index];
+	struct pbox_lcore *lc = &pb->lcores[pb->lcore_index[cp->lcores[0]]];
+	struct rte_mbuf *m = rte_pktmbuf_alloc(lc->pool);
+	uint8_t *p;
+
+	if (m == NULL)
+		return;
+	p = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(RTE_ETHER_HDR_LEN +
+			sizeof(struct rte_ipv4_hdr) + sizeof(struct rte_udp_hdr) + len));
+	if (p == NULL) {
+		rte_pktmbuf_free(m);
+		return;
+	}
+	pbox_build_udp(m, &pb->ports[to->port_index], &to->mac, to->ip, pb->cfg.udp_base_port,
+			to->udp, len);
+	memcpy(p + m->l2_len + m->l3_len + sizeof(struct rte_udp_hdr), payload, len);
+	pbox_finish_udp_csum(m, (uint16_t)(sizeof(struct rte_udp_hdr) + len), 0);
+	m->hash.usr = PBOX_INBOX_TX | ((uint32_t)to->port_index << 8);
+	if (rte_ring_enqueue(lc->inbox, m) != 0)
+		rte_pktmbuf_free(m);
+}
+
+static void
+send_error(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *about,
+		enum phub_wire_error code, const char *fmt, ...)
+{
+	uint8_t buf[PHUB_WIRE_HDR_LEN + sizeof(struct phub_wire_error_body) +
+		PHUB_WIRE_ERROR_MSG_MAX];
+	char text[PHUB_WIRE_ERROR_MSG_MAX];
+	va_list ap;
+	int len;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	PBOX_LOG(NOTICE, "to %u.%u.%u.%u:%u: %s: %s", to->ip >> 24, (to->ip >> 16) & 0xff,
+			(to->ip >> 8) & 0xff, to->ip & 0xff, to->udp, phub_wire_error_name(code), text);
+	len = phub_wire_error_write(buf, sizeof(buf), about, (uint16_t)code, text);
+	if (len > 0)
+		control_send(pb, to, buf, (uint16_t)len);
+}
+
+/* Segment elements for a dtype: what every port's MTU carries, within segment_bytes. */
+static uint32_t
+segment_elems(const struct pbox *pb, enum phub_dtype dtype)
+{
+	uint32_t elems = pb->cfg.segment_bytes / (uint32_t)phub_dtype_size(dtype);
+
+	for (unsigned int i = 0; i < pb->n_ports; i++) {
+		int max = phub_wire_max_elems(pb->ports[i].mtu, (uint8_t)dtype);
+
+		if (max > 0 && (uint32_t)max < elems)
+			elems = (uint32_t)max;
+	}
+	return elems / PHUB_WIRE_ELEM_ALIGN * PHUB_WIRE_ELEM_ALIGN;
+}
+
+static bool
+layout_matches(const struct phub_engine_job *job, const struct phub_wire_join *join,
+		const struct phub_wire_key *keys, uint32_t n_keys)
+{
+	const struct phub_layout *layout = phub_engine_job_layout(job);
+
+	if (join->world_size != phub_engine_job_world_size(job) ||
+	    join->dtype != (uint8_t)phub_engine_job_dtype(job) ||
+	    n_keys != phub_layout_key_count(layout))
+		return false;
+	for (uint32_t i = 0; i < n_keys; i++) {
+		struct phub_layout_key_info info;
+
+		if (phub_layout_key_get(layout, i, &info) != 0 || info.key_id != keys[i].key_id ||
+		    info.n_elems != keys[i].elem_count)
+			return false;
+	}
+	return true;
+}
+
+/* The job a complete JOIN names: found, or created within the limits. */
+static struct phub_engine_job *
+job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg,
+		const struct phub_wire_join *join, const struct phub_wire_key *keys, uint32_t n_keys)
+{
+	struct phub_engine_allocator allocator = {
+		.alloc = numa_alloc, .free = numa_free,
+		.ctx = (void *)(intptr_t)pb->ports[to->port_index].socket,
+	};
+	struct phub_engine_job_params p;
+	struct phub_layout_key *lkeys;
+	struct phub_engine_job *job;
+	const struct phub_config_job *declared = NULL;
+	struct phub_engine_job_info info;
+	unsigned int n_jobs = 0;
+	uint64_t limit;
+	int idx;
+
+	job = phub_engine_job_find(pb->engine, join->name);
+	if (job != NULL) {
+		if (!layout_matches(job, join, keys, n_keys)) {
+			send_error(pb, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
+					"job %s: rank %u declares another world size, dtype or key "
+					"layout than the job has", join->name, join->rank);
+			return NULL;
+		}
+		return job;
+	}
+
+	memset(&p, 0, sizeof(p));
+	p.name = join->name;
+	p.nonce = join->nonce;
+	p.world_size = join->world_size;
+	p.dtype = (enum phub_dtype)join->dtype;
+	p.optimizer.type = (enum phub_opt_type)join->optimizer;
+	p.optimizer.lr = join->hyper.lr;
+	p.optimizer.momentum = join->hyper.momentum;
+	p.optimizer.weight_decay = join->hyper.weight_decay;
+	p.optimizer.beta1 = join->hyper.beta1;
+	p.optimizer.beta2 = join->hyper.beta2;
+	p.optimizer.eps = join->hyper.eps;
+
+	/* A job declared in the config fixes the nonce, size, dtype and optimizer. */
+	idx = phub_config_job_find(&pb->cfg, join->name);
+	if (idx >= 0) {
+		declared = &pb->cfg.jobs[idx];
+		if (declared->nonce != join->nonce) {
+			send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_NONCE,
+					"job %s: wrong nonce", join->name);
+			return NULL;
+		}
+		if (declared->workers != join->world_size ||
+		    (unsigned int)declared->dtype != join->dtype) {
+			send_error(pb, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
+					"job %s is configured for %u workers in %s; the JOIN says "
+					"%u in %s", join->name, declared->workers,
+					phub_config_dtype_name(declared->dtype), join->world_size,
+					phub_wire_dtype_name(join->dtype));
+			return NULL;
+		}
+		p.optimizer.type = (enum phub_opt_type)declared->optimizer.type;
+		p.optimizer.lr = (float)declared->optimizer.lr;
+		p.optimizer.momentum = (float)declared->optimizer.momentum;
+		p.optimizer.weight_decay = (float)declared->optimizer.weight_decay;
+		p.optimizer.beta1 = (float)declared->optimizer.beta1;
+		p.optimizer.beta2 = (float)declared->optimizer.beta2;
+		p.optimizer.eps = (float)declared->optimizer.eps;
+	}
+	for (job = phub_engine_job_next(pb->engine, NULL); job != NULL;
+	     job = phub_engine_job_next(pb->engine, job))
+		n_jobs++;
+	if (n_jobs >= pb->cfg.limits.max_jobs) {
+		send_error(pb, to, msg, PHUB_WIRE_ERR_JOB_LIMIT,
+				"this PBox serves at most %u jobs (limits.max_jobs)",
+				pb->cfg.limits.max_jobs);
+		return NULL;
+	}
+	if (join->world_size > pb->cfg.limits.max_workers_per_job) {
+		send_error(pb, to, msg, PHUB_WIRE_ERR_JOB_LIMIT,
+				"job %s: %u workers, this PBox allows %u (limits.max_workers_per_job)",
+				join->name, join->world_size, pb->cfg.limits.max_workers_per_job);
+		return NULL;
+	}
+
+	lkeys = calloc(n_keys, sizeof(*lkeys));
+	if (lkeys == NULL)
+		return NULL;
+	for (uint32_t i = 0; i < n_keys; i++) {
+		lkeys[i].key_id = keys[i].key_id;
+		lkeys[i].n_elems = keys[i].elem_count;
+	}
+	p.keys = lkeys;
+	p.n_keys = n_keys;
+	p.chunk_bytes = join->chunk_bytes != 0 ? join->chunk_bytes : pb->cfg.chunk_bytes;
+	p.segment_elems = segment_elems(pb, p.dtype);
+	p.servers = pb->servers;
+	p.n_servers = pb->n_servers;
+	p.allocator = &allocator;
+	limit = (uint64_t)pb->cfg.limits.total_memory_mb << 20;
+	limit = limit > jobs_memory_bytes ? limit - jobs_memory_bytes : 0;
+	p.memory_limit_bytes = RTE_MIN((uint64_t)pb->cfg.limits.job_memory_mb << 20, limit);
+	if (p.memory_limit_bytes == 0)
+		p.memory_limit_bytes = 1;	/* 0 would mean "no limit" */
+
+	job = phub_engine_job_create(pb->engine, &p);
+	free(lkeys);
+	if (job == NULL) {
+		int err = errno;
+
+		if (err == E2BIG)
+			send_error(pb, to, msg, PHUB_WIRE_ERR_NO_MEMORY,
+					"job %s needs more memory than this PBox allows: per job %u MB "
+					"(limits.job_memory_mb), %" PRIu64 " MB left of %u MB "
+					"(limits.total_memory_mb)", join->name,
+					pb->cfg.limits.job_memory_mb, limit >> 20,
+					pb->cfg.limits.total_memory_mb);
+		else if (err == ENOMEM)
+			send_error(pb, to, msg, PHUB_WIRE_ERR_NO_MEMORY,
+					"job %s: out of memory on NUMA node %d", join->name,
+					pb->ports[to->port_index].socket);
+		else if (err == ENOSPC)
+			send_error(pb, to, msg, PHUB_WIRE_ERR_JOB_LIMIT, "job table full");
+		else
+			send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_REQUEST,
+					"job %s: invalid parameters (%s)", join->name, strerror(err));
+		return NULL;
+	}
+	phub_engine_job_get_info(job, &info);
+	jobs_memory_bytes += info.memory_bytes;
+	PBOX_LOG(INFO, "job %s (id %u): %u workers, %u keys, %u chunks, %" PRIu64 " elements "
+			"%s, optimizer %s, %" PRIu64 " KB%s", info.name, info.job_id,
+			info.world_size, info.n_keys, info.n_chunks, info.n_elems,
+			phub_wire_dtype_name((uint8_t)info.dtype),
+			phub_opt_type_name(p.optimizer.type), info.memory_bytes >> 10,
+			declared != NULL ? " (declared in the config)" : "");
+	return job;
+}
+
+static void
+send_join_ack(struct pbox *pb, const struct requester *to, struct phub_engine_job *job,
+		uint16_t rank, uint64_t token)
+{
+	const struct phub_layout *layout = phub_engine_job_layout(job);
+	struct phub_wire_endpoint endpoints[PHUB_CONFIG_MAX_QUEUES];
+	struct phub_wire_join_ack_params p;
+	struct phub_engine_job_info info;
+	uint16_t *map;
+	uint8_t *buf;
+	int segs;
+
+	phub_engine_job_get_info(job, &info);
+	map = calloc(info.n_chunks, sizeof(*map));
+	buf = malloc(PHUB_WIRE_MAX_DATAGRAM);
+	if (map == NULL || buf == NULL)
+		goto out;
+	for (uint32_t s = 0; s < pb->n_servers; s++) {
+		const struct pbox_lcore *lc = &pb->lcores[pb->server_lcore_index[s]];
+
+		endpoints[s].ipv4 = pb->ports[pb->servers[s].port].ipv4;
+		endpoints[s].udp_port = lc->udp_port;
+	}
+	for (uint32_t c = 0; c < info.n_chunks; c++) {
+		uint32_t server = 0;
+
+		phub_layout_chunk_server(layout, c, &server);
+		map[c] = (uint16_t)server;
+	}
+	memset(&p, 0, sizeof(p));
+	p.ack.job_id = info.job_id;
+	/* The first iteration to push: one past what every segment finished. */
+	p.ack.iteration = info.iteration_min + 1;
+	p.ack.chunk_bytes = phub_layout_chunk_elems(layout) * PHUB_LAYOUT_MODEL_ELEM_SIZE;
+	p.ack.seg_elems = phub_layout_segment_elems(layout);
+	p.session_token = token;
+	p.endpoints = endpoints;
+	p.endpoint_count = (uint16_t)pb->n_servers;
+	p.chunk_endpoints = map;
+	p.total_chunks = info.n_chunks;
+	p.rank = rank;
+	segs = phub_wire_join_ack_segments(&p, pb->ports[to->port_index].mtu);
+	for (int i = 0; i < segs; i++) {
+		int len = phub_wire_join_ack_write(buf, PHUB_WIRE_MAX_DATAGRAM, &p,
+				pb->ports[to->port_index].mtu, (uint16_t)i);
+
+		if (len > 0)
+			control_send(pb, to, buf, (uint16_t)len);
+	}
+out:
+	free(map);
+	free(buf);
+}
+
+static void
+join_complete(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg,
+		const struct phub_wire_join *join, const struct phub_wire_key *keys, uint32_t n_keys)
+{
+	struct phub_engine_peer peer;
+	struct phub_engine_job *job;
+	uint64_t token;
+	int rc;
+
+	job = job_for_join(pb, to, msg, join, keys, n_keys);
+	if (job == NULL)
+		return;
+	peer.ipv4 = to->ip;
+	peer.udp_port = to->udp;
+	memcpy(peer.mac, to->mac.addr_bytes, sizeof(peer.mac));
+	rc = phub_engine_job_join(job, join->rank, join->nonce, &peer, &token);
+	if (rc != 0) {
+		send_error(pb, to, msg, (enum phub_wire_error)-rc, "job %s: rank %u refused: %s",
+				join->name, join->rank, phub_wire_error_name((uint16_t)-rc));
+		return;
+	}
+	PBOX_LOG(INFO, "job %s: rank %u of %u joined from %u.%u.%u.%u:%u", join->name, join->rank,
+			join->world_size, to->ip >> 24, (to->ip >> 16) & 0xff, (to->ip >> 8) & 0xff,
+			to->ip & 0xff, to->udp);
+	send_join_ack(pb, to, job, join->rank, token);
+}
+
+static struct pending_join *
+pending_find(const struct requester *to, uint16_t rank)
+{
+	struct pending_join *free_slot = NULL;
+	uint64_t oldest = UINT64_MAX;
+	struct pending_join *victim = &pending[0];
+
+	for (unsigned int i = 0; i < MAX_PENDING_JOINS; i++) {
+		struct pending_join *pj = &pending[i];
+
+		if (pj->used && pj->src_ip == to->ip && pj->src_udp == to->udp && pj->rank == rank)
+			return pj;
+		if (!pj->used && free_slot == NULL)
+			free_slot = pj;
+		if (pj->used && pj->started_tsc < oldest) {
+			oldest = pj->started_tsc;
+			victim = pj;
+		}
+	}
+	if (free_slot != NULL)
+		return free_slot;
+	/* Full: the oldest half-made JOIN gives way; its worker will send it again. */
+	free(victim->keys);
+	victim->used = false;
+	return victim;
+}
+
+static void
+handle_join(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
+{
+	struct phub_wire_join_seg seg;
+	struct pending_join *pj;
+	int rc;
+
+	if (phub_wire_join_parse(msg->payload, msg->payload_len, &seg) != PHUB_DROP_OK)
+		return;		/* phub_wire_parse already checked it: cannot happen */
+	pj = pending_find(to, seg.join.rank);
+	if (!pj->used) {
+		memset(pj, 0, sizeof(*pj));
+		pj->keys = calloc(seg.total_keys, sizeof(*pj->keys));
+		if (pj->keys == NULL)
+			return;
+		pj->used = true;
+		pj->src_ip = to->ip;
+		pj->src_udp = to->udp;
+		pj->rank = seg.join.rank;
+		pj->started_tsc = rte_rdtsc();
+		phub_wire_join_merge_init(&pj->merge, pj->keys, seg.total_keys);
+	}
+	rc = phub_wire_join_merge_add(&pj->merge, msg, &seg);
+	if (rc < 0) {
+		send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_REQUEST,
+				"JOIN datagrams of rank %u contradict each other; start again",
+				seg.join.rank);
+	} else if (rc == 1) {
+		join_complete(pb, to, msg, &pj->merge.join, pj->keys, pj->merge.total_keys);
+	} else {
+		return;
+	}
+	free(pj->keys);
+	pj->keys = NULL;
+	pj->used = false;
+}
+
+static void
+job_release(struct pbox *pb, struct phub_engine_job *job)
+{
+	struct phub_engine_job_info info;
+
+	phub_engine_job_get_info(job, &info);
+	phub_engine_job_unpublish(pb->engine, job);
+	/* Every data lcore passes a quiescent point before the buffers go. */
+	rte_rcu_qsbr_synchronize(pb->qsbr, RTE_QSBR_THRID_INVALID);
+	phub_engine_job_free(job);
+	jobs_memory_bytes -= RTE_MIN(jobs_memory_bytes, info.memory_bytes);
+	PBOX_LOG(INFO, "job %s (id %u) ended after iteration %u; %" PRIu64 " KB freed", info.name,
+			info.job_id, info.iteration_min, info.memory_bytes >> 10);
+}
+
+static void
+handle_leave(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
+{
+	struct phub_engine_job *job = phub_engine_job_lookup(pb->engine, msg->job_id);
+	uint8_t buf[PHUB_WIRE_HDR_LEN];
+	struct phub_wire_msg ack;
+	struct phub_engine_peer peer;
+	uint64_t token;
+	int left, len;
+
+	if (job == NULL)
+		return;
+	/* Only the address that joined may end its session. */
+	if (!phub_engine_job_rank(job, msg->worker_rank, &peer, &token) ||
+	    token != msg->session_token || peer.ipv4 != to->ip || peer.udp_port != to->udp)
+		return;
+	left = phub_engine_job_leave(job, msg->worker_rank, msg->session_token);
+	if (left < 0)
+		return;
+	phub_wire_msg_init(&ack, PHUB_WIRE_OP_LEAVE_ACK);
+	ack.job_id = msg->job_id;
+	ack.session_token = msg->session_token;
+	ack.worker_rank = msg->worker_rank;
+	ack.iteration = msg->iteration;
+	len = phub_wire_encode(buf, sizeof(buf), &ack);
+	if (len > 0)
+		control_send(pb, to, buf, (uint16_t)len);
+	PBOX_LOG(INFO, "job id %u: rank %u left, %d still joined", msg->job_id, msg->worker_rank,
+			left);
+	if (left == 0)
+		job_release(pb, job);
+}
+
+static void
+handle_ping(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
+{
+	uint8_t buf[PHUB_WIRE_MAX_DATAGRAM];
+	struct phub_wire_msg pong = *msg;
+	int len;
+
+	pong.opcode = PHUB_WIRE_OP_PONG;
+	pong.flags &= (uint8_t)~(PHUB_WIRE_F_CSUM | PHUB_WIRE_F_RETRANSMIT);
+	len = phub_wire_encode(buf, sizeof(buf), &pong);
+	if (len > 0)
+		control_send(pb, to, buf, (uint16_t)len);
+}
+
+static void
+handle_control(struct pbox *pb, struct rte_mbuf *m)
+{
+	struct rte_ether_hdr *eth = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
+	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
+	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)((uint8_t *)ip +
+			(ip->version_ihl & RTE_IPV4_HDR_IHL_MASK) * 4);
+	struct requester to;
+	struct phub_wire_msg msg;
+	enum phub_drop_reason why;
+
+	/* The data lcore checked the frame up to the UDP header. */
+	to.port_index = (uint16_t)(m->hash.usr >> 8);
+	rte_ether_addr_copy(&eth->src_addr, &to.mac);
+	to.ip = rte_be_to_cpu_32(ip->src_addr);
+	to.udp = rte_be_to_cpu_16(udp->src_port);
+	why = phub_wire_parse(udp + 1, rte_be_to_cpu_16(udp->dgram_len) - sizeof(*udp), &msg);
+	if (why != PHUB_DROP_OK) {
+		pb->control_drops[why]++;
+		return;
+	}
+	pb->control_msgs++;
+	switch (msg.opcode) {
+	case PHUB_WIRE_OP_JOIN:
+		handle_join(pb, &to, &msg);
+		break;
+	case PHUB_WIRE_OP_LEAVE:
+		handle_leave(pb, &to, &msg);
+		break;
+	case PHUB_WIRE_OP_PING:
+		handle_ping(pb, &to, &msg);
+		break;
+	default:
+		pb->control_drops[PHUB_DROP_UNEXPECTED_OPCODE]++;
+		break;
+	}
+}
+
+/* Half-made JOINs older than timeouts.join_ms are dropped; their workers retry. */
+static void
+expire_pending(struct pbox *pb)
+{
+	uint64_t limit = rte_get_tsc_hz() / 1000 * pb->cfg.timeouts.join_ms;
+	uint64_t now = rte_rdtsc();
+
+	for (unsigned int i = 0; i < MAX_PENDING_JOINS; i++) {
+		if (pending[i].used && now - pending[i].started_tsc > limit) {
+			free(pending[i].keys);
+			pending[i].keys = NULL;
+			pending[i].used = false;
+		}
+	}
+}
+
+int
+pbox_control_init(struct pbox *pb)
+{
+	(void)pb;
+	memset(pending, 0, sizeof(pending));
+	jobs_memory_bytes = 0;
+	return 0;
+}
+
+void
+pbox_control_poll(struct pbox *pb)
+{
+	struct rte_mbuf *pkts[CONTROL_BURST];
+	unsigned int n;
+
+	n = rte_ring_dequeue_burst(pb->control_ring, (void **)pkts, CONTROL_BURST, NULL);
+	for (unsigned int i = 0; i < n; i++) {
+		handle_control(pb, pkts[i]);
+		rte_pktmbuf_free(pkts[i]);
+	}
+	expire_pending(pb);
+	if (n == 0)
+		rte_delay_us_sleep(200);
+}
+
+void
+pbox_control_fini(struct pbox *pb)
+{
+	struct rte_mbuf *m;
+
+	while (rte_ring_dequeue(pb->control_ring, (void **)&m) == 0)
+		rte_pktmbuf_free(m);
+	for (unsigned int i = 0; i < MAX_PENDING_JOINS; i++)
+		free(pending[i].keys);
+}

@@ -1,0 +1,649 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The data lcores' run-to-completion loop: receive, check each header before
+ * reading past it, hand a datagram to the lcore that owns its chunk, let the
+ * engine aggregate it, and send ACK and MODEL. No locks, no malloc, no log.
+ */
+
+#include <string.h>
+
+#include <rte_arp.h>
+#include <rte_cycles.h>
+#include <rte_ip.h>
+#include <rte_lcore.h>
+#include <rte_udp.h>
+
+#include "pbox.h"
+
+#define L2_L3_L4_LEN (RTE_ETHER_HDR_LEN + sizeof(struct rte_ipv4_hdr) + sizeof(struct rte_udp_hdr))
+
+/* What the checks of a received frame found, for the handler of its opcode. */
+struct rx_frame {
+	struct rte_mbuf *m;
+	uint16_t port_index;
+	struct rte_ether_addr src_mac;
+	uint32_t src_ip;
+	uint16_t src_udp;
+	uint16_t dst_udp;
+	const uint8_t *udp_payload;
+	uint16_t udp_payload_len;
+	struct phub_wire_msg msg;
+};
+
+static inline void
+net_drop(struct pbox_lcore *lc, struct rte_mbuf *m, enum pbox_net_drop why)
+{
+	lc->stats.net_drops[why]++;
+	rte_pktmbuf_free(m);
+}
+
+static inline void
+wire_drop(struct pbox_lcore *lc, struct rte_mbuf *m, enum phub_drop_reason why)
+{
+	lc->engine_stats.drops[why]++;
+	rte_pktmbuf_free(m);
+}
+
+static inline void
+tx_enqueue(struct pbox_lcore *lc, uint16_t port_index, struct rte_mbuf *m)
+{
+	uint16_t queue = lc->queue[port_index];
+
+	if (unlikely(queue == PBOX_NO_QUEUE || lc->tx[port_index] == NULL)) {
+		lc->stats.tx_dropped++;
+		rte_pktmbuf_free(m);
+		return;
+	}
+	lc->stats.tx_pkts++;
+	lc->stats.tx_bytes += m->pkt_len;
+	rte_eth_tx_buffer(pbox.ports[port_index].port_id, queue, lc->tx[port_index], m);
+}
+
+/*
+ * Write Ethernet, IPv4 and UDP headers at the start of m's data, which must be
+ * empty; udp_payload_len bytes are to follow. Returns the header length.
+ */
+uint16_t
+pbox_build_udp(struct rte_mbuf *m, const struct pbox_port *port, const struct rte_ether_addr *dst_mac,
+		uint32_t dst_ip, uint16_t src_udp, uint16_t dst_udp, uint16_t udp_payload_len)
+{
+	struct rte_ether_hdr *eth = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
+	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
+	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
+
+	rte_ether_addr_copy(dst_mac, &eth->dst_addr);
+	rte_ether_addr_copy(&port->mac, &eth->src_addr);
+	eth->ether_type = RTE_BE16(RTE_ETHER_TYPE_IPV4);
+	ip->version_ihl = RTE_IPV4_VHL_DEF;
+	ip->type_of_service = 0;
+	ip->total_length = rte_cpu_to_be_16((uint16_t)(sizeof(*ip) + sizeof(*udp) +
+			udp_payload_len));
+	ip->packet_id = 0;
+	/* Don't fragment: every datagram fits the MTU by construction. */
+	ip->fragment_offset = RTE_BE16(RTE_IPV4_HDR_DF_FLAG);
+	ip->time_to_live = 64;
+	ip->next_proto_id = IPPROTO_UDP;
+	ip->src_addr = rte_cpu_to_be_32(port->ipv4);
+	ip->dst_addr = rte_cpu_to_be_32(dst_ip);
+	ip->hdr_checksum = 0;
+	ip->hdr_checksum = rte_ipv4_cksum(ip);
+	udp->src_port = rte_cpu_to_be_16(src_udp);
+	udp->dst_port = rte_cpu_to_be_16(dst_udp);
+	udp->dgram_len = rte_cpu_to_be_16((uint16_t)(sizeof(*udp) + udp_payload_len));
+	udp->dgram_cksum = 0;
+	m->l2_len = RTE_ETHER_HDR_LEN;
+	m->l3_len = sizeof(*ip);
+	return L2_L3_L4_LEN;
+}
+
+/*
+ * The UDP checksum of a frame whose first segment holds the headers and
+ * l4_len - payload bytes of UDP, with payload_sum the raw sum of the rest
+ * (computed once for a payload shared by several frames). The sums add because
+ * the shared payload starts at an even offset of the datagram.
+ */
+void
+pbox_finish_udp_csum(struct rte_mbuf *m, uint16_t head_l4_len, uint32_t payload_sum)
+{
+	struct rte_ipv4_hdr *ip = rte_pktmbuf_mtod_offset(m, struct rte_ipv4_hdr *, RTE_ETHER_HDR_LEN);
+	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
+	uint32_t sum;
+	uint16_t csum;
+
+	sum = rte_ipv4_phdr_cksum(ip, 0);
+	sum += rte_raw_cksum(udp, head_l4_len);
+	sum += payload_sum;
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	csum = (uint16_t)~sum;
+	/* 0 means "no checksum" in UDP over IPv4: send its other form. */
+	udp->dgram_cksum = csum == 0 ? 0xffff : csum;
+}
+
+/* The UDP checksum over the pseudo-header and the datagram's own length sums to all ones. */
+static inline bool
+udp_csum_ok(const struct rte_ipv4_hdr *ip, const struct rte_udp_hdr *udp, uint16_t udp_len)
+{
+	struct {
+		rte_be32_t src;
+		rte_be32_t dst;
+		uint8_t zero;
+		uint8_t proto;
+		rte_be16_t len;
+	} __rte_packed pseudo = {
+		.src = ip->src_addr, .dst = ip->dst_addr, .proto = IPPROTO_UDP,
+		.len = rte_cpu_to_be_16(udp_len),
+	};
+	uint32_t sum = (uint32_t)rte_raw_cksum(&pseudo, sizeof(pseudo)) + rte_raw_cksum(udp, udp_len);
+
+	sum = (sum & 0xffff) + (sum >> 16);
+	return sum == 0xffff;
+}
+
+static void
+handle_arp(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi)
+{
+	const struct pbox_port *port = &pbox.ports[pi];
+	struct rte_ether_hdr *eth = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
+	struct rte_arp_hdr *arp = (struct rte_arp_hdr *)(eth + 1);
+
+	/* Answer requests for this port's address; everything else is not ours. */
+	if (m->data_len < RTE_ETHER_HDR_LEN + sizeof(*arp) ||
+	    arp->arp_opcode != RTE_BE16(RTE_ARP_OP_REQUEST) ||
+	    arp->arp_data.arp_tip != rte_cpu_to_be_32(port->ipv4)) {
+		net_drop(lc, m, PBOX_NET_DROP_NOT_FOR_US);
+		return;
+	}
+	arp->arp_opcode = RTE_BE16(RTE_ARP_OP_REPLY);
+	arp->arp_data.arp_tha = arp->arp_data.arp_sha;
+	arp->arp_data.arp_tip = arp->arp_data.arp_sip;
+	rte_ether_addr_copy(&port->mac, &arp->arp_data.arp_sha);
+	arp->arp_data.arp_sip = rte_cpu_to_be_32(port->ipv4);
+	rte_ether_addr_copy(&eth->src_addr, &eth->dst_addr);
+	rte_ether_addr_copy(&port->mac, &eth->src_addr);
+	lc->stats.arp_replies++;
+	tx_enqueue(lc, pi, m);
+}
+
+/*
+ * Reuse the received mbuf for a header-only answer (ACK) or one that echoes
+ * the payload in place (PONG): the request's data is no longer needed.
+ */
+static void
+reply_in_place(struct pbox_lcore *lc, struct rx_frame *f, uint16_t tx_port,
+		const struct phub_wire_msg *answer)
+{
+	struct rte_mbuf *m = f->m;
+	uint16_t len = (uint16_t)(PHUB_WIRE_HDR_LEN + answer->payload_len);
+	uint8_t *phub;
+	int rc;
+
+	m->data_len = (uint16_t)(L2_L3_L4_LEN + len);
+	m->pkt_len = m->data_len;
+	pbox_build_udp(m, &pbox.ports[tx_port], &f->src_mac, f->src_ip, f->dst_udp, f->src_udp, len);
+	phub = rte_pktmbuf_mtod_offset(m, uint8_t *, L2_L3_L4_LEN);
+	rc = phub_wire_encode(phub, len, answer);
+	if (unlikely(rc < 0)) {
+		wire_drop(lc, m, PHUB_DROP_NO_BUFFER);
+		return;
+	}
+	pbox_finish_udp_csum(m, (uint16_t)(sizeof(struct rte_udp_hdr) + len), 0);
+	tx_enqueue(lc, tx_port, m);
+}
+
+static void
+send_ack(struct pbox_lcore *lc, struct rx_frame *f, uint16_t tx_port)
+{
+	struct phub_wire_msg ack;
+
+	phub_wire_msg_init(&ack, PHUB_WIRE_OP_ACK);
+	ack.job_id = f->msg.job_id;
+	ack.session_token = f->msg.session_token;
+	ack.worker_rank = f->msg.worker_rank;
+	ack.chunk_id = f->msg.chunk_id;
+	ack.iteration = f->msg.iteration;
+	ack.elem_offset = f->msg.elem_offset;
+	ack.elem_count = f->msg.elem_count;
+	ack.seg_index = f->msg.seg_index;
+	ack.seg_count = f->msg.seg_count;
+	ack.aux = f->msg.aux;
+	ack.flags = f->msg.flags & PHUB_WIRE_F_LAST;
+	lc->stats.acks_sent++;
+	reply_in_place(lc, f, tx_port, &ack);
+}
+
+/* One MODEL frame to one rank: headers in m, payload either chained or copied. */
+static struct rte_mbuf *
+model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_peer *peer,
+		const struct phub_wire_msg *hdr, struct rte_mbuf *shared, const void *payload,
+		uint32_t payload_sum)
+{
+	const struct pbox_port *port = &pbox.ports[tx_port];
+	uint16_t head = (uint16_t)(L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN);
+	struct rte_mbuf *m = rte_pktmbuf_alloc(lc->pool);
+	uint8_t *p;
+
+	if (unlikely(m == NULL))
+		return NULL;
+	p = (uint8_t *)rte_pktmbuf_append(m, head);
+	if (unlikely(p == NULL))
+		goto err;
+	pbox_build_udp(m, port, (const struct rte_ether_addr *)peer->mac, peer->ipv4,
+			lc->udp_port, peer->udp_port, (uint16_t)(PHUB_WIRE_HDR_LEN + hdr->payload_len));
+	if (phub_wire_hdr_encode(p + L2_L3_L4_LEN, PHUB_WIRE_HDR_LEN, hdr, 0) < 0)
+		goto err;
+	if (shared != NULL) {
+		struct rte_mbuf *mi = rte_pktmbuf_alloc(lc->indirect_pool);
+
+		if (unlikely(mi == NULL))
+			goto err;
+		rte_pktmbuf_attach(mi, shared);
+		if (rte_pktmbuf_chain(m, mi) != 0) {
+			rte_pktmbuf_free(mi);
+			goto err;
+		}
+	} else {
+		uint8_t *dst = (uint8_t *)rte_pktmbuf_append(m, hdr->payload_len);
+
+		if (unlikely(dst == NULL))
+			goto err;
+		memcpy(dst, payload, hdr->payload_len);
+	}
+	pbox_finish_udp_csum(m, sizeof(struct rte_udp_hdr) + PHUB_WIRE_HDR_LEN, payload_sum);
+	return m;
+err:
+	rte_pktmbuf_free(m);
+	return NULL;
+}
+
+/*
+ * MODEL of one segment to one rank (MODEL_ONE) or to every joined rank
+ * (MODEL_ALL). With multi-segment TX the payload is copied once into an mbuf
+ * that every frame references; its checksum is summed once as well.
+ */
+static void
+send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct rx_frame *f,
+		const struct phub_engine_reply *reply, uint16_t tx_port, bool all)
+{
+	struct rte_mbuf *shared = NULL;
+	struct phub_wire_msg hdr;
+	uint32_t payload_sum;
+	uint16_t first = all ? 0 : f->msg.worker_rank;
+	uint16_t end = all ? phub_engine_job_world_size(job) : f->msg.worker_rank + 1;
+
+	phub_wire_msg_init(&hdr, PHUB_WIRE_OP_MODEL);
+	hdr.job_id = f->msg.job_id;
+	hdr.chunk_id = f->msg.chunk_id;
+	hdr.iteration = reply->iteration;
+	hdr.elem_offset = f->msg.elem_offset;
+	hdr.elem_count = reply->elem_count;
+	hdr.seg_index = f->msg.seg_index;
+	hdr.seg_count = f->msg.seg_count;
+	hdr.dtype = f->msg.dtype;
+	hdr.payload_len = (uint16_t)reply->model_bytes;
+	hdr.payload = reply->model;
+	hdr.flags = f->msg.flags & PHUB_WIRE_F_LAST;
+	if (!all) {
+		hdr.flags |= PHUB_WIRE_F_REPLAY;
+		hdr.aux = f->msg.aux;
+	}
+	payload_sum = rte_raw_cksum(reply->model, reply->model_bytes);
+
+	if (all && pbox.ports[tx_port].multi_seg_tx) {
+		shared = rte_pktmbuf_alloc(lc->pool);
+		if (shared != NULL) {
+			void *dst = rte_pktmbuf_append(shared, hdr.payload_len);
+
+			if (dst == NULL) {
+				rte_pktmbuf_free(shared);
+				shared = NULL;
+			} else {
+				memcpy(dst, reply->model, hdr.payload_len);
+			}
+		}
+	}
+	for (uint16_t r = first; r < end; r++) {
+		struct phub_engine_peer peer;
+		struct rte_mbuf *m;
+		uint64_t token;
+
+		/* A rank that has not joined (or left) gets nothing. */
+		if (!phub_engine_job_rank(job, r, &peer, &token))
+			continue;
+		hdr.worker_rank = r;
+		hdr.session_token = token;
+		m = model_frame(lc, tx_port, &peer, &hdr, shared, reply->model, payload_sum);
+		if (unlikely(m == NULL)) {
+			lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
+			continue;
+		}
+		lc->stats.models_sent++;
+		tx_enqueue(lc, tx_port, m);
+	}
+	/* The frames hold their own references to the shared payload. */
+	if (shared != NULL)
+		rte_pktmbuf_free(shared);
+}
+
+static inline void
+hand_off(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi, uint16_t owner)
+{
+	m->hash.usr = PBOX_INBOX_RX | ((uint32_t)pi << 8);
+	if (rte_ring_enqueue(pbox.lcores[owner].inbox, m) != 0) {
+		net_drop(lc, m, PBOX_NET_DROP_RING_FULL);
+		return;
+	}
+	lc->engine_stats.drops[PHUB_DROP_WRONG_LCORE]++;
+	lc->stats.handed_off++;
+}
+
+static void
+handle_data(struct pbox_lcore *lc, struct rx_frame *f)
+{
+	struct phub_engine_request req;
+	struct phub_engine_reply reply;
+	struct phub_engine_job *job;
+	uint32_t server;
+	uint16_t tx_port, owner;
+
+	job = phub_engine_job_lookup(pbox.engine, f->msg.job_id);
+	if (job == NULL) {
+		wire_drop(lc, f->m, PHUB_DROP_UNKNOWN_JOB);
+		return;
+	}
+	if (phub_layout_chunk_server(phub_engine_job_layout(job), f->msg.chunk_id, &server) != 0) {
+		wire_drop(lc, f->m, PHUB_DROP_CHUNK_RANGE);
+		return;
+	}
+	/*
+	 * One chunk, one lcore: a datagram sent to another lcore's UDP port
+	 * (stale map, hostile sender) must not touch this chunk's slot here.
+	 */
+	owner = pbox.server_lcore_index[server];
+	if (owner != lc->data_index) {
+		hand_off(lc, f->m, f->port_index, owner);
+		return;
+	}
+	tx_port = pbox.servers[server].port;
+
+	memset(&req, 0, sizeof(req));
+	req.session_token = f->msg.session_token;
+	req.chunk_id = f->msg.chunk_id;
+	req.iteration = f->msg.iteration;
+	req.elem_offset = f->msg.elem_offset;
+	req.elem_count = f->msg.elem_count;
+	req.rank = f->msg.worker_rank;
+	req.seg_index = f->msg.seg_index;
+	req.seg_count = f->msg.seg_count;
+	req.dtype = f->msg.dtype;
+	req.retransmit = (f->msg.flags & PHUB_WIRE_F_RETRANSMIT) != 0;
+	req.src_ipv4 = f->src_ip;
+	req.src_udp_port = f->src_udp;
+	req.payload = f->msg.payload;
+	req.payload_len = f->msg.payload_len;
+
+	if (f->msg.opcode == PHUB_WIRE_OP_PUSH)
+		phub_engine_push(job, &req, &reply, &lc->engine_stats);
+	else
+		phub_engine_pull(job, &req, &reply, &lc->engine_stats);
+
+	if (reply.actions == PHUB_ENGINE_DROP) {
+		rte_pktmbuf_free(f->m);	/* counted by the engine */
+		return;
+	}
+	if (reply.actions & PHUB_ENGINE_MODEL_ALL) {
+		/* The MODEL answers the sender's PUSH too: no ACK. */
+		send_model(lc, job, f, &reply, tx_port, true);
+		rte_pktmbuf_free(f->m);
+	} else if (reply.actions & PHUB_ENGINE_MODEL_ONE) {
+		send_model(lc, job, f, &reply, tx_port, false);
+		rte_pktmbuf_free(f->m);
+	} else {
+		send_ack(lc, f, tx_port);
+	}
+}
+
+static void
+handle_ping(struct pbox_lcore *lc, struct rx_frame *f)
+{
+	struct phub_wire_msg pong = f->msg;
+
+	pong.opcode = PHUB_WIRE_OP_PONG;
+	pong.flags &= (uint8_t)~(PHUB_WIRE_F_CSUM | PHUB_WIRE_F_RETRANSMIT);
+	lc->stats.pongs++;
+	reply_in_place(lc, f, f->port_index, &pong);
+}
+
+/*
+ * Every check of one frame, in the order its headers come; handed is true for
+ * a frame another lcore passed here, whose UDP port is not this lcore's.
+ */
+static void
+handle_frame(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi, bool handed)
+{
+	const struct pbox_port *port = &pbox.ports[pi];
+	struct rte_ether_hdr *eth;
+	struct rte_ipv4_hdr *ip;
+	struct rte_udp_hdr *udp;
+	struct rx_frame f;
+	uint16_t ip_len, udp_len, ihl;
+	int owner;
+	enum phub_drop_reason why;
+
+	/* The whole frame must be in one segment: the pools are sized for the MTU. */
+	if (unlikely(m->nb_segs != 1 || m->data_len < RTE_ETHER_HDR_LEN)) {
+		net_drop(lc, m, PBOX_NET_DROP_BAD_IPV4);
+		return;
+	}
+	eth = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
+	if (eth->ether_type == RTE_BE16(RTE_ETHER_TYPE_ARP)) {
+		handle_arp(lc, m, pi);
+		return;
+	}
+	if (eth->ether_type != RTE_BE16(RTE_ETHER_TYPE_IPV4)) {
+		net_drop(lc, m, PBOX_NET_DROP_NOT_IPV4);
+		return;
+	}
+	/* IPv4: a full header, a sane length, our address, not a fragment, UDP. */
+	if (m->data_len < RTE_ETHER_HDR_LEN + sizeof(*ip)) {
+		net_drop(lc, m, PBOX_NET_DROP_BAD_IPV4);
+		return;
+	}
+	ip = (struct rte_ipv4_hdr *)(eth + 1);
+	ihl = (uint16_t)((ip->version_ihl & RTE_IPV4_HDR_IHL_MASK) * 4);
+	ip_len = rte_be_to_cpu_16(ip->total_length);
+	if ((ip->version_ihl >> 4) != 4 || ihl < sizeof(*ip) || ip_len < ihl ||
+	    ip_len > m->data_len - RTE_ETHER_HDR_LEN) {
+		net_drop(lc, m, PBOX_NET_DROP_BAD_IPV4);
+		return;
+	}
+	if (ip->dst_addr != rte_cpu_to_be_32(port->ipv4)) {
+		net_drop(lc, m, PBOX_NET_DROP_NOT_FOR_US);
+		return;
+	}
+	if (ip->fragment_offset & RTE_BE16(RTE_IPV4_HDR_MF_FLAG | RTE_IPV4_HDR_OFFSET_MASK)) {
+		net_drop(lc, m, PBOX_NET_DROP_IP_FRAGMENT);
+		return;
+	}
+	if (ip->next_proto_id != IPPROTO_UDP) {
+		net_drop(lc, m, PBOX_NET_DROP_NOT_UDP);
+		return;
+	}
+	/* UDP: a full header, a length within the IP datagram, a checksum that holds. */
+	if (ip_len < ihl + sizeof(*udp)) {
+		net_drop(lc, m, PBOX_NET_DROP_BAD_UDP);
+		return;
+	}
+	udp = (struct rte_udp_hdr *)((uint8_t *)ip + ihl);
+	udp_len = rte_be_to_cpu_16(udp->dgram_len);
+	if (udp_len < sizeof(*udp) || udp_len > ip_len - ihl) {
+		net_drop(lc, m, PBOX_NET_DROP_BAD_UDP);
+		return;
+	}
+	if (!handed && udp->dgram_cksum != 0) {
+		uint64_t l4 = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
+
+		if (l4 == RTE_MBUF_F_RX_L4_CKSUM_BAD ||
+		    (l4 != RTE_MBUF_F_RX_L4_CKSUM_GOOD && !udp_csum_ok(ip, udp, udp_len))) {
+			net_drop(lc, m, PBOX_NET_DROP_BAD_UDP_CSUM);
+			return;
+		}
+	}
+
+	f.m = m;
+	f.port_index = pi;
+	rte_ether_addr_copy(&eth->src_addr, &f.src_mac);
+	f.src_ip = rte_be_to_cpu_32(ip->src_addr);
+	f.src_udp = rte_be_to_cpu_16(udp->src_port);
+	f.dst_udp = rte_be_to_cpu_16(udp->dst_port);
+	f.udp_payload = (const uint8_t *)(udp + 1);
+	f.udp_payload_len = (uint16_t)(udp_len - sizeof(*udp));
+
+	if (f.dst_udp == pbox.cfg.udp_base_port) {
+		/* Control: JOIN, LEAVE, PING to the control port go to the main lcore. */
+		m->hash.usr = PBOX_INBOX_RX | ((uint32_t)pi << 8);
+		if (rte_ring_enqueue(pbox.control_ring, m) != 0) {
+			net_drop(lc, m, PBOX_NET_DROP_RING_FULL);
+			return;
+		}
+		lc->stats.control++;
+		return;
+	}
+	if (!handed) {
+		owner = (int)f.dst_udp - (int)pbox.cfg.udp_base_port - 1;
+		if (owner < 0 || owner >= pbox.n_lcores) {
+			net_drop(lc, m, PBOX_NET_DROP_UNKNOWN_PORT);
+			return;
+		}
+		if (owner != lc->data_index) {
+			/* Steering missed: the owner handles it, counted as such. */
+			hand_off(lc, m, pi, (uint16_t)owner);
+			return;
+		}
+	}
+
+	why = phub_wire_parse(f.udp_payload, f.udp_payload_len, &f.msg);
+	if (why != PHUB_DROP_OK) {
+		wire_drop(lc, m, why);
+		return;
+	}
+	switch (f.msg.opcode) {
+	case PHUB_WIRE_OP_PUSH:
+	case PHUB_WIRE_OP_PULL:
+		handle_data(lc, &f);
+		break;
+	case PHUB_WIRE_OP_PING:
+		handle_ping(lc, &f);
+		break;
+	default:
+		wire_drop(lc, m, PHUB_DROP_UNEXPECTED_OPCODE);
+		break;
+	}
+}
+
+static void
+drain_inbox(struct pbox_lcore *lc, unsigned int *work)
+{
+	struct rte_mbuf *pkts[PBOX_BURST];
+	unsigned int n;
+
+	n = rte_ring_dequeue_burst(lc->inbox, (void **)pkts, PBOX_BURST, NULL);
+	for (unsigned int i = 0; i < n; i++) {
+		struct rte_mbuf *m = pkts[i];
+		uint16_t pi = (uint16_t)(m->hash.usr >> 8);
+
+		if ((m->hash.usr & 0xff) == PBOX_INBOX_TX) {
+			tx_enqueue(lc, pi, m);
+		} else {
+			lc->stats.handed_in++;
+			handle_frame(lc, m, pi, true);
+		}
+	}
+	*work += n;
+}
+
+static void
+flush_tx(struct pbox_lcore *lc)
+{
+	for (uint16_t pi = 0; pi < pbox.n_ports; pi++) {
+		if (lc->tx[pi] != NULL)
+			rte_eth_tx_buffer_flush(pbox.ports[pi].port_id, lc->queue[pi], lc->tx[pi]);
+	}
+}
+
+/*
+ * The idle policy: poll spins; adaptive spins spin_polls empty loops, then
+ * sleeps for doubling times up to max_sleep_us, reported offline to RCU so
+ * that the main lcore can free a job while this one sleeps.
+ */
+static void
+idle(struct pbox_lcore *lc, unsigned int *empty, unsigned int tid)
+{
+	const struct phub_config_idle *policy = &pbox.cfg.idle;
+	uint32_t us;
+
+	if (policy->policy == PHUB_CONFIG_IDLE_POLL || ++*empty <= policy->spin_polls) {
+		rte_pause();
+		return;
+	}
+	us = 1u << RTE_MIN(*empty - policy->spin_polls - 1, 16u);
+	us = RTE_MIN(us, policy->max_sleep_us);
+	flush_tx(lc);
+	rte_rcu_qsbr_thread_offline(pbox.qsbr, tid);
+	rte_delay_us_sleep(us);
+	rte_rcu_qsbr_thread_online(pbox.qsbr, tid);
+	lc->stats.idle_sleeps++;
+}
+
+int
+pbox_lcore_main(void *arg)
+{
+	struct pbox_lcore *lc = arg;
+	const uint64_t drain_tsc = (rte_get_tsc_hz() + US_PER_S - 1) / US_PER_S * PBOX_TX_DRAIN_US;
+	struct rte_mbuf *pkts[PBOX_BURST];
+	uint64_t prev_tsc = rte_rdtsc();
+	unsigned int tid = lc->data_index;
+	unsigned int empty = 0;
+
+	rte_rcu_qsbr_thread_register(pbox.qsbr, tid);
+	rte_rcu_qsbr_thread_online(pbox.qsbr, tid);
+	PBOX_LOG(INFO, "lcore %u: serving UDP port %u on %u queues", lc->lcore_id, lc->udp_port,
+			lc->n_rxq);
+
+	while (!pbox.quit) {
+		unsigned int work = 0;
+		uint64_t cur_tsc;
+
+		for (uint16_t i = 0; i < lc->n_rxq; i++) {
+			uint16_t pi = lc->rx_ports[i];
+			uint16_t n = rte_eth_rx_burst(pbox.ports[pi].port_id, lc->queue[pi], pkts,
+					PBOX_BURST);
+
+			for (uint16_t j = 0; j < n; j++) {
+				if (j + 1 < n)
+					rte_prefetch0(rte_pktmbuf_mtod(pkts[j + 1], void *));
+				lc->stats.rx_pkts++;
+				lc->stats.rx_bytes += pkts[j]->pkt_len;
+				handle_frame(lc, pkts[j], pi, false);
+			}
+			work += n;
+		}
+		drain_inbox(lc, &work);
+
+		cur_tsc = rte_rdtsc();
+		if (cur_tsc - prev_tsc > drain_tsc) {
+			flush_tx(lc);
+			prev_tsc = cur_tsc;
+		}
+		rte_rcu_qsbr_quiescent(pbox.qsbr, tid);
+		lc->stats.loops++;
+		if (work == 0)
+			idle(lc, &empty, tid);
+		else
+			empty = 0;
+	}
+	flush_tx(lc);
+	rte_rcu_qsbr_thread_offline(pbox.qsbr, tid);
+	rte_rcu_qsbr_thread_unregister(pbox.qsbr, tid);
+	return 0;
+}

@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The appliance's shared state: ports, per-lcore configuration, counters, and the control rings. */
+
+#ifndef PBOX_H
+#define PBOX_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <rte_common.h>
+#include <rte_ether.h>
+#include <rte_ethdev.h>
+#include <rte_log.h>
+#include <rte_mbuf.h>
+#include <rte_rcu_qsbr.h>
+#include <rte_ring.h>
+
+#include "config/phub_config.h"
+#include "engine/phub_engine.h"
+#include "wire/phub_wire.h"
+
+#define PBOX_BURST 32
+#define PBOX_RING_SIZE 4096
+#define PBOX_MAX_PORTS PHUB_CONFIG_MAX_PORTS
+#define PBOX_NO_QUEUE UINT16_MAX
+/* Microseconds between TX drains when a burst is not full. */
+#define PBOX_TX_DRAIN_US 50
+
+extern int pbox_logtype;
+#define PBOX_LOG(level, fmt, ...) \
+	rte_log(RTE_LOG_ ## level, pbox_logtype, "phub.pbox: " fmt "\n", ## __VA_ARGS__)
+
+/* Drops the appliance counts before a datagram reaches the wire validator. */
+#define PBOX_NET_DROPS(_) \
+	_(NOT_IPV4, "not_ipv4") \
+	_(BAD_IPV4, "bad_ipv4") \
+	_(NOT_FOR_US, "not_for_us") \
+	_(IP_FRAGMENT, "ip_fragment") \
+	_(NOT_UDP, "not_udp") \
+	_(BAD_UDP, "bad_udp") \
+	_(BAD_UDP_CSUM, "bad_udp_csum") \
+	_(UNKNOWN_PORT, "unknown_udp_port") \
+	_(RING_FULL, "ring_full")
+
+enum pbox_net_drop {
+#define PBOX_NET_DROP_ENUM(n, s) PBOX_NET_DROP_##n,
+	PBOX_NET_DROPS(PBOX_NET_DROP_ENUM)
+#undef PBOX_NET_DROP_ENUM
+	PBOX_NET_DROP_MAX
+};
+
+extern const char *const pbox_net_drop_names[PBOX_NET_DROP_MAX];
+
+struct pbox_port {
+	uint16_t port_id;		/* DPDK port id */
+	uint16_t n_queues;		/* RX = TX queues, one per serving lcore */
+	uint16_t mtu;
+	int socket;
+	uint32_t ipv4;			/* host order */
+	struct rte_ether_addr mac;
+	enum phub_config_steering steering;	/* what works, after the start-up check */
+	bool multi_seg_tx;		/* MODEL shares one payload mbuf under N headers */
+	bool rx_l4_csum;		/* the NIC checks UDP checksums */
+	char ifname[RTE_ETH_NAME_MAX_LEN];	/* net_tap's kernel interface */
+	char name[PHUB_CONFIG_NAME_MAX];
+};
+
+/* One per data lcore: built before launch, read-only afterwards but for the counters. */
+struct pbox_lcore_stats {
+	uint64_t rx_pkts;
+	uint64_t rx_bytes;
+	uint64_t tx_pkts;
+	uint64_t tx_bytes;
+	uint64_t handed_off;		/* datagrams of another lcore's port, passed to it */
+	uint64_t handed_in;
+	uint64_t control;		/* datagrams passed to the main lcore */
+	uint64_t arp_replies;
+	uint64_t pongs;
+	uint64_t models_sent;
+	uint64_t acks_sent;
+	uint64_t tx_dropped;
+	uint64_t loops;
+	uint64_t idle_sleeps;
+	uint64_t busy_ns;
+	uint64_t net_drops[PBOX_NET_DROP_MAX];
+};
+
+struct pbox_lcore {
+	unsigned int lcore_id;
+	uint16_t data_index;		/* index among data lcores; names the UDP port */
+	uint16_t udp_port;
+	uint16_t n_rxq;
+	uint16_t rx_ports[PBOX_MAX_PORTS];	/* indices into pbox.ports */
+	uint16_t queue[PBOX_MAX_PORTS];		/* per port index: this lcore's queue or NO_QUEUE */
+	struct rte_ring *inbox;		/* from other lcores and the main lcore: mbufs to handle */
+	struct rte_eth_dev_tx_buffer *tx[PBOX_MAX_PORTS];
+	struct rte_mempool *pool;
+	struct rte_mempool *indirect_pool;
+	struct pbox_lcore_stats stats;
+	struct phub_engine_stats engine_stats;
+} __rte_cache_aligned;
+
+/* Marks in mbuf->hash.usr of inbox mbufs: what the receiver does with them. */
+enum pbox_inbox_kind {
+	PBOX_INBOX_RX = 1,		/* a received frame to handle as if it came in */
+	PBOX_INBOX_TX = 2,		/* a built frame to send on port mbuf->port */
+};
+
+struct pbox {
+	struct phub_config cfg;
+	struct phub_engine *engine;
+	struct rte_rcu_qsbr *qsbr;
+	struct rte_ring *control_ring;	/* data lcores -> main lcore: control datagrams */
+	uint16_t n_ports;
+	struct pbox_port ports[PBOX_MAX_PORTS];
+	uint16_t n_lcores;
+	struct pbox_lcore *lcores;	/* n_lcores, by data index */
+	/* lcore id -> data index, or -1 */
+	int16_t lcore_index[RTE_MAX_LCORE];
+	/* Layout servers: one per (port, queue), in cfg.lcore_params order. */
+	uint32_t n_servers;
+	struct phub_layout_server servers[PHUB_CONFIG_MAX_QUEUES];
+	uint16_t server_lcore_index[PHUB_CONFIG_MAX_QUEUES];
+	struct rte_mempool *pools[RTE_MAX_NUMA_NODES];
+	struct rte_mempool *indirect_pools[RTE_MAX_NUMA_NODES];
+	/* Control datagrams taken and dropped by the main lcore (it alone writes them). */
+	uint64_t control_msgs;
+	uint64_t control_drops[PHUB_DROP_REASON_MAX];
+	uint64_t start_tsc;
+	volatile bool quit;
+};
+
+extern struct pbox pbox;
+
+/* port.c */
+int pbox_ports_init(struct pbox *pb);
+void pbox_ports_close(struct pbox *pb);
+
+/* datapath.c */
+int pbox_lcore_main(void *arg);
+uint16_t pbox_build_udp(struct rte_mbuf *m, const struct pbox_port *port,
+		const struct rte_ether_addr *dst_mac, uint32_t dst_ip, uint16_t src_udp,
+		uint16_t dst_udp, uint16_t udp_payload_len);
+void pbox_finish_udp_csum(struct rte_mbuf *m, uint16_t l4_len, uint32_t payload_sum);
+
+/* control.c */
+int pbox_control_init(struct pbox *pb);
+void pbox_control_poll(struct pbox *pb);
+void pbox_control_fini(struct pbox *pb);
+
+/* telemetry.c */
+int pbox_telemetry_init(struct pbox *pb);
+
+#endif /* PBOX_H */

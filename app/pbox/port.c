@@ -1,0 +1,383 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Ports: finding the devices, mempools on their NUMA nodes, queues per lcore, steering. */
+
+#include <errno.h>
+#include <string.h>
+
+#include <rte_ethdev.h>
+#include <rte_flow.h>
+#include <rte_lcore.h>
+#include <rte_malloc.h>
+#include <rte_mempool.h>
+#include <rte_thash.h>
+
+#include "pbox.h"
+#include "steer_tap.h"
+
+/* The ethdev name of a configured device: a PCI address, or a vdev's name before its args. */
+static void
+device_ethdev_name(const struct phub_config_port *cp, char *name, size_t size)
+{
+	const char *comma = strchr(cp->device, ',');
+	size_t len = comma != NULL ? (size_t)(comma - cp->device) : strlen(cp->device);
+
+	if (len >= size)
+		len = size - 1;
+	memcpy(name, cp->device, len);
+	name[len] = '\0';
+}
+
+/* The tap interface name from "net_tapN,iface=NAME,...", or "" when none is given. */
+static void
+tap_ifname(const char *device, char *ifname, size_t size)
+{
+	const char *p = strstr(device, "iface=");
+	size_t len;
+
+	ifname[0] = '\0';
+	if (p == NULL)
+		return;
+	p += strlen("iface=");
+	len = strcspn(p, ",");
+	if (len >= size)
+		len = size - 1;
+	memcpy(ifname, p, len);
+	ifname[len] = '\0';
+}
+
+static uint16_t
+port_mbuf_size(const struct pbox *pb, unsigned int i)
+{
+	const struct phub_config_driver *drv = phub_config_port_driver(&pb->cfg, i);
+	uint32_t room = RTE_PKTMBUF_HEADROOM + pb->cfg.ports[i].mtu + RTE_ETHER_HDR_LEN +
+		RTE_ETHER_CRC_LEN + 2 * RTE_VLAN_HLEN;
+
+	if (drv != NULL && drv->mbuf_size > room)
+		room = drv->mbuf_size;
+	return (uint16_t)RTE_MIN(room, (uint32_t)UINT16_MAX);
+}
+
+/*
+ * One direct pool per NUMA node that has ports, sized for every descriptor of
+ * those ports plus each lcore's cache and bursts, and one pool of indirect
+ * mbufs for the headers of shared MODEL payloads.
+ */
+static int
+pools_init(struct pbox *pb)
+{
+	uint32_t need[RTE_MAX_NUMA_NODES] = { 0 };
+	uint16_t room[RTE_MAX_NUMA_NODES] = { 0 };
+
+	for (unsigned int i = 0; i < pb->cfg.n_ports; i++) {
+		const struct phub_config_port *cp = &pb->cfg.ports[i];
+		int socket = pb->ports[i].socket;
+
+		need[socket] += (uint32_t)cp->n_lcores * (cp->rx_desc + cp->tx_desc);
+		room[socket] = RTE_MAX(room[socket], port_mbuf_size(pb, i));
+	}
+	for (unsigned int s = 0; s < RTE_MAX_NUMA_NODES; s++) {
+		char name[RTE_MEMPOOL_NAMESIZE];
+		uint32_t n;
+
+		if (need[s] == 0)
+			continue;
+		/* Bursts in flight, inbox rings and MODEL payloads held for broadcast. */
+		n = need[s] + pb->n_lcores * (PBOX_RING_SIZE + 4 * PBOX_BURST + 512) + 4096;
+		snprintf(name, sizeof(name), "phub_mbuf_%u", s);
+		pb->pools[s] = rte_pktmbuf_pool_create(name, n, 256, 0, room[s], (int)s);
+		if (pb->pools[s] == NULL) {
+			PBOX_LOG(ERR, "cannot create a pool of %u mbufs of %u bytes on NUMA node %u: "
+					"%s; give EAL more memory (eal.memory_mb) or fewer descriptors",
+					n, room[s], s, rte_strerror(rte_errno));
+			return -ENOMEM;
+		}
+		snprintf(name, sizeof(name), "phub_hdr_%u", s);
+		pb->indirect_pools[s] = rte_pktmbuf_pool_create(name, 8192 + pb->n_lcores * 2048,
+				256, 0, 0, (int)s);
+		if (pb->indirect_pools[s] == NULL) {
+			PBOX_LOG(ERR, "cannot create the indirect mbuf pool on NUMA node %u: %s",
+					s, rte_strerror(rte_errno));
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+/* rte_flow: UDP to our address and lcore k's port goes to the queue of lcore k. */
+static int
+steer_rte_flow(struct pbox *pb, struct pbox_port *port, unsigned int pi)
+{
+	const struct phub_config_port *cp = &pb->cfg.ports[pi];
+
+	for (uint16_t q = 0; q < cp->n_lcores; q++) {
+		int udp = phub_config_lcore_udp_port(&pb->cfg, cp->lcores[q]);
+		struct rte_flow_attr attr = { .ingress = 1 };
+		struct rte_flow_item_ipv4 ip_spec = { .hdr.dst_addr = rte_cpu_to_be_32(port->ipv4) };
+		struct rte_flow_item_ipv4 ip_mask = { .hdr.dst_addr = RTE_BE32(0xffffffff) };
+		struct rte_flow_item_udp udp_spec = { .hdr.dst_port = rte_cpu_to_be_16((uint16_t)udp) };
+		struct rte_flow_item_udp udp_mask = { .hdr.dst_port = RTE_BE16(0xffff) };
+		struct rte_flow_item pattern[] = {
+			{ .type = RTE_FLOW_ITEM_TYPE_ETH },
+			{ .type = RTE_FLOW_ITEM_TYPE_IPV4, .spec = &ip_spec, .mask = &ip_mask },
+			{ .type = RTE_FLOW_ITEM_TYPE_UDP, .spec = &udp_spec, .mask = &udp_mask },
+			{ .type = RTE_FLOW_ITEM_TYPE_END },
+		};
+		struct rte_flow_action_queue queue = { .index = q };
+		struct rte_flow_action actions[] = {
+			{ .type = RTE_FLOW_ACTION_TYPE_QUEUE, .conf = &queue },
+			{ .type = RTE_FLOW_ACTION_TYPE_END },
+		};
+		struct rte_flow_error error;
+
+		if (rte_flow_create(port->port_id, &attr, pattern, actions, &error) == NULL) {
+			PBOX_LOG(WARNING, "port %s: rte_flow rule for UDP port %d refused: %s",
+					port->name, udp, error.message != NULL ? error.message : "?");
+			rte_flow_flush(port->port_id, &error);
+			return -ENOTSUP;
+		}
+	}
+	return 0;
+}
+
+/*
+ * RSS on the UDP destination port alone: compute the Toeplitz hash of each
+ * lcore's port with the device's key and point that RETA entry at its queue.
+ * Ports whose entries collide land on the wrong lcore and are handed over.
+ */
+static int
+steer_rss(struct pbox *pb, struct pbox_port *port, unsigned int pi)
+{
+	const struct phub_config_port *cp = &pb->cfg.ports[pi];
+	struct rte_eth_rss_reta_entry64 reta[512 / RTE_ETH_RETA_GROUP_SIZE];
+	struct rte_eth_dev_info info;
+	uint8_t key[64];
+	struct rte_eth_rss_conf conf = { .rss_key = key, .rss_key_len = sizeof(key) };
+	uint32_t tuple[1];
+	int rc;
+
+	rc = rte_eth_dev_info_get(port->port_id, &info);
+	if (rc != 0 || info.reta_size == 0 || info.reta_size > 512 ||
+	    !(info.flow_type_rss_offloads & RTE_ETH_RSS_NONFRAG_IPV4_UDP))
+		return -ENOTSUP;
+	rc = rte_eth_dev_rss_hash_conf_get(port->port_id, &conf);
+	if (rc != 0)
+		return -ENOTSUP;
+	memset(reta, 0, sizeof(reta));
+	for (unsigned int i = 0; i < info.reta_size; i++) {
+		reta[i / RTE_ETH_RETA_GROUP_SIZE].mask |= UINT64_C(1) << (i % RTE_ETH_RETA_GROUP_SIZE);
+		reta[i / RTE_ETH_RETA_GROUP_SIZE].reta[i % RTE_ETH_RETA_GROUP_SIZE] = 0;
+	}
+	for (uint16_t q = 0; q < cp->n_lcores; q++) {
+		int udp = phub_config_lcore_udp_port(&pb->cfg, cp->lcores[q]);
+		uint32_t hash, e;
+
+		/* L4_DST_ONLY: the hash input is the destination port in the low bits. */
+		tuple[0] = (uint32_t)udp;
+		hash = rte_softrss(tuple, 1, key);
+		e = hash % info.reta_size;
+		reta[e / RTE_ETH_RETA_GROUP_SIZE].reta[e % RTE_ETH_RETA_GROUP_SIZE] = q;
+	}
+	rc = rte_eth_dev_rss_reta_update(port->port_id, reta, info.reta_size);
+	return rc == 0 ? 0 : -ENOTSUP;
+}
+
+static int
+steer_tap(struct pbox *pb, struct pbox_port *port, unsigned int pi)
+{
+	const struct phub_config_port *cp = &pb->cfg.ports[pi];
+	int rc;
+
+	if (port->ifname[0] == '\0') {
+		PBOX_LOG(WARNING, "port %s: net_tap without iface=NAME: cannot attach steering",
+				port->name);
+		return -EINVAL;
+	}
+	/*
+	 * The program maps base + 1 + k to queue k: right when queue k is data
+	 * lcore k's, which holds when the port is served by every data lcore.
+	 */
+	if (cp->n_lcores != pb->n_lcores)
+		PBOX_LOG(WARNING, "port %s: served by %u of %u lcores: some datagrams will be "
+				"handed over between lcores", port->name, cp->n_lcores, pb->n_lcores);
+	rc = phub_steer_tap_attach(port->ifname, pb->cfg.udp_base_port, cp->n_lcores, NULL);
+	if (rc != 0)
+		PBOX_LOG(WARNING, "port %s: BPF steering on %s failed: %s", port->name,
+				port->ifname, strerror(-rc));
+	return rc;
+}
+
+static int
+steer_try(struct pbox *pb, struct pbox_port *port, unsigned int pi, enum phub_config_steering s)
+{
+	switch (s) {
+	case PHUB_CONFIG_STEERING_RTE_FLOW:
+		return steer_rte_flow(pb, port, pi);
+	case PHUB_CONFIG_STEERING_RSS:
+		return steer_rss(pb, port, pi);
+	case PHUB_CONFIG_STEERING_TAP_BPF:
+		return steer_tap(pb, port, pi);
+	case PHUB_CONFIG_STEERING_PORT_PER_LCORE:
+		return pb->cfg.ports[pi].n_lcores == 1 ? 0 : -ENOTSUP;
+	default:
+		return -ENOTSUP;
+	}
+}
+
+/*
+ * Use the profile's method if it really works here, else its fallback; with
+ * neither, datagrams are handed to their lcore in software, which is correct
+ * but costs a ring hop: say so.
+ */
+static void
+steer_port(struct pbox *pb, struct pbox_port *port, unsigned int pi)
+{
+	const struct phub_config_driver *drv = phub_config_port_driver(&pb->cfg, pi);
+
+	if (pb->cfg.ports[pi].n_lcores == 1) {
+		port->steering = PHUB_CONFIG_STEERING_PORT_PER_LCORE;
+		return;
+	}
+	if (steer_try(pb, port, pi, drv->steering) == 0) {
+		port->steering = drv->steering;
+	} else if (drv->fallback != PHUB_CONFIG_STEERING_NONE &&
+		   steer_try(pb, port, pi, drv->fallback) == 0) {
+		PBOX_LOG(WARNING, "port %s: steering %s does not work here, using %s", port->name,
+				phub_config_steering_name(drv->steering),
+				phub_config_steering_name(drv->fallback));
+		port->steering = drv->fallback;
+	} else {
+		PBOX_LOG(WARNING, "port %s: no hardware steering works (%s): datagrams reach "
+				"their lcore through a software hand-off", port->name,
+				phub_config_steering_name(drv->steering));
+		port->steering = PHUB_CONFIG_STEERING_NONE;
+	}
+	PBOX_LOG(INFO, "port %s: steering %s", port->name,
+			phub_config_steering_name(port->steering));
+}
+
+static int
+port_setup(struct pbox *pb, unsigned int pi)
+{
+	const struct phub_config_port *cp = &pb->cfg.ports[pi];
+	const struct phub_config_driver *drv = phub_config_port_driver(&pb->cfg, pi);
+	struct pbox_port *port = &pb->ports[pi];
+	struct rte_eth_conf conf;
+	struct rte_eth_dev_info info;
+	uint16_t rx_desc = cp->rx_desc, tx_desc = cp->tx_desc;
+	uint32_t max_mtu;
+	int rc;
+
+	memset(&conf, 0, sizeof(conf));
+	rc = rte_eth_dev_info_get(port->port_id, &info);
+	if (rc != 0)
+		return rc;
+	if (info.max_rx_queues < cp->n_lcores || info.max_tx_queues < cp->n_lcores) {
+		PBOX_LOG(ERR, "port %s (%s): %u lcores need %u queues, the device has %u RX "
+				"and %u TX: serve it with fewer lcores", port->name, cp->device,
+				cp->n_lcores, cp->n_lcores, info.max_rx_queues, info.max_tx_queues);
+		return -EINVAL;
+	}
+	if (drv->multi_seg && (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS)) {
+		conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+		port->multi_seg_tx = true;
+	}
+	if (info.rx_offload_capa & RTE_ETH_RX_OFFLOAD_UDP_CKSUM) {
+		conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_UDP_CKSUM;
+		port->rx_l4_csum = true;
+	}
+	/* ethdev checks the frame (MTU + Ethernet header and CRC) against max_rx_pktlen. */
+	max_mtu = RTE_MIN((uint32_t)info.max_mtu,
+			info.max_rx_pktlen - RTE_ETHER_HDR_LEN - RTE_ETHER_CRC_LEN);
+	conf.rxmode.mtu = cp->mtu;
+	if (cp->mtu > max_mtu) {
+		PBOX_LOG(ERR, "port %s (%s): MTU %u is above the %u the device takes: lower "
+				"ports[].mtu (and max_mtu in its driver profile)", port->name,
+				cp->device, cp->mtu, max_mtu);
+		return -EINVAL;
+	}
+	rc = rte_eth_dev_configure(port->port_id, cp->n_lcores, cp->n_lcores, &conf);
+	if (rc != 0) {
+		PBOX_LOG(ERR, "port %s (%s): configure with %u queues, MTU %u: %s", port->name,
+				cp->device, cp->n_lcores, cp->mtu, rte_strerror(-rc));
+		return rc;
+	}
+	rc = rte_eth_dev_adjust_nb_rx_tx_desc(port->port_id, &rx_desc, &tx_desc);
+	if (rc != 0)
+		return rc;
+	/* Queues in increasing id order: net_tap numbers its kernel queues that way. */
+	for (uint16_t q = 0; q < cp->n_lcores; q++) {
+		int socket = port->socket;
+
+		rc = rte_eth_rx_queue_setup(port->port_id, q, rx_desc, (unsigned int)socket, NULL,
+				pb->pools[socket]);
+		if (rc == 0)
+			rc = rte_eth_tx_queue_setup(port->port_id, q, tx_desc,
+					(unsigned int)socket, NULL);
+		if (rc != 0) {
+			PBOX_LOG(ERR, "port %s: queue %u set-up: %s", port->name, q,
+					rte_strerror(-rc));
+			return rc;
+		}
+	}
+	rc = rte_eth_dev_start(port->port_id);
+	if (rc != 0) {
+		PBOX_LOG(ERR, "port %s: start: %s", port->name, rte_strerror(-rc));
+		return rc;
+	}
+	rte_eth_macaddr_get(port->port_id, &port->mac);
+	steer_port(pb, port, pi);
+	return 0;
+}
+
+int
+pbox_ports_init(struct pbox *pb)
+{
+	int rc;
+
+	pb->n_ports = pb->cfg.n_ports;
+	for (unsigned int i = 0; i < pb->cfg.n_ports; i++) {
+		const struct phub_config_port *cp = &pb->cfg.ports[i];
+		struct pbox_port *port = &pb->ports[i];
+		char name[RTE_ETH_NAME_MAX_LEN];
+
+		device_ethdev_name(cp, name, sizeof(name));
+		if (rte_eth_dev_get_port_by_name(name, &port->port_id) != 0) {
+			PBOX_LOG(ERR, "port %s: device %s not found: %s", cp->name, cp->device,
+					cp->is_pci ? "is it bound to vfio-pci or a bifurcated driver "
+					"(see docs/operations.md)?" :
+					"check the vdev string and that the PMD is installed");
+			return -ENODEV;
+		}
+		port->socket = rte_eth_dev_socket_id(port->port_id);
+		if (port->socket < 0)
+			port->socket = 0;
+		port->n_queues = cp->n_lcores;
+		port->ipv4 = cp->ipv4;
+		port->mtu = cp->mtu;
+		snprintf(port->name, sizeof(port->name), "%s", cp->name);
+		if (cp->driver == PHUB_CONFIG_DRIVER_TAP)
+			tap_ifname(cp->device, port->ifname, sizeof(port->ifname));
+	}
+	rc = pools_init(pb);
+	if (rc != 0)
+		return rc;
+	for (unsigned int i = 0; i < pb->cfg.n_ports; i++) {
+		rc = port_setup(pb, i);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
+void
+pbox_ports_close(struct pbox *pb)
+{
+	for (unsigned int i = 0; i < pb->n_ports; i++) {
+		struct pbox_port *port = &pb->ports[i];
+
+		if (port->steering == PHUB_CONFIG_STEERING_TAP_BPF)
+			phub_steer_tap_detach(port->ifname);
+		rte_eth_dev_stop(port->port_id);
+		rte_eth_dev_close(port->port_id);
+	}
+}

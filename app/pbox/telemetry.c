@@ -1,0 +1,352 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The /phub/ telemetry commands. They run on DPDK's telemetry thread while
+ * the lcores write their counters: every counter is read with a relaxed
+ * atomic load, so a snapshot is consistent per counter, not across counters.
+ */
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rte_cycles.h>
+#include <rte_telemetry.h>
+
+#include "pbox.h"
+
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+static uint64_t
+uptime_ms(void)
+{
+	return (rte_rdtsc() - pbox.start_tsc) * 1000 / rte_get_tsc_hz();
+}
+
+/* Sums over the data lcores, and the main lcore's control counters. */
+struct totals {
+	struct pbox_lcore_stats net;
+	struct phub_engine_stats engine;
+};
+
+static void
+totals_get(struct totals *t)
+{
+	memset(t, 0, sizeof(*t));
+	for (uint16_t k = 0; k < pbox.n_lcores; k++) {
+		const struct pbox_lcore *lc = &pbox.lcores[k];
+
+		t->net.rx_pkts += LOAD(lc->stats.rx_pkts);
+		t->net.rx_bytes += LOAD(lc->stats.rx_bytes);
+		t->net.tx_pkts += LOAD(lc->stats.tx_pkts);
+		t->net.tx_bytes += LOAD(lc->stats.tx_bytes);
+		t->net.tx_dropped += LOAD(lc->stats.tx_dropped);
+		t->net.handed_off += LOAD(lc->stats.handed_off);
+		t->net.control += LOAD(lc->stats.control);
+		t->net.arp_replies += LOAD(lc->stats.arp_replies);
+		t->net.models_sent += LOAD(lc->stats.models_sent);
+		t->net.acks_sent += LOAD(lc->stats.acks_sent);
+		for (unsigned int d = 0; d < PBOX_NET_DROP_MAX; d++)
+			t->net.net_drops[d] += LOAD(lc->stats.net_drops[d]);
+		t->engine.pushes += LOAD(lc->engine_stats.pushes);
+		t->engine.push_bytes += LOAD(lc->engine_stats.push_bytes);
+		t->engine.duplicates += LOAD(lc->engine_stats.duplicates);
+		t->engine.retransmits_seen += LOAD(lc->engine_stats.retransmits_seen);
+		t->engine.segments_completed += LOAD(lc->engine_stats.segments_completed);
+		t->engine.models_resent += LOAD(lc->engine_stats.models_resent);
+		t->engine.pulls += LOAD(lc->engine_stats.pulls);
+		t->engine.agg_ns += LOAD(lc->engine_stats.agg_ns);
+		t->engine.opt_ns += LOAD(lc->engine_stats.opt_ns);
+		for (unsigned int d = 0; d < PHUB_DROP_REASON_MAX; d++)
+			t->engine.drops[d] += LOAD(lc->engine_stats.drops[d]);
+	}
+	for (unsigned int d = 0; d < PHUB_DROP_REASON_MAX; d++)
+		t->engine.drops[d] += LOAD(pbox.control_drops[d]);
+}
+
+/* Every drop reason that happened, by name: a dict holds at most 256 entries. */
+static struct rte_tel_data *
+drops_dict(const struct totals *t)
+{
+	struct rte_tel_data *d = rte_tel_data_alloc();
+
+	if (d == NULL)
+		return NULL;
+	rte_tel_data_start_dict(d);
+	for (unsigned int i = 1; i < PHUB_DROP_REASON_MAX; i++)
+		if (t->engine.drops[i] != 0)
+			rte_tel_data_add_dict_u64(d, phub_drop_reason_name(i), t->engine.drops[i]);
+	for (unsigned int i = 0; i < PBOX_NET_DROP_MAX; i++)
+		if (t->net.net_drops[i] != 0)
+			rte_tel_data_add_dict_u64(d, pbox_net_drop_names[i], t->net.net_drops[i]);
+	return d;
+}
+
+static int
+cmd_stats(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct totals t;
+	struct rte_tel_data *drops;
+	uint64_t dropped = 0;
+
+	(void)cmd;
+	(void)params;
+	totals_get(&t);
+	for (unsigned int i = 1; i < PHUB_DROP_REASON_MAX; i++)
+		if (i != PHUB_DROP_WRONG_LCORE)	/* handed over, not lost */
+			dropped += t.engine.drops[i];
+	for (unsigned int i = 0; i < PBOX_NET_DROP_MAX; i++)
+		dropped += t.net.net_drops[i];
+	rte_tel_data_start_dict(d);
+	rte_tel_data_add_dict_string(d, "version", PHUB_VERSION);
+	rte_tel_data_add_dict_string(d, "kernels", phub_kernels_isa_name(phub_kernels_get()->isa));
+	rte_tel_data_add_dict_u64(d, "uptime_ms", uptime_ms());
+	rte_tel_data_add_dict_u64(d, "rx_packets", t.net.rx_pkts);
+	rte_tel_data_add_dict_u64(d, "rx_bytes", t.net.rx_bytes);
+	rte_tel_data_add_dict_u64(d, "tx_packets", t.net.tx_pkts);
+	rte_tel_data_add_dict_u64(d, "tx_bytes", t.net.tx_bytes);
+	rte_tel_data_add_dict_u64(d, "tx_dropped", t.net.tx_dropped);
+	rte_tel_data_add_dict_u64(d, "pushes", t.engine.pushes);
+	rte_tel_data_add_dict_u64(d, "push_bytes", t.engine.push_bytes);
+	rte_tel_data_add_dict_u64(d, "duplicates", t.engine.duplicates);
+	rte_tel_data_add_dict_u64(d, "retransmits_seen", t.engine.retransmits_seen);
+	rte_tel_data_add_dict_u64(d, "pulls", t.engine.pulls);
+	rte_tel_data_add_dict_u64(d, "segments_optimized", t.engine.segments_completed);
+	rte_tel_data_add_dict_u64(d, "models_sent", t.net.models_sent);
+	rte_tel_data_add_dict_u64(d, "models_resent", t.engine.models_resent);
+	rte_tel_data_add_dict_u64(d, "acks_sent", t.net.acks_sent);
+	rte_tel_data_add_dict_u64(d, "handed_off", t.net.handed_off);
+	rte_tel_data_add_dict_u64(d, "control_packets", LOAD(pbox.control_msgs));
+	rte_tel_data_add_dict_u64(d, "arp_replies", t.net.arp_replies);
+	rte_tel_data_add_dict_u64(d, "aggregation_ns", t.engine.agg_ns);
+	rte_tel_data_add_dict_u64(d, "optimizer_ns", t.engine.opt_ns);
+	rte_tel_data_add_dict_u64(d, "dropped", dropped);
+	drops = drops_dict(&t);
+	if (drops != NULL)
+		rte_tel_data_add_dict_container(d, "drops", drops, 0);
+	return 0;
+}
+
+static int
+cmd_lcores(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	(void)cmd;
+	(void)params;
+	rte_tel_data_start_dict(d);
+	for (uint16_t k = 0; k < pbox.n_lcores; k++) {
+		const struct pbox_lcore *lc = &pbox.lcores[k];
+		struct rte_tel_data *l = rte_tel_data_alloc();
+		char name[32];
+
+		if (l == NULL)
+			return -ENOMEM;
+		rte_tel_data_start_dict(l);
+		rte_tel_data_add_dict_u64(l, "udp_port", lc->udp_port);
+		rte_tel_data_add_dict_u64(l, "queues", lc->n_rxq);
+		rte_tel_data_add_dict_u64(l, "rx_packets", LOAD(lc->stats.rx_pkts));
+		rte_tel_data_add_dict_u64(l, "rx_bytes", LOAD(lc->stats.rx_bytes));
+		rte_tel_data_add_dict_u64(l, "tx_packets", LOAD(lc->stats.tx_pkts));
+		rte_tel_data_add_dict_u64(l, "tx_bytes", LOAD(lc->stats.tx_bytes));
+		rte_tel_data_add_dict_u64(l, "pushes", LOAD(lc->engine_stats.pushes));
+		rte_tel_data_add_dict_u64(l, "segments_optimized",
+				LOAD(lc->engine_stats.segments_completed));
+		rte_tel_data_add_dict_u64(l, "handed_off", LOAD(lc->stats.handed_off));
+		rte_tel_data_add_dict_u64(l, "handed_in", LOAD(lc->stats.handed_in));
+		rte_tel_data_add_dict_u64(l, "aggregation_ns", LOAD(lc->engine_stats.agg_ns));
+		rte_tel_data_add_dict_u64(l, "optimizer_ns", LOAD(lc->engine_stats.opt_ns));
+		rte_tel_data_add_dict_u64(l, "loops", LOAD(lc->stats.loops));
+		rte_tel_data_add_dict_u64(l, "idle_sleeps", LOAD(lc->stats.idle_sleeps));
+		snprintf(name, sizeof(name), "%u", lc->lcore_id);
+		rte_tel_data_add_dict_container(d, name, l, 0);
+	}
+	return 0;
+}
+
+static int
+cmd_ports(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	(void)cmd;
+	(void)params;
+	rte_tel_data_start_dict(d);
+	for (uint16_t i = 0; i < pbox.n_ports; i++) {
+		const struct pbox_port *port = &pbox.ports[i];
+		struct rte_tel_data *p = rte_tel_data_alloc();
+		struct rte_eth_stats st;
+		char ip[16];
+
+		if (p == NULL)
+			return -ENOMEM;
+		memset(&st, 0, sizeof(st));
+		rte_eth_stats_get(port->port_id, &st);
+		snprintf(ip, sizeof(ip), "%u.%u.%u.%u", port->ipv4 >> 24, (port->ipv4 >> 16) & 0xff,
+				(port->ipv4 >> 8) & 0xff, port->ipv4 & 0xff);
+		rte_tel_data_start_dict(p);
+		rte_tel_data_add_dict_u64(p, "port_id", port->port_id);
+		rte_tel_data_add_dict_string(p, "device", pbox.cfg.ports[i].device);
+		rte_tel_data_add_dict_string(p, "ipv4", ip);
+		rte_tel_data_add_dict_u64(p, "mtu", port->mtu);
+		rte_tel_data_add_dict_u64(p, "numa_node", (uint64_t)port->socket);
+		rte_tel_data_add_dict_u64(p, "queues", port->n_queues);
+		rte_tel_data_add_dict_string(p, "steering",
+				phub_config_steering_name(port->steering));
+		rte_tel_data_add_dict_u64(p, "multi_seg_tx", port->multi_seg_tx);
+		rte_tel_data_add_dict_u64(p, "ipackets", st.ipackets);
+		rte_tel_data_add_dict_u64(p, "opackets", st.opackets);
+		rte_tel_data_add_dict_u64(p, "ibytes", st.ibytes);
+		rte_tel_data_add_dict_u64(p, "obytes", st.obytes);
+		rte_tel_data_add_dict_u64(p, "imissed", st.imissed);
+		rte_tel_data_add_dict_u64(p, "ierrors", st.ierrors);
+		rte_tel_data_add_dict_u64(p, "oerrors", st.oerrors);
+		rte_tel_data_add_dict_u64(p, "rx_nombuf", st.rx_nombuf);
+		rte_tel_data_add_dict_container(d, port->name, p, 0);
+	}
+	return 0;
+}
+
+static void
+job_dict(struct rte_tel_data *d, const struct phub_engine_job *job)
+{
+	struct phub_engine_job_info info;
+	uint64_t ms = uptime_ms();
+
+	phub_engine_job_get_info(job, &info);
+	rte_tel_data_add_dict_u64(d, "id", info.job_id);
+	rte_tel_data_add_dict_string(d, "name", info.name);
+	rte_tel_data_add_dict_u64(d, "world_size", info.world_size);
+	rte_tel_data_add_dict_u64(d, "joined", info.joined);
+	rte_tel_data_add_dict_string(d, "dtype", phub_wire_dtype_name((uint8_t)info.dtype));
+	rte_tel_data_add_dict_u64(d, "keys", info.n_keys);
+	rte_tel_data_add_dict_u64(d, "chunks", info.n_chunks);
+	rte_tel_data_add_dict_u64(d, "segments", info.n_segments);
+	rte_tel_data_add_dict_u64(d, "elements", info.n_elems);
+	rte_tel_data_add_dict_u64(d, "memory_bytes", info.memory_bytes);
+	/* UINT32_MAX + 1 wraps to 0: no iteration has finished yet. */
+	rte_tel_data_add_dict_u64(d, "iterations_done", (uint32_t)(info.iteration_min + 1));
+	rte_tel_data_add_dict_u64(d, "iteration_newest", (uint32_t)(info.iteration_max + 1));
+	rte_tel_data_add_dict_u64(d, "segments_optimized", info.segments_completed);
+	/* Exchanges: whole-model iterations; per second over the PBox's uptime. */
+	rte_tel_data_add_dict_u64(d, "exchanges_per_s_x1000", ms == 0 || info.n_segments == 0 ? 0 :
+			info.segments_completed * 1000000 / info.n_segments / ms);
+}
+
+static int
+cmd_jobs(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	(void)cmd;
+	(void)params;
+	rte_tel_data_start_dict(d);
+	for (struct phub_engine_job *job = phub_engine_job_next(pbox.engine, NULL); job != NULL;
+	     job = phub_engine_job_next(pbox.engine, job)) {
+		struct rte_tel_data *j = rte_tel_data_alloc();
+		char id[16];
+
+		if (j == NULL)
+			return -ENOMEM;
+		rte_tel_data_start_dict(j);
+		job_dict(j, job);
+		snprintf(id, sizeof(id), "%u", phub_engine_job_id(job));
+		rte_tel_data_add_dict_container(d, id, j, 0);
+	}
+	return 0;
+}
+
+/* A job by id or by name. */
+static struct phub_engine_job *
+job_param(const char *params)
+{
+	char *end;
+	unsigned long id;
+
+	if (params == NULL || *params == '\0')
+		return NULL;
+	id = strtoul(params, &end, 10);
+	if (*end == '\0')
+		return phub_engine_job_lookup(pbox.engine, (uint32_t)id);
+	return phub_engine_job_find(pbox.engine, params);
+}
+
+static int
+cmd_job(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct phub_engine_job *job = job_param(params);
+
+	(void)cmd;
+	if (job == NULL)
+		return -EINVAL;
+	rte_tel_data_start_dict(d);
+	job_dict(d, job);
+	for (uint16_t r = 0; r < phub_engine_job_world_size(job) && r < 200; r++) {
+		struct phub_engine_peer peer;
+		uint64_t token;
+		char name[16], where[32];
+
+		snprintf(name, sizeof(name), "rank_%u", r);
+		if (!phub_engine_job_rank(job, r, &peer, &token)) {
+			rte_tel_data_add_dict_string(d, name, "not joined");
+			continue;
+		}
+		snprintf(where, sizeof(where), "%u.%u.%u.%u:%u", peer.ipv4 >> 24,
+				(peer.ipv4 >> 16) & 0xff, (peer.ipv4 >> 8) & 0xff, peer.ipv4 & 0xff,
+				peer.udp_port);
+		rte_tel_data_add_dict_string(d, name, where);
+	}
+	return 0;
+}
+
+static int
+cmd_chunkmap(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	static const char *const level_names[] = { "servers", "lcores", "ports", "numa" };
+	struct phub_engine_job *job = job_param(params);
+	const struct phub_layout *layout;
+
+	(void)cmd;
+	if (job == NULL)
+		return -EINVAL;
+	layout = phub_engine_job_layout(job);
+	rte_tel_data_start_dict(d);
+	rte_tel_data_add_dict_u64(d, "chunks", phub_layout_chunk_count(layout));
+	rte_tel_data_add_dict_u64(d, "chunk_elems", phub_layout_chunk_elems(layout));
+	rte_tel_data_add_dict_u64(d, "segment_elems", phub_layout_segment_elems(layout));
+	for (unsigned int lv = 0; lv < RTE_DIM(level_names); lv++) {
+		struct rte_tel_data *bins = rte_tel_data_alloc();
+		uint32_t n = phub_layout_bin_count(layout, (enum phub_layout_level)lv);
+
+		if (bins == NULL)
+			return -ENOMEM;
+		rte_tel_data_start_dict(bins);
+		for (uint32_t i = 0; i < n && i < 250; i++) {
+			struct phub_layout_load load;
+			char name[48];
+
+			if (phub_layout_bin_get(layout, (enum phub_layout_level)lv, i, &load) != 0)
+				continue;
+			if (lv == PHUB_LAYOUT_LEVEL_SERVER)
+				snprintf(name, sizeof(name), "port%u_lcore%u",
+						pbox.servers[load.id].port, pbox.servers[load.id].lcore);
+			else
+				snprintf(name, sizeof(name), "%u", load.id);
+			rte_tel_data_add_dict_u64(bins, name, load.bytes);
+		}
+		rte_tel_data_add_dict_container(d, level_names[lv], bins, 0);
+	}
+	return 0;
+}
+
+int
+pbox_telemetry_init(struct pbox *pb)
+{
+	(void)pb;
+	rte_telemetry_register_cmd("/phub/stats", cmd_stats,
+			"PBox totals: packets, bytes, pushes, drops by reason. No parameters");
+	rte_telemetry_register_cmd("/phub/lcores", cmd_lcores,
+			"Per data lcore counters. No parameters");
+	rte_telemetry_register_cmd("/phub/ports", cmd_ports,
+			"Per port: device, address, steering, ethdev counters. No parameters");
+	rte_telemetry_register_cmd("/phub/jobs", cmd_jobs,
+			"Every job: workers, iterations, exchanges/s. No parameters");
+	rte_telemetry_register_cmd("/phub/job", cmd_job,
+			"One job with its ranks. Parameter: job id or name");
+	rte_telemetry_register_cmd("/phub/chunkmap", cmd_chunkmap,
+			"Bytes per server, lcore, port and NUMA node of a job. Parameter: job id or name");
+	return 0;
+}

@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* What phub-bench's parent and its workers share: the run's settings and the pipe records. */
+
+#ifndef PHUB_BENCH_PRIV_H
+#define PHUB_BENCH_PRIV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "phub_bench.h"
+
+/* The settings of a run, read-only once the workers are forked. */
+struct bench_config {
+	const char *server;
+	uint16_t port;
+	const char *bind_addr;
+	const char *job;
+	uint64_t nonce;
+	uint16_t world_size;
+	const char *netns_prefix;	/* worker i enters /run/netns/<prefix><i>; NULL: stay */
+	enum phub_dtype dtype;
+	struct phub_optimizer_params optimizer;
+	uint32_t iterations;
+	uint32_t warmup;
+	uint32_t mtu;
+	uint32_t window_bytes;
+	uint32_t chunk_bytes;
+	uint32_t connect_timeout_ms;
+	uint32_t dead_ms;
+	unsigned int connect_flags;
+	const struct phub_bench_layout *layout;
+	const struct phub_bench_pattern *pattern;
+};
+
+/*
+ * A worker reports to the parent over its own pipe with records of a header and a payload:
+ * PROGRESS now and then (at most every PROGRESS_INTERVAL_MS), TIMES once with its exchange
+ * times, RESULT last. A worker that closes its pipe without RESULT has died.
+ */
+enum bench_msg_type {
+	BENCH_MSG_PROGRESS = 1,
+	BENCH_MSG_TIMES = 2,
+	BENCH_MSG_RESULT = 3,
+};
+
+#define BENCH_PROGRESS_INTERVAL_MS 250
+
+struct bench_msg_hdr {
+	uint32_t type;
+	uint32_t len;	/* payload bytes after the header */
+};
+
+enum bench_phase {
+	BENCH_PHASE_CONNECTING = 0,
+	BENCH_PHASE_RUNNING = 1,
+	BENCH_PHASE_VERIFYING = 2,
+	BENCH_PHASE_DONE = 3,
+};
+
+struct bench_progress {
+	uint32_t phase;		/* enum bench_phase */
+	uint32_t iteration;	/* exchanges completed */
+	uint32_t timed;		/* of them after the warm-up */
+	uint64_t elems_verified;
+	double timed_s;		/* time since the warm-up ended */
+	uint64_t retransmits;
+	uint64_t pulls;
+};
+
+/* Run worker rank to the end and report on fd; returns the process's exit status. */
+int bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd);
+
+/* CLOCK_MONOTONIC in seconds. */
+double bench_now(void);
+
+#endif /* PHUB_BENCH_PRIV_H */

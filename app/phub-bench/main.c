@@ -1,0 +1,928 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* phub-bench: options, one forked worker per rank, their supervision, and the combined report. */
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "phub.h"
+#include "bench_priv.h"
+
+#define EXIT_USAGE 2
+
+/* After a worker failed, how long the others get to finish on their own, then to obey SIGTERM. */
+#define GRACE_S 2.0
+
+/* A record larger than this is garbage from a broken worker. */
+#define MSG_MAX (64u << 20)
+
+struct options {
+	struct bench_config cfg;
+	const char *model;
+	const char *layout_file;
+	uint32_t keys;
+	uint32_t key_elems;
+	int rank;			/* -1: every rank */
+	unsigned int timeout_s;		/* longest a worker may go without progress */
+	bool json;
+	bool quiet;
+	bool print_layout;
+};
+
+struct child {
+	pid_t pid;
+	uint16_t rank;
+	int fd;				/* -1 once the pipe is closed */
+	bool reaped;
+	int wstatus;
+	bool killed;			/* by the parent */
+	char *buf;			/* bytes of records not yet taken */
+	size_t len;
+	size_t cap;
+	bool bad_record;
+	struct bench_progress prog;
+	double last_change;		/* when prog last moved */
+	bool have_result;
+	struct phub_bench_worker_result res;
+	double *times;
+	uint32_t n_times;
+};
+
+static void
+usage(FILE *f)
+{
+	unsigned int i;
+
+	fprintf(f,
+		"usage: phub-bench --server IP --workers N (--model NAME | --layout FILE |\n"
+		"                  --keys N --key-elems E) [options]\n"
+		"  Emulated workers with zero compute (PHub 4.4): every worker pushes a whole\n"
+		"  model of gradients and pulls the model back, --iterations times, then checks\n"
+		"  the model against a reference computed locally.\n"
+		"  --server IP          the PBox's control address (IPv4)\n"
+		"  --port N             its control port (default %u)\n"
+		"  --workers N          workers in the job (world size)\n"
+		"  --rank I             run only rank I of the N (by hand, e.g. in a namespace)\n"
+		"  --netns-prefix P     rank i joins from network namespace /run/netns/<P><i+1>\n"
+		"  --model NAME         a built-in layout:",
+		PHUB_DEFAULT_PORT);
+	for (i = 0; i < phub_bench_preset_count(); i++)
+		fprintf(f, " %s", phub_bench_preset_name(i));
+	fprintf(f, "\n"
+		"  --layout FILE        a JSON list of key sizes in elements: [1024, 3, 9408]\n"
+		"  --keys N --key-elems E   N keys of E elements\n"
+		"  --iterations K       exchanges per worker (default 10)\n"
+		"  --warmup W           first exchanges not timed (default 1)\n"
+		"  --dtype T            fp32, fp16 or bf16 (default fp32)\n"
+		"  --optimizer O        none, sgd, momentum, nesterov, adam, adamw (default sgd)\n"
+		"  --lr X --momentum X --weight-decay X --beta1 X --beta2 X --eps X\n"
+		"                       (defaults 0.01, 0.9, 0, 0.9, 0.999, 1e-8)\n"
+		"  --job NAME           job name (default phub-bench)\n"
+		"  --nonce N            the job's secret (default 0x1)\n"
+		"  --bind IP            local address to send from\n"
+		"  --mtu M              path MTU (default 1500)\n"
+		"  --window-bytes B     gradient bytes in flight per worker (libphub's default)\n"
+		"  --chunk-bytes B      chunk size (the PBox's default)\n"
+		"  --csum               CRC32C on every datagram\n"
+		"  --connect-timeout-ms T   bound on joining (default 10000)\n"
+		"  --dead-ms T          PBox silent this long: the worker fails (default 10000)\n"
+		"  --timeout S          stop a worker making no progress for S s (default 120)\n"
+		"  --json               one JSON object on stdout instead of the table\n"
+		"  --quiet              no progress lines on stderr\n"
+		"  --print-layout       print the keys (index, elements, name) and exit\n"
+		"  --help\n"
+		"Exit status: 0 when every worker's model matched the reference, 1 otherwise,\n"
+		"2 for bad options.\n");
+}
+
+static int
+parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	if (s[0] == '-' || s[0] == '\0')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno != 0 || *end != '\0' || v < min || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int
+parse_float(const char *s, float *out)
+{
+	char *end;
+	float v;
+
+	errno = 0;
+	v = strtof(s, &end);
+	if (errno != 0 || *end != '\0' || s[0] == '\0' || !isfinite(v))
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+enum {
+	OPT_SERVER = 256, OPT_PORT, OPT_WORKERS, OPT_RANK, OPT_NETNS, OPT_MODEL, OPT_LAYOUT,
+	OPT_KEYS, OPT_KEY_ELEMS, OPT_ITERATIONS, OPT_WARMUP, OPT_DTYPE, OPT_OPTIMIZER, OPT_LR,
+	OPT_MOMENTUM, OPT_WD, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_JOB, OPT_NONCE, OPT_BIND,
+	OPT_MTU, OPT_WINDOW, OPT_CHUNK, OPT_CSUM, OPT_CONNECT_TIMEOUT, OPT_DEAD, OPT_TIMEOUT,
+	OPT_JSON, OPT_QUIET, OPT_PRINT_LAYOUT, OPT_HELP,
+};
+
+static const struct option long_opts[] = {
+	{ "server", required_argument, NULL, OPT_SERVER },
+	{ "port", required_argument, NULL, OPT_PORT },
+	{ "workers", required_argument, NULL, OPT_WORKERS },
+	{ "rank", required_argument, NULL, OPT_RANK },
+	{ "netns-prefix", required_argument, NULL, OPT_NETNS },
+	{ "model", required_argument, NULL, OPT_MODEL },
+	{ "layout", required_argument, NULL, OPT_LAYOUT },
+	{ "keys", required_argument, NULL, OPT_KEYS },
+	{ "key-elems", required_argument, NULL, OPT_KEY_ELEMS },
+	{ "iterations", required_argument, NULL, OPT_ITERATIONS },
+	{ "warmup", required_argument, NULL, OPT_WARMUP },
+	{ "dtype", required_argument, NULL, OPT_DTYPE },
+	{ "optimizer", required_argument, NULL, OPT_OPTIMIZER },
+	{ "lr", required_argument, NULL, OPT_LR },
+	{ "momentum", required_argument, NULL, OPT_MOMENTUM },
+	{ "weight-decay", required_argument, NULL, OPT_WD },
+	{ "beta1", required_argument, NULL, OPT_BETA1 },
+	{ "beta2", required_argument, NULL, OPT_BETA2 },
+	{ "eps", required_argument, NULL, OPT_EPS },
+	{ "job", required_argument, NULL, OPT_JOB },
+	{ "nonce", required_argument, NULL, OPT_NONCE },
+	{ "bind", required_argument, NULL, OPT_BIND },
+	{ "mtu", required_argument, NULL, OPT_MTU },
+	{ "window-bytes", required_argument, NULL, OPT_WINDOW },
+	{ "chunk-bytes", required_argument, NULL, OPT_CHUNK },
+	{ "csum", no_argument, NULL, OPT_CSUM },
+	{ "connect-timeout-ms", required_argument, NULL, OPT_CONNECT_TIMEOUT },
+	{ "dead-ms", required_argument, NULL, OPT_DEAD },
+	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
+	{ "json", no_argument, NULL, OPT_JSON },
+	{ "quiet", no_argument, NULL, OPT_QUIET },
+	{ "print-layout", no_argument, NULL, OPT_PRINT_LAYOUT },
+	{ "help", no_argument, NULL, OPT_HELP },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* Parse argv into o; 0, 1 for --help (exit 0), or -EINVAL after saying why. */
+static int
+parse_args(int argc, char **argv, struct options *o)
+{
+	struct bench_config *c = &o->cfg;
+	bool have_workers = false;
+	uint64_t v;
+	int li = 0;
+	int opt;
+	int rc;
+
+	memset(o, 0, sizeof(*o));
+	o->rank = -1;
+	o->timeout_s = 120;
+	c->port = PHUB_DEFAULT_PORT;
+	c->job = "phub-bench";
+	c->nonce = 1;
+	c->iterations = 10;
+	c->warmup = 1;
+	c->dtype = PHUB_DTYPE_FP32;
+	c->optimizer = (struct phub_optimizer_params){
+		.type = PHUB_OPT_SGD, .lr = 0.01f, .momentum = 0.9f, .weight_decay = 0,
+		.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+	};
+	c->connect_timeout_ms = 10000;
+	c->dead_ms = 10000;
+
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "", long_opts, &li)) != -1) {
+		rc = 0;
+		switch (opt) {
+		case OPT_SERVER:
+			c->server = optarg;
+			break;
+		case OPT_PORT:
+			rc = parse_u64(optarg, 1, UINT16_MAX, &v);
+			c->port = (uint16_t)v;
+			break;
+		case OPT_WORKERS:
+			rc = parse_u64(optarg, 1, UINT16_MAX, &v);
+			c->world_size = (uint16_t)v;
+			have_workers = true;
+			break;
+		case OPT_RANK:
+			rc = parse_u64(optarg, 0, UINT16_MAX - 1, &v);
+			o->rank = (int)v;
+			break;
+		case OPT_NETNS:
+			c->netns_prefix = optarg;
+			break;
+		case OPT_MODEL:
+			o->model = optarg;
+			break;
+		case OPT_LAYOUT:
+			o->layout_file = optarg;
+			break;
+		case OPT_KEYS:
+			rc = parse_u64(optarg, 1, UINT32_MAX, &v);
+			o->keys = (uint32_t)v;
+			break;
+		case OPT_KEY_ELEMS:
+			rc = parse_u64(optarg, 1, UINT32_MAX, &v);
+			o->key_elems = (uint32_t)v;
+			break;
+		case OPT_ITERATIONS:
+			rc = parse_u64(optarg, 1, UINT32_MAX / 2, &v);
+			c->iterations = (uint32_t)v;
+			break;
+		case OPT_WARMUP:
+			rc = parse_u64(optarg, 0, UINT32_MAX / 2, &v);
+			c->warmup = (uint32_t)v;
+			break;
+		case OPT_DTYPE:
+			rc = phub_bench_dtype_parse(optarg, &c->dtype);
+			break;
+		case OPT_OPTIMIZER:
+			rc = phub_opt_type_parse(optarg, &c->optimizer.type);
+			break;
+		case OPT_LR:
+			rc = parse_float(optarg, &c->optimizer.lr);
+			break;
+		case OPT_MOMENTUM:
+			rc = parse_float(optarg, &c->optimizer.momentum);
+			break;
+		case OPT_WD:
+			rc = parse_float(optarg, &c->optimizer.weight_decay);
+			break;
+		case OPT_BETA1:
+			rc = parse_float(optarg, &c->optimizer.beta1);
+			break;
+		case OPT_BETA2:
+			rc = parse_float(optarg, &c->optimizer.beta2);
+			break;
+		case OPT_EPS:
+			rc = parse_float(optarg, &c->optimizer.eps);
+			break;
+		case OPT_JOB:
+			c->job = optarg;
+			break;
+		case OPT_NONCE:
+			rc = parse_u64(optarg, 0, UINT64_MAX, &c->nonce);
+			break;
+		case OPT_BIND:
+			c->bind_addr = optarg;
+			break;
+		case OPT_MTU:
+			rc = parse_u64(optarg, 576, 65535, &v);
+			c->mtu = (uint32_t)v;
+			break;
+		case OPT_WINDOW:
+			rc = parse_u64(optarg, 1, UINT32_MAX, &v);
+			c->window_bytes = (uint32_t)v;
+			break;
+		case OPT_CHUNK:
+			rc = parse_u64(optarg, 1, UINT32_MAX, &v);
+			c->chunk_bytes = (uint32_t)v;
+			break;
+		case OPT_CSUM:
+			c->connect_flags |= PHUB_CONNECT_F_CSUM;
+			break;
+		case OPT_CONNECT_TIMEOUT:
+			rc = parse_u64(optarg, 1, 3600000, &v);
+			c->connect_timeout_ms = (uint32_t)v;
+			break;
+		case OPT_DEAD:
+			rc = parse_u64(optarg, 1, 3600000, &v);
+			c->dead_ms = (uint32_t)v;
+			break;
+		case OPT_TIMEOUT:
+			rc = parse_u64(optarg, 1, 86400, &v);
+			o->timeout_s = (unsigned int)v;
+			break;
+		case OPT_JSON:
+			o->json = true;
+			break;
+		case OPT_QUIET:
+			o->quiet = true;
+			break;
+		case OPT_PRINT_LAYOUT:
+			o->print_layout = true;
+			break;
+		case OPT_HELP:
+			usage(stdout);
+			return 1;
+		default:
+			usage(stderr);
+			return -EINVAL;
+		}
+		if (rc != 0) {
+			fprintf(stderr, "phub-bench: bad value '%s' for --%s\n", optarg,
+				long_opts[li].name);
+			return -EINVAL;
+		}
+	}
+	if (optind != argc) {
+		fprintf(stderr, "phub-bench: unexpected argument '%s'\n", argv[optind]);
+		return -EINVAL;
+	}
+	if ((o->model != NULL) + (o->layout_file != NULL) + (o->keys != 0 || o->key_elems != 0)
+			!= 1) {
+		fprintf(stderr, "phub-bench: give exactly one of --model, --layout, or --keys"
+			" with --key-elems\n");
+		return -EINVAL;
+	}
+	if ((o->keys != 0) != (o->key_elems != 0)) {
+		fprintf(stderr, "phub-bench: --keys and --key-elems go together\n");
+		return -EINVAL;
+	}
+	if (o->print_layout)
+		return 0;
+	if (c->server == NULL || !have_workers) {
+		fprintf(stderr, "phub-bench: --server and --workers are required (--help)\n");
+		return -EINVAL;
+	}
+	if (o->rank >= (int)c->world_size) {
+		fprintf(stderr, "phub-bench: --rank %d is not below --workers %u\n", o->rank,
+			c->world_size);
+		return -EINVAL;
+	}
+	if (c->warmup >= c->iterations) {
+		fprintf(stderr, "phub-bench: --warmup %u leaves none of the %u iterations to"
+			" time\n", c->warmup, c->iterations);
+		return -EINVAL;
+	}
+	if (phub_optimizer_params_check(&c->optimizer) != 0) {
+		fprintf(stderr, "phub-bench: bad optimizer hyper-parameters (lr and weight decay"
+			" >= 0, momentum and betas in [0, 1), eps > 0)\n");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* ---- supervision ---- */
+
+static void
+child_take(struct child *ch, const struct bench_msg_hdr *hdr, const char *payload)
+{
+	switch (hdr->type) {
+	case BENCH_MSG_PROGRESS:
+		if (hdr->len != sizeof(ch->prog))
+			goto bad;
+		if (memcmp(&ch->prog, payload, sizeof(ch->prog)) != 0) {
+			struct bench_progress p;
+
+			memcpy(&p, payload, sizeof(p));
+			/* Only a step forward is progress; counters moving while stuck are not. */
+			if (p.phase != ch->prog.phase || p.iteration != ch->prog.iteration ||
+					p.elems_verified != ch->prog.elems_verified)
+				ch->last_change = bench_now();
+			ch->prog = p;
+		}
+		return;
+	case BENCH_MSG_TIMES:
+		if (hdr->len % sizeof(double) != 0 || ch->times != NULL)
+			goto bad;
+		ch->times = malloc(hdr->len);
+		if (ch->times == NULL)
+			goto bad;
+		memcpy(ch->times, payload, hdr->len);
+		ch->n_times = hdr->len / sizeof(double);
+		return;
+	case BENCH_MSG_RESULT:
+		if (hdr->len != sizeof(ch->res))
+			goto bad;
+		memcpy(&ch->res, payload, sizeof(ch->res));
+		ch->res.error[sizeof(ch->res.error) - 1] = '\0';
+		ch->have_result = true;
+		ch->last_change = bench_now();
+		return;
+	}
+bad:
+	ch->bad_record = true;
+}
+
+/* Read what the pipe has; false at end of file (or on garbage). */
+static bool
+child_read(struct child *ch)
+{
+	struct bench_msg_hdr hdr;
+	size_t used = 0;
+	ssize_t n;
+
+	if (ch->cap - ch->len < 65536) {
+		size_t cap = ch->cap * 2 + 65536;
+		char *buf = realloc(ch->buf, cap);
+
+		if (buf == NULL)
+			return false;
+		ch->buf = buf;
+		ch->cap = cap;
+	}
+	n = read(ch->fd, ch->buf + ch->len, ch->cap - ch->len);
+	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+		return true;
+	if (n <= 0)
+		return false;
+	ch->len += (size_t)n;
+	while (ch->len - used >= sizeof(hdr)) {
+		memcpy(&hdr, ch->buf + used, sizeof(hdr));
+		if (hdr.len > MSG_MAX) {
+			ch->bad_record = true;
+			return false;
+		}
+		if (ch->len - used - sizeof(hdr) < hdr.len)
+			break;
+		child_take(ch, &hdr, ch->buf + used + sizeof(hdr));
+		used += sizeof(hdr) + hdr.len;
+	}
+	memmove(ch->buf, ch->buf + used, ch->len - used);
+	ch->len -= used;
+	return !ch->bad_record;
+}
+
+static void
+child_close(struct child *ch)
+{
+	if (ch->fd >= 0)
+		close(ch->fd);
+	ch->fd = -1;
+}
+
+static void
+reap(struct child *kids, unsigned int n, bool block)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++) {
+		if (kids[i].reaped)
+			continue;
+		if (waitpid(kids[i].pid, &kids[i].wstatus, block ? 0 : WNOHANG) == kids[i].pid)
+			kids[i].reaped = true;
+	}
+}
+
+static void
+kill_all(struct child *kids, unsigned int n, int sig)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++) {
+		if (!kids[i].reaped && kill(kids[i].pid, sig) == 0)
+			kids[i].killed = true;
+	}
+}
+
+/* The one progress line, on stderr. */
+static void
+print_progress(const struct options *o, const struct child *kids, unsigned int n)
+{
+	const struct bench_config *c = &o->cfg;
+	unsigned int i, joining = 0, running = 0, verifying = 0;
+	uint64_t retr = 0, pulls = 0, verified = 0;
+	uint32_t it_min = UINT32_MAX;
+	double rate = 0;
+
+	for (i = 0; i < n; i++) {
+		const struct bench_progress *p = &kids[i].prog;
+
+		if (kids[i].have_result)
+			continue;
+		joining += p->phase == BENCH_PHASE_CONNECTING;
+		running += p->phase == BENCH_PHASE_RUNNING;
+		verifying += p->phase == BENCH_PHASE_VERIFYING;
+		if (p->iteration < it_min)
+			it_min = p->iteration;
+		if (p->timed_s > 0)
+			rate += p->timed / p->timed_s;
+		retr += p->retransmits;
+		pulls += p->pulls;
+		verified += p->elems_verified;
+	}
+	if (joining > 0)
+		fprintf(stderr, "phub-bench: %u of %u worker(s) joining job '%s' at %s:%u\n",
+			joining, n, c->job, c->server, c->port);
+	else if (running > 0)
+		fprintf(stderr, "phub-bench: iteration %u/%u%s, %.1f exchanges/s, %" PRIu64
+			" retransmits, %" PRIu64 " pulls\n", it_min, c->iterations,
+			it_min < c->warmup ? " (warm-up)" : "", rate, retr, pulls);
+	else if (verifying > 0)
+		fprintf(stderr, "phub-bench: verifying, %.0f%% of the models checked\n",
+			100.0 * (double)verified / ((double)c->layout->total_elems * verifying));
+}
+
+/* Fill the result of a worker that did not give one. */
+static void
+describe_loss(struct child *ch, bool stopped)
+{
+	struct phub_bench_worker_result *r = &ch->res;
+	char how[96];
+
+	if (ch->have_result)
+		return;
+	memset(r, 0, sizeof(*r));
+	r->rank = ch->rank;
+	r->iterations = ch->prog.iteration;
+	r->status = -ECHILD;
+	if (!ch->reaped)
+		snprintf(how, sizeof(how), "did not exit");
+	else if (WIFSIGNALED(ch->wstatus))
+		snprintf(how, sizeof(how), "was killed by signal %d (%s)", WTERMSIG(ch->wstatus),
+			strsignal(WTERMSIG(ch->wstatus)));
+	else
+		snprintf(how, sizeof(how), "exited with status %d", WEXITSTATUS(ch->wstatus));
+	snprintf(r->error, sizeof(r->error), "rank %u %s %s after %u exchange(s)%s", ch->rank,
+		stopped ? "was stopped:" : "died:", how, ch->prog.iteration,
+		ch->bad_record ? " (garbled report)" : "");
+}
+
+/*
+ * Run the workers until each has reported and exited, a worker fails (the others then get
+ * GRACE_S to finish, then SIGTERM, then SIGKILL), or one makes no progress for timeout_s.
+ * Every wait here is bounded; *reason gets the first failure.
+ */
+static void
+supervise(const struct options *o, struct child *kids, unsigned int n, char *reason,
+		size_t reason_len)
+{
+	int died = -1;		/* the first worker that vanished without a result */
+	double stall_s = o->timeout_s;
+	double connect_s = o->cfg.connect_timeout_ms / 1000.0 + 5;
+	double next_print = bench_now() + 1;
+	double stop_at = 0, kill_at = 0;
+	unsigned int i, open_fds;
+	bool stopping = false;
+	struct pollfd *pfd;
+	unsigned int *map;
+
+	pfd = calloc(n, sizeof(*pfd));
+	map = calloc(n, sizeof(*map));
+	if (pfd == NULL || map == NULL) {
+		snprintf(reason, reason_len, "out of memory");
+		kill_all(kids, n, SIGKILL);
+		reap(kids, n, true);
+		goto out;
+	}
+	for (i = 0; i < n; i++)
+		kids[i].last_change = bench_now();
+	for (;;) {
+		double now;
+
+		open_fds = 0;
+		for (i = 0; i < n; i++) {
+			if (kids[i].fd < 0)
+				continue;
+			pfd[open_fds] = (struct pollfd){ .fd = kids[i].fd, .events = POLLIN };
+			map[open_fds++] = i;
+		}
+		reap(kids, n, false);
+		if (open_fds == 0) {
+			bool all = true;
+
+			for (i = 0; i < n; i++)
+				all = all && kids[i].reaped;
+			if (all)
+				break;
+		}
+		if (poll(pfd, open_fds, 100) < 0 && errno != EINTR)
+			break;
+		for (i = 0; i < open_fds; i++) {
+			struct child *ch = &kids[map[i]];
+
+			if ((pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0)
+				continue;
+			if (!child_read(ch))
+				child_close(ch);
+		}
+		now = bench_now();
+		for (i = 0; i < n && !stopping; i++) {
+			struct child *ch = &kids[i];
+			double limit = ch->prog.phase == BENCH_PHASE_CONNECTING &&
+				connect_s > stall_s ? connect_s : stall_s;
+
+			if (ch->have_result && ch->res.status != 0) {
+				snprintf(reason, reason_len, "%s", ch->res.error);
+			} else if (ch->fd < 0 && !ch->have_result) {
+				/* Said once reaped, when how it ended is known. */
+				died = (int)i;
+			} else if (!ch->have_result && now - ch->last_change > limit) {
+				snprintf(reason, reason_len, "rank %u made no progress for %.0f s"
+					" (phase %u, %u exchange(s) done): stopped", ch->rank,
+					limit, ch->prog.phase, ch->prog.iteration);
+				/* A worker stuck on its own is stopped at once. */
+				stop_at = now;
+			} else {
+				continue;
+			}
+			stopping = true;
+			if (stop_at == 0)
+				stop_at = now + GRACE_S;
+		}
+		if (stopping && kill_at == 0 && now >= stop_at) {
+			kill_all(kids, n, SIGTERM);
+			kill_at = now + GRACE_S;
+		}
+		if (kill_at != 0 && now >= kill_at) {
+			kill_all(kids, n, SIGKILL);
+			for (i = 0; i < n; i++)
+				child_close(&kids[i]);
+			reap(kids, n, true);
+			break;
+		}
+		if (!o->quiet && now >= next_print) {
+			print_progress(o, kids, n);
+			next_print = now + 1;
+		}
+	}
+out:
+	for (i = 0; i < n; i++) {
+		child_close(&kids[i]);
+		describe_loss(&kids[i], kids[i].killed && (int)i != died);
+	}
+	if (died >= 0)
+		snprintf(reason, reason_len, "%s", kids[died].res.error);
+	free(pfd);
+	free(map);
+}
+
+/* ---- report ---- */
+
+static void
+print_table(const struct phub_bench_run *run,
+		const struct phub_bench_summary *s, const struct child *kids, unsigned int n)
+{
+	const struct phub_bench_layout *l = run->layout;
+	uint64_t xbytes = phub_bench_exchange_bytes(l, run->dtype);
+	double rtol, atol;
+	unsigned int i;
+
+	printf("phub-bench: %s, %u keys, %" PRIu64 " parameters, %.1f MB %s; %u worker(s) at"
+		" %s:%u, job '%s'\n", l->model, l->n_keys, l->total_elems,
+		(double)s->model_bytes / 1e6, phub_bench_dtype_name(run->dtype), run->world_size,
+		run->server, run->port, run->job);
+	printf("phub-bench: %s lr %g; %u iterations, the first %u not timed\n",
+		phub_opt_type_name(run->optimizer.type), (double)run->optimizer.lr,
+		run->iterations, run->warmup);
+	if (s->failed == n) {
+		printf("phub-bench: no worker finished (stderr says why)\n");
+		return;
+	}
+	printf("%5s %10s %10s %10s %9s %9s %8s %7s  %s\n", "rank", "exch/s", "goodput",
+		"wire", "p50", "p99", "retrans", "pulls", "verified");
+	printf("%5s %10s %10s %10s %9s %9s\n", "", "", "Gbit/s", "Gbit/s", "ms", "ms");
+	for (i = 0; i < n; i++) {
+		const struct phub_bench_worker_result *r = &kids[i].res;
+
+		printf("%5u %10.2f %10.3f %10.3f %9.3f %9.3f %8" PRIu64 " %7" PRIu64 "  %s\n",
+			r->rank, phub_bench_worker_rate(r), phub_bench_worker_gbps(r, xbytes),
+			r->timed_s > 0 ? r->wire_bytes * 8 / r->timed_s / 1e9 : 0, r->p50_ms,
+			r->p99_ms, r->retransmits, r->pulls,
+			r->status != 0 ? "FAILED" : !r->verified ? "NO" :
+			r->bitwise ? "yes (bitwise)" : "yes");
+	}
+	printf("%5s %10.2f %10.3f %10.3f %9.3f %9.3f %8" PRIu64 " %7" PRIu64 "  %s\n", "all",
+		s->exchanges_per_s, s->goodput_gbps, s->wire_gbps, s->p50_ms, s->p99_ms,
+		s->retransmits, s->pulls, s->verified ? "yes" : "NO");
+	phub_bench_verify_tolerance(run->dtype, &rtol, &atol);
+	if (s->failed > 0)
+		printf("phub-bench: not verified: %u of %u worker(s) failed\n", s->failed, n);
+	else if (phub_bench_verify_exact(run->optimizer.type))
+		printf("phub-bench: verification byte for byte against the scalar reference;"
+			" max abs error %g\n", s->max_abs_error);
+	else
+		printf("phub-bench: verification within %g + %g * |reference|; max abs error"
+			" %g%s\n", atol, rtol, s->max_abs_error, s->bitwise ? " (bitwise)" : "");
+	printf("phub-bench: job iterations/s %.2f (slowest worker)\n", s->job_iterations_per_s);
+}
+
+/* Workers that ran to the end but whose model is not the reference. */
+static unsigned int
+mismatched(const struct phub_bench_worker_result *r, unsigned int n)
+{
+	unsigned int i, bad = 0;
+
+	for (i = 0; i < n; i++)
+		bad += r[i].status == 0 && !r[i].verified;
+	return bad;
+}
+
+static int
+build_layout(const struct options *o, struct phub_bench_layout **out)
+{
+	char err[512] = "";
+
+	if (o->model != NULL) {
+		*out = phub_bench_layout_preset(o->model);
+		if (*out == NULL && errno == ENOENT) {
+			fprintf(stderr, "phub-bench: unknown model '%s' (--help lists them)\n",
+				o->model);
+			return -EINVAL;
+		}
+	} else if (o->layout_file != NULL) {
+		*out = phub_bench_layout_load(o->layout_file, err, sizeof(err));
+		if (*out == NULL && errno != ENOMEM) {
+			fprintf(stderr, "phub-bench: %s\n", err);
+			return -EINVAL;
+		}
+	} else {
+		*out = phub_bench_layout_synthetic(o->keys, o->key_elems);
+	}
+	if (*out == NULL) {
+		fprintf(stderr, "phub-bench: %s\n", strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	struct phub_bench_layout *layout = NULL;
+	struct phub_bench_pattern *pattern = NULL;
+	struct phub_bench_summary sum;
+	struct phub_bench_run run;
+	struct phub_bench_worker_result *results = NULL;
+	const double **times = NULL;
+	struct child *kids = NULL;
+	char reason[512] = "";
+	struct options o;
+	struct in_addr a;
+	unsigned int n = 0, i;
+	int status = EXIT_FAILURE;
+	int rc;
+
+	rc = parse_args(argc, argv, &o);
+	if (rc != 0)
+		return rc > 0 ? EXIT_SUCCESS : EXIT_USAGE;
+	if (build_layout(&o, &layout) != 0)
+		return EXIT_USAGE;
+	if (o.print_layout) {
+		for (i = 0; i < layout->n_keys; i++)
+			printf("%u\t%u\t%s\n", i, layout->n_elems[i],
+				layout->names != NULL ? layout->names[i] : "");
+		printf("# %s: %u keys, %" PRIu64 " elements\n", layout->model, layout->n_keys,
+			layout->total_elems);
+		phub_bench_layout_free(layout);
+		return EXIT_SUCCESS;
+	}
+	if (inet_pton(AF_INET, o.cfg.server, &a) != 1) {
+		fprintf(stderr, "phub-bench: --server '%s' is not an IPv4 address\n",
+			o.cfg.server);
+		goto out_usage;
+	}
+	/* Made once, before the fork: the workers share its pages and never write them. */
+	pattern = phub_bench_pattern_create(o.cfg.dtype, layout->max_key_elems);
+	if (pattern == NULL) {
+		fprintf(stderr, "phub-bench: cannot make the gradient pattern: %s\n",
+			strerror(errno));
+		goto out;
+	}
+	o.cfg.layout = layout;
+	o.cfg.pattern = pattern;
+
+	n = o.rank >= 0 ? 1 : o.cfg.world_size;
+	kids = calloc(n, sizeof(*kids));
+	results = calloc(n, sizeof(*results));
+	times = calloc(n, sizeof(*times));
+	if (kids == NULL || results == NULL || times == NULL) {
+		fprintf(stderr, "phub-bench: out of memory\n");
+		goto out;
+	}
+	/* A worker whose parent is gone learns it from EPIPE, not from a signal. */
+	signal(SIGPIPE, SIG_IGN);
+	fflush(NULL);
+	for (i = 0; i < n; i++) {
+		int fds[2];
+
+		kids[i].rank = o.rank >= 0 ? (uint16_t)o.rank : (uint16_t)i;
+		kids[i].fd = -1;
+		kids[i].reaped = true;
+		if (pipe2(fds, O_CLOEXEC) != 0) {
+			snprintf(reason, sizeof(reason), "pipe: %s", strerror(errno));
+			break;
+		}
+		kids[i].pid = fork();
+		if (kids[i].pid < 0) {
+			snprintf(reason, sizeof(reason), "fork: %s", strerror(errno));
+			close(fds[0]);
+			close(fds[1]);
+			break;
+		}
+		if (kids[i].pid == 0) {
+			unsigned int j;
+
+			/* Die with the parent rather than keep a PBox job half joined. */
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (getppid() == 1)
+				_exit(EXIT_FAILURE);
+			close(fds[0]);
+			for (j = 0; j < i; j++)
+				if (kids[j].fd >= 0)
+					close(kids[j].fd);
+			_exit(bench_worker_run(&o.cfg, kids[i].rank, fds[1]));
+		}
+		close(fds[1]);
+		kids[i].fd = fds[0];
+		kids[i].reaped = false;
+	}
+	if (reason[0] != '\0') {
+		for (i = 0; i < n; i++)
+			child_close(&kids[i]);
+		kill_all(kids, n, SIGKILL);
+		reap(kids, n, true);
+		fprintf(stderr, "phub-bench: %s\n", reason);
+		goto out;
+	}
+
+	supervise(&o, kids, n, reason, sizeof(reason));
+
+	for (i = 0; i < n; i++) {
+		struct child *ch = &kids[i];
+
+		/* The worker's own quantiles, from the times it sent. */
+		if (ch->times != NULL && ch->n_times == ch->res.timed) {
+			double *copy = malloc(ch->n_times * sizeof(*copy));
+
+			if (copy != NULL) {
+				memcpy(copy, ch->times, ch->n_times * sizeof(*copy));
+				ch->res.p50_ms = phub_bench_quantile(copy, ch->n_times, 0.50);
+				ch->res.p99_ms = phub_bench_quantile(copy, ch->n_times, 0.99);
+				free(copy);
+			}
+			times[i] = ch->times;
+		} else {
+			ch->res.timed = ch->times != NULL ? ch->res.timed : 0;
+		}
+		results[i] = ch->res;
+		if (reason[0] == '\0' && !ch->res.verified && ch->res.error[0] != '\0')
+			snprintf(reason, sizeof(reason), "%s", ch->res.error);
+	}
+	run = (struct phub_bench_run){
+		.layout = layout,
+		.dtype = o.cfg.dtype,
+		.optimizer = o.cfg.optimizer,
+		.world_size = o.cfg.world_size,
+		.iterations = o.cfg.iterations,
+		.warmup = o.cfg.warmup,
+		.server = o.cfg.server,
+		.port = o.cfg.port,
+		.job = o.cfg.job,
+	};
+	phub_bench_summarize(&run, results, times, n, n, &sum);
+	if (o.json) {
+		json_t *j = phub_bench_report_json(&run, &sum, results, n,
+			reason[0] != '\0' ? reason : NULL);
+
+		if (j == NULL || json_dumpf(j, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10))
+				!= 0) {
+			fprintf(stderr, "phub-bench: cannot write the JSON report\n");
+			sum.verified = false;
+		}
+		printf("\n");
+		json_decref(j);
+	} else {
+		print_table(&run, &sum, kids, n);
+	}
+	if (!sum.verified) {
+		bool said = false;
+
+		for (i = 0; i < n; i++) {
+			if (results[i].error[0] == '\0')
+				continue;
+			fprintf(stderr, "phub-bench: %s\n", results[i].error);
+			said = said || strcmp(results[i].error, reason) == 0;
+		}
+		if (!said && reason[0] != '\0')
+			fprintf(stderr, "phub-bench: %s\n", reason);
+		fprintf(stderr, "phub-bench: FAILED: %u of %u worker(s) failed, %u model(s) differ"
+			" from the reference\n", sum.failed, n, mismatched(results, n));
+	}
+	status = sum.verified ? EXIT_SUCCESS : EXIT_FAILURE;
+out:
+	for (i = 0; kids != NULL && i < n; i++) {
+		free(kids[i].times);
+		free(kids[i].buf);
+	}
+	free(kids);
+	free(results);
+	free(times);
+	phub_bench_pattern_free(pattern);
+	phub_bench_layout_free(layout);
+	return status;
+out_usage:
+	phub_bench_layout_free(layout);
+	return EXIT_USAGE;
+}

@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The pure core of phub-bench (no sockets, no processes): model layouts, the deterministic
+ * gradients and initial weights, the reference model that checks what the PBox computed, the
+ * statistics and the JSON report. Unit-tested by tests/unit/check_bench.c.
+ */
+
+#ifndef PHUB_BENCH_H
+#define PHUB_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "kernels/phub_kernels.h"
+
+/* ---- Layouts -------------------------------------------------------------------------------- */
+
+/* The keys of one job: key i is tensor i of the model, in forward order (priority = i). */
+struct phub_bench_layout {
+	char model[64];		/* "resnet50", "synthetic", or the layout file's name */
+	uint32_t n_keys;
+	uint32_t *n_elems;	/* n_keys entries, each >= 1 */
+	char **names;		/* presets: torchvision's parameter names; else NULL */
+	uint64_t total_elems;
+	uint32_t max_key_elems;
+};
+
+/* Number of built-in models and the name of the i-th ("resnet18", ...), NULL past the end. */
+unsigned int phub_bench_preset_count(void);
+const char *phub_bench_preset_name(unsigned int i);
+
+/* A built-in model's layout; NULL and errno ENOENT (unknown name) or ENOMEM. */
+struct phub_bench_layout *phub_bench_layout_preset(const char *model);
+
+/*
+ * A layout from a JSON file holding a list of key sizes ([1024, 3, 9408]). NULL and errno
+ * (EINVAL with the file, line, column and JSON path in err; ENOMEM).
+ */
+struct phub_bench_layout *phub_bench_layout_load(const char *path, char *err, size_t errlen);
+
+/* The same from a string already in memory (the file name is only for messages). */
+struct phub_bench_layout *phub_bench_layout_parse(const char *text, const char *name, char *err,
+		size_t errlen);
+
+/* n_keys keys of key_elems elements each; NULL and errno EINVAL (a zero) or ENOMEM. */
+struct phub_bench_layout *phub_bench_layout_synthetic(uint32_t n_keys, uint32_t key_elems);
+
+void phub_bench_layout_free(struct phub_bench_layout *layout);
+
+/* ---- Deterministic data --------------------------------------------------------------------- */
+
+/*
+ * Every gradient and every initial weight is a window of one shared pattern: element j of the
+ * pattern is an integer in [-PHUB_BENCH_VALUE_MAX, PHUB_BENCH_VALUE_MAX] times 2^-10, exact in
+ * fp32, fp16 and bf16 alike, and a window starts at an offset below PHUB_BENCH_PATTERN_PERIOD
+ * that depends on (rank, iteration, key). Sums of up to 2^16 such values stay integers times
+ * 2^-10 below 2^24 times 2^-10, so the PBox's fp32 sums are exact in any order of arrival.
+ * Pushing costs no computation, and the reference recomputes any gradient from its indices.
+ */
+#define PHUB_BENCH_PATTERN_PERIOD 65521u	/* a prime: windows of keys rarely line up */
+#define PHUB_BENCH_VALUE_MAX 127		/* fits bf16's 8 significant bits */
+#define PHUB_BENCH_VALUE_SCALE (1.0f / 1024.0f)
+
+struct phub_bench_pattern {
+	enum phub_dtype dtype;
+	size_t elem_size;
+	uint64_t n_elems;	/* max_key_elems + PHUB_BENCH_PATTERN_PERIOD */
+	void *data;		/* read-only once made; shared by the forked workers */
+};
+
+/* The pattern for keys of at most max_key_elems elements; NULL and errno EINVAL or ENOMEM. */
+struct phub_bench_pattern *phub_bench_pattern_create(enum phub_dtype dtype,
+		uint32_t max_key_elems);
+void phub_bench_pattern_free(struct phub_bench_pattern *pattern);
+
+/* Element j of the pattern as a float (what data holds, converted). */
+float phub_bench_pattern_value(uint64_t j);
+
+/* Where the window of a gradient and of a key's initial weights starts. */
+uint32_t phub_bench_grad_offset(uint32_t rank, uint32_t iteration, uint32_t key);
+uint32_t phub_bench_initial_offset(uint32_t key);
+
+/* The gradient rank pushes for key at iteration (>= 1), and the key's initial weights. */
+const void *phub_bench_grad(const struct phub_bench_pattern *pattern, uint32_t rank,
+		uint32_t iteration, uint32_t key);
+const void *phub_bench_initial(const struct phub_bench_pattern *pattern, uint32_t key);
+
+/* ---- Reference model and verification ------------------------------------------------------- */
+
+struct phub_bench_verify_params {
+	const struct phub_bench_pattern *pattern;
+	struct phub_optimizer_params optimizer;
+	uint16_t world_size;
+	uint32_t iterations;	/* updates the PBox applied: iterations 1 .. iterations */
+};
+
+/* What one comparison found; phub_bench_verify_key() adds to it. */
+struct phub_bench_verify_result {
+	uint64_t checked;	/* elements compared */
+	uint64_t mismatches;	/* elements out of tolerance (not byte-equal when exact) */
+	uint64_t differing;	/* elements not byte-equal, within tolerance or not */
+	double max_abs_error;	/* largest |model - reference| */
+	uint32_t first_bad_key;	/* valid when mismatches > 0 */
+	uint64_t first_bad_elem;
+	float first_bad_got;
+	float first_bad_want;
+};
+
+/*
+ * SGD and NONE are compared byte for byte: the PBox runs the same fused step on exact sums, and
+ * the kernels promise the same bits on every ISA. The other optimizers are compared within
+ * |model - reference| <= atol + rtol * |reference|, in case a PBox's kernels round differently.
+ */
+bool phub_bench_verify_exact(enum phub_opt_type type);
+void phub_bench_verify_tolerance(enum phub_dtype dtype, double *rtol, double *atol);
+
+struct phub_bench_verifier;
+
+/* NULL and errno EINVAL (bad parameters) or ENOMEM. */
+struct phub_bench_verifier *phub_bench_verifier_create(const struct phub_bench_verify_params *p);
+void phub_bench_verifier_free(struct phub_bench_verifier *v);
+
+/*
+ * Recompute key's model after the iterations with the scalar kernels, summing the ranks'
+ * gradients in rank order, block by block (memory stays bounded whatever the key's size), and
+ * compare it with model (n_elems elements in the pattern's dtype).
+ */
+void phub_bench_verify_key(struct phub_bench_verifier *v, uint32_t key, uint32_t n_elems,
+		const void *model, struct phub_bench_verify_result *res);
+
+/* The same for elements [first, first + n) of key; model points at element first. */
+void phub_bench_verify_range(struct phub_bench_verifier *v, uint32_t key, uint64_t first,
+		uint64_t n, const void *model, struct phub_bench_verify_result *res);
+
+/* The reference alone: key's model after the iterations into out (n_elems in the dtype). */
+void phub_bench_reference_key(struct phub_bench_verifier *v, uint32_t key, uint32_t n_elems,
+		void *out);
+
+/* ---- Statistics and report ------------------------------------------------------------------ */
+
+/* The q-quantile (0 <= q <= 1) of n values by nearest rank; sorts values; 0 when n is 0. */
+double phub_bench_quantile(double *values, size_t n, double q);
+
+/* What one worker measured and found. */
+struct phub_bench_worker_result {
+	uint16_t rank;
+	int status;			/* 0, or -errno of the failure */
+	char error[256];		/* why it failed */
+	uint32_t iterations;		/* exchanges done, warm-up included */
+	uint32_t timed;			/* exchanges timed (after the warm-up) */
+	double timed_s;			/* their wall-clock time */
+	double connect_s;		/* phub_connect(), including the initial-model round */
+	double verify_s;
+	double p50_ms;
+	double p99_ms;
+	double wire_bytes;		/* UDP payload bytes both ways over the timed exchanges */
+	uint64_t retransmits;		/* whole session */
+	uint64_t pulls;
+	uint64_t replays;
+	uint64_t tx_errors;
+	bool verified;
+	bool bitwise;			/* every element byte-equal to the reference */
+	double max_abs_error;
+	uint64_t mismatches;
+};
+
+/* What the run was. */
+struct phub_bench_run {
+	const struct phub_bench_layout *layout;
+	enum phub_dtype dtype;
+	struct phub_optimizer_params optimizer;
+	uint16_t world_size;
+	uint32_t iterations;
+	uint32_t warmup;
+	const char *server;
+	uint16_t port;
+	const char *job;
+};
+
+/* The combination of the workers' results. */
+struct phub_bench_summary {
+	unsigned int workers;		/* results combined */
+	unsigned int failed;		/* of them with status != 0 */
+	uint64_t model_bytes;		/* one copy of the model in the dtype */
+	double exchanges_per_s;		/* sum over workers of their exchanges/s */
+	double job_iterations_per_s;	/* timed exchanges of the slowest worker / its time */
+	double goodput_gbps;		/* sum over workers */
+	double wire_gbps;
+	double p50_ms;			/* over every timed exchange of every worker */
+	double p99_ms;
+	uint64_t retransmits;
+	uint64_t pulls;
+	double max_abs_error;
+	bool verified;			/* every expected worker reported and matched */
+	bool bitwise;
+};
+
+/* Gradient bytes pushed plus model bytes received by one worker in one exchange. */
+uint64_t phub_bench_exchange_bytes(const struct phub_bench_layout *layout, enum phub_dtype dtype);
+
+/* Per-worker exchanges/s and goodput in Gbit/s (0 when nothing was timed). */
+double phub_bench_worker_rate(const struct phub_bench_worker_result *r);
+double phub_bench_worker_gbps(const struct phub_bench_worker_result *r, uint64_t exchange_bytes);
+
+/*
+ * Combine n results; times[i] holds results[i].timed exchange times in ms (NULL entries allowed
+ * when a worker timed nothing). expected is the number of workers that should have reported.
+ */
+void phub_bench_summarize(const struct phub_bench_run *run,
+		const struct phub_bench_worker_result *results, const double *const *times,
+		unsigned int n, unsigned int expected, struct phub_bench_summary *s);
+
+/* The one JSON object of --json; NULL and errno ENOMEM. error may be NULL. */
+json_t *phub_bench_report_json(const struct phub_bench_run *run,
+		const struct phub_bench_summary *s, const struct phub_bench_worker_result *results,
+		unsigned int n, const char *error);
+
+/* "fp32", "fp16", "bf16"; parse: 0 or -EINVAL. */
+const char *phub_bench_dtype_name(enum phub_dtype dtype);
+int phub_bench_dtype_parse(const char *name, enum phub_dtype *dtype);
+
+#endif /* PHUB_BENCH_H */

@@ -1,0 +1,246 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# End-to-end checks of phub-bench against the soft PBox (kernel UDP, no DPDK, no root).
+#
+#   phub-bench (parent: forks, supervises, reports)
+#     |-- rank 0 --.
+#     |-- rank 1 --+-- UDP on 127.0.0.1 --> phub-soft-pbox  control :P, data :P+1, :P+2
+#     '-- rank N --'        (libphub)        (started here on ephemeral ports, killed by PID)
+#
+# usage: test_bench_soft.sh CASE PHUB_BENCH SOFT_PBOX [phub-bench options]
+#   run          run with the options; pass when it exits 0 with "verified": true
+#   json-shape   stdout is exactly one JSON object with the documented fields
+#   unreachable  no PBox: a clear error and exit 1 within a bounded time
+#   wrong-nonce  rank 1 joins rank 0's job with another nonce: refused, exit 1
+#   worker-dies  a worker is killed mid-run: the parent says so and exits 1, no hang
+#   pbox-dies    the PBox is killed mid-run: the workers fail and the parent exits 1
+#   fault        PHUB_BENCH_FAULT=ulp (rank 0's model one ulp off): SGD fails the check with
+#                the key and element named; Nesterov accepts it as rounding (not bitwise)
+#   netns        the worker (rank 0) enters /run/netns/<prefix>1, where the soft PBox listens on its
+#                own loopback (root only; skipped otherwise); a missing namespace is an error
+# Exit 77 (skipped) when the soft PBox has not been built.
+
+set -u
+
+case_name=$1
+bench=$2
+soft=$3
+shift 3
+
+[ -x "$soft" ] || { echo "SKIP: $soft not built"; exit 77; }
+
+tmp=$(mktemp -d /tmp/phub-bench-test.XXXXXX)
+pbox_pid=
+bg_pid=
+netns=
+pbox_wrap=
+
+cleanup() {
+	[ -n "$bg_pid" ] && kill -KILL "$bg_pid" 2>/dev/null
+	[ -n "$pbox_pid" ] && kill -TERM "$pbox_pid" 2>/dev/null && wait "$pbox_pid" 2>/dev/null
+	[ -n "$netns" ] && ip netns del "$netns"
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+fail() {
+	echo "FAIL ($case_name): $*"
+	for f in "$tmp"/*; do
+		[ -f "$f" ] && { echo "--- $(basename "$f")"; tail -n 40 "$f"; }
+	done
+	exit 1
+}
+
+# Start the soft PBox on ephemeral ports and learn its control port from its first line.
+start_pbox() {
+	$pbox_wrap "$soft" --port 0 --lcores 2 "$@" >"$tmp/pbox.out" 2>"$tmp/pbox.err" &
+	pbox_pid=$!
+	for _ in $(seq 100); do
+		port=$(sed -n 's/.*control 127\.0\.0\.1:\([0-9]*\),.*/\1/p' "$tmp/pbox.out")
+		[ -n "$port" ] && return 0
+		kill -0 "$pbox_pid" 2>/dev/null || fail "the soft PBox did not start"
+		sleep 0.05
+	done
+	fail "the soft PBox did not print its port"
+}
+
+# A UDP port on 127.0.0.1 that nothing listens on (free when asked; nobody else binds it here).
+free_port() {
+	python3 -c 'import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM);
+s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Run phub-bench with a hard bound; sets rc.
+bench() {
+	timeout 150 "$bench" --server 127.0.0.1 --port "$port" --quiet "$@" \
+		>"$tmp/bench.out" 2>"$tmp/bench.err"
+	rc=$?
+}
+
+# Wait for background PID at most SECONDS, then kill it; sets rc (124 when it had to be killed).
+wait_bounded() {
+	local pid=$1 deadline=$(($(date +%s) + $2))
+
+	while kill -0 "$pid" 2>/dev/null; do
+		if [ "$(date +%s)" -ge "$deadline" ]; then
+			kill -KILL "$pid"
+			wait "$pid" 2>/dev/null
+			rc=124
+			return
+		fi
+		sleep 0.1
+	done
+	wait "$pid"
+	rc=$?
+}
+
+json_check() {
+	python3 - "$tmp/bench.out" "$@" <<'EOF' || fail "JSON check failed"
+import json, sys
+with open(sys.argv[1]) as f:
+    r = json.load(f)           # exactly one JSON document, or this raises
+checks = sys.argv[2:]
+env = {"r": r}
+for c in checks:
+    if not eval(c, env):
+        sys.exit("not true: %s\nreport: %s" % (c, json.dumps(r)[:2000]))
+EOF
+}
+
+case $case_name in
+run)
+	start_pbox
+	bench --job "run-$$" --iterations 5 --json "$@"
+	[ "$rc" = 0 ] || fail "phub-bench exited $rc"
+	json_check 'r["verified"] is True' 'r["exchanges_per_s"] > 0' \
+		'all(w["verified"] for w in r["per_worker"])' \
+		'len(r["per_worker"]) == r["workers"]'
+	;;
+json-shape)
+	start_pbox
+	bench --job "shape-$$" --workers 2 --keys 5 --key-elems 3000 --iterations 6 \
+		--warmup 2 --json
+	[ "$rc" = 0 ] || fail "phub-bench exited $rc"
+	json_check 'r["workers"] == 2' 'r["model_bytes"] == 5 * 3000 * 4' \
+		'r["iterations"] == 6' 'r["warmup"] == 2' 'r["keys"] == 5' \
+		'r["verified"] is True and r["bitwise"] is True' \
+		'r["dtype"] == "fp32" and r["optimizer"] == "sgd" and r["model"] == "synthetic"' \
+		'isinstance(r["exchanges_per_s"], float) and r["exchanges_per_s"] > 0' \
+		'r["goodput_gbps"] > 0 and r["wire_gbps"] > 0' \
+		'0 < r["p50_ms"] <= r["p99_ms"]' \
+		'isinstance(r["retransmits"], int) and isinstance(r["pulls"], int)' \
+		'r["max_abs_error"] == 0' \
+		'[w["rank"] for w in r["per_worker"]] == [0, 1]' \
+		'all(w["timed_iterations"] == 4 for w in r["per_worker"])' \
+		'all(w["iterations"] == 6 for w in r["per_worker"])' \
+		'abs(sum(w["exchanges_per_s"] for w in r["per_worker"])
+		     - r["exchanges_per_s"]) < 1e-6'
+	# Without --json: a table on stdout, the same verdict.
+	bench --job "table-$$" --workers 1 --keys 2 --key-elems 100 --iterations 3
+	[ "$rc" = 0 ] || fail "phub-bench (table) exited $rc"
+	grep -q '^  all ' "$tmp/bench.out" || fail "no total line in the table"
+	;;
+unreachable)
+	port=$(free_port)
+	start=$(date +%s)
+	bench --job "unreach-$$" --workers 2 --keys 2 --key-elems 100 \
+		--connect-timeout-ms 1500 --json
+	took=$(($(date +%s) - start))
+	[ "$rc" = 1 ] || fail "exit $rc, expected 1"
+	[ "$took" -le 20 ] || fail "took ${took}s to give up"
+	grep -q "cannot join" "$tmp/bench.err" || fail "no clear error on stderr"
+	json_check 'r["verified"] is False' '"cannot join" in r["error"]' \
+		'not any(w["ok"] for w in r["per_worker"])'
+	;;
+wrong-nonce)
+	start_pbox
+	# Rank 0 creates the job with nonce 1 and waits for rank 1 in the initial round.
+	"$bench" --server 127.0.0.1 --port "$port" --quiet --job "nonce-$$" \
+		--workers 2 --rank 0 --nonce 0x1 --keys 2 --key-elems 100 \
+		--connect-timeout-ms 20000 >"$tmp/rank0.out" 2>"$tmp/rank0.err" &
+	bg_pid=$!
+	sleep 1
+	bench --job "nonce-$$" --workers 2 --rank 1 --nonce 0x2 --keys 2 --key-elems 100 \
+		--connect-timeout-ms 5000 --json
+	[ "$rc" = 1 ] || fail "exit $rc, expected 1"
+	grep -qi "nonce\|permission" "$tmp/bench.err" || fail "the refusal does not say why"
+	json_check 'r["verified"] is False' 'r["per_worker"][0]["rank"] == 1'
+	;;
+worker-dies)
+	start_pbox
+	"$bench" --server 127.0.0.1 --port "$port" --quiet --job "dies-$$" \
+		--workers 2 --keys 4 --key-elems 2000 --iterations 1000000 --json \
+		>"$tmp/bench.out" 2>"$tmp/bench.err" &
+	bg_pid=$!
+	victim=
+	for _ in $(seq 100); do
+		victim=$(pgrep -P "$bg_pid" -n)
+		[ -n "$victim" ] && break
+		sleep 0.05
+	done
+	[ -n "$victim" ] || fail "no worker process found"
+	sleep 1
+	kill -KILL "$victim"
+	wait_bounded "$bg_pid" 30
+	bg_pid=
+	[ "$rc" = 1 ] || fail "exit $rc, expected 1 (124: the parent hung)"
+	grep -q "died\|killed by signal 9" "$tmp/bench.err" || fail "the death is not reported"
+	json_check 'r["verified"] is False' 'any(not w["ok"] for w in r["per_worker"])'
+	;;
+pbox-dies)
+	start_pbox
+	"$bench" --server 127.0.0.1 --port "$port" --quiet --job "pdies-$$" \
+		--workers 2 --keys 4 --key-elems 2000 --iterations 1000000 --dead-ms 2000 --json \
+		>"$tmp/bench.out" 2>"$tmp/bench.err" &
+	bg_pid=$!
+	sleep 2
+	kill -KILL "$pbox_pid"
+	wait "$pbox_pid" 2>/dev/null
+	pbox_pid=
+	wait_bounded "$bg_pid" 60
+	bg_pid=
+	[ "$rc" = 1 ] || fail "exit $rc, expected 1 (124: the parent hung)"
+	json_check 'r["verified"] is False' 'all(not w["ok"] for w in r["per_worker"])' \
+		'r["per_worker"][0]["iterations"] > 0'
+	;;
+fault)
+	start_pbox
+	PHUB_BENCH_FAULT=ulp bench --job "fault-$$" --workers 2 --keys 5 --key-elems 1000 --json
+	[ "$rc" = 1 ] || fail "exit $rc with a wrong model, expected 1"
+	grep -q "model differs from the reference in 1 of 5000 elements; first: key 2 element 0" \
+		"$tmp/bench.err" || fail "the mismatch is not described"
+	json_check 'r["verified"] is False' 'r["failed_workers"] == 0' \
+		'r["per_worker"][0]["mismatches"] == 1 and r["per_worker"][1]["mismatches"] == 0' \
+		'r["per_worker"][1]["verified"] is True' '0 < r["max_abs_error"] < 1e-6'
+	PHUB_BENCH_FAULT=ulp bench --job "fault2-$$" --workers 2 --keys 5 --key-elems 1000 \
+		--optimizer nesterov --json
+	[ "$rc" = 0 ] || fail "exit $rc for a one-ulp difference with Nesterov, expected 0"
+	json_check 'r["verified"] is True' 'r["bitwise"] is False' 'r["max_abs_error"] > 0'
+	;;
+netns)
+	if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
+		echo "SKIP: needs root and ip(8)"
+		exit 77
+	fi
+	prefix="phb$$-w"
+	ip netns add "${prefix}1" || fail "cannot create a network namespace"
+	netns="${prefix}1"
+	ip -n "$netns" link set lo up || fail "cannot bring lo up in $netns"
+	# ip netns exec execs the program: $! is the soft PBox itself.
+	pbox_wrap="ip netns exec $netns"
+	start_pbox
+	bench --job "netns-$$" --workers 1 --netns-prefix "$prefix" --keys 4 \
+		--key-elems 1000 --json
+	[ "$rc" = 0 ] || fail "phub-bench exited $rc"
+	json_check 'r["verified"] is True'
+	bench --job "netns2-$$" --workers 1 --netns-prefix "nonexistent-$$-" --keys 1 \
+		--key-elems 10 --json
+	[ "$rc" = 1 ] || fail "exit $rc with a missing namespace, expected 1"
+	grep -q "cannot open network namespace /run/netns/nonexistent-$$-1" "$tmp/bench.err" ||
+		fail "the missing namespace is not named"
+	;;
+*)
+	fail "unknown case"
+	;;
+esac
+echo "PASS ($case_name)"

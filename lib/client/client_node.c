@@ -1,0 +1,893 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The progress thread: the only user of the socket. It sends queued segments in priority order
+ * under the window, takes ACK and MODEL, retransmits and pulls on timeouts, and completes tickets.
+ */
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client_priv.h"
+
+enum {
+	RX_BATCHES = 8,			/* recvmmsg calls per loop before sending again */
+	TRIES_MAX = 20,			/* back-off exponent cap; rto_max caps the timeout */
+	RTT_SAMPLE_MAX_US = 60000000,	/* an older stamp is from before a wrap: no sample */
+	RTO_GRANULARITY_NS = 100000,	/* the G of RFC 6298: our clock and scheduling */
+	MODEL_WAIT_SHIFT = 2,		/* a MODEL waits on the slowest rank: 4 RTO */
+};
+
+/* An idle session says PING this often, so that the PBox knows it is alive (protocol §11). */
+#define KEEPALIVE_NS UINT64_C(1000000000)
+
+/* ---- indexed heaps of segment ids ---- */
+
+static inline uint32_t *
+heap_pos(struct seg *s, bool timer)
+{
+	return timer ? &s->timer_pos : &s->send_pos;
+}
+
+static inline bool
+heap_before(const struct seg *a, const struct seg *b, bool timer)
+{
+	if (timer)
+		return a->deadline_ns < b->deadline_ns;
+	if (a->send_prio != b->send_prio)
+		return a->send_prio < b->send_prio;
+	return a->send_seq < b->send_seq;
+}
+
+static inline void
+heap_set(struct phub *h, struct seg_heap *hp, uint32_t i, uint32_t id, bool timer)
+{
+	hp->ids[i] = id;
+	*heap_pos(&h->segs[id], timer) = i + 1;
+}
+
+static void
+heap_sift(struct phub *h, struct seg_heap *hp, uint32_t i, bool timer)
+{
+	uint32_t id = hp->ids[i];
+	struct seg *s = &h->segs[id];
+
+	while (i > 0) {
+		uint32_t parent = (i - 1) / 2;
+
+		if (!heap_before(s, &h->segs[hp->ids[parent]], timer))
+			break;
+		heap_set(h, hp, i, hp->ids[parent], timer);
+		i = parent;
+	}
+	for (;;) {
+		uint32_t child = 2 * i + 1;
+
+		if (child >= hp->n)
+			break;
+		if (child + 1 < hp->n &&
+		    heap_before(&h->segs[hp->ids[child + 1]], &h->segs[hp->ids[child]], timer))
+			child++;
+		if (!heap_before(&h->segs[hp->ids[child]], s, timer))
+			break;
+		heap_set(h, hp, i, hp->ids[child], timer);
+		i = child;
+	}
+	heap_set(h, hp, i, id, timer);
+}
+
+/* Insert, or move after the key changed. */
+static void
+heap_update(struct phub *h, struct seg_heap *hp, uint32_t id, bool timer)
+{
+	uint32_t pos = *heap_pos(&h->segs[id], timer);
+
+	if (pos == 0) {
+		pos = ++hp->n;
+		heap_set(h, hp, pos - 1, id, timer);
+	}
+	heap_sift(h, hp, pos - 1, timer);
+}
+
+static void
+heap_remove(struct phub *h, struct seg_heap *hp, uint32_t id, bool timer)
+{
+	uint32_t pos = *heap_pos(&h->segs[id], timer);
+	uint32_t last;
+
+	if (pos == 0)
+		return;
+	*heap_pos(&h->segs[id], timer) = 0;
+	last = hp->ids[--hp->n];
+	if (pos - 1 == hp->n)
+		return;
+	heap_set(h, hp, pos - 1, last, timer);
+	heap_sift(h, hp, pos - 1, timer);
+}
+
+static inline struct seg *
+heap_top(struct phub *h, const struct seg_heap *hp)
+{
+	return hp->n > 0 ? &h->segs[hp->ids[0]] : NULL;
+}
+
+static inline uint32_t
+seg_id(const struct phub *h, const struct seg *s)
+{
+	return (uint32_t)(s - h->segs);
+}
+
+/* ---- time ---- */
+
+/* The transmit stamp in aux: microseconds since connect, never 0 (0 means "no stamp"). */
+static uint32_t
+stamp(const struct phub *h, uint64_t now)
+{
+	uint32_t us = (uint32_t)((now - h->start_ns) / 1000u);
+
+	return us != 0 ? us : 1;
+}
+
+static void
+rto_update(struct phub *h)
+{
+	uint64_t var = 4 * h->rttvar_ns;
+
+	h->rto_ns = h->srtt_ns + (var > RTO_GRANULARITY_NS ? var : RTO_GRANULARITY_NS);
+	if (h->rto_ns < h->rto_min_ns)
+		h->rto_ns = h->rto_min_ns;
+	if (h->rto_ns > h->rto_max_ns)
+		h->rto_ns = h->rto_max_ns;
+	h->stats.srtt_us = (uint32_t)(h->srtt_ns / 1000u);
+	h->stats.rttvar_us = (uint32_t)(h->rttvar_ns / 1000u);
+	h->stats.rto_us = (uint32_t)(h->rto_ns / 1000u);
+}
+
+/*
+ * RFC 6298 on the stamp an ACK (or a replayed MODEL) echoes: it names the very transmission
+ * answered, so retransmitted segments give samples too (no Karn ambiguity).
+ */
+static void
+rtt_sample(struct phub *h, uint32_t aux, uint64_t now)
+{
+	uint32_t us = stamp(h, now) - aux;
+	uint64_t r;
+
+	if (aux == 0 || us > RTT_SAMPLE_MAX_US)
+		return;
+	r = (uint64_t)us * 1000u;
+	if (h->srtt_ns == 0) {
+		h->srtt_ns = r;
+		h->rttvar_ns = r / 2;
+	} else {
+		uint64_t delta = h->srtt_ns > r ? h->srtt_ns - r : r - h->srtt_ns;
+
+		h->rttvar_ns = (3 * h->rttvar_ns + delta) / 4;
+		h->srtt_ns = (7 * h->srtt_ns + r) / 8;
+	}
+	rto_update(h);
+}
+
+/* Whether stamp a was taken after stamp b (serial-number order: the clock wraps in 71 min). */
+static inline bool
+stamp_after(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b) > 0;
+}
+
+static uint64_t
+backoff(const struct phub *h, unsigned int tries)
+{
+	uint64_t t = h->rto_ns << (tries < TRIES_MAX ? tries : TRIES_MAX);
+
+	return t < h->rto_max_ns ? t : h->rto_max_ns;
+}
+
+static void
+timer_arm(struct phub *h, struct seg *s, uint64_t deadline)
+{
+	s->deadline_ns = deadline;
+	heap_update(h, &h->timer_heap, seg_id(h, s), true);
+}
+
+/* ---- transmit ---- */
+
+static void
+tx_flush(struct phub *h)
+{
+	struct tx_batch *tx = &h->tx;
+	unsigned int done = 0;
+
+	while (done < tx->n) {
+		int n = sendmmsg(h->fd, tx->msgs + done, tx->n - done, 0);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			/* The kernel would not take it: lost like on the wire, timers repair it. */
+			h->stats.tx_errors++;
+			done++;
+			continue;
+		}
+		for (int i = 0; i < n; i++) {
+			h->stats.tx_datagrams++;
+			h->stats.tx_bytes += tx->msgs[done + i].msg_len;
+		}
+		done += (unsigned int)n;
+	}
+	tx->n = 0;
+}
+
+/* Queue one datagram: msg's header, written here, and payload_len bytes at payload. */
+static void
+tx_add(struct phub *h, const struct sockaddr_in *dst, struct phub_wire_msg *msg,
+		const void *payload)
+{
+	struct tx_batch *tx = &h->tx;
+	unsigned int i = tx->n;
+	uint32_t crc = 0;
+
+	msg->flags |= h->tx_flags;
+	if (msg->seg_index + 1 == msg->seg_count)
+		msg->flags |= PHUB_WIRE_F_LAST;
+	if ((msg->flags & PHUB_WIRE_F_CSUM) && msg->payload_len != 0)
+		crc = phub_wire_csum_payload(payload, msg->payload_len);
+	if (phub_wire_hdr_encode(tx->hdr[i], PHUB_WIRE_HDR_LEN, msg, crc) < 0) {
+		/* Only a bug of ours gets here; counting it beats sending garbage. */
+		h->stats.tx_errors++;
+		return;
+	}
+	tx->dst[i] = *dst;
+	tx->iov[i][0].iov_base = tx->hdr[i];
+	tx->iov[i][0].iov_len = PHUB_WIRE_HDR_LEN;
+	tx->iov[i][1].iov_base = (void *)(uintptr_t)payload;
+	tx->iov[i][1].iov_len = msg->payload_len;
+	memset(&tx->msgs[i], 0, sizeof(tx->msgs[i]));
+	tx->msgs[i].msg_hdr.msg_name = &tx->dst[i];
+	tx->msgs[i].msg_hdr.msg_namelen = sizeof(tx->dst[i]);
+	tx->msgs[i].msg_hdr.msg_iov = tx->iov[i];
+	tx->msgs[i].msg_hdr.msg_iovlen = msg->payload_len != 0 ? 2 : 1;
+	if (++tx->n == CLIENT_BATCH)
+		tx_flush(h);
+}
+
+static void
+msg_for_seg(const struct phub *h, const struct seg *s, uint8_t opcode, struct phub_wire_msg *msg)
+{
+	phub_wire_msg_init(msg, opcode);
+	msg->flags = 0;
+	msg->job_id = h->job_id;
+	msg->session_token = h->token;
+	msg->worker_rank = h->rank;
+	msg->chunk_id = s->chunk;
+	msg->iteration = s->iter;
+	msg->elem_offset = s->chunk_elem;
+	msg->elem_count = s->n_elems;
+	msg->seg_index = s->seg_index;
+	msg->seg_count = s->seg_count;
+}
+
+static void
+send_push(struct phub *h, struct seg *s, const struct op *op, uint64_t now, bool again)
+{
+	struct phub_wire_msg msg;
+	const uint8_t *payload;
+
+	msg_for_seg(h, s, PHUB_WIRE_OP_PUSH, &msg);
+	msg.flags = again ? PHUB_WIRE_F_RETRANSMIT : 0;
+	msg.dtype = h->dtype;
+	msg.priority = op->wire_prio;
+	msg.payload_len = (uint16_t)(s->n_elems * h->elem_size);
+	msg.aux = stamp(h, now);
+	s->tx_stamp = msg.aux;
+	if (!again)
+		s->first_stamp = msg.aux;
+	payload = op->grad != NULL ?
+		(const uint8_t *)op->grad + (size_t)s->key_elem * h->elem_size : h->zeros;
+	tx_add(h, &h->endpoints[s->endpoint], &msg, payload);
+}
+
+static void
+send_pull(struct phub *h, const struct seg *s, uint64_t now, bool again)
+{
+	struct phub_wire_msg msg;
+
+	msg_for_seg(h, s, PHUB_WIRE_OP_PULL, &msg);
+	msg.flags = again ? PHUB_WIRE_F_RETRANSMIT : 0;
+	msg.aux = stamp(h, now);
+	tx_add(h, &h->endpoints[s->endpoint], &msg, NULL);
+}
+
+static void
+send_ping(struct phub *h, uint64_t now)
+{
+	struct phub_wire_msg msg;
+
+	phub_wire_msg_init(&msg, PHUB_WIRE_OP_PING);
+	msg.flags = 0;
+	msg.job_id = h->job_id;
+	msg.session_token = h->token;
+	msg.worker_rank = h->rank;
+	msg.aux = ++h->ping_seq;
+	tx_add(h, &h->ctrl, &msg, NULL);
+	h->last_ping_ns = now;
+	h->stats.pings++;
+}
+
+/* ---- operations ---- */
+
+static void
+send_heap_add(struct phub *h, struct seg *s, const struct op *op)
+{
+	s->tries = 0;
+	s->send_prio = op->prio;
+	s->send_seq = h->send_seq++;
+	heap_update(h, &h->send_heap, seg_id(h, s), false);
+}
+
+static void
+seg_queue(struct phub *h, struct seg *s, const struct op *op)
+{
+	s->iter = op->iter;
+	s->state = SEG_QUEUED;
+	send_heap_add(h, s, op);
+}
+
+/* The head of the key's FIFO starts. The previous operation on the key has completed. */
+static void
+op_activate(struct phub *h, struct key *key)
+{
+	struct op *op = key->head;
+
+	for (uint32_t i = 0; i < key->n_segs; i++) {
+		struct seg *s = &h->segs[key->first_seg + i];
+
+		if (op->type == OP_PULL) {
+			/* Its broadcast went by unclaimed: ask for it again, in turn. */
+			if (s->state == SEG_DONE) {
+				s->state = SEG_ACKED;
+				s->repull = true;
+				h->n_waiting++;
+				send_heap_add(h, s, op);
+			}
+		} else if (s->state == SEG_DONE) {
+			seg_queue(h, s, op);
+		} else {
+			/* A push of ours that completed at its ACK: the PBox takes the next one
+			 * only after this segment's MODEL, which will queue it. */
+			s->next_pending = true;
+		}
+	}
+}
+
+static void
+op_complete_if_done(struct phub *h, struct key *key)
+{
+	struct op *op = key->head;
+	bool done;
+
+	if (op == NULL)
+		return;
+	done = op->type == OP_PUSH ? op->n_acked == key->n_segs : op->n_models == key->n_segs;
+	if (!done)
+		return;
+	key->head = op->next;
+	if (key->head == NULL)
+		key->tail = NULL;
+	h->n_active--;
+	client_op_finish(h, op, 0);
+	if (key->head != NULL)
+		op_activate(h, key);
+}
+
+/* Take what the API submitted; true when the session is to stop. */
+static bool
+take_submissions(struct phub *h, uint64_t now)
+{
+	struct op *list;
+	bool stop;
+
+	pthread_mutex_lock(&h->lock);
+	list = h->sub_head;
+	h->sub_head = NULL;
+	h->sub_tail = NULL;
+	stop = h->stop || h->error != 0;
+	h->stats.inflight_bytes = h->inflight_bytes;
+	h->pub_stats = h->stats;
+	pthread_mutex_unlock(&h->lock);
+
+	/* Silence while idle is no sign of death: the clock starts with the work. */
+	if (list != NULL && h->n_active == 0 && h->n_waiting == 0)
+		h->last_heard_ns = now;
+	while (list != NULL) {
+		struct op *op = list;
+		struct key *key = &h->keys[op->key];
+
+		list = op->next;
+		op->next = NULL;
+		h->n_active++;
+		if (key->tail != NULL) {
+			key->tail->next = op;
+			key->tail = op;
+		} else {
+			key->head = op;
+			key->tail = op;
+			op_activate(h, key);
+		}
+	}
+	return stop;
+}
+
+/* ---- receive ---- */
+
+/* The segment a reply names, when it is ours and matches the segment grid; else NULL. */
+static struct seg *
+seg_lookup(struct phub *h, const struct phub_wire_msg *msg)
+{
+	struct seg *s;
+
+	if (msg->job_id != h->job_id || msg->session_token != h->token ||
+	    msg->worker_rank != h->rank || msg->chunk_id >= h->n_chunks)
+		return NULL;
+	s = &h->segs[h->chunk_first_seg[msg->chunk_id]];
+	if (msg->seg_count != s->seg_count || msg->seg_index >= s->seg_count)
+		return NULL;
+	s += msg->seg_index;
+	if (msg->elem_offset != s->chunk_elem || msg->elem_count != s->n_elems)
+		return NULL;
+	return s;
+}
+
+/* The PUSH of s left the window: ACKed, or answered by its MODEL. */
+static void
+seg_acked(struct phub *h, struct seg *s)
+{
+	struct op *op = h->keys[s->key].head;
+
+	h->inflight_bytes -= s->n_elems * h->elem_size;
+	if (op != NULL && op->iter == s->iter && op->type != OP_PULL)
+		op->n_acked++;
+}
+
+static void
+rx_ack(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
+{
+	struct seg *s = seg_lookup(h, msg);
+
+	if (s == NULL) {
+		h->stats.rx_dropped++;
+		return;
+	}
+	h->last_heard_ns = now;
+	rtt_sample(h, msg->aux, now);
+	if (msg->aux != 0 && stamp_after(msg->aux, h->ep_order[s->endpoint].ack_hi))
+		h->ep_order[s->endpoint].ack_hi = msg->aux;
+	if (msg->iteration != s->iter || s->state != SEG_SENT) {
+		/* A duplicate, or an ACK overtaken by the MODEL. */
+		h->stats.rx_dropped++;
+		return;
+	}
+	h->stats.acks++;
+	seg_acked(h, s);
+	s->state = SEG_ACKED;
+	s->tries = 0;
+	timer_arm(h, s, now + backoff(h, MODEL_WAIT_SHIFT));
+	op_complete_if_done(h, &h->keys[s->key]);
+}
+
+static void
+rx_model(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
+{
+	struct seg *s = seg_lookup(h, msg);
+	struct key *key;
+	struct op *op;
+
+	if (s == NULL || msg->dtype != h->dtype) {
+		h->stats.rx_dropped++;
+		return;
+	}
+	h->last_heard_ns = now;
+	rtt_sample(h, msg->aux, now);
+	if (msg->aux != 0 && stamp_after(msg->aux, h->ep_order[s->endpoint].ack_hi))
+		h->ep_order[s->endpoint].ack_hi = msg->aux;
+	if (msg->iteration != s->iter || (s->state != SEG_SENT && s->state != SEG_ACKED)) {
+		h->stats.rx_dropped++;
+		return;
+	}
+	h->stats.models++;
+	if (!s->repull && stamp_after(s->first_stamp, h->ep_order[s->endpoint].model_hi))
+		h->ep_order[s->endpoint].model_hi = s->first_stamp;
+	if (s->charged)
+		h->inflight_bytes -= s->n_elems * h->elem_size;
+	s->charged = false;
+	s->repull = false;
+	/* An answer to an earlier PULL may overtake the one still queued. */
+	heap_remove(h, &h->send_heap, seg_id(h, s), false);
+	key = &h->keys[s->key];
+	op = key->head;
+	if (s->state == SEG_SENT)
+		seg_acked(h, s);
+	s->state = SEG_DONE;
+	s->tries = 0;
+	h->n_waiting--;
+	heap_remove(h, &h->timer_heap, seg_id(h, s), true);
+	if (op != NULL && op->iter == s->iter && op->type != OP_PUSH) {
+		if (op->out != NULL)
+			memcpy((uint8_t *)op->out + (size_t)s->key_elem * h->elem_size,
+					msg->payload, msg->payload_len);
+		op->n_models++;
+	}
+	if (s->next_pending) {
+		s->next_pending = false;
+		seg_queue(h, s, op);
+	}
+	op_complete_if_done(h, key);
+}
+
+static void
+rx_error(struct phub *h, const struct phub_wire_msg *msg)
+{
+	struct phub_wire_error_msg e;
+
+	/* Only an ERROR about our session may end it. */
+	if (msg->job_id != h->job_id || msg->session_token != h->token ||
+	    phub_wire_error_parse(msg->payload, msg->payload_len, &e) != PHUB_DROP_OK) {
+		h->stats.rx_dropped++;
+		return;
+	}
+	client_fail(h, -EIO, "PBox %s ended the session of rank %u of job '%s': %s: %.*s",
+			h->server_name, h->rank, h->job_name, phub_wire_error_name(e.code),
+			(int)e.msg_len, e.text);
+}
+
+static void
+rx_one(struct phub *h, const uint8_t *buf, size_t len, uint64_t now)
+{
+	struct phub_wire_msg msg;
+
+	h->stats.rx_datagrams++;
+	h->stats.rx_bytes += len;
+	if (phub_wire_parse(buf, len, &msg) != PHUB_DROP_OK) {
+		h->stats.rx_dropped++;
+		return;
+	}
+	if (msg.flags & PHUB_WIRE_F_REPLAY)
+		h->stats.replays++;
+	switch (msg.opcode) {
+	case PHUB_WIRE_OP_ACK:
+		rx_ack(h, &msg, now);
+		break;
+	case PHUB_WIRE_OP_MODEL:
+		rx_model(h, &msg, now);
+		break;
+	case PHUB_WIRE_OP_PONG:
+		if (msg.job_id == h->job_id && msg.session_token == h->token)
+			h->last_heard_ns = now;
+		break;
+	case PHUB_WIRE_OP_ERROR:
+		rx_error(h, &msg);
+		break;
+	default:
+		/* Late JOIN_ACKs and the like: nothing left to do with them. */
+		h->stats.rx_dropped++;
+		break;
+	}
+}
+
+static void
+rx_drain(struct phub *h)
+{
+	struct rx_batch *rx = &h->rx;
+
+	for (int b = 0; b < RX_BATCHES; b++) {
+		uint64_t now;
+		int n;
+
+		for (unsigned int i = 0; i < CLIENT_BATCH; i++) {
+			rx->msgs[i].msg_hdr.msg_namelen = sizeof(rx->src[i]);
+			rx->msgs[i].msg_len = 0;
+		}
+		n = recvmmsg(h->fd, rx->msgs, CLIENT_BATCH, MSG_DONTWAIT, NULL);
+		if (n <= 0)
+			return;
+		now = client_now_ns();
+		for (int i = 0; i < n; i++) {
+			/* A datagram larger than a segment is none of ours. */
+			if (rx->msgs[i].msg_hdr.msg_flags & MSG_TRUNC) {
+				h->stats.rx_datagrams++;
+				h->stats.rx_dropped++;
+				continue;
+			}
+			rx_one(h, rx->buf + (size_t)i * rx->rx_size, rx->msgs[i].msg_len, now);
+			if (h->error != 0)
+				return;
+		}
+		if (n < CLIENT_BATCH)
+			return;
+	}
+}
+
+/* ---- timers and sending ---- */
+
+/*
+ * A PUSH whose ACK is late was lost if a transmission sent after it to the same endpoint has
+ * been answered (struct ep_order); if
+ * nothing newer was answered either, the PBox or the path is stalled (a busy PBox, a descheduled
+ * thread) and resending the whole window would only add to the queue: one segment per RTO goes
+ * as a probe, the others wait. The same for a MODEL that is late: lost if a segment pushed after
+ * this one has its MODEL, else the ranks are still pushing and one PULL per model wait probes.
+ */
+static void
+timer_fire(struct phub *h, struct seg *s, uint64_t now)
+{
+	bool lost, go;
+
+	if (s->state == SEG_SENT) {
+		lost = stamp_after(h->ep_order[s->endpoint].ack_hi, s->tx_stamp);
+		go = lost || now - h->push_probe_ns >= h->rto_ns;
+		if (go && !lost)
+			h->push_probe_ns = now;
+		if (go) {
+			send_push(h, s, h->keys[s->key].head, now, true);
+			h->stats.retransmits++;
+			if (s->tries < UINT8_MAX)
+				s->tries++;
+		}
+		timer_arm(h, s, now + (go ? backoff(h, s->tries) : h->rto_ns));
+		return;
+	}
+	lost = s->repull || stamp_after(h->ep_order[s->endpoint].model_hi, s->first_stamp);
+	go = lost || now - h->pull_probe_ns >= backoff(h, MODEL_WAIT_SHIFT);
+	if (go && !lost)
+		h->pull_probe_ns = now;
+	if (go) {
+		send_pull(h, s, now, s->tries > 0 || s->charged);
+		h->stats.pulls++;
+		if (s->tries < UINT8_MAX)
+			s->tries++;
+	}
+	timer_arm(h, s, now + backoff(h, s->tries + (s->repull ? 0 : MODEL_WAIT_SHIFT)));
+}
+
+static void
+timers_run(struct phub *h, uint64_t now)
+{
+	struct seg *s;
+
+	while ((s = heap_top(h, &h->timer_heap)) != NULL && s->deadline_ns <= now)
+		timer_fire(h, s, now);
+}
+
+static void
+send_run(struct phub *h, uint64_t now)
+{
+	struct seg *s;
+
+	while ((s = heap_top(h, &h->send_heap)) != NULL) {
+		uint32_t bytes = s->n_elems * h->elem_size;
+
+		/* One segment always goes, so a window below a segment still moves. */
+		if (h->inflight_bytes != 0 && h->inflight_bytes + bytes > h->window_bytes)
+			break;
+		heap_remove(h, &h->send_heap, seg_id(h, s), false);
+		h->inflight_bytes += bytes;
+		if (s->state == SEG_ACKED) {
+			/* A repull: its MODEL comes from kept state, at once. */
+			send_pull(h, s, now, false);
+			h->stats.pulls++;
+			s->charged = true;
+			timer_arm(h, s, now + backoff(h, 0));
+			continue;
+		}
+		send_push(h, s, h->keys[s->key].head, now, false);
+		h->stats.pushes++;
+		s->state = SEG_SENT;
+		h->n_waiting++;
+		timer_arm(h, s, now + backoff(h, 0));
+	}
+}
+
+static uint64_t
+ping_every(const struct phub *h)
+{
+	return h->dead_ns / 8 < KEEPALIVE_NS ? h->dead_ns / 8 : KEEPALIVE_NS;
+}
+
+/* Liveness: the PBox must say something within dead_ms while we wait on it. */
+static void
+liveness(struct phub *h, uint64_t now)
+{
+	if (h->n_active == 0 && h->n_waiting == 0) {
+		h->last_heard_ns = now;
+		if (now - h->last_ping_ns >= KEEPALIVE_NS)
+			send_ping(h, now);
+		return;
+	}
+	if (now - h->last_heard_ns >= h->dead_ns) {
+		client_fail(h, -ECONNRESET, "PBox %s silent for %llu ms while rank %u of job '%s'"
+				" waited on it: it stopped, or the path to it is down",
+				h->server_name,
+				(unsigned long long)((now - h->last_heard_ns) / 1000000u),
+				h->rank, h->job_name);
+		return;
+	}
+	/* Waiting on slower workers looks like silence: a PING tells the two apart. */
+	if (now - h->last_heard_ns >= ping_every(h) && now - h->last_ping_ns >= ping_every(h))
+		send_ping(h, now);
+}
+
+/* How long the loop may sleep: until the first timer, PING or liveness check. */
+static void
+sleep_ts(struct phub *h, uint64_t now, struct timespec *ts)
+{
+	uint64_t next = UINT64_MAX;
+	struct seg *s = heap_top(h, &h->timer_heap);
+
+	if (s != NULL)
+		next = s->deadline_ns;
+	if (h->n_active != 0 || h->n_waiting != 0) {
+		uint64_t last = h->last_heard_ns > h->last_ping_ns ? h->last_heard_ns :
+			h->last_ping_ns;
+		uint64_t t = last + ping_every(h);
+
+		if (h->last_heard_ns + h->dead_ns < t)
+			t = h->last_heard_ns + h->dead_ns;
+		if (t < next)
+			next = t;
+	} else if (h->last_ping_ns + KEEPALIVE_NS < next) {
+		next = h->last_ping_ns + KEEPALIVE_NS;
+	}
+	next = next > now ? next - now : 0;
+	ts->tv_sec = (time_t)(next / 1000000000u);
+	ts->tv_nsec = (long)(next % 1000000000u);
+}
+
+static void
+idle_wait(struct phub *h, uint64_t now)
+{
+	struct pollfd pfd[2] = {
+		{ .fd = h->fd, .events = POLLIN },
+		{ .fd = h->wake_fd, .events = POLLIN },
+	};
+	struct timespec ts;
+	bool more;
+
+	atomic_store(&h->sleeping, true);
+	/* Submitted between the last look and the flag: do not sleep on it. */
+	pthread_mutex_lock(&h->lock);
+	more = h->sub_head != NULL || h->stop;
+	pthread_mutex_unlock(&h->lock);
+	if (!more) {
+		sleep_ts(h, now, &ts);
+		ppoll(pfd, 2, &ts, NULL);
+	}
+	atomic_store(&h->sleeping, false);
+	if (more || (pfd[1].revents & POLLIN)) {
+		uint64_t v;
+
+		if (read(h->wake_fd, &v, sizeof(v)) < 0)
+			return;
+	}
+}
+
+/* Every ticket still open completes with status: the session ended. */
+static void
+fail_all(struct phub *h, int status)
+{
+	struct op *list;
+
+	for (uint32_t k = 0; k < h->n_keys; k++) {
+		struct key *key = &h->keys[k];
+
+		while (key->head != NULL) {
+			struct op *op = key->head;
+
+			key->head = op->next;
+			client_op_finish(h, op, status);
+		}
+		key->tail = NULL;
+	}
+	h->n_active = 0;
+	pthread_mutex_lock(&h->lock);
+	list = h->sub_head;
+	h->sub_head = NULL;
+	h->sub_tail = NULL;
+	pthread_mutex_unlock(&h->lock);
+	while (list != NULL) {
+		struct op *op = list;
+
+		list = op->next;
+		client_op_finish(h, op, status);
+	}
+}
+
+void *
+client_node_main(void *arg)
+{
+	struct phub *h = arg;
+	sigset_t all;
+	int status;
+
+	/* Signals are the application's business: let its own threads take them. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	h->last_heard_ns = client_now_ns();
+	for (;;) {
+		uint64_t now = client_now_ns();
+
+		if (take_submissions(h, now))
+			break;
+		rx_drain(h);
+		if (h->error != 0)
+			break;
+		now = client_now_ns();
+		timers_run(h, now);
+		send_run(h, now);
+		tx_flush(h);
+		liveness(h, now);
+		tx_flush(h);
+		if (h->error != 0)
+			break;
+		idle_wait(h, now);
+	}
+	pthread_mutex_lock(&h->lock);
+	if (h->error == 0) {
+		h->error = -ECANCELED;
+		snprintf(h->errmsg, sizeof(h->errmsg), "the session was closed");
+	}
+	status = h->error;
+	pthread_mutex_unlock(&h->lock);
+	fail_all(h, status);
+	return NULL;
+}
+
+int
+client_node_init(struct phub *h)
+{
+	struct rx_batch *rx = &h->rx;
+
+	h->send_heap.ids = calloc(h->n_segs, sizeof(uint32_t));
+	h->timer_heap.ids = calloc(h->n_segs, sizeof(uint32_t));
+	rx->buf = malloc(CLIENT_BATCH * rx->rx_size);
+	h->ep_order = calloc(h->n_endpoints, sizeof(*h->ep_order));
+	if (h->send_heap.ids == NULL || h->timer_heap.ids == NULL || rx->buf == NULL ||
+	    h->ep_order == NULL)
+		return -ENOMEM;
+	for (unsigned int i = 0; i < CLIENT_BATCH; i++) {
+		rx->iov[i].iov_base = rx->buf + (size_t)i * rx->rx_size;
+		rx->iov[i].iov_len = rx->rx_size;
+		memset(&rx->msgs[i], 0, sizeof(rx->msgs[i]));
+		rx->msgs[i].msg_hdr.msg_name = &rx->src[i];
+		rx->msgs[i].msg_hdr.msg_namelen = sizeof(rx->src[i]);
+		rx->msgs[i].msg_hdr.msg_iov = &rx->iov[i];
+		rx->msgs[i].msg_hdr.msg_iovlen = 1;
+	}
+	/* Before any sample: the JOIN round trip if clean, else RFC 6298's cautious start. */
+	if (h->srtt_ns != 0) {
+		h->rttvar_ns = h->srtt_ns / 2;
+		rto_update(h);
+	} else {
+		h->rto_ns = 200 * 1000000u;
+		if (h->rto_ns < h->rto_min_ns)
+			h->rto_ns = h->rto_min_ns;
+		if (h->rto_ns > h->rto_max_ns)
+			h->rto_ns = h->rto_max_ns;
+		h->stats.rto_us = (uint32_t)(h->rto_ns / 1000u);
+	}
+	h->stats.window_bytes = h->window_bytes;
+	h->pub_stats = h->stats;
+	return 0;
+}
+
+void
+client_node_free(struct phub *h)
+{
+	free(h->send_heap.ids);
+	free(h->timer_heap.ids);
+	free(h->rx.buf);
+	free(h->ep_order);
+}

@@ -1,0 +1,228 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The session's private structures: keys, segments, operations, heaps and the progress state. */
+
+#ifndef PHUB_CLIENT_PRIV_H
+#define PHUB_CLIENT_PRIV_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "layout/phub_layout.h"
+#include "wire/phub_wire.h"
+
+#include "phub.h"
+
+/* Defaults and limits of struct phub_connect_params. */
+enum {
+	CLIENT_MTU_DEFAULT = 1500,
+	CLIENT_WINDOW_DEFAULT = 256 * 1024,
+	CLIENT_RTO_MIN_MS = 5,
+	CLIENT_RTO_MAX_MS = 1000,
+	CLIENT_DEAD_MS = 10000,
+	CLIENT_CONNECT_TIMEOUT_MS = 10000,
+	CLIENT_SOCKET_BUFFER = 4 << 20,	/* asked of the kernel; it may give less */
+	CLIENT_BATCH = 32,		/* datagrams per sendmmsg/recvmmsg */
+	CLIENT_TICKET_BUCKETS = 1024,
+	CLIENT_ERRMSG = 256,
+	CLIENT_LEAVE_MS = 500,		/* LEAVE is answered within this or not waited for */
+};
+
+/*
+ * One segment's state for the iteration in seg->iter. A segment moves
+ * DONE -> QUEUED -> SENT -> ACKED -> DONE once per pushed iteration; a pull of a model whose
+ * broadcast went by moves it DONE -> ACKED with repull set: its PULL waits in the send heap like
+ * a PUSH and, once sent, holds the MODEL's bytes of the window.
+ */
+enum seg_state {
+	SEG_DONE = 0,	/* the MODEL of iter is in (or iter is the job's start) */
+	SEG_QUEUED,	/* PUSH of iter waits in the send heap */
+	SEG_SENT,	/* PUSH of iter in flight: counts in the window, timer = retransmit */
+	SEG_ACKED,	/* waiting for the MODEL of iter: timer = PULL */
+};
+
+/* One datagram's worth of one chunk: what moves on the wire. */
+struct seg {
+	/* Fixed at connect. */
+	uint32_t chunk;
+	uint32_t key;			/* index in h->keys */
+	uint32_t key_elem;		/* first element within the key */
+	uint32_t chunk_elem;		/* first element within the chunk (wire elem_offset) */
+	uint32_t n_elems;
+	uint16_t seg_index;
+	uint16_t seg_count;
+	uint16_t endpoint;
+	/* Progress thread only. */
+	uint8_t state;			/* enum seg_state */
+	uint8_t tries;			/* timeouts since progress: back-off exponent */
+	bool next_pending;		/* the key's next push waits for this segment's MODEL */
+	bool repull;			/* a pull wants the MODEL that went by: PULL it */
+	bool charged;			/* that PULL holds window bytes until the MODEL */
+	uint32_t iter;
+	uint32_t first_stamp;		/* aux of the PUSH's first transmission: its place */
+	uint32_t tx_stamp;		/* aux of its latest transmission */
+	uint32_t timer_pos;		/* 1 + index in the timer heap, 0 when not in it */
+	uint32_t send_pos;		/* 1 + index in the send heap, 0 when not in it */
+	uint32_t send_prio;		/* send heap order: priority, then queueing order */
+	uint64_t send_seq;
+	uint64_t deadline_ns;
+};
+
+enum op_type {
+	OP_PUSH,
+	OP_PULL,
+	OP_PUSHPULL,
+};
+
+/* One call of phub_push/pull/pushpull: a ticket. */
+struct op {
+	struct op *next;		/* submission list, then the key's FIFO */
+	struct op *hnext;		/* bucket of the pending-ticket table */
+	const void *grad;		/* PUSH, PUSHPULL; NULL: zeros (the initial round) */
+	void *out;			/* PULL, PUSHPULL; may be NULL for PUSHPULL */
+	phub_done_fn cb;
+	void *arg;
+	int ticket;
+	uint8_t type;			/* enum op_type */
+	uint8_t wire_prio;		/* the header's priority byte */
+	uint32_t prio;
+	uint32_t key;
+	uint32_t iter;
+	uint32_t n_acked;		/* segments ACKed (PUSH, PUSHPULL) */
+	uint32_t n_models;		/* segments whose MODEL landed (PULL, PUSHPULL) */
+};
+
+struct key {
+	uint32_t key_id;
+	uint32_t n_elems;
+	uint32_t first_seg;
+	uint32_t n_segs;
+	uint32_t sub_iter;		/* latest iteration submitted for push; under h->lock */
+	struct op *head;		/* progress thread: head is the active op */
+	struct op *tail;
+};
+
+/*
+ * What a PBox endpoint answered last. One endpoint (one lcore) answers in the order it received,
+ * so an answer to a later datagram means an earlier one without answer was lost; across
+ * endpoints the order means nothing (each lcore drains its own queue).
+ */
+struct ep_order {
+	uint32_t ack_hi;		/* newest transmission stamp an ACK or replay echoed */
+	uint32_t model_hi;		/* newest first_stamp of a segment whose MODEL came */
+};
+
+/* An indexed binary min-heap of segment ids; the order is the heap's own. */
+struct seg_heap {
+	uint32_t *ids;
+	uint32_t n;
+};
+
+/* A batch of datagrams for sendmmsg: a header of ours, the payload by reference. */
+struct tx_batch {
+	struct mmsghdr msgs[CLIENT_BATCH];
+	struct iovec iov[CLIENT_BATCH][2];
+	struct sockaddr_in dst[CLIENT_BATCH];
+	uint8_t hdr[CLIENT_BATCH][PHUB_WIRE_HDR_LEN];
+	unsigned int n;
+};
+
+struct rx_batch {
+	struct mmsghdr msgs[CLIENT_BATCH];
+	struct iovec iov[CLIENT_BATCH];
+	struct sockaddr_in src[CLIENT_BATCH];
+	uint8_t *buf;			/* CLIENT_BATCH buffers of rx_size */
+	size_t rx_size;
+};
+
+struct phub {
+	/* Fixed once phub_connect() returns: read by every thread. */
+	int fd;				/* the socket; only the progress thread uses it */
+	int wake_fd;			/* eventfd: the API wakes the progress thread */
+	struct sockaddr_in ctrl;	/* PBox control port */
+	struct sockaddr_in *endpoints;	/* PBox data ports */
+	uint32_t n_endpoints;
+	struct phub_layout *layout;
+	struct key *keys;
+	uint32_t n_keys;
+	struct seg *segs;
+	uint32_t n_segs;
+	uint32_t *chunk_first_seg;	/* chunk -> its first segment in segs */
+	uint32_t n_chunks;
+	uint32_t job_id;
+	uint64_t token;
+	uint16_t rank;
+	uint16_t world_size;
+	uint8_t dtype;
+	uint8_t tx_flags;		/* PHUB_WIRE_F_CSUM or 0 */
+	uint32_t elem_size;
+	uint32_t chunk_bytes;
+	uint32_t segment_elems;
+	uint32_t first_iteration;
+	uint32_t window_bytes;
+	uint64_t rto_min_ns;
+	uint64_t rto_max_ns;
+	uint64_t dead_ns;
+	uint32_t connect_timeout_ms;
+	uint64_t start_ns;		/* origin of the aux transmit stamps */
+	uint8_t *zeros;			/* a segment of zeros: start without weights */
+	char server_name[32];		/* "a.b.c.d:port", for messages */
+	char job_name[PHUB_WIRE_JOB_NAME_LEN];
+	pthread_t thread;
+	bool thread_started;
+
+	/* Shared between the API and the progress thread, under lock. */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;		/* a ticket completed or the session failed */
+	struct op *sub_head;		/* submitted, not yet taken by the progress thread */
+	struct op *sub_tail;
+	struct op *pending[CLIENT_TICKET_BUCKETS];
+	uint32_t n_pending;
+	int next_ticket;		/* the last ticket handed out */
+	bool tickets_wrapped;		/* next_ticket went past INT32_MAX at least once */
+	int error;			/* 0, or the -errno every call returns from now on */
+	bool stop;
+	char errmsg[CLIENT_ERRMSG];
+	struct phub_stats pub_stats;	/* snapshot published by the progress thread */
+	atomic_bool sleeping;		/* the progress thread is (about to be) in ppoll */
+
+	/* Progress thread only. */
+	struct seg_heap send_heap;	/* QUEUED PUSHes and repull PULLs by (priority, order) */
+	struct seg_heap timer_heap;	/* SENT and ACKED segments by deadline */
+	uint64_t send_seq;
+	uint32_t inflight_bytes;	/* PUSH payload not ACKed + MODEL payload PULLed */
+	uint32_t n_active;		/* ops in the keys' FIFOs */
+	uint32_t n_waiting;		/* segments SENT or ACKED */
+	uint64_t srtt_ns;		/* 0 until the first sample */
+	uint64_t rttvar_ns;
+	uint64_t rto_ns;
+	struct ep_order *ep_order;	/* per PBox endpoint: what was answered last */
+	uint64_t push_probe_ns;		/* last PUSH resent without evidence of loss */
+	uint64_t pull_probe_ns;		/* last PULL sent without evidence of loss */
+	uint64_t last_heard_ns;		/* last valid datagram, or when work started */
+	uint64_t last_ping_ns;
+	uint32_t ping_seq;
+	struct phub_stats stats;
+	struct tx_batch tx;
+	struct rx_batch rx;
+};
+
+/* client.c */
+uint64_t client_now_ns(void);
+void client_fail(struct phub *h, int error, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void client_op_finish(struct phub *h, struct op *op, int status);
+
+/* client_join.c: the JOIN and LEAVE exchanges, on the caller's thread. */
+int client_join(struct phub *h, const struct phub_connect_params *p, char *err, size_t errlen);
+void client_leave(struct phub *h);
+
+/* client_node.c: the progress thread. */
+int client_node_init(struct phub *h);
+void client_node_free(struct phub *h);
+void *client_node_main(void *arg);
+
+#endif /* PHUB_CLIENT_PRIV_H */

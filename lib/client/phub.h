@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * libphub, the worker side of PHub: join a job on a PBox, then push gradients and pull models
+ * key by key over kernel UDP sockets. The only header a training program needs.
+ *
+ * A session (struct phub) owns one UDP socket and one progress thread. The calls below may be
+ * made from any thread; the progress thread alone touches the socket, sends segments in priority
+ * order under a window of bytes in flight, retransmits, pulls lost models, and completes tickets.
+ * See docs/client.md for a complete example.
+ */
+
+#ifndef PHUB_H
+#define PHUB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Element types of gradients and models, as on the wire. The same definition, under the same
+ * guard, is in lib/kernels/phub_kernels.h, so that both headers may be included in any order.
+ */
+#ifndef PHUB_DTYPE_DEFINED
+#define PHUB_DTYPE_DEFINED
+enum phub_dtype {
+	PHUB_DTYPE_FP32 = 0,
+	PHUB_DTYPE_FP16 = 1, /* IEEE 754 binary16 */
+	PHUB_DTYPE_BF16 = 2, /* bfloat16: the upper half of a binary32 */
+};
+
+#define PHUB_DTYPE_COUNT 3
+
+/* Bytes per element of a dtype, or 0 for a value that is not a dtype. */
+static inline size_t
+phub_dtype_size(enum phub_dtype dtype)
+{
+	switch (dtype) {
+	case PHUB_DTYPE_FP32:
+		return 4;
+	case PHUB_DTYPE_FP16:
+	case PHUB_DTYPE_BF16:
+		return 2;
+	}
+	return 0;
+}
+#endif /* PHUB_DTYPE_DEFINED */
+
+/* The PBox control port when phub_connect_params.server_port is 0. */
+#define PHUB_DEFAULT_PORT 47000
+
+/* Pass as priority to use the key's default: its index in the layout (P3: first layer first). */
+#define PHUB_PRIORITY_DEFAULT (-1)
+
+/* phub_connect_params.flags: checksum (CRC32C) every datagram both ways. */
+#define PHUB_CONNECT_F_CSUM 0x1u
+
+/* One key (a layer's tensor) of the job. Every rank declares the same keys in the same order. */
+struct phub_key {
+	uint32_t key_id;	/* unique in the job */
+	uint32_t n_elems;	/* >= 1 */
+};
+
+/*
+ * What phub_connect() needs. Zero-initialise it and set what matters: every numeric field that
+ * is 0 takes the default given beside it.
+ */
+struct phub_connect_params {
+	const char *server;		/* PBox control address, an IPv4 literal ("10.0.0.1") */
+	uint16_t server_port;		/* control UDP port; 0: PHUB_DEFAULT_PORT */
+	const char *bind_addr;		/* local IPv4 to send from; NULL: any */
+	const char *job;		/* job name, printable ASCII, < 64 bytes */
+	uint64_t nonce;			/* the job's secret, the same in every rank */
+	uint16_t rank;			/* this worker, < world_size */
+	uint16_t world_size;		/* workers in the job, >= 1 */
+	int dtype;			/* enum phub_dtype of every gradient and model */
+	const char *optimizer;		/* "none", "sgd", "momentum", "nesterov", "adam",
+					 * "adamw"; NULL: "sgd" */
+	float lr;			/* hyper-parameters of the PBox-side optimizer */
+	float momentum;
+	float weight_decay;
+	float beta1;			/* 0: 0.9 (Adam) */
+	float beta2;			/* 0: 0.999 (Adam) */
+	float eps;			/* 0: 1e-8 (Adam) */
+	const struct phub_key *keys;	/* the layout, n_keys entries */
+	uint32_t n_keys;		/* >= 1 */
+	const void *const *initial;	/* per key initial weights in dtype; NULL (or a NULL
+					 * entry): zeros. Only rank 0's become the model. */
+	uint32_t chunk_bytes;		/* chunk size in fp32 bytes; 0: the PBox's default */
+	uint32_t mtu;			/* path MTU, for splitting JOIN; 0: 1500 */
+	uint32_t window_bytes;		/* payload bytes in flight (PUSH, and the MODEL a
+					 * PULL asks for); 0: 256 KiB */
+	uint32_t rto_min_ms;		/* retransmission timeout bounds; 0: 5 ms ... */
+	uint32_t rto_max_ms;		/* ... 0: 1000 ms */
+	uint32_t dead_ms;		/* PBox silent this long, work pending: failed; 0: 10 s */
+	uint32_t connect_timeout_ms;	/* bound on JOIN and the initial round each; 0: 10 s */
+	unsigned int flags;		/* PHUB_CONNECT_F_* */
+};
+
+/* Counters of one session since phub_connect(), for monitoring and tests. */
+struct phub_stats {
+	uint64_t tx_datagrams;		/* datagrams sent, all opcodes */
+	uint64_t tx_bytes;		/* their UDP payload bytes */
+	uint64_t rx_datagrams;		/* datagrams received, valid or not */
+	uint64_t rx_bytes;
+	uint64_t pushes;		/* PUSH segments sent for the first time */
+	uint64_t retransmits;		/* PUSH segments sent again after a timeout */
+	uint64_t pulls;			/* PULL sent: a MODEL late, or asked again by a pull */
+	uint64_t acks;			/* ACK taken */
+	uint64_t models;		/* MODEL segments taken (duplicates not counted) */
+	uint64_t replays;		/* ACK/MODEL the PBox marked as answered from kept state */
+	uint64_t rx_dropped;		/* malformed, other session, stale or duplicate */
+	uint64_t tx_errors;		/* datagrams the kernel refused (counted as lost) */
+	uint64_t pings;			/* keep-alive PINGs sent */
+	uint64_t ops_completed;		/* tickets completed successfully */
+	uint32_t srtt_us;		/* smoothed round-trip time (RFC 6298) */
+	uint32_t rttvar_us;		/* its variation */
+	uint32_t rto_us;		/* current retransmission timeout */
+	uint32_t window_bytes;		/* the window of payload bytes in flight */
+	uint32_t inflight_bytes;	/* PUSH bytes not yet ACKed, MODEL bytes PULLed */
+};
+
+/* What the PBox decided at JOIN. */
+struct phub_info {
+	uint32_t job_id;
+	uint16_t rank;
+	uint16_t world_size;
+	int dtype;
+	uint32_t chunk_bytes;		/* fp32 bytes per chunk */
+	uint32_t segment_elems;		/* elements per datagram */
+	uint32_t n_keys;
+	uint32_t n_chunks;
+	uint64_t n_segments;
+	uint64_t n_elems;
+	uint32_t n_endpoints;		/* PBox data ports serving this job */
+	uint32_t first_iteration;	/* the iteration the job started (or resumed) at */
+};
+
+/*
+ * Called once per ticket, on the progress thread, when it completes: status 0, or -errno as
+ * phub_wait() would return. It must be short and must not call phub_wait(), phub_wait_all() or
+ * phub_close(); it may submit new work (phub_push(), phub_pull(), phub_pushpull()).
+ */
+typedef void (*phub_done_fn)(void *arg, int ticket, int status);
+
+struct phub;
+
+/*
+ * Join the job (PHub's CreateService/ConnectService/InitService): send JOIN (split over several
+ * datagrams when the layout is large, retransmitted until answered), receive the session and the
+ * chunk map, start the progress thread, then run the initial-model round: every rank pushes its
+ * initial weights as iteration 0, rank 0's become the model. Returns when the model of
+ * iteration 0 is in at this worker, i.e. once every rank has joined (a barrier); phub_pull()
+ * then gives rank 0's weights. On failure returns NULL, sets errno and writes a one-line reason
+ * into err (when err is not NULL): EINVAL bad parameters, ETIMEDOUT the PBox did not answer or
+ * not every rank came within connect_timeout_ms, EACCES wrong nonce, EBUSY rank taken or job
+ * full, ENOMEM, EPROTO any other refusal (the PBox's text is in err), ECONNRESET or EIO when
+ * the PBox fell silent or sent an ERROR during the initial round.
+ */
+struct phub *phub_connect(const struct phub_connect_params *p, char *err, size_t errlen);
+
+/*
+ * Send the gradient of key_id for the key's next iteration and receive that iteration's model:
+ * model_out gets n_elems elements in the job's dtype, then cb (if not NULL) runs and the ticket
+ * completes. grad must stay valid and unchanged until then; grad and model_out may be the same
+ * buffer (a segment's model only arrives once its gradient is no longer needed). model_out may
+ * be NULL to wait for the model without keeping it. priority: lower is sent sooner
+ * (PHUB_PRIORITY_DEFAULT = the key's index); a key submitted later with a lower value overtakes
+ * segments still queued. Returns a ticket > 0, or -EINVAL (bad argument), -ENOENT (unknown
+ * key), -ENOMEM, or the session's error once it has failed.
+ *
+ * The calls on one key run in submission order, each after the previous one completed; calls
+ * on different keys run concurrently. Every key has its own iteration counter.
+ */
+int phub_pushpull(struct phub *h, uint32_t key_id, const void *grad, void *model_out,
+		int priority, phub_done_fn cb, void *arg);
+
+/* As phub_pushpull() without the model: completes when every segment is acknowledged. */
+int phub_push(struct phub *h, uint32_t key_id, const void *grad, int priority, phub_done_fn cb,
+		void *arg);
+
+/*
+ * The model of the key's latest pushed iteration (after phub_connect(): iteration 0, rank 0's
+ * initial weights) into out, n_elems elements of the job's dtype. Segments whose broadcast
+ * arrived before the pull was submitted are asked for again with PULL.
+ */
+int phub_pull(struct phub *h, uint32_t key_id, void *out, int priority, phub_done_fn cb,
+		void *arg);
+
+/*
+ * Wait until a ticket completes: 0; -ETIMEDOUT when timeout_ms (< 0: forever) passed first (the
+ * ticket is still pending); -EINVAL for a ticket never handed out; -ECONNRESET when the PBox
+ * fell silent for dead_ms, -EIO when it sent an ERROR, -ECANCELED when the session was closed:
+ * phub_last_error() says what happened. Once the session has failed every wait returns its error.
+ */
+int phub_wait(struct phub *h, int ticket, int timeout_ms);
+
+/* Wait until no ticket is pending; the same results as phub_wait(). */
+int phub_wait_all(struct phub *h, int timeout_ms);
+
+/* Why the session failed ("" while it has not). The string lives as long as the session. */
+const char *phub_last_error(const struct phub *h);
+
+/* A snapshot of the counters; 0 or -EINVAL. */
+int phub_stats(struct phub *h, struct phub_stats *stats);
+
+/* The job's geometry as the PBox set it; 0 or -EINVAL. */
+int phub_info(struct phub *h, struct phub_info *info);
+
+/*
+ * Leave the job and free the session: tickets still pending complete with -ECANCELED (their
+ * callbacks run), then LEAVE is sent and its answer awaited for a bounded time (best effort).
+ * h may be NULL.
+ */
+void phub_close(struct phub *h);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PHUB_H */

@@ -1,0 +1,443 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The job table, job creation and sessions: the control half of the engine. */
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "engine_priv.h"
+
+struct phub_engine *
+phub_engine_create(void)
+{
+	struct phub_engine *engine = calloc(1, sizeof(*engine));
+
+	if (engine == NULL)
+		return NULL;
+	return engine;
+}
+
+void
+phub_engine_free(struct phub_engine *engine)
+{
+	if (engine == NULL)
+		return;
+	for (unsigned int i = 0; i < PHUB_ENGINE_MAX_JOBS; i++) {
+		struct phub_engine_job *job = atomic_load(&engine->jobs[i]);
+
+		if (job != NULL)
+			phub_engine_job_free(job);
+	}
+	free(engine);
+}
+
+static void *
+default_alloc(size_t size, size_t align, void *ctx)
+{
+	(void)ctx;
+	/* aligned_alloc wants a size that is a multiple of the alignment. */
+	return aligned_alloc(align, (size + align - 1) / align * align);
+}
+
+static void
+default_free(void *ptr, void *ctx)
+{
+	(void)ctx;
+	free(ptr);
+}
+
+static const struct phub_engine_allocator default_allocator = {
+	.alloc = default_alloc,
+	.free = default_free,
+};
+
+static void *
+job_alloc(struct phub_engine_job *job, size_t size)
+{
+	void *p;
+
+	if (size == 0)
+		return NULL;
+	p = job->allocator.alloc(size, PHUB_ENGINE_ALIGN, job->allocator.ctx);
+	if (p != NULL) {
+		memset(p, 0, size);
+		job->memory_bytes += size;
+	}
+	return p;
+}
+
+static void
+job_release(struct phub_engine_job *job, void *p)
+{
+	if (p != NULL)
+		job->allocator.free(p, job->allocator.ctx);
+}
+
+/* What a job would cost, before allocating any of it. */
+static uint64_t
+job_memory_estimate(const struct phub_engine_job *job)
+{
+	uint64_t elems = job->n_elems;
+	uint64_t bytes = elems * sizeof(float) * (2 + phub_opt_state_count(job->optimizer.type));
+
+	if (job->dtype != PHUB_DTYPE_FP32)
+		bytes += elems * phub_dtype_size(job->dtype);
+	bytes += (uint64_t)job->n_segments * sizeof(struct segment_slot);
+	bytes += (uint64_t)job->n_chunks * sizeof(uint32_t);
+	return bytes;
+}
+
+static int
+job_check_params(const struct phub_engine_job_params *p)
+{
+	if (p == NULL || p->name == NULL || p->name[0] == '\0' ||
+	    strlen(p->name) >= PHUB_ENGINE_NAME_MAX)
+		return -EINVAL;
+	if (p->world_size == 0 || p->world_size > PHUB_ENGINE_MAX_WORKERS)
+		return -EINVAL;
+	if (phub_dtype_size(p->dtype) == 0)
+		return -EINVAL;
+	if (p->keys == NULL || p->n_keys == 0)
+		return -EINVAL;
+	if (phub_optimizer_params_check(&p->optimizer) != 0)
+		return -EINVAL;
+	return 0;
+}
+
+/* The first segment of each chunk, so that a (chunk, segment) finds its slot in O(1). */
+static int
+job_index_chunks(struct phub_engine_job *job)
+{
+	uint32_t segments = 0;
+
+	job->chunk_first_segment = job_alloc(job, job->n_chunks * sizeof(uint32_t));
+	if (job->chunk_first_segment == NULL)
+		return -ENOMEM;
+	for (uint32_t c = 0; c < job->n_chunks; c++) {
+		struct phub_layout_chunk chunk;
+
+		phub_layout_chunk_get(job->layout, c, &chunk);
+		job->chunk_first_segment[c] = segments;
+		segments += chunk.n_segments;
+	}
+	job->n_segments = segments;
+	return 0;
+}
+
+static void
+job_release_all(struct phub_engine_job *job)
+{
+	job_release(job, job->model);
+	job_release(job, job->agg);
+	job_release(job, job->state[0]);
+	job_release(job, job->state[1]);
+	job_release(job, job->model_wire);
+	job_release(job, job->slots);
+	job_release(job, job->chunk_first_segment);
+	phub_layout_free(job->layout);
+	free(job);
+}
+
+static int
+job_allocate_buffers(struct phub_engine_job *job, uint64_t limit)
+{
+	size_t floats = job->n_elems * sizeof(float);
+	unsigned int states = phub_opt_state_count(job->optimizer.type);
+
+	if (limit != 0 && job_memory_estimate(job) > limit)
+		return -E2BIG;
+	job->model = job_alloc(job, floats);
+	job->agg = job_alloc(job, floats);
+	job->slots = job_alloc(job, job->n_segments * sizeof(struct segment_slot));
+	if (job->model == NULL || job->agg == NULL || job->slots == NULL)
+		return -ENOMEM;
+	for (unsigned int i = 0; i < states; i++) {
+		job->state[i] = job_alloc(job, floats);
+		if (job->state[i] == NULL)
+			return -ENOMEM;
+	}
+	if (job->dtype != PHUB_DTYPE_FP32) {
+		job->model_wire = job_alloc(job, job->n_elems * phub_dtype_size(job->dtype));
+		if (job->model_wire == NULL)
+			return -ENOMEM;
+	}
+	for (uint32_t s = 0; s < job->n_segments; s++)
+		job->slots[s].next_iteration = job->first_iteration;
+	return 0;
+}
+
+static int
+engine_claim_slot(struct phub_engine *engine, struct phub_engine_job *job)
+{
+	for (unsigned int i = 0; i < PHUB_ENGINE_MAX_JOBS; i++) {
+		struct phub_engine_job *expected = NULL;
+
+		if (atomic_load(&engine->jobs[i]) != NULL)
+			continue;
+		/*
+		 * The generation in the upper bits makes a stale job id (a worker
+		 * of a job that ended) miss a new job in the same slot.
+		 */
+		engine->generation[i]++;
+		job->id = ((uint32_t)engine->generation[i] << 8) | i;
+		if (atomic_compare_exchange_strong(&engine->jobs[i], &expected, job))
+			return 0;
+	}
+	return -ENOSPC;
+}
+
+struct phub_engine_job *
+phub_engine_job_create(struct phub_engine *engine, const struct phub_engine_job_params *p)
+{
+	struct phub_layout_params lp;
+	struct phub_engine_job *job;
+	int rc;
+
+	rc = job_check_params(p);
+	if (rc == 0 && phub_engine_job_find(engine, p->name) != NULL)
+		rc = -EEXIST;
+	if (rc != 0) {
+		errno = -rc;
+		return NULL;
+	}
+	job = calloc(1, sizeof(*job));
+	if (job == NULL)
+		return NULL;
+	job->allocator = p->allocator != NULL ? *p->allocator : default_allocator;
+	snprintf(job->name, sizeof(job->name), "%s", p->name);
+	job->nonce = p->nonce;
+	job->world_size = p->world_size;
+	job->dtype = p->dtype;
+	job->optimizer = p->optimizer;
+	job->first_iteration = p->first_iteration;
+
+	memset(&lp, 0, sizeof(lp));
+	lp.keys = p->keys;
+	lp.n_keys = p->n_keys;
+	lp.elem_size = phub_dtype_size(p->dtype);
+	lp.chunk_bytes = p->chunk_bytes;
+	lp.segment_elems = p->segment_elems;
+	lp.servers = p->servers;
+	lp.n_servers = p->n_servers;
+	job->layout = phub_layout_create(&lp);
+	if (job->layout == NULL) {
+		rc = -errno;
+		free(job);
+		errno = -rc;
+		return NULL;
+	}
+	job->n_chunks = phub_layout_chunk_count(job->layout);
+	job->n_elems = phub_layout_elem_count(job->layout);
+	job->segment_elems = p->segment_elems;
+
+	rc = job_index_chunks(job);
+	if (rc == 0)
+		rc = job_allocate_buffers(job, p->memory_limit_bytes);
+	if (rc == 0)
+		rc = engine_claim_slot(engine, job);
+	if (rc != 0) {
+		job_release_all(job);
+		errno = -rc;
+		return NULL;
+	}
+	return job;
+}
+
+void
+phub_engine_job_unpublish(struct phub_engine *engine, struct phub_engine_job *job)
+{
+	struct phub_engine_job *expected = job;
+
+	atomic_compare_exchange_strong(&engine->jobs[job->id & 0xff], &expected, NULL);
+}
+
+void
+phub_engine_job_free(struct phub_engine_job *job)
+{
+	if (job != NULL)
+		job_release_all(job);
+}
+
+struct phub_engine_job *
+phub_engine_job_lookup(const struct phub_engine *engine, uint32_t job_id)
+{
+	struct phub_engine_job *job;
+	uint32_t index = job_id & 0xff;
+
+	if (index >= PHUB_ENGINE_MAX_JOBS)
+		return NULL;
+	job = atomic_load_explicit(&engine->jobs[index], memory_order_acquire);
+	if (job == NULL || job->id != job_id)
+		return NULL;
+	return job;
+}
+
+struct phub_engine_job *
+phub_engine_job_find(const struct phub_engine *engine, const char *name)
+{
+	for (unsigned int i = 0; i < PHUB_ENGINE_MAX_JOBS; i++) {
+		struct phub_engine_job *job = atomic_load(&engine->jobs[i]);
+
+		if (job != NULL && strcmp(job->name, name) == 0)
+			return job;
+	}
+	return NULL;
+}
+
+struct phub_engine_job *
+phub_engine_job_next(const struct phub_engine *engine, const struct phub_engine_job *prev)
+{
+	unsigned int start = prev == NULL ? 0 : (prev->id & 0xff) + 1;
+
+	for (unsigned int i = start; i < PHUB_ENGINE_MAX_JOBS; i++) {
+		struct phub_engine_job *job = atomic_load(&engine->jobs[i]);
+
+		if (job != NULL)
+			return job;
+	}
+	return NULL;
+}
+
+static uint64_t
+new_token(void)
+{
+	uint64_t token = 0;
+
+	/* Zero means "not joined": draw again in the unlikely case. */
+	while (token == 0) {
+		if (getrandom(&token, sizeof(token), 0) != sizeof(token))
+			token = 0;
+	}
+	return token;
+}
+
+static uint64_t
+peer_key(uint32_t ipv4, uint16_t udp_port)
+{
+	return ((uint64_t)ipv4 << 16) | udp_port;
+}
+
+int
+phub_engine_job_join(struct phub_engine_job *job, uint16_t rank, uint64_t nonce,
+		const struct phub_engine_peer *peer, uint64_t *token)
+{
+	struct rank_session *s;
+	uint64_t key;
+
+	if (nonce != job->nonce)
+		return -PHUB_WIRE_ERR_BAD_NONCE;
+	if (rank >= job->world_size)
+		return -PHUB_WIRE_ERR_RANK_RANGE;
+	s = &job->ranks[rank];
+	key = peer_key(peer->ipv4, peer->udp_port);
+	if (atomic_load(&s->token) != 0 && atomic_load(&s->peer) == key) {
+		*token = atomic_load(&s->token);
+		return 0;
+	}
+	if (atomic_load(&s->token) == 0)
+		atomic_fetch_add(&job->joined, 1);
+	/*
+	 * A restarted worker: revoke the old token before the address changes,
+	 * so that no data thread sees the new address with the old token.
+	 */
+	atomic_store_explicit(&s->token, 0, memory_order_release);
+	memcpy(s->mac, peer->mac, sizeof(s->mac));
+	atomic_store_explicit(&s->peer, key, memory_order_release);
+	*token = new_token();
+	atomic_store_explicit(&s->token, *token, memory_order_release);
+	return 0;
+}
+
+int
+phub_engine_job_leave(struct phub_engine_job *job, uint16_t rank, uint64_t token)
+{
+	struct rank_session *s;
+
+	if (rank >= job->world_size)
+		return -EINVAL;
+	s = &job->ranks[rank];
+	if (token == 0 || atomic_load(&s->token) != token)
+		return -EPERM;
+	atomic_store_explicit(&s->token, 0, memory_order_release);
+	return (int)atomic_fetch_sub(&job->joined, 1) - 1;
+}
+
+uint32_t
+phub_engine_job_id(const struct phub_engine_job *job)
+{
+	return job->id;
+}
+
+uint16_t
+phub_engine_job_world_size(const struct phub_engine_job *job)
+{
+	return job->world_size;
+}
+
+enum phub_dtype
+phub_engine_job_dtype(const struct phub_engine_job *job)
+{
+	return job->dtype;
+}
+
+const struct phub_layout *
+phub_engine_job_layout(const struct phub_engine_job *job)
+{
+	return job->layout;
+}
+
+const float *
+phub_engine_job_model(const struct phub_engine_job *job)
+{
+	return job->model;
+}
+
+bool
+phub_engine_job_rank(const struct phub_engine_job *job, uint16_t rank,
+		struct phub_engine_peer *peer, uint64_t *token)
+{
+	const struct rank_session *s;
+	uint64_t key;
+
+	if (rank >= job->world_size)
+		return false;
+	s = &job->ranks[rank];
+	*token = atomic_load_explicit(&s->token, memory_order_acquire);
+	if (*token == 0)
+		return false;
+	key = atomic_load_explicit(&s->peer, memory_order_acquire);
+	peer->ipv4 = (uint32_t)(key >> 16);
+	peer->udp_port = (uint16_t)key;
+	memcpy(peer->mac, s->mac, sizeof(peer->mac));
+	return true;
+}
+
+void
+phub_engine_job_get_info(const struct phub_engine_job *job, struct phub_engine_job_info *info)
+{
+	uint32_t lo = UINT32_MAX, hi = 0;
+
+	memset(info, 0, sizeof(*info));
+	info->job_id = job->id;
+	snprintf(info->name, sizeof(info->name), "%s", job->name);
+	info->world_size = job->world_size;
+	info->joined = atomic_load(&job->joined);
+	info->dtype = job->dtype;
+	info->n_keys = phub_layout_key_count(job->layout);
+	info->n_chunks = job->n_chunks;
+	info->n_segments = job->n_segments;
+	info->n_elems = job->n_elems;
+	info->memory_bytes = job->memory_bytes;
+	/* A racy snapshot on purpose: data threads own the slots. */
+	for (uint32_t s = 0; s < job->n_segments; s++) {
+		uint32_t next = job->slots[s].next_iteration;
+
+		lo = next < lo ? next : lo;
+		hi = next > hi ? next : hi;
+	}
+	/* next_iteration is one past the finished one; a new job has finished none. */
+	info->iteration_min = lo - 1;
+	info->iteration_max = hi - 1;
+	info->segments_completed = atomic_load(&job->segments_completed);
+}

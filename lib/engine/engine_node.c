@@ -1,0 +1,277 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The engine's data path: PUSH and PULL on one segment slot, run by the lcore that owns the chunk. */
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine_priv.h"
+
+static inline uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The MODEL payload of an element in the wire dtype (fp16, bf16 jobs). */
+static inline void *
+wire_at(const struct phub_engine_job *job, uint64_t elem)
+{
+	return (uint8_t *)job->model_wire + elem * phub_dtype_size(job->dtype);
+}
+
+static inline void
+drop(struct phub_engine_reply *reply, struct phub_engine_stats *stats, enum phub_drop_reason why)
+{
+	reply->actions = PHUB_ENGINE_DROP;
+	reply->reason = why;
+	stats->drops[why]++;
+}
+
+/*
+ * Everything that must hold before a request may touch a buffer: the session
+ * (token and source address), the chunk and the segment grid. On success the
+ * segment's slot and its offset in the job's flat buffers are returned.
+ */
+static struct segment_slot *
+request_check(struct phub_engine_job *job, const struct phub_engine_request *req,
+		uint64_t *elem, struct phub_engine_reply *reply, struct phub_engine_stats *stats)
+{
+	const struct rank_session *s;
+	struct phub_layout_chunk chunk;
+	uint64_t token;
+	uint32_t expect_elems;
+
+	/* The rank must be one of the job's. */
+	if (req->rank >= job->world_size) {
+		drop(reply, stats, PHUB_DROP_RANK_RANGE);
+		return NULL;
+	}
+	s = &job->ranks[req->rank];
+	token = atomic_load_explicit(&s->token, memory_order_acquire);
+	/* The rank must have joined and the token must be its current one. */
+	if (token == 0) {
+		drop(reply, stats, PHUB_DROP_NOT_JOINED);
+		return NULL;
+	}
+	if (token != req->session_token) {
+		drop(reply, stats, PHUB_DROP_BAD_TOKEN);
+		return NULL;
+	}
+	/* A valid token is bound to the address that joined with it. */
+	if (atomic_load_explicit(&s->peer, memory_order_acquire) !=
+	    (((uint64_t)req->src_ipv4 << 16) | req->src_udp_port)) {
+		drop(reply, stats, PHUB_DROP_WRONG_SOURCE);
+		return NULL;
+	}
+	/* The chunk must exist in this job's layout. */
+	if (req->chunk_id >= job->n_chunks) {
+		drop(reply, stats, PHUB_DROP_CHUNK_RANGE);
+		return NULL;
+	}
+	phub_layout_chunk_get(job->layout, req->chunk_id, &chunk);
+	/* The segment must be exactly one cell of the chunk's segment grid. */
+	expect_elems = chunk.n_elems - req->seg_index * job->segment_elems;
+	if (expect_elems > job->segment_elems)
+		expect_elems = job->segment_elems;
+	if (req->seg_count != chunk.n_segments || req->seg_index >= chunk.n_segments ||
+	    req->elem_offset != (uint32_t)req->seg_index * job->segment_elems ||
+	    req->elem_count != expect_elems) {
+		drop(reply, stats, PHUB_DROP_OFFSET_RANGE);
+		return NULL;
+	}
+	*elem = chunk.elem_base + req->elem_offset;
+	return &job->slots[job->chunk_first_segment[req->chunk_id] + req->seg_index];
+}
+
+static inline bool
+slot_has_rank(const struct segment_slot *slot, uint16_t rank)
+{
+	return (slot->seen_bits[rank / 64] >> (rank % 64)) & 1;
+}
+
+/*
+ * A slot has a model to give once an iteration has finished on it: a new job
+ * starts at 0 (the initial-model round), a restored one past its checkpoint.
+ */
+static inline bool
+slot_has_model(const struct segment_slot *slot)
+{
+	return slot->next_iteration != 0;
+}
+
+static void
+reply_model(const struct phub_engine_job *job, uint64_t elem, uint32_t n, uint32_t iteration,
+		unsigned int actions, struct phub_engine_reply *reply)
+{
+	size_t size = phub_dtype_size(job->dtype);
+
+	reply->actions = actions;
+	reply->reason = PHUB_DROP_OK;
+	reply->iteration = iteration;
+	reply->elem_count = n;
+	reply->model_bytes = (size_t)n * size;
+	if (job->model_wire != NULL)
+		reply->model = wire_at(job, elem);
+	else
+		reply->model = job->model + elem;
+}
+
+/*
+ * Iteration 0 of a new job is the initial-model round: every rank pushes its
+ * initial weights (a barrier that all workers start from), rank 0's become the
+ * model and the MODEL broadcast gives everyone the same start.
+ */
+static void
+push_initial(struct phub_engine_job *job, const struct phub_engine_request *req, uint64_t elem,
+		struct phub_engine_stats *stats)
+{
+	const struct phub_kernels *k = phub_kernels_get();
+
+	if (req->rank != 0)
+		return;
+	k->first(job->model + elem, req->payload, job->dtype, req->elem_count);
+	if (job->model_wire != NULL)
+		k->to_wire(wire_at(job, elem), job->dtype, job->model + elem, req->elem_count);
+	(void)stats;
+}
+
+static void
+push_gradient(struct phub_engine_job *job, const struct segment_slot *slot,
+		const struct phub_engine_request *req, uint64_t elem, bool last,
+		struct phub_engine_stats *stats)
+{
+	const struct phub_kernels *k = phub_kernels_get();
+	float *acc = job->agg + elem;
+	uint64_t t0 = now_ns();
+
+	if (!last) {
+		if (slot->seen == 0)
+			k->first(acc, req->payload, job->dtype, req->elem_count);
+		else
+			k->add(acc, req->payload, job->dtype, req->elem_count);
+		stats->agg_ns += now_ns() - t0;
+	} else {
+		struct phub_opt_step step;
+		struct phub_opt_buffers buf = {
+			.acc = slot->seen == 0 ? NULL : acc,
+			.grad = req->payload,
+			.weight = job->model + elem,
+			.m = job->state[0] != NULL ? job->state[0] + elem : NULL,
+			.v = job->state[1] != NULL ? job->state[1] + elem : NULL,
+			.out = job->model_wire != NULL ? wire_at(job, elem) : NULL,
+			.grad_dtype = job->dtype,
+			.out_dtype = job->dtype,
+		};
+
+		/* Iteration t is the t-th update: Adam's bias correction counts from 1. */
+		phub_opt_step_init(&step, &job->optimizer, req->iteration, job->world_size);
+		k->last(&buf, req->elem_count, &job->optimizer, &step);
+		stats->opt_ns += now_ns() - t0;
+	}
+}
+
+static void
+slot_complete(struct phub_engine_job *job, struct segment_slot *slot,
+		struct phub_engine_stats *stats)
+{
+	slot->next_iteration++;
+	slot->seen = 0;
+	memset(slot->seen_bits, 0, sizeof(slot->seen_bits));
+	stats->segments_completed++;
+	atomic_fetch_add_explicit(&job->segments_completed, 1, memory_order_relaxed);
+}
+
+void
+phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *req,
+		struct phub_engine_reply *reply, struct phub_engine_stats *stats)
+{
+	struct segment_slot *slot;
+	uint64_t elem;
+	int32_t ahead;
+	bool last;
+
+	slot = request_check(job, req, &elem, reply, stats);
+	if (slot == NULL)
+		return;
+	/* The payload must be the job's dtype and exactly the segment. */
+	if (req->dtype != job->dtype) {
+		drop(reply, stats, PHUB_DROP_DTYPE_MISMATCH);
+		return;
+	}
+	if (req->payload_len != (size_t)req->elem_count * phub_dtype_size(job->dtype)) {
+		drop(reply, stats, PHUB_DROP_OFFSET_RANGE);
+		return;
+	}
+	if (req->retransmit)
+		stats->retransmits_seen++;
+
+	/* Serial-number distance, so that the iteration counter may wrap. */
+	ahead = (int32_t)(req->iteration - slot->next_iteration);
+	if (ahead == -1 && slot_has_model(slot)) {
+		/* Its MODEL was lost: the finished iteration's model answers it. */
+		stats->models_resent++;
+		reply_model(job, elem, req->elem_count, req->iteration, PHUB_ENGINE_MODEL_ONE,
+				reply);
+		return;
+	}
+	if (ahead < 0) {
+		drop(reply, stats, PHUB_DROP_STALE_ITERATION);
+		return;
+	}
+	if (ahead > 0) {
+		drop(reply, stats, PHUB_DROP_FUTURE_ITERATION);
+		return;
+	}
+	if (slot_has_rank(slot, req->rank)) {
+		/* A retransmission whose ACK was lost: ACK again, add nothing. */
+		stats->duplicates++;
+		reply->actions = PHUB_ENGINE_ACK;
+		reply->reason = PHUB_DROP_OK;
+		return;
+	}
+
+	last = slot->seen + 1 == job->world_size;
+	if (req->iteration == 0)
+		push_initial(job, req, elem, stats);
+	else
+		push_gradient(job, slot, req, elem, last, stats);
+	stats->pushes++;
+	stats->push_bytes += req->payload_len;
+	slot->seen_bits[req->rank / 64] |= UINT64_C(1) << (req->rank % 64);
+	slot->seen++;
+
+	if (!last) {
+		reply->actions = PHUB_ENGINE_ACK;
+		reply->reason = PHUB_DROP_OK;
+		return;
+	}
+	slot_complete(job, slot, stats);
+	reply_model(job, elem, req->elem_count, req->iteration,
+			PHUB_ENGINE_ACK | PHUB_ENGINE_MODEL_ALL, reply);
+}
+
+void
+phub_engine_pull(struct phub_engine_job *job, const struct phub_engine_request *req,
+		struct phub_engine_reply *reply, struct phub_engine_stats *stats)
+{
+	struct segment_slot *slot;
+	uint64_t elem;
+
+	slot = request_check(job, req, &elem, reply, stats);
+	if (slot == NULL)
+		return;
+	if (req->retransmit)
+		stats->retransmits_seen++;
+	/* Only a finished iteration has a model to give. */
+	if ((int32_t)(req->iteration - slot->next_iteration) != -1 || !slot_has_model(slot)) {
+		drop(reply, stats, (int32_t)(req->iteration - slot->next_iteration) >= 0 ?
+				PHUB_DROP_FUTURE_ITERATION : PHUB_DROP_STALE_ITERATION);
+		return;
+	}
+	stats->pulls++;
+	reply_model(job, elem, req->elem_count, req->iteration, PHUB_ENGINE_MODEL_ONE, reply);
+}

@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The engine's private structures: the job, its rank sessions and segment slots. */
+
+#ifndef PHUB_ENGINE_PRIV_H
+#define PHUB_ENGINE_PRIV_H
+
+#include <stdalign.h>
+#include <stdio.h>
+
+#include "phub_engine.h"
+
+#define PHUB_ENGINE_ALIGN 64
+
+/*
+ * The state of one segment of one chunk. Only the lcore that owns the chunk
+ * touches it; the alignment keeps two lcores' slots off one cache line where
+ * chunks meet.
+ */
+struct segment_slot {
+	alignas(PHUB_ENGINE_ALIGN) uint32_t next_iteration;	/* being aggregated */
+	uint16_t seen;						/* ranks added so far */
+	uint16_t reserved;
+	uint64_t seen_bits[PHUB_ENGINE_BITMAP_WORDS];
+};
+
+/* One rank's session: written by the control thread, read by data threads. */
+struct rank_session {
+	_Atomic uint64_t token;		/* 0: not joined */
+	_Atomic uint64_t peer;		/* ipv4 << 16 | udp port */
+	uint8_t mac[6];
+};
+
+struct phub_engine_job {
+	/* Read by the data path on every packet. */
+	uint32_t id;
+	uint16_t world_size;
+	enum phub_dtype dtype;
+	uint32_t segment_elems;
+	uint32_t n_chunks;
+	uint32_t n_segments;
+	uint64_t n_elems;
+	uint32_t *chunk_first_segment;
+	struct segment_slot *slots;
+	float *model;
+	float *agg;
+	float *state[2];
+	void *model_wire;	/* model in the wire dtype; NULL for fp32 */
+	struct phub_optimizer_params optimizer;
+	struct phub_layout *layout;
+	struct rank_session ranks[PHUB_ENGINE_MAX_WORKERS];
+
+	/* Control only. */
+	_Atomic uint16_t joined;
+	_Atomic uint64_t segments_completed;
+	uint64_t nonce;
+	uint32_t first_iteration;
+	uint64_t memory_bytes;
+	struct phub_engine_allocator allocator;
+	char name[PHUB_ENGINE_NAME_MAX];
+};
+
+struct phub_engine {
+	struct phub_engine_job *_Atomic jobs[PHUB_ENGINE_MAX_JOBS];
+	uint32_t generation[PHUB_ENGINE_MAX_JOBS];
+};
+
+#endif /* PHUB_ENGINE_PRIV_H */

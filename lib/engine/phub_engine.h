@@ -1,0 +1,190 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The PBox protocol state machine: jobs, ranks and their sessions, and the
+ * per-segment aggregation slots, as plain C over plain buffers (no DPDK type).
+ *
+ * Threading model (the same as the appliance's):
+ * - The control thread (the main lcore) creates, publishes, joins, leaves,
+ *   unpublishes and frees jobs.
+ * - Data threads (one per lcore) call phub_engine_push() and
+ *   phub_engine_pull() only for the chunks placed on them, so that no two
+ *   threads ever touch the same segment slot: no locks.
+ * - Rank sessions (token, source address) are written by the control thread
+ *   and read by data threads with acquire/release atomics; a job is freed only
+ *   after every data thread has passed a quiescent point (the caller's job).
+ */
+
+#ifndef PHUB_ENGINE_H
+#define PHUB_ENGINE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/phub_kernels.h"
+#include "layout/phub_layout.h"
+#include "wire/phub_wire.h"
+
+/* Limits that size fixed arrays; the config's limits are checked against them. */
+enum {
+	PHUB_ENGINE_MAX_WORKERS = 256,	/* bits in a segment's rank bitmap */
+	PHUB_ENGINE_MAX_JOBS = 64,	/* slots in the job table */
+	PHUB_ENGINE_NAME_MAX = 64,	/* job name including its NUL */
+};
+
+#define PHUB_ENGINE_BITMAP_WORDS (PHUB_ENGINE_MAX_WORKERS / 64)
+
+/* A worker's network identity: where its packets come from and MODEL goes. */
+struct phub_engine_peer {
+	uint32_t ipv4;		/* host byte order */
+	uint16_t udp_port;	/* host byte order */
+	uint8_t mac[6];		/* learnt from the JOIN, for the reply path */
+};
+
+/* Optional allocator so that the appliance puts job memory on a NUMA node. */
+struct phub_engine_allocator {
+	void *(*alloc)(size_t size, size_t align, void *ctx);
+	void (*free)(void *ptr, void *ctx);
+	void *ctx;
+};
+
+struct phub_engine_job_params {
+	const char *name;
+	uint64_t nonce;
+	uint16_t world_size;
+	enum phub_dtype dtype;
+	struct phub_optimizer_params optimizer;
+	const struct phub_layout_key *keys;
+	uint32_t n_keys;
+	uint32_t chunk_bytes;
+	uint32_t segment_elems;
+	/* Where chunks may be placed; NULL/0 puts every chunk on server 0. */
+	const struct phub_layout_server *servers;
+	uint32_t n_servers;
+	/* Iteration to resume at (0 for a new job: the initial-model round). */
+	uint32_t first_iteration;
+	uint64_t memory_limit_bytes;	/* 0: no limit */
+	const struct phub_engine_allocator *allocator;	/* NULL: aligned_alloc */
+};
+
+/* Counters of one data thread; only that thread writes them. */
+struct phub_engine_stats {
+	uint64_t pushes;		/* PUSH datagrams accepted and added */
+	uint64_t push_bytes;		/* their payload bytes */
+	uint64_t duplicates;		/* PUSH already counted this iteration: ACKed again */
+	uint64_t retransmits_seen;	/* PUSH or PULL carrying the RETRANSMIT flag */
+	uint64_t segments_completed;	/* last arrivals: optimizer ran, MODEL broadcast */
+	uint64_t models_resent;		/* MODEL sent again for a finished iteration */
+	uint64_t pulls;			/* PULL answered */
+	uint64_t agg_ns;		/* time in aggregation kernels */
+	uint64_t opt_ns;		/* time in fused last-arrival kernels */
+	uint64_t drops[PHUB_DROP_REASON_MAX];
+};
+
+/* What the data path must send after a PUSH or PULL. */
+enum phub_engine_action {
+	PHUB_ENGINE_DROP = 0,		/* nothing to send; reason says why */
+	PHUB_ENGINE_ACK = 1 << 0,	/* ACK to the sender */
+	PHUB_ENGINE_MODEL_ONE = 1 << 1,	/* MODEL of the finished iteration to the sender */
+	PHUB_ENGINE_MODEL_ALL = 1 << 2,	/* MODEL to every joined rank of the job */
+};
+
+struct phub_engine_reply {
+	unsigned int actions;		/* enum phub_engine_action bits */
+	enum phub_drop_reason reason;	/* set when actions == PHUB_ENGINE_DROP */
+	uint32_t iteration;		/* the iteration the MODEL belongs to */
+	uint32_t elem_count;		/* elements of the segment */
+	const void *model;		/* MODEL payload in the job's wire dtype */
+	size_t model_bytes;
+};
+
+/* A PUSH or PULL as the data path parsed it (host byte order). */
+struct phub_engine_request {
+	uint64_t session_token;
+	uint32_t chunk_id;
+	uint32_t iteration;
+	uint32_t elem_offset;
+	uint32_t elem_count;
+	uint16_t rank;
+	uint16_t seg_index;
+	uint16_t seg_count;
+	uint8_t dtype;
+	bool retransmit;
+	uint32_t src_ipv4;
+	uint16_t src_udp_port;
+	const void *payload;		/* PUSH only: elem_count elements of dtype */
+	size_t payload_len;
+};
+
+struct phub_engine;
+struct phub_engine_job;
+
+/* The job table. */
+struct phub_engine *phub_engine_create(void);
+void phub_engine_free(struct phub_engine *engine);
+
+/*
+ * Create a job and its buffers (model, aggregation, optimizer state, wire
+ * copy); NULL and errno: EINVAL for bad parameters, E2BIG when it would exceed
+ * memory_limit_bytes, ENOMEM, ENOSPC when the job table is full, EEXIST when a
+ * job of that name exists. The job is visible to lookups at once.
+ */
+struct phub_engine_job *phub_engine_job_create(struct phub_engine *engine,
+		const struct phub_engine_job_params *params);
+
+/* Hide the job from lookups; free it once no data thread can hold it. */
+void phub_engine_job_unpublish(struct phub_engine *engine, struct phub_engine_job *job);
+void phub_engine_job_free(struct phub_engine_job *job);
+
+struct phub_engine_job *phub_engine_job_lookup(const struct phub_engine *engine, uint32_t job_id);
+struct phub_engine_job *phub_engine_job_find(const struct phub_engine *engine, const char *name);
+/* Iterate: the next published job after job_id (UINT32_MAX to start), NULL at the end. */
+struct phub_engine_job *phub_engine_job_next(const struct phub_engine *engine, const struct phub_engine_job *prev);
+
+/*
+ * JOIN of one rank (control thread). Idempotent: the same rank joining again
+ * from the same address gets the same token; from another address (a restarted
+ * worker) it gets a new token and the old one stops working. Returns 0 or a
+ * negative wire error code (-PHUB_WIRE_ERR_*), with the token in *token.
+ */
+int phub_engine_job_join(struct phub_engine_job *job, uint16_t rank, uint64_t nonce,
+		const struct phub_engine_peer *peer, uint64_t *token);
+/* LEAVE; returns the number of ranks still joined, or -errno. */
+int phub_engine_job_leave(struct phub_engine_job *job, uint16_t rank, uint64_t token);
+
+/* Data path. Both fill *reply and count into *stats; neither allocates. */
+void phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *req,
+		struct phub_engine_reply *reply, struct phub_engine_stats *stats);
+void phub_engine_pull(struct phub_engine_job *job, const struct phub_engine_request *req,
+		struct phub_engine_reply *reply, struct phub_engine_stats *stats);
+
+/* Read-only views for the control thread, telemetry and tests. */
+struct phub_engine_job_info {
+	uint32_t job_id;
+	char name[PHUB_ENGINE_NAME_MAX];
+	uint16_t world_size;
+	uint16_t joined;
+	enum phub_dtype dtype;
+	uint32_t n_keys;
+	uint32_t n_chunks;
+	uint32_t n_segments;
+	uint64_t n_elems;
+	uint64_t memory_bytes;
+	uint32_t iteration_min;		/* every segment has finished this iteration */
+	uint32_t iteration_max;		/* some segment has finished this iteration */
+	uint64_t segments_completed;	/* since creation, all lcores */
+};
+
+void phub_engine_job_get_info(const struct phub_engine_job *job, struct phub_engine_job_info *info);
+uint32_t phub_engine_job_id(const struct phub_engine_job *job);
+uint16_t phub_engine_job_world_size(const struct phub_engine_job *job);
+enum phub_dtype phub_engine_job_dtype(const struct phub_engine_job *job);
+const struct phub_layout *phub_engine_job_layout(const struct phub_engine_job *job);
+/* The peer and token of a joined rank; false when the rank has not joined. */
+bool phub_engine_job_rank(const struct phub_engine_job *job, uint16_t rank,
+		struct phub_engine_peer *peer, uint64_t *token);
+/* The fp32 model (n_elems floats); for tests and checkpoints. */
+const float *phub_engine_job_model(const struct phub_engine_job *job);
+
+#endif /* PHUB_ENGINE_H */

@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* phub-soft-pbox: the soft PBox as a program, for scripts and the Python binding's tests. */
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "soft_pbox.h"
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+		"usage: phub-soft-pbox [options]\n"
+		"  A PBox over kernel UDP sockets (lib/engine, no DPDK), for tests.\n"
+		"  --port N         control UDP port; lcore k listens on N+1+k (default 47000;\n"
+		"                   0: ephemeral ports, printed at start)\n"
+		"  --lcores N       data ports to place chunks on (default 1)\n"
+		"  --bind ADDR      IPv4 address to listen on (default 127.0.0.1)\n"
+		"  --mtu N          MTU that sizes the segments (default 1500)\n"
+		"  --chunk-bytes N  chunk size for JOINs that ask for none (default 32768)\n"
+		"  --loss PCT       drop PCT %% of datagrams received and sent (default 0)\n"
+		"  --seed N         seed of the loss draws (default 1)\n"
+		"  --help\n"
+		"Runs until SIGINT or SIGTERM, then prints its counters to stderr.\n");
+}
+
+static int
+parse_u(const char *s, unsigned long max, unsigned long *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtoul(s, &end, 0);
+	return errno != 0 || *end != '\0' || *s == '\0' || *out > max ? -1 : 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "port", required_argument, NULL, 'p' },
+		{ "lcores", required_argument, NULL, 'l' },
+		{ "bind", required_argument, NULL, 'b' },
+		{ "mtu", required_argument, NULL, 'm' },
+		{ "chunk-bytes", required_argument, NULL, 'c' },
+		{ "loss", required_argument, NULL, 'L' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct soft_pbox_params p = { .port = 47000, .bind_addr = "127.0.0.1" };
+	struct soft_pbox_stats st;
+	struct soft_pbox *sp;
+	unsigned long v;
+	sigset_t sigs;
+	char *end;
+	int li = 0;
+	int sig;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", opts, &li)) != -1) {
+		switch (c) {
+		case 'p':
+			if (parse_u(optarg, UINT16_MAX, &v) != 0)
+				goto bad;
+			p.port = (uint16_t)v;
+			break;
+		case 'l':
+			if (parse_u(optarg, SOFT_PBOX_MAX_LCORES, &v) != 0 || v == 0)
+				goto bad;
+			p.n_lcores = (uint16_t)v;
+			break;
+		case 'b':
+			p.bind_addr = optarg;
+			break;
+		case 'm':
+			if (parse_u(optarg, 65535, &v) != 0)
+				goto bad;
+			p.mtu = (uint32_t)v;
+			break;
+		case 'c':
+			if (parse_u(optarg, UINT32_MAX, &v) != 0)
+				goto bad;
+			p.chunk_bytes = (uint32_t)v;
+			break;
+		case 'L':
+			p.loss = strtod(optarg, &end) / 100.0;
+			if (*end != '\0' || p.loss < 0.0 || p.loss >= 1.0)
+				goto bad;
+			break;
+		case 's':
+			if (parse_u(optarg, UINT64_MAX, &v) != 0)
+				goto bad;
+			p.seed = v;
+			break;
+		case 'h':
+			usage(stdout);
+			return EXIT_SUCCESS;
+		default:
+			usage(stderr);
+			return EXIT_FAILURE;
+		}
+	}
+	if (optind != argc) {
+		fprintf(stderr, "phub-soft-pbox: unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		return EXIT_FAILURE;
+	}
+
+	/* The PBox thread inherits the mask: only sigwait below takes these. */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	sp = soft_pbox_start(&p);
+	if (sp == NULL) {
+		fprintf(stderr, "phub-soft-pbox: cannot listen on %s:%u: %s\n", p.bind_addr, p.port,
+				strerror(errno));
+		return EXIT_FAILURE;
+	}
+	printf("phub-soft-pbox: control %s:%u, %u data port(s) from %u\n", p.bind_addr,
+			soft_pbox_port(sp), p.n_lcores != 0 ? p.n_lcores : 1,
+			soft_pbox_data_port(sp, 0));
+	fflush(stdout);
+	sigwait(&sigs, &sig);
+	soft_pbox_get_stats(sp, &st);
+	soft_pbox_stop(sp);
+	fprintf(stderr, "phub-soft-pbox: %s: rx %llu tx %llu joins %llu pushes %llu duplicates %llu"
+			" pulls %llu models_resent %llu lost rx %llu tx %llu\n", strsignal(sig),
+			(unsigned long long)st.rx_datagrams, (unsigned long long)st.tx_datagrams,
+			(unsigned long long)st.joins, (unsigned long long)st.pushes,
+			(unsigned long long)st.duplicates, (unsigned long long)st.pulls,
+			(unsigned long long)st.models_resent, (unsigned long long)st.rx_lost,
+			(unsigned long long)st.tx_lost);
+	return EXIT_SUCCESS;
+
+bad:
+	fprintf(stderr, "phub-soft-pbox: bad value '%s' for --%s\n", optarg, opts[li].name);
+	usage(stderr);
+	return EXIT_FAILURE;
+}

@@ -1,0 +1,1016 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Tests of libphub against the soft PBox on 127.0.0.1: models, dtypes, loss, priority, failures. */
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "client/phub.h"
+#include "kernels/phub_kernels.h"
+#include "soft_pbox.h"
+
+enum {
+	MAX_WORKERS = 3,
+	MAX_ITER = 5,
+	WAIT_MS = 20000,	/* a bound for hangs only: every exchange here takes milliseconds */
+};
+
+static uint64_t
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void
+sleep_ms(unsigned int ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000 };
+
+	nanosleep(&ts, NULL);
+}
+
+/* ---- a job to run and the reference it must produce ---- */
+
+struct job_cfg {
+	const char *name;
+	int dtype;
+	const char *optimizer;
+	enum phub_opt_type opt;
+	float lr;
+	float momentum;
+	float weight_decay;
+	float beta1;
+	float beta2;
+	float eps;
+	const struct phub_key *keys;
+	uint32_t n_keys;
+	uint32_t chunk_bytes;
+	unsigned int n_workers;
+	unsigned int n_iter;
+	uint16_t n_lcores;
+	double loss;
+	double tol;		/* 0: the same bytes; else relative tolerance on fp32 */
+	bool push_then_pull;	/* phub_push + phub_pull instead of phub_pushpull */
+	unsigned int flags;
+	uint32_t rto_min_ms;
+	uint32_t window_bytes;
+};
+
+/* Small integers: exact in every dtype, and their sums do not depend on arrival order. */
+static float
+grad_value(unsigned int rank, unsigned int it, uint32_t k, uint32_t i)
+{
+	return (float)((int)(((rank + 1) * (i % 5) + it + k) % 9) - 4);
+}
+
+static float
+init_value(unsigned int rank, uint32_t k, uint32_t i)
+{
+	return (float)((int)((i * 7 + k) % 13) - 6) * 0.25f + (float)rank * 100.0f;
+}
+
+static void
+fill(const struct job_cfg *c, void *dst, uint32_t k, uint32_t n, unsigned int rank,
+		unsigned int it, bool initial)
+{
+	const struct phub_kernels *sk = phub_kernels_for_isa(PHUB_ISA_SCALAR);
+	float *tmp = malloc(n * sizeof(float));
+
+	ck_assert_ptr_nonnull(tmp);
+	for (uint32_t i = 0; i < n; i++)
+		tmp[i] = initial ? init_value(rank, k, i) : grad_value(rank, it, k, i);
+	sk->to_wire(dst, (enum phub_dtype)c->dtype, tmp, n);
+	free(tmp);
+}
+
+/* The models every iteration must give, computed with the scalar kernels. */
+struct reference {
+	uint8_t **out[MAX_ITER + 1];	/* [iteration][key]: the model in the job's dtype */
+};
+
+static void
+reference_compute(const struct job_cfg *c, struct reference *ref)
+{
+	const struct phub_kernels *sk = phub_kernels_for_isa(PHUB_ISA_SCALAR);
+	enum phub_dtype dt = (enum phub_dtype)c->dtype;
+	size_t es = phub_dtype_size(dt);
+	struct phub_optimizer_params op = {
+		.type = c->opt, .lr = c->lr, .momentum = c->momentum,
+		.weight_decay = c->weight_decay,
+		.beta1 = c->beta1 != 0.0f ? c->beta1 : 0.9f,
+		.beta2 = c->beta2 != 0.0f ? c->beta2 : 0.999f,
+		.eps = c->eps != 0.0f ? c->eps : 1e-8f,
+	};
+
+	for (unsigned int it = 0; it <= c->n_iter; it++) {
+		ref->out[it] = calloc(c->n_keys, sizeof(*ref->out[it]));
+		ck_assert_ptr_nonnull(ref->out[it]);
+	}
+	for (uint32_t k = 0; k < c->n_keys; k++) {
+		uint32_t n = c->keys[k].n_elems;
+		float *w = calloc(n, sizeof(float));
+		float *m = calloc(n, sizeof(float));
+		float *v = calloc(n, sizeof(float));
+		float *acc = calloc(n, sizeof(float));
+		uint8_t *g = calloc(n, es);
+
+		ck_assert(w != NULL && m != NULL && v != NULL && acc != NULL && g != NULL);
+		/* Iteration 0: rank 0's initial weights, through the wire dtype. */
+		fill(c, g, k, n, 0, 0, true);
+		sk->first(w, g, dt, n);
+		for (unsigned int it = 0; it <= c->n_iter; it++) {
+			ref->out[it][k] = malloc(n * es);
+			ck_assert_ptr_nonnull(ref->out[it][k]);
+			if (it > 0) {
+				struct phub_opt_step step;
+				struct phub_opt_buffers b = {
+					.weight = w, .m = m, .v = v,
+					.out = dt != PHUB_DTYPE_FP32 ? ref->out[it][k] : NULL,
+					.grad_dtype = dt, .out_dtype = dt,
+				};
+
+				for (unsigned int r = 0; r + 1 < c->n_workers; r++) {
+					fill(c, g, k, n, r, it, false);
+					if (r == 0)
+						sk->first(acc, g, dt, n);
+					else
+						sk->add(acc, g, dt, n);
+				}
+				fill(c, g, k, n, c->n_workers - 1, it, false);
+				b.acc = c->n_workers > 1 ? acc : NULL;
+				b.grad = g;
+				ck_assert_int_eq(phub_opt_step_init(&step, &op, it,
+						c->n_workers), 0);
+				sk->last(&b, n, &op, &step);
+			}
+			if (dt == PHUB_DTYPE_FP32)
+				memcpy(ref->out[it][k], w, n * es);
+			else if (it == 0)
+				sk->to_wire(ref->out[it][k], dt, w, n);
+		}
+		free(w);
+		free(m);
+		free(v);
+		free(acc);
+		free(g);
+	}
+}
+
+static void
+reference_free(const struct job_cfg *c, struct reference *ref)
+{
+	for (unsigned int it = 0; it <= c->n_iter; it++) {
+		for (uint32_t k = 0; k < c->n_keys; k++)
+			free(ref->out[it][k]);
+		free(ref->out[it]);
+	}
+}
+
+static bool
+same_model(const struct job_cfg *c, const void *got, const void *want, uint32_t n)
+{
+	const float *a = got;
+	const float *b = want;
+
+	if (c->tol == 0.0)
+		return memcmp(got, want, n * phub_dtype_size((enum phub_dtype)c->dtype)) == 0;
+	for (uint32_t i = 0; i < n; i++)
+		if (fabs((double)a[i] - (double)b[i]) > c->tol * fmax(1.0, fabs((double)b[i])))
+			return false;
+	return true;
+}
+
+/* ---- workers ---- */
+
+struct worker {
+	pthread_t thread;
+	const struct job_cfg *cfg;
+	const struct reference *ref;
+	uint16_t port;
+	uint16_t rank;
+	uint64_t nonce;
+	int connect_errno;
+	char err[256];
+	unsigned int init_mismatches;	/* keys whose pulled start is not rank 0's weights */
+	unsigned int mismatches;	/* (iteration, key) models unlike the reference */
+	unsigned int exchanges;		/* (iteration, key) models checked */
+	int wait_rc;
+	struct phub_stats stats;
+};
+
+static void
+params_fill(struct phub_connect_params *p, const struct job_cfg *c, uint16_t port, uint16_t rank,
+		uint64_t nonce)
+{
+	memset(p, 0, sizeof(*p));
+	p->server = "127.0.0.1";
+	p->server_port = port;
+	p->bind_addr = "127.0.0.1";
+	p->job = c->name;
+	p->nonce = nonce;
+	p->rank = rank;
+	p->world_size = (uint16_t)c->n_workers;
+	p->dtype = c->dtype;
+	p->optimizer = c->optimizer;
+	p->lr = c->lr;
+	p->momentum = c->momentum;
+	p->weight_decay = c->weight_decay;
+	p->beta1 = c->beta1;
+	p->beta2 = c->beta2;
+	p->eps = c->eps;
+	p->keys = c->keys;
+	p->n_keys = c->n_keys;
+	p->chunk_bytes = c->chunk_bytes;
+	p->rto_min_ms = c->rto_min_ms;
+	p->window_bytes = c->window_bytes;
+	p->connect_timeout_ms = 10000;
+	p->flags = c->flags;
+}
+
+static void *
+worker_main(void *arg)
+{
+	struct worker *w = arg;
+	const struct job_cfg *c = w->cfg;
+	size_t es = phub_dtype_size((enum phub_dtype)c->dtype);
+	void **initial = calloc(c->n_keys, sizeof(void *));
+	void **grad = calloc(c->n_keys, sizeof(void *));
+	void **out = calloc(c->n_keys, sizeof(void *));
+	struct phub_connect_params p;
+	struct phub *h;
+
+	for (uint32_t k = 0; k < c->n_keys; k++) {
+		initial[k] = malloc(c->keys[k].n_elems * es);
+		grad[k] = malloc(c->keys[k].n_elems * es);
+		out[k] = malloc(c->keys[k].n_elems * es);
+		fill(c, initial[k], k, c->keys[k].n_elems, w->rank, 0, true);
+	}
+	params_fill(&p, c, w->port, w->rank, w->nonce);
+	p.initial = (const void *const *)initial;
+	h = phub_connect(&p, w->err, sizeof(w->err));
+	if (h == NULL) {
+		w->connect_errno = errno;
+		goto out;
+	}
+	/* After connect, a pull gives the start every rank shares: rank 0's weights. */
+	for (uint32_t k = 0; k < c->n_keys; k++)
+		phub_pull(h, c->keys[k].key_id, out[k], PHUB_PRIORITY_DEFAULT, NULL, NULL);
+	w->wait_rc = phub_wait_all(h, WAIT_MS);
+	for (uint32_t k = 0; k < c->n_keys && w->wait_rc == 0; k++)
+		w->init_mismatches += memcmp(out[k], w->ref->out[0][k],
+				c->keys[k].n_elems * es) != 0;
+
+	for (unsigned int it = 1; it <= c->n_iter && w->wait_rc == 0; it++) {
+		for (uint32_t k = 0; k < c->n_keys; k++) {
+			uint32_t id = c->keys[k].key_id;
+
+			fill(c, grad[k], k, c->keys[k].n_elems, w->rank, it, false);
+			if (c->push_then_pull) {
+				phub_push(h, id, grad[k], PHUB_PRIORITY_DEFAULT, NULL, NULL);
+				phub_pull(h, id, out[k], PHUB_PRIORITY_DEFAULT, NULL, NULL);
+			} else {
+				phub_pushpull(h, id, grad[k], out[k], PHUB_PRIORITY_DEFAULT, NULL,
+						NULL);
+			}
+		}
+		w->wait_rc = phub_wait_all(h, WAIT_MS);
+		for (uint32_t k = 0; k < c->n_keys && w->wait_rc == 0; k++) {
+			w->exchanges++;
+			w->mismatches += !same_model(c, out[k], w->ref->out[it][k],
+					c->keys[k].n_elems);
+		}
+	}
+	if (w->wait_rc != 0)
+		snprintf(w->err, sizeof(w->err), "%s", phub_last_error(h));
+	phub_stats(h, &w->stats);
+	phub_close(h);
+out:
+	for (uint32_t k = 0; k < c->n_keys; k++) {
+		free(initial[k]);
+		free(grad[k]);
+		free(out[k]);
+	}
+	free(initial);
+	free(grad);
+	free(out);
+	return NULL;
+}
+
+/* Run the job with its workers as threads; the caller checks the workers. */
+static void
+job_run(const struct job_cfg *c, struct soft_pbox *sp, struct worker *w)
+{
+	struct reference ref;
+
+	memset(&ref, 0, sizeof(ref));
+	reference_compute(c, &ref);
+	for (unsigned int r = 0; r < c->n_workers; r++) {
+		memset(&w[r], 0, sizeof(w[r]));
+		w[r].cfg = c;
+		w[r].ref = &ref;
+		w[r].port = soft_pbox_port(sp);
+		w[r].rank = (uint16_t)r;
+		w[r].nonce = 0x5eed;
+		ck_assert_int_eq(pthread_create(&w[r].thread, NULL, worker_main, &w[r]), 0);
+	}
+	for (unsigned int r = 0; r < c->n_workers; r++)
+		pthread_join(w[r].thread, NULL);
+	reference_free(c, &ref);
+}
+
+static void
+workers_check(const struct job_cfg *c, const struct worker *w)
+{
+	for (unsigned int r = 0; r < c->n_workers; r++) {
+		ck_assert_msg(w[r].connect_errno == 0, "rank %u: connect: %s", r, w[r].err);
+		ck_assert_msg(w[r].wait_rc == 0, "rank %u: wait %d: %s", r, w[r].wait_rc,
+				w[r].err);
+		ck_assert_uint_eq(w[r].init_mismatches, 0);
+		ck_assert_uint_eq(w[r].exchanges, c->n_iter * c->n_keys);
+		ck_assert_msg(w[r].mismatches == 0, "rank %u: %u of %u models differ", r,
+				w[r].mismatches, w[r].exchanges);
+	}
+}
+
+static struct soft_pbox *
+pbox_start(uint16_t n_lcores, double loss)
+{
+	struct soft_pbox_params sp = {
+		.bind_addr = "127.0.0.1", .n_lcores = n_lcores, .loss = loss, .seed = 42,
+	};
+	struct soft_pbox *pbox = soft_pbox_start(&sp);
+
+	ck_assert_msg(pbox != NULL, "soft PBox: %s", strerror(errno));
+	return pbox;
+}
+
+/*
+ * Tiny keys, a key of eight chunks (chunks of 704 elements at 4 KiB), and sizes that are not
+ * multiples of a segment (352 fp32) or of a chunk.
+ */
+static const struct phub_key mixed_keys[] = {
+	{ .key_id = 10, .n_elems = 1 },
+	{ .key_id = 11, .n_elems = 17 },
+	{ .key_id = 12, .n_elems = 5000 },
+	{ .key_id = 7, .n_elems = 353 },
+	{ .key_id = 13, .n_elems = 1000 },
+};
+
+static struct job_cfg
+mixed_job(const char *name, unsigned int n_workers)
+{
+	return (struct job_cfg){
+		.name = name, .dtype = PHUB_DTYPE_FP32, .optimizer = "sgd", .opt = PHUB_OPT_SGD,
+		.lr = 0.5f, .weight_decay = 0.25f, .keys = mixed_keys,
+		.n_keys = sizeof(mixed_keys) / sizeof(mixed_keys[0]), .chunk_bytes = 4096,
+		.n_workers = n_workers, .n_iter = MAX_ITER, .n_lcores = 2,
+	};
+}
+
+/* ---- exchange ---- */
+
+START_TEST(test_every_worker_gets_the_reference_model)
+{
+	struct job_cfg c = mixed_job("exchange", (unsigned int)_i);
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = pbox_start(2, 0.0);
+	struct soft_pbox_stats st;
+
+	job_run(&c, sp, w);
+	workers_check(&c, w);
+	soft_pbox_get_stats(sp, &st);
+	/* The chunk map was followed: no segment went to a port that does not own its chunk. */
+	ck_assert_uint_eq(st.drops[PHUB_DROP_WRONG_LCORE], 0);
+	ck_assert_uint_eq(st.jobs, 0);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+START_TEST(test_push_then_pull_equals_pushpull)
+{
+	struct job_cfg c = mixed_job("pushpull", 2);
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = pbox_start(1, 0.0);
+	struct soft_pbox_stats st;
+
+	c.push_then_pull = true;
+	/* Two segments: the PULLs of models that went by wait for room like PUSHes. */
+	c.window_bytes = 2 * 352 * 4;
+	job_run(&c, sp, w);
+	workers_check(&c, w);
+	soft_pbox_get_stats(sp, &st);
+	/* At least the start model was pulled again by both ranks: 1 + 1 + 15 + 2 + 3 segments. */
+	ck_assert_uint_ge(st.pulls, 2 * 22);
+	for (unsigned int r = 0; r < c.n_workers; r++)
+		ck_assert_uint_eq(w[r].stats.inflight_bytes, 0);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+START_TEST(test_large_layout_splits_join_and_join_ack)
+{
+	/* 1000 keys: 7 JOIN datagrams at MTU 1500, and a chunk map of 2 JOIN_ACK datagrams. */
+	static struct phub_key many[1000];
+	struct job_cfg c = mixed_job("split", 2);
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = pbox_start(2, 0.0);
+	struct soft_pbox_stats st;
+
+	for (uint32_t k = 0; k < 1000; k++)
+		many[k] = (struct phub_key){ .key_id = 5000 - k, .n_elems = 1 + k % 3 };
+	c.keys = many;
+	c.n_keys = 1000;
+	c.n_iter = 2;
+	job_run(&c, sp, w);
+	workers_check(&c, w);
+	soft_pbox_get_stats(sp, &st);
+	ck_assert_uint_eq(st.joins, 2);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+/* Each rank pushes key 1 three times back to back, key 2 once, then pulls key 1. */
+struct indep_args {
+	uint16_t port;
+	uint16_t rank;
+	int rc;
+	char err[256];
+	float a[1000];
+	float b[5];
+};
+
+static const struct phub_key indep_keys[] = {
+	{ .key_id = 1, .n_elems = 1000 },	/* 3 segments */
+	{ .key_id = 2, .n_elems = 5 },
+};
+
+static void *
+indep_main(void *arg)
+{
+	struct indep_args *x = arg;
+	struct job_cfg c = {
+		.name = "indep", .dtype = PHUB_DTYPE_FP32, .optimizer = "sgd",
+		.opt = PHUB_OPT_SGD, .lr = 1.0f, .keys = indep_keys, .n_keys = 2, .n_workers = 2,
+	};
+	static const float twos[5] = { 2, 2, 2, 2, 2 };
+	struct phub_connect_params p;
+	float ones[1000];
+	struct phub *h;
+
+	for (int i = 0; i < 1000; i++)
+		ones[i] = 1.0f;
+
+	params_fill(&p, &c, x->port, x->rank, 77);
+	h = phub_connect(&p, x->err, sizeof(x->err));
+	if (h == NULL) {
+		x->rc = -errno;
+		return NULL;
+	}
+	/* The second and third pushes wait for the models of the previous one, no call waits. */
+	for (int i = 0; i < 3; i++)
+		phub_push(h, 1, ones, PHUB_PRIORITY_DEFAULT, NULL, NULL);
+	phub_pushpull(h, 2, twos, x->b, PHUB_PRIORITY_DEFAULT, NULL, NULL);
+	phub_pull(h, 1, x->a, PHUB_PRIORITY_DEFAULT, NULL, NULL);
+	x->rc = phub_wait_all(h, WAIT_MS);
+	if (x->rc != 0)
+		snprintf(x->err, sizeof(x->err), "%s", phub_last_error(h));
+	phub_close(h);
+	return NULL;
+}
+
+START_TEST(test_keys_progress_independently)
+{
+	struct soft_pbox *sp = pbox_start(2, 0.0);
+	struct indep_args x[2];
+	pthread_t t[2];
+
+	for (int r = 0; r < 2; r++) {
+		memset(&x[r], 0, sizeof(x[r]));
+		x[r].port = soft_pbox_port(sp);
+		x[r].rank = (uint16_t)r;
+		ck_assert_int_eq(pthread_create(&t[r], NULL, indep_main, &x[r]), 0);
+	}
+	for (int r = 0; r < 2; r++)
+		pthread_join(t[r], NULL);
+	for (int r = 0; r < 2; r++) {
+		ck_assert_msg(x[r].rc == 0, "rank %d: %d %s", r, x[r].rc, x[r].err);
+		/* From zeros, SGD with lr 1 and a mean gradient of 1: three steps of -1. */
+		for (int i = 0; i < 1000; i++)
+			ck_assert_float_eq(x[r].a[i], -3.0f);
+		for (int i = 0; i < 5; i++)
+			ck_assert_float_eq(x[r].b[i], -2.0f);
+	}
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+/* ---- dtypes and optimizers ---- */
+
+START_TEST(test_fp16_job_matches_reference)
+{
+	struct job_cfg c = mixed_job("fp16", 2);
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = pbox_start(2, 0.0);
+
+	c.dtype = PHUB_DTYPE_FP16;
+	job_run(&c, sp, w);
+	workers_check(&c, w);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+START_TEST(test_bf16_job_matches_reference)
+{
+	struct job_cfg c = mixed_job("bf16", 3);
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = pbox_start(2, 0.0);
+
+	c.dtype = PHUB_DTYPE_BF16;
+	job_run(&c, sp, w);
+	workers_check(&c, w);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+START_TEST(test_nesterov_job_matches_reference_within_1e_6)
+{
+	struct job_cfg c = mixed_job("nesterov", 2);
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = pbox_start(2, 0.0);
+
+	c.optimizer = "nesterov";
+	c.opt = PHUB_OPT_NESTEROV;
+	c.lr = 0.1f;
+	c.momentum = 0.9f;
+	c.weight_decay = 0.01f;
+	c.tol = 1e-6;
+	job_run(&c, sp, w);
+	workers_check(&c, w);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+START_TEST(test_adam_job_matches_reference_within_1e_6)
+{
+	struct job_cfg c = mixed_job("adam", 3);
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = pbox_start(2, 0.0);
+
+	c.optimizer = "adam";
+	c.opt = PHUB_OPT_ADAM;
+	c.lr = 0.01f;
+	c.tol = 1e-6;
+	job_run(&c, sp, w);
+	workers_check(&c, w);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+START_TEST(test_checksummed_job_matches_reference)
+{
+	struct job_cfg c = mixed_job("csum", 2);
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = pbox_start(1, 0.0);
+	struct soft_pbox_stats st;
+
+	c.flags = PHUB_CONNECT_F_CSUM;
+	job_run(&c, sp, w);
+	workers_check(&c, w);
+	soft_pbox_get_stats(sp, &st);
+	ck_assert_uint_eq(st.drops[PHUB_DROP_BAD_CSUM], 0);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+/* ---- loss ---- */
+
+START_TEST(test_ten_percent_loss_still_exact_and_retransmits)
+{
+	struct job_cfg c = mixed_job("lossy", 3);
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = pbox_start(2, 0.10);
+	struct soft_pbox_stats st;
+	uint64_t retransmits = 0, pulls = 0;
+
+	c.rto_min_ms = 2;
+	job_run(&c, sp, w);
+	workers_check(&c, w);
+	for (unsigned int r = 0; r < c.n_workers; r++) {
+		retransmits += w[r].stats.retransmits;
+		pulls += w[r].stats.pulls;
+	}
+	soft_pbox_get_stats(sp, &st);
+	ck_assert_uint_gt(st.rx_lost, 0);
+	ck_assert_uint_gt(st.tx_lost, 0);
+	ck_assert_uint_gt(retransmits, 0);
+	ck_assert_uint_gt(pulls, 0);
+	ck_assert_uint_gt(st.retransmits_seen, 0);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+/* ---- priority ---- */
+
+static const struct phub_key prio_keys[] = {
+	{ .key_id = 100, .n_elems = 3000 },	/* chunk 0: 9 segments */
+	{ .key_id = 200, .n_elems = 3000 },	/* chunk 1 */
+	{ .key_id = 300, .n_elems = 700 },	/* chunk 2: 2 segments */
+};
+
+START_TEST(test_urgent_key_overtakes_queued_segments)
+{
+	struct job_cfg c = {
+		.name = "prio", .dtype = PHUB_DTYPE_FP32, .optimizer = "sgd", .opt = PHUB_OPT_SGD,
+		.lr = 1.0f, .keys = prio_keys, .n_keys = 3, .n_workers = 1, .n_lcores = 1,
+	};
+	struct soft_pbox *sp = pbox_start(1, 0.0);
+	struct soft_pbox_arrival log[256];
+	struct phub_connect_params p;
+	struct phub_stats st;
+	struct phub *h;
+	char err[256];
+	float *buf[3];
+	uint64_t base, t0;
+	int order[64], n_order = 0, ta, tb, tc;
+	size_t n;
+
+	params_fill(&p, &c, soft_pbox_port(sp), 0, 9);
+	/* Two segments in flight: the model is 6700 elements. */
+	p.window_bytes = 2 * 352 * 4;
+	h = phub_connect(&p, err, sizeof(err));
+	ck_assert_msg(h != NULL, "%s", err);
+	for (int k = 0; k < 3; k++) {
+		buf[k] = calloc(prio_keys[k].n_elems, sizeof(float));
+		ck_assert_ptr_nonnull(buf[k]);
+	}
+	phub_stats(h, &st);
+	base = st.pushes;
+
+	soft_pbox_pause(sp, true);
+	ta = phub_pushpull(h, 100, buf[0], buf[0], 10, NULL, NULL);
+	tb = phub_pushpull(h, 200, buf[1], buf[1], 11, NULL, NULL);
+	ck_assert_int_gt(ta, 0);
+	ck_assert_int_gt(tb, 0);
+	/* The window fills with key 100's first two segments, then sending stops. */
+	t0 = now_ms();
+	do {
+		sleep_ms(5);
+		phub_stats(h, &st);
+	} while (st.pushes < base + 2 && now_ms() - t0 < 5000);
+	sleep_ms(50);
+	phub_stats(h, &st);
+	ck_assert_uint_eq(st.pushes, base + 2);
+	tc = phub_pushpull(h, 300, buf[2], buf[2], 0, NULL, NULL);
+	ck_assert_int_gt(tc, 0);
+	soft_pbox_pause(sp, false);
+	ck_assert_int_eq(phub_wait_all(h, WAIT_MS), 0);
+
+	/* First transmissions of iteration 1, in arrival order, as chunk ids. */
+	n = soft_pbox_arrivals(sp, log, 256);
+	ck_assert_uint_le(n, 256);
+	for (size_t i = 0; i < n; i++) {
+		if (log[i].iteration != 1 || log[i].retransmit)
+			continue;
+		ck_assert_int_lt(n_order, 64);
+		ck_assert_uint_eq(log[i].priority, log[i].chunk_id == 2 ? 0 :
+				log[i].chunk_id == 0 ? 10 : 11);
+		order[n_order++] = (int)log[i].chunk_id;
+	}
+	/* 9 + 9 + 2 segments: 0 0 2 2 0 0 0 0 0 0 0 1 1 1 1 1 1 1 1 1. */
+	ck_assert_int_eq(n_order, 20);
+	ck_assert_int_eq(order[0], 0);
+	ck_assert_int_eq(order[1], 0);
+	ck_assert_int_eq(order[2], 2);
+	ck_assert_int_eq(order[3], 2);
+	for (int i = 4; i < 11; i++)
+		ck_assert_int_eq(order[i], 0);
+	for (int i = 11; i < 20; i++)
+		ck_assert_int_eq(order[i], 1);
+	phub_close(h);
+	for (int k = 0; k < 3; k++)
+		free(buf[k]);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+/* ---- failures ---- */
+
+static struct phub *
+connect_one(struct soft_pbox *sp, const char *job, const struct phub_key *keys, uint32_t n_keys,
+		uint64_t nonce, uint32_t dead_ms, char *err, size_t errlen)
+{
+	struct job_cfg c = {
+		.name = job, .dtype = PHUB_DTYPE_FP32, .optimizer = "sgd", .opt = PHUB_OPT_SGD,
+		.lr = 1.0f, .keys = keys, .n_keys = n_keys, .n_workers = 1,
+	};
+	struct phub_connect_params p;
+
+	params_fill(&p, &c, soft_pbox_port(sp), 0, nonce);
+	p.dead_ms = dead_ms;
+	p.rto_max_ms = 100;
+	p.connect_timeout_ms = 2000;
+	return phub_connect(&p, err, errlen);
+}
+
+START_TEST(test_pbox_gone_fails_wait_within_dead_time)
+{
+	struct soft_pbox *sp = pbox_start(1, 0.0);
+	float g[1000] = { 0 };
+	char err[256];
+	struct phub *h;
+	uint64_t t0, dt;
+	int t, rc;
+
+	h = connect_one(sp, "gone", mixed_keys + 4, 1, 3, 1000, err, sizeof(err));
+	ck_assert_msg(h != NULL, "%s", err);
+	t = phub_pushpull(h, 13, g, g, PHUB_PRIORITY_DEFAULT, NULL, NULL);
+	ck_assert_int_eq(phub_wait(h, t, WAIT_MS), 0);
+	soft_pbox_stop(sp);
+
+	t0 = now_ms();
+	t = phub_pushpull(h, 13, g, g, PHUB_PRIORITY_DEFAULT, NULL, NULL);
+	ck_assert_int_gt(t, 0);
+	rc = phub_wait(h, t, WAIT_MS);
+	dt = now_ms() - t0;
+	ck_assert_int_eq(rc, -ECONNRESET);
+	ck_assert_uint_ge(dt, 900);
+	ck_assert_uint_le(dt, 1000 + 1000);
+	ck_assert_msg(strstr(phub_last_error(h), "silent") != NULL &&
+			strstr(phub_last_error(h), "127.0.0.1:") != NULL, "%s", phub_last_error(h));
+	/* The session stays failed: new work is refused at once with the same error. */
+	ck_assert_int_eq(phub_pushpull(h, 13, g, g, 0, NULL, NULL), -ECONNRESET);
+	ck_assert_int_eq(phub_wait_all(h, 0), -ECONNRESET);
+	t0 = now_ms();
+	phub_close(h);
+	ck_assert_uint_lt(now_ms() - t0, 300);
+}
+END_TEST
+
+START_TEST(test_restarted_pbox_ends_the_session_with_its_error)
+{
+	struct soft_pbox_params pp = { .bind_addr = "127.0.0.1", .n_lcores = 1 };
+	struct soft_pbox *sp = NULL;
+	float g[17] = { 0 };
+	char err[256];
+	struct phub *h;
+	int t;
+
+	/* Fixed ports, so that the second PBox listens where the first did. */
+	for (int i = 0; i < 50 && sp == NULL; i++) {
+		pp.port = (uint16_t)(20000 + ((unsigned int)getpid() * 7 + (unsigned int)i * 97) %
+				30000);
+		sp = soft_pbox_start(&pp);
+	}
+	ck_assert_ptr_nonnull(sp);
+	h = connect_one(sp, "restart", mixed_keys, 2, 5, 5000, err, sizeof(err));
+	ck_assert_msg(h != NULL, "%s", err);
+	soft_pbox_stop(sp);
+	sp = soft_pbox_start(&pp);
+	ck_assert_ptr_nonnull(sp);
+
+	t = phub_pushpull(h, 11, g, g, PHUB_PRIORITY_DEFAULT, NULL, NULL);
+	ck_assert_int_eq(phub_wait(h, t, WAIT_MS), -EIO);
+	ck_assert_msg(strstr(phub_last_error(h), "unknown_job") != NULL, "%s",
+			phub_last_error(h));
+	phub_close(h);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+START_TEST(test_join_with_wrong_nonce_is_refused_with_the_pbox_text)
+{
+	struct soft_pbox *sp = pbox_start(1, 0.0);
+	char err[256];
+	struct phub *h, *h2;
+
+	h = connect_one(sp, "secret", mixed_keys, 2, 1234, 0, err, sizeof(err));
+	ck_assert_msg(h != NULL, "%s", err);
+	errno = 0;
+	h2 = connect_one(sp, "secret", mixed_keys, 2, 999, 0, err, sizeof(err));
+	ck_assert_ptr_null(h2);
+	ck_assert_int_eq(errno, EACCES);
+	ck_assert_msg(strstr(err, "bad_nonce") != NULL && strstr(err, "wrong nonce") != NULL,
+			"%s", err);
+	phub_close(h);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+START_TEST(test_join_with_other_layout_is_refused)
+{
+	struct soft_pbox *sp = pbox_start(1, 0.0);
+	char err[256];
+	struct phub *h, *h2;
+
+	h = connect_one(sp, "layout", mixed_keys, 2, 7, 0, err, sizeof(err));
+	ck_assert_msg(h != NULL, "%s", err);
+	h2 = connect_one(sp, "layout", mixed_keys, 3, 7, 0, err, sizeof(err));
+	ck_assert_ptr_null(h2);
+	ck_assert_int_eq(errno, EPROTO);
+	ck_assert_msg(strstr(err, "layout_mismatch") != NULL && strstr(err, "keys") != NULL,
+			"%s", err);
+	phub_close(h);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+START_TEST(test_unreachable_pbox_times_out_naming_the_address)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t alen = sizeof(a);
+	struct phub_connect_params p;
+	struct job_cfg c = mixed_job("nobody", 1);
+	char err[256], port[16];
+	struct phub *h;
+	uint64_t t0;
+	int fd;
+
+	/* A port nobody listens on: take one from the kernel, then let it go. */
+	fd = socket(AF_INET, SOCK_DGRAM, 0);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+	close(fd);
+	params_fill(&p, &c, ntohs(a.sin_port), 0, 1);
+	p.connect_timeout_ms = 500;
+	t0 = now_ms();
+	h = phub_connect(&p, err, sizeof(err));
+	ck_assert_ptr_null(h);
+	ck_assert_int_eq(errno, ETIMEDOUT);
+	ck_assert_uint_lt(now_ms() - t0, 1500);
+	snprintf(port, sizeof(port), ":%u", ntohs(a.sin_port));
+	ck_assert_msg(strstr(err, "127.0.0.1") != NULL && strstr(err, port) != NULL, "%s", err);
+}
+END_TEST
+
+START_TEST(test_bad_arguments_are_refused)
+{
+	struct soft_pbox *sp = pbox_start(1, 0.0);
+	struct phub_connect_params p;
+	struct job_cfg c = mixed_job("args", 1);
+	char err[256];
+	float g[17] = { 0 };
+	struct phub *h;
+
+	params_fill(&p, &c, soft_pbox_port(sp), 0, 1);
+	p.rank = 1;
+	ck_assert_ptr_null(phub_connect(&p, err, sizeof(err)));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "rank"));
+	params_fill(&p, &c, soft_pbox_port(sp), 0, 1);
+	p.optimizer = "lion";
+	ck_assert_ptr_null(phub_connect(&p, err, sizeof(err)));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "lion"));
+
+	h = connect_one(sp, "args", mixed_keys, 2, 1, 0, err, sizeof(err));
+	ck_assert_msg(h != NULL, "%s", err);
+	ck_assert_int_eq(phub_pushpull(h, 4242, g, g, 0, NULL, NULL), -ENOENT);
+	ck_assert_int_eq(phub_pushpull(h, 11, NULL, g, 0, NULL, NULL), -EINVAL);
+	ck_assert_int_eq(phub_pull(h, 11, NULL, 0, NULL, NULL), -EINVAL);
+	ck_assert_int_eq(phub_push(h, 11, g, -2, NULL, NULL), -EINVAL);
+	ck_assert_int_eq(phub_wait(h, 0, 0), -EINVAL);
+	ck_assert_int_eq(phub_wait(h, 1000000, 0), -EINVAL);
+	phub_close(h);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+/* ---- callbacks, close, stats ---- */
+
+struct cb_log {
+	pthread_mutex_t lock;
+	int calls;
+	int last_ticket;
+	int last_status;
+};
+
+static void
+cb_record(void *arg, int ticket, int status)
+{
+	struct cb_log *l = arg;
+
+	pthread_mutex_lock(&l->lock);
+	l->calls++;
+	l->last_ticket = ticket;
+	l->last_status = status;
+	pthread_mutex_unlock(&l->lock);
+}
+
+START_TEST(test_callback_runs_once_before_wait_returns)
+{
+	struct soft_pbox *sp = pbox_start(1, 0.0);
+	struct cb_log l = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	float g[17] = { 0 };
+	struct phub_stats st;
+	char err[256];
+	struct phub *h;
+	int t;
+
+	h = connect_one(sp, "cb", mixed_keys, 2, 1, 0, err, sizeof(err));
+	ck_assert_msg(h != NULL, "%s", err);
+	t = phub_pushpull(h, 11, g, g, PHUB_PRIORITY_DEFAULT, cb_record, &l);
+	ck_assert_int_gt(t, 0);
+	ck_assert_int_eq(phub_wait(h, t, WAIT_MS), 0);
+	ck_assert_int_eq(l.calls, 1);
+	ck_assert_int_eq(l.last_ticket, t);
+	ck_assert_int_eq(l.last_status, 0);
+	phub_stats(h, &st);
+	ck_assert_uint_gt(st.tx_datagrams, 0);
+	ck_assert_uint_gt(st.rx_datagrams, 0);
+	/* One segment per key: iteration 0 of both keys, then iteration 1 of key 11. */
+	ck_assert_uint_eq(st.models, 3);
+	ck_assert_uint_eq(st.pushes, 3);
+	ck_assert_uint_gt(st.rto_us, 0);
+	ck_assert_uint_eq(st.inflight_bytes, 0);
+	phub_close(h);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+START_TEST(test_close_cancels_pending_tickets)
+{
+	struct soft_pbox *sp = pbox_start(1, 0.0);
+	struct cb_log l = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	float g[17] = { 0 };
+	char err[256];
+	struct phub *h;
+	int t;
+
+	h = connect_one(sp, "cancel", mixed_keys, 2, 1, 0, err, sizeof(err));
+	ck_assert_msg(h != NULL, "%s", err);
+	soft_pbox_pause(sp, true);
+	t = phub_pushpull(h, 11, g, g, PHUB_PRIORITY_DEFAULT, cb_record, &l);
+	ck_assert_int_gt(t, 0);
+	ck_assert_int_eq(phub_wait(h, t, 50), -ETIMEDOUT);
+	phub_close(h);
+	ck_assert_int_eq(l.calls, 1);
+	ck_assert_int_eq(l.last_status, -ECANCELED);
+	soft_pbox_pause(sp, false);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+Suite *
+phub_client_suite(void)
+{
+	Suite *s = suite_create("client");
+	TCase *tc;
+
+	tc = tcase_create("exchange");
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_every_worker_gets_the_reference_model, 1, MAX_WORKERS + 1);
+	tcase_add_test(tc, test_push_then_pull_equals_pushpull);
+	tcase_add_test(tc, test_large_layout_splits_join_and_join_ack);
+	tcase_add_test(tc, test_keys_progress_independently);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("dtypes_and_optimizers");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_fp16_job_matches_reference);
+	tcase_add_test(tc, test_bf16_job_matches_reference);
+	tcase_add_test(tc, test_nesterov_job_matches_reference_within_1e_6);
+	tcase_add_test(tc, test_adam_job_matches_reference_within_1e_6);
+	tcase_add_test(tc, test_checksummed_job_matches_reference);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("loss");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_ten_percent_loss_still_exact_and_retransmits);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("priority");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_urgent_key_overtakes_queued_segments);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("failures");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_pbox_gone_fails_wait_within_dead_time);
+	tcase_add_test(tc, test_restarted_pbox_ends_the_session_with_its_error);
+	tcase_add_test(tc, test_join_with_wrong_nonce_is_refused_with_the_pbox_text);
+	tcase_add_test(tc, test_join_with_other_layout_is_refused);
+	tcase_add_test(tc, test_unreachable_pbox_times_out_naming_the_address);
+	tcase_add_test(tc, test_bad_arguments_are_refused);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("tickets");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_callback_runs_once_before_wait_returns);
+	tcase_add_test(tc, test_close_cancels_pending_tickets);
+	suite_add_tcase(s, tc);
+	return s;
+}

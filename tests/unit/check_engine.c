@@ -1,0 +1,697 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Unit tests of lib/engine: sessions, every drop reason, and exact models through a lossy network. */
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>
+
+#include "engine/phub_engine.h"
+
+#define SEG_ELEMS 64u
+#define CHUNK_BYTES 1024u	/* 256 fp32 elements: 4 segments a chunk */
+#define PEER_IP(rank) (0x0a000064u + (rank))
+#define PEER_PORT 40000u
+
+static const struct phub_layout_key test_keys[] = {
+	{ .key_id = 10, .n_elems = 7 },		/* smaller than a segment */
+	{ .key_id = 11, .n_elems = 300 },	/* one chunk and a bit, odd tail */
+	{ .key_id = 12, .n_elems = 1000 },	/* several chunks */
+};
+#define N_TEST_KEYS (sizeof(test_keys) / sizeof(test_keys[0]))
+
+static struct phub_engine_job_params
+test_params(uint16_t world, enum phub_dtype dtype, enum phub_opt_type opt)
+{
+	struct phub_engine_job_params p = {
+		.name = "job",
+		.nonce = 0x1122334455667788ull,
+		.world_size = world,
+		.dtype = dtype,
+		.optimizer = { .type = opt, .lr = 0.5f, .momentum = 0.5f, .beta1 = 0.9f,
+			.beta2 = 0.999f, .eps = 1e-8f },
+		.keys = test_keys,
+		.n_keys = N_TEST_KEYS,
+		.chunk_bytes = CHUNK_BYTES,
+		.segment_elems = SEG_ELEMS,
+	};
+	return p;
+}
+
+static struct phub_engine_peer
+peer_of(uint16_t rank)
+{
+	struct phub_engine_peer p = { .ipv4 = PEER_IP(rank), .udp_port = PEER_PORT };
+
+	return p;
+}
+
+static uint64_t
+join(struct phub_engine_job *job, uint16_t rank)
+{
+	struct phub_engine_peer peer = peer_of(rank);
+	uint64_t token = 0;
+
+	ck_assert_int_eq(phub_engine_job_join(job, rank, 0x1122334455667788ull, &peer, &token), 0);
+	ck_assert_uint_ne(token, 0);
+	return token;
+}
+
+/* A valid request for segment seg of chunk of the job, as rank would send it. */
+static struct phub_engine_request
+request(struct phub_engine_job *job, uint16_t rank, uint64_t token, uint32_t chunk,
+		uint16_t seg, uint32_t iteration, const void *payload)
+{
+	const struct phub_layout *layout = phub_engine_job_layout(job);
+	struct phub_layout_chunk c;
+	struct phub_layout_segment s;
+	struct phub_engine_request r;
+
+	ck_assert_int_eq(phub_layout_chunk_get(layout, chunk, &c), 0);
+	ck_assert_int_eq(phub_layout_segment_get(layout, chunk, seg, &s), 0);
+	memset(&r, 0, sizeof(r));
+	r.session_token = token;
+	r.chunk_id = chunk;
+	r.iteration = iteration;
+	r.elem_offset = s.elem_offset;
+	r.elem_count = s.n_elems;
+	r.rank = rank;
+	r.seg_index = seg;
+	r.seg_count = (uint16_t)c.n_segments;
+	r.dtype = PHUB_DTYPE_FP32;
+	r.src_ipv4 = PEER_IP(rank);
+	r.src_udp_port = PEER_PORT;
+	r.payload = payload;
+	r.payload_len = (size_t)s.n_elems * 4;
+	return r;
+}
+
+START_TEST(test_job_table_creates_finds_and_frees_jobs)
+{
+	struct phub_engine *engine = phub_engine_create();
+	struct phub_engine_job_params p = test_params(2, PHUB_DTYPE_FP32, PHUB_OPT_SGD);
+	struct phub_engine_job *a, *b;
+	struct phub_engine_job_info info;
+	uint32_t id;
+
+	a = phub_engine_job_create(engine, &p);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_null(phub_engine_job_create(engine, &p));
+	ck_assert_int_eq(errno, EEXIST);
+	p.name = "other";
+	b = phub_engine_job_create(engine, &p);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_uint_ne(phub_engine_job_id(a), phub_engine_job_id(b));
+	ck_assert_ptr_eq(phub_engine_job_lookup(engine, phub_engine_job_id(b)), b);
+	ck_assert_ptr_eq(phub_engine_job_find(engine, "job"), a);
+	ck_assert_ptr_eq(phub_engine_job_next(engine, NULL), a);
+	ck_assert_ptr_eq(phub_engine_job_next(engine, a), b);
+	ck_assert_ptr_null(phub_engine_job_next(engine, b));
+
+	phub_engine_job_get_info(a, &info);
+	ck_assert_uint_eq(info.n_elems, 1307);
+	ck_assert_uint_eq(info.n_keys, 3);
+	/* 7 -> 1 chunk; 300 -> 256 + 44; 1000 -> 3 x 256 + 232 */
+	ck_assert_uint_eq(info.n_chunks, 7);
+	ck_assert_uint_eq(info.n_segments, 1 + 4 + 1 + 4 * 3 + 4);
+	ck_assert_uint_ge(info.memory_bytes, 1307 * 4 * 2);
+
+	/* A stale id of a freed job must not find a new job in the same slot. */
+	id = phub_engine_job_id(a);
+	phub_engine_job_unpublish(engine, a);
+	phub_engine_job_free(a);
+	ck_assert_ptr_null(phub_engine_job_lookup(engine, id));
+	p.name = "third";
+	a = phub_engine_job_create(engine, &p);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_null(phub_engine_job_lookup(engine, id));
+	phub_engine_free(engine);
+}
+END_TEST
+
+START_TEST(test_job_refuses_memory_beyond_its_limit)
+{
+	struct phub_engine *engine = phub_engine_create();
+	struct phub_engine_job_params p = test_params(2, PHUB_DTYPE_FP32, PHUB_OPT_ADAM);
+
+	p.memory_limit_bytes = 1307 * 4 * 3;	/* model + agg fit, Adam's m and v do not */
+	ck_assert_ptr_null(phub_engine_job_create(engine, &p));
+	ck_assert_int_eq(errno, E2BIG);
+	p.memory_limit_bytes = 1 << 20;
+	ck_assert_ptr_nonnull(phub_engine_job_create(engine, &p));
+	phub_engine_free(engine);
+}
+END_TEST
+
+START_TEST(test_job_table_refuses_bad_parameters)
+{
+	struct phub_engine *engine = phub_engine_create();
+	struct phub_engine_job_params p = test_params(0, PHUB_DTYPE_FP32, PHUB_OPT_SGD);
+
+	ck_assert_ptr_null(phub_engine_job_create(engine, &p));
+	ck_assert_int_eq(errno, EINVAL);
+	p = test_params(PHUB_ENGINE_MAX_WORKERS + 1, PHUB_DTYPE_FP32, PHUB_OPT_SGD);
+	ck_assert_ptr_null(phub_engine_job_create(engine, &p));
+	p = test_params(2, PHUB_DTYPE_FP32, PHUB_OPT_SGD);
+	p.optimizer.lr = -1.0f;
+	ck_assert_ptr_null(phub_engine_job_create(engine, &p));
+	ck_assert_int_eq(errno, EINVAL);
+	phub_engine_free(engine);
+}
+END_TEST
+
+START_TEST(test_join_checks_nonce_and_rank_and_is_idempotent)
+{
+	struct phub_engine *engine = phub_engine_create();
+	struct phub_engine_job_params p = test_params(2, PHUB_DTYPE_FP32, PHUB_OPT_SGD);
+	struct phub_engine_job *job = phub_engine_job_create(engine, &p);
+	struct phub_engine_peer peer = peer_of(0), moved = peer_of(0), got;
+	uint64_t t1, t2, t3, seen;
+
+	ck_assert_int_eq(phub_engine_job_join(job, 0, 42, &peer, &t1), -PHUB_WIRE_ERR_BAD_NONCE);
+	ck_assert_int_eq(phub_engine_job_join(job, 2, p.nonce, &peer, &t1),
+			-PHUB_WIRE_ERR_RANK_RANGE);
+	ck_assert_int_eq(phub_engine_job_join(job, 0, p.nonce, &peer, &t1), 0);
+	ck_assert_int_eq(phub_engine_job_join(job, 0, p.nonce, &peer, &t2), 0);
+	ck_assert_uint_eq(t1, t2);
+
+	/* The same rank from a new address: a restarted worker gets a new token. */
+	moved.udp_port = PEER_PORT + 1;
+	ck_assert_int_eq(phub_engine_job_join(job, 0, p.nonce, &moved, &t3), 0);
+	ck_assert_uint_ne(t3, t1);
+	ck_assert(phub_engine_job_rank(job, 0, &got, &seen));
+	ck_assert_uint_eq(seen, t3);
+	ck_assert_uint_eq(got.udp_port, PEER_PORT + 1);
+	ck_assert(!phub_engine_job_rank(job, 1, &got, &seen));
+
+	ck_assert_int_eq(phub_engine_job_leave(job, 0, t1), -EPERM);
+	ck_assert_int_eq(phub_engine_job_leave(job, 0, t3), 0);
+	phub_engine_free(engine);
+}
+END_TEST
+
+START_TEST(test_push_drops_each_bad_request_for_its_reason)
+{
+	struct phub_engine *engine = phub_engine_create();
+	struct phub_engine_job_params p = test_params(2, PHUB_DTYPE_FP32, PHUB_OPT_SGD);
+	struct phub_engine_job *job = phub_engine_job_create(engine, &p);
+	struct phub_engine_stats stats;
+	struct phub_engine_reply reply;
+	struct phub_engine_request r;
+	float payload[SEG_ELEMS] = { 0 };
+	uint64_t token = join(job, 0);
+
+	memset(&stats, 0, sizeof(stats));
+#define EXPECT_DROP(why) do { \
+		phub_engine_push(job, &r, &reply, &stats); \
+		ck_assert_uint_eq(reply.actions, PHUB_ENGINE_DROP); \
+		ck_assert_int_eq(reply.reason, why); \
+		ck_assert_uint_eq(stats.drops[why], 1); \
+	} while (0)
+
+	r = request(job, 0, token, 1, 0, 0, payload);
+	r.rank = 2;
+	EXPECT_DROP(PHUB_DROP_RANK_RANGE);
+	r = request(job, 1, token, 1, 0, 0, payload);
+	EXPECT_DROP(PHUB_DROP_NOT_JOINED);
+	r = request(job, 0, token ^ 1, 1, 0, 0, payload);
+	EXPECT_DROP(PHUB_DROP_BAD_TOKEN);
+	r = request(job, 0, token, 1, 0, 0, payload);
+	r.src_ipv4++;
+	EXPECT_DROP(PHUB_DROP_WRONG_SOURCE);
+	r = request(job, 0, token, 1, 0, 0, payload);
+	r.chunk_id = 7;
+	EXPECT_DROP(PHUB_DROP_CHUNK_RANGE);
+	r = request(job, 0, token, 1, 1, 0, payload);
+	r.elem_offset += 1;
+	EXPECT_DROP(PHUB_DROP_OFFSET_RANGE);
+	r = request(job, 0, token, 1, 0, 0, payload);
+	r.iteration = 1;
+	EXPECT_DROP(PHUB_DROP_FUTURE_ITERATION);
+	r = request(job, 0, token, 1, 0, 0, payload);
+	r.iteration = UINT32_MAX;
+	EXPECT_DROP(PHUB_DROP_STALE_ITERATION);
+	/* Nothing was added by any of them. */
+	ck_assert_uint_eq(stats.pushes, 0);
+#undef EXPECT_DROP
+	phub_engine_free(engine);
+}
+END_TEST
+
+START_TEST(test_push_counts_a_duplicate_once_and_acks_it_again)
+{
+	struct phub_engine *engine = phub_engine_create();
+	struct phub_engine_job_params p = test_params(2, PHUB_DTYPE_FP32, PHUB_OPT_NONE);
+	struct phub_engine_job *job = phub_engine_job_create(engine, &p);
+	struct phub_engine_stats stats;
+	struct phub_engine_reply reply;
+	struct phub_engine_request r;
+	float a[7] = { 1, 2, 3, 4, 5, 6, 7 }, b[7] = { 10, 20, 30, 40, 50, 60, 70 };
+	uint64_t t0 = join(job, 0), t1 = join(job, 1);
+
+	memset(&stats, 0, sizeof(stats));
+	/* Iteration 0: rank 0's values become the model. */
+	r = request(job, 0, t0, 0, 0, 0, a);
+	phub_engine_push(job, &r, &reply, &stats);
+	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK);
+	phub_engine_push(job, &r, &reply, &stats);
+	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK);
+	ck_assert_uint_eq(stats.duplicates, 1);
+	r = request(job, 1, t1, 0, 0, 0, b);
+	phub_engine_push(job, &r, &reply, &stats);
+	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK | PHUB_ENGINE_MODEL_ALL);
+	ck_assert_uint_eq(reply.model_bytes, sizeof(a));
+	ck_assert_mem_eq(reply.model, a, sizeof(a));
+
+	/* Iteration 1 with NONE: the model is the mean, duplicates excluded. */
+	r = request(job, 0, t0, 0, 0, 1, a);
+	phub_engine_push(job, &r, &reply, &stats);
+	phub_engine_push(job, &r, &reply, &stats);
+	r = request(job, 1, t1, 0, 0, 1, b);
+	phub_engine_push(job, &r, &reply, &stats);
+	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK | PHUB_ENGINE_MODEL_ALL);
+	ck_assert_float_eq(((const float *)reply.model)[6], 38.5f);
+
+	/* A late retransmission of the finished iteration gets the kept MODEL. */
+	r = request(job, 0, t0, 0, 0, 1, a);
+	r.retransmit = true;
+	phub_engine_push(job, &r, &reply, &stats);
+	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_MODEL_ONE);
+	ck_assert_uint_eq(reply.iteration, 1);
+	ck_assert_float_eq(((const float *)reply.model)[0], 5.5f);
+	ck_assert_uint_eq(stats.models_resent, 1);
+	ck_assert_uint_eq(stats.retransmits_seen, 1);
+	ck_assert_uint_eq(stats.pushes, 4);
+	ck_assert_uint_eq(stats.segments_completed, 2);
+
+	/* PULL: the finished iteration only. */
+	r = request(job, 1, t1, 0, 0, 1, NULL);
+	phub_engine_pull(job, &r, &reply, &stats);
+	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_MODEL_ONE);
+	r.iteration = 2;
+	phub_engine_pull(job, &r, &reply, &stats);
+	ck_assert_int_eq(reply.reason, PHUB_DROP_FUTURE_ITERATION);
+	phub_engine_free(engine);
+}
+END_TEST
+
+/*
+ * A deterministic lossy network between W workers and one engine. Gradients
+ * are small integers, so that every partial sum is exact in fp32 whatever the
+ * order of arrival, and the reference (the scalar kernels applied in rank
+ * order) must match the engine bit for bit.
+ */
+enum { MAX_W = 4, ITERATIONS = 6, MAX_MSGS = 4096 };
+
+struct sim_msg {
+	int to_pbox;		/* 1: PUSH/PULL to the engine; 0: reply to a worker */
+	int pull;
+	int model;		/* reply: 1 MODEL, 0 ACK */
+	uint16_t rank;
+	uint32_t chunk;
+	uint16_t seg;
+	uint32_t iteration;
+};
+
+struct sim {
+	struct phub_engine_job *job;
+	uint16_t world;
+	uint64_t token[MAX_W];
+	uint32_t n_chunks;
+	uint32_t n_segments;
+	/* per worker, per (chunk, seg): 0 sent, 1 acked, 2 model in */
+	uint8_t *state[MAX_W];
+	float *worker_model[MAX_W];
+	uint32_t iteration[MAX_W];
+	uint32_t pending[MAX_W];
+	struct sim_msg queue[MAX_MSGS];
+	unsigned int queued;
+	uint64_t rng;
+	unsigned int loss_pct, dup_pct;
+	uint64_t lost;
+};
+
+static uint32_t
+sim_rand(struct sim *s)
+{
+	s->rng ^= s->rng << 13;
+	s->rng ^= s->rng >> 7;
+	s->rng ^= s->rng << 17;
+	return (uint32_t)(s->rng >> 11);
+}
+
+static float
+gradient(uint16_t rank, uint32_t iteration, uint64_t elem)
+{
+	if (iteration == 0)
+		return (float)(elem % 5) * 0.25f;	/* the initial weights, the same on every rank */
+	return (float)((int)((elem * 7 + rank * 13 + iteration * 3) % 17) - 8);
+}
+
+static void
+sim_send(struct sim *s, struct sim_msg m)
+{
+	if (sim_rand(s) % 100 < s->loss_pct) {
+		s->lost++;
+		return;
+	}
+	for (int copies = sim_rand(s) % 100 < s->dup_pct ? 2 : 1; copies > 0; copies--) {
+		ck_assert_uint_lt(s->queued, MAX_MSGS);
+		s->queue[s->queued++] = m;
+	}
+}
+
+static uint32_t
+sim_index(const struct sim *s, uint32_t chunk, uint16_t seg)
+{
+	const struct phub_layout *layout = phub_engine_job_layout(s->job);
+	uint32_t index = 0;
+
+	for (uint32_t c = 0; c < chunk; c++) {
+		struct phub_layout_chunk info;
+
+		phub_layout_chunk_get(layout, c, &info);
+		index += info.n_segments;
+	}
+	return index + seg;
+}
+
+static void
+sim_push(struct sim *s, uint16_t rank, uint32_t chunk, uint16_t seg, int pull)
+{
+	struct sim_msg m = { .to_pbox = 1, .pull = pull, .rank = rank, .chunk = chunk,
+		.seg = seg, .iteration = s->iteration[rank] };
+
+	sim_send(s, m);
+}
+
+static void
+sim_start_iteration(struct sim *s, uint16_t rank)
+{
+	const struct phub_layout *layout = phub_engine_job_layout(s->job);
+
+	memset(s->state[rank], 0, s->n_segments);
+	s->pending[rank] = s->n_segments;
+	for (uint32_t c = 0; c < s->n_chunks; c++) {
+		struct phub_layout_chunk info;
+
+		phub_layout_chunk_get(layout, c, &info);
+		for (uint16_t g = 0; g < info.n_segments; g++)
+			sim_push(s, rank, c, g, 0);
+	}
+}
+
+static void
+sim_deliver_to_pbox(struct sim *s, const struct sim_msg *m, struct phub_engine_stats *stats)
+{
+	const struct phub_layout *layout = phub_engine_job_layout(s->job);
+	struct phub_layout_chunk info;
+	struct phub_layout_segment seg;
+	struct phub_engine_reply reply;
+	struct phub_engine_request r;
+	float payload[SEG_ELEMS];
+
+	phub_layout_chunk_get(layout, m->chunk, &info);
+	phub_layout_segment_get(layout, m->chunk, m->seg, &seg);
+	for (uint32_t i = 0; i < seg.n_elems; i++)
+		payload[i] = gradient(m->rank, m->iteration, info.elem_base + seg.elem_offset + i);
+	r = request(s->job, m->rank, s->token[m->rank], m->chunk, m->seg, m->iteration, payload);
+	if (m->pull)
+		phub_engine_pull(s->job, &r, &reply, stats);
+	else
+		phub_engine_push(s->job, &r, &reply, stats);
+
+	if (reply.actions & PHUB_ENGINE_ACK) {
+		struct sim_msg ack = *m;
+
+		ack.to_pbox = 0;
+		ack.model = 0;
+		sim_send(s, ack);
+	}
+	if (reply.actions & (PHUB_ENGINE_MODEL_ONE | PHUB_ENGINE_MODEL_ALL)) {
+		/* The model travels in the message by reference: copy it at delivery. */
+		for (uint16_t w = 0; w < s->world; w++) {
+			struct sim_msg model = *m;
+
+			if (!(reply.actions & PHUB_ENGINE_MODEL_ALL) && w != m->rank)
+				continue;
+			model.to_pbox = 0;
+			model.model = 1;
+			model.rank = w;
+			model.iteration = reply.iteration;
+			sim_send(s, model);
+		}
+	}
+}
+
+static void
+sim_deliver_to_worker(struct sim *s, const struct sim_msg *m)
+{
+	const struct phub_layout *layout = phub_engine_job_layout(s->job);
+	const float *model = phub_engine_job_model(s->job);
+	struct phub_layout_chunk info;
+	struct phub_layout_segment seg;
+	uint32_t index = sim_index(s, m->chunk, m->seg);
+	uint8_t *st = &s->state[m->rank][index];
+
+	if (m->iteration != s->iteration[m->rank] || *st == 2)
+		return;		/* stale or already complete: the worker ignores it */
+	if (!m->model) {
+		*st = 1;
+		return;
+	}
+	/*
+	 * The engine's model buffer still holds this iteration's result: the
+	 * next one cannot finish before this worker pushes to it.
+	 */
+	phub_layout_chunk_get(layout, m->chunk, &info);
+	phub_layout_segment_get(layout, m->chunk, m->seg, &seg);
+	memcpy(s->worker_model[m->rank] + info.elem_base + seg.elem_offset,
+			model + info.elem_base + seg.elem_offset, seg.n_elems * sizeof(float));
+	*st = 2;
+	if (--s->pending[m->rank] == 0 && ++s->iteration[m->rank] <= ITERATIONS)
+		sim_start_iteration(s, m->rank);
+}
+
+/* The worker's timer: everything not yet answered goes again, as PUSH or PULL. */
+static void
+sim_timeout(struct sim *s, uint16_t rank)
+{
+	const struct phub_layout *layout = phub_engine_job_layout(s->job);
+	uint32_t index = 0;
+
+	if (s->iteration[rank] > ITERATIONS)
+		return;
+	for (uint32_t c = 0; c < s->n_chunks; c++) {
+		struct phub_layout_chunk info;
+
+		phub_layout_chunk_get(layout, c, &info);
+		for (uint16_t g = 0; g < info.n_segments; g++, index++) {
+			if (s->state[rank][index] == 0)
+				sim_push(s, rank, c, g, 0);
+			else if (s->state[rank][index] == 1)
+				sim_push(s, rank, c, g, 1);
+		}
+	}
+}
+
+/* The model every worker must end with: the scalar kernels in rank order. */
+static float *
+reference_model(uint16_t world, const struct phub_optimizer_params *opt, uint64_t n_elems)
+{
+	const struct phub_kernels *k = phub_kernels_for_isa(PHUB_ISA_SCALAR);
+	float *w = calloc(n_elems, sizeof(float));
+	float *m = calloc(n_elems, sizeof(float));
+	float *v = calloc(n_elems, sizeof(float));
+	float *acc = calloc(n_elems, sizeof(float));
+	float *g = calloc(n_elems, sizeof(float));
+
+	for (uint64_t i = 0; i < n_elems; i++)
+		w[i] = gradient(0, 0, i);
+	for (uint32_t t = 1; t <= ITERATIONS; t++) {
+		struct phub_opt_step step;
+		struct phub_opt_buffers buf = {
+			.acc = world > 1 ? acc : NULL, .grad = g, .weight = w, .m = m, .v = v,
+			.grad_dtype = PHUB_DTYPE_FP32, .out_dtype = PHUB_DTYPE_FP32,
+		};
+
+		for (uint16_t r = 0; r < world; r++) {
+			for (uint64_t i = 0; i < n_elems; i++)
+				g[i] = gradient(r, t, i);
+			if (r == 0 && world > 1)
+				k->first(acc, g, PHUB_DTYPE_FP32, n_elems);
+			else if (r + 1 < world)
+				k->add(acc, g, PHUB_DTYPE_FP32, n_elems);
+		}
+		phub_opt_step_init(&step, opt, t, world);
+		k->last(&buf, n_elems, opt, &step);
+	}
+	free(m);
+	free(v);
+	free(acc);
+	free(g);
+	return w;
+}
+
+static void
+run_lossy_exchange(uint16_t world, enum phub_opt_type opt, unsigned int loss_pct,
+		unsigned int dup_pct, uint64_t seed)
+{
+	struct phub_engine *engine = phub_engine_create();
+	struct phub_engine_job_params p = test_params(world, PHUB_DTYPE_FP32, opt);
+	struct phub_engine_stats stats;
+	struct phub_engine_job_info info;
+	struct sim *s = calloc(1, sizeof(*s));
+	float *ref;
+	unsigned int rounds = 0;
+	int done;
+
+	memset(&stats, 0, sizeof(stats));
+	s->job = phub_engine_job_create(engine, &p);
+	ck_assert_ptr_nonnull(s->job);
+	phub_engine_job_get_info(s->job, &info);
+	s->world = world;
+	s->n_chunks = info.n_chunks;
+	s->n_segments = info.n_segments;
+	s->rng = seed;
+	s->loss_pct = loss_pct;
+	s->dup_pct = dup_pct;
+	for (uint16_t r = 0; r < world; r++) {
+		s->token[r] = join(s->job, r);
+		s->state[r] = calloc(info.n_segments, 1);
+		s->worker_model[r] = calloc(info.n_elems, sizeof(float));
+	}
+	for (uint16_t r = 0; r < world; r++)
+		sim_start_iteration(s, r);
+
+	do {
+		/* Deliver what is in flight in random order, then let timers fire. */
+		while (s->queued > 0) {
+			unsigned int i = sim_rand(s) % s->queued;
+			struct sim_msg m = s->queue[i];
+
+			s->queue[i] = s->queue[--s->queued];
+			if (m.to_pbox)
+				sim_deliver_to_pbox(s, &m, &stats);
+			else
+				sim_deliver_to_worker(s, &m);
+		}
+		done = 1;
+		for (uint16_t r = 0; r < world; r++) {
+			sim_timeout(s, r);
+			done &= s->iteration[r] > ITERATIONS;
+		}
+		ck_assert_uint_lt(++rounds, 10000);
+	} while (!done);
+
+	ref = reference_model(world, &p.optimizer, info.n_elems);
+	ck_assert_mem_eq(phub_engine_job_model(s->job), ref, info.n_elems * sizeof(float));
+	for (uint16_t r = 0; r < world; r++) {
+		ck_assert_mem_eq(s->worker_model[r], ref, info.n_elems * sizeof(float));
+		free(s->state[r]);
+		free(s->worker_model[r]);
+	}
+	phub_engine_job_get_info(s->job, &info);
+	ck_assert_uint_eq(info.iteration_min, ITERATIONS);
+	ck_assert_uint_eq(info.iteration_max, ITERATIONS);
+	ck_assert_uint_eq(stats.segments_completed, (uint64_t)info.n_segments * (ITERATIONS + 1));
+	/* Every accepted push was added exactly once. */
+	ck_assert_uint_eq(stats.pushes, (uint64_t)info.n_segments * (ITERATIONS + 1) * world);
+	if (loss_pct > 0)
+		ck_assert_uint_gt(s->lost, 0);
+	free(ref);
+	free(s);
+	phub_engine_free(engine);
+}
+
+START_TEST(test_exchange_without_loss_gives_the_reference_model)
+{
+	run_lossy_exchange(3, PHUB_OPT_SGD, 0, 0, 1);
+}
+END_TEST
+
+START_TEST(test_exchange_with_loss_duplication_and_reordering_is_exact)
+{
+	static const enum phub_opt_type opts[] = {
+		PHUB_OPT_SGD, PHUB_OPT_NESTEROV, PHUB_OPT_ADAM,
+	};
+
+	for (unsigned int i = 0; i < 3; i++) {
+		run_lossy_exchange(1, opts[i], 20, 10, 7 + i);
+		run_lossy_exchange(2, opts[i], 5, 5, 11 + i);
+		run_lossy_exchange(4, opts[i], 20, 10, 13 + i);
+	}
+}
+END_TEST
+
+START_TEST(test_fp16_job_keeps_the_model_in_fp32_and_sends_fp16)
+{
+	struct phub_engine *engine = phub_engine_create();
+	struct phub_engine_job_params p = test_params(2, PHUB_DTYPE_FP16, PHUB_OPT_SGD);
+	struct phub_engine_job *job = phub_engine_job_create(engine, &p);
+	struct phub_engine_stats stats;
+	struct phub_engine_reply reply;
+	struct phub_engine_request r;
+	/* fp16: 1.0 = 0x3c00, 2.0 = 0x4000, 0.5 = 0x3800 */
+	uint16_t one[7], two[7];
+	uint64_t t0 = join(job, 0), t1 = join(job, 1);
+
+	memset(&stats, 0, sizeof(stats));
+	for (int i = 0; i < 7; i++) {
+		one[i] = 0x3c00;
+		two[i] = 0x4000;
+	}
+	for (uint32_t it = 0; it < 2; it++) {
+		r = request(job, 0, t0, 0, 0, it, it == 0 ? one : two);
+		r.dtype = PHUB_DTYPE_FP16;
+		r.payload_len = sizeof(one);
+		phub_engine_push(job, &r, &reply, &stats);
+		r = request(job, 1, t1, 0, 0, it, it == 0 ? one : one);
+		r.dtype = PHUB_DTYPE_FP16;
+		r.payload_len = sizeof(one);
+		phub_engine_push(job, &r, &reply, &stats);
+		ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK | PHUB_ENGINE_MODEL_ALL);
+	}
+	/* w = 1 - 0.5 * (2 + 1) / 2 = 0.25 = 0x3400 in fp16 */
+	ck_assert_float_eq(phub_engine_job_model(job)[3], 0.25f);
+	ck_assert_uint_eq(reply.model_bytes, 14);
+	ck_assert_uint_eq(((const uint16_t *)reply.model)[3], 0x3400);
+	/* An fp32 payload in an fp16 job is refused. */
+	r = request(job, 0, t0, 0, 0, 2, one);
+	phub_engine_push(job, &r, &reply, &stats);
+	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_DROP);
+	phub_engine_free(engine);
+}
+END_TEST
+
+Suite *
+phub_engine_suite(void)
+{
+	Suite *s = suite_create("engine");
+	TCase *tc;
+
+	tc = tcase_create("jobs");
+	tcase_add_test(tc, test_job_table_creates_finds_and_frees_jobs);
+	tcase_add_test(tc, test_job_refuses_memory_beyond_its_limit);
+	tcase_add_test(tc, test_job_table_refuses_bad_parameters);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("sessions");
+	tcase_add_test(tc, test_join_checks_nonce_and_rank_and_is_idempotent);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("push");
+	tcase_add_test(tc, test_push_drops_each_bad_request_for_its_reason);
+	tcase_add_test(tc, test_push_counts_a_duplicate_once_and_acks_it_again);
+	tcase_add_test(tc, test_fp16_job_keeps_the_model_in_fp32_and_sends_fp16);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("exchange");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_exchange_without_loss_gives_the_reference_model);
+	tcase_add_test(tc, test_exchange_with_loss_duplication_and_reordering_is_exact);
+	suite_add_tcase(s, tc);
+	return s;
+}
