@@ -294,12 +294,12 @@ START_TEST(test_every_key_is_read_as_written)
 	ck_assert_uint_eq(cfg.n_ports, 2);
 	ck_assert_uint_eq(cfg.ports[0].rx_desc, 512);
 	ck_assert_uint_eq(cfg.ports[0].tx_desc, 2048);
-	ck_assert_uint_eq(cfg.ports[0].mtu, 9000);
+	ck_assert_uint_eq(cfg.ports[0].mtu, 1500);
 	ck_assert_int_eq(cfg.ports[1].driver, PHUB_CONFIG_DRIVER_AF_XDP);
 	ck_assert_uint_eq(cfg.ports[1].prefix_len, 31);
 	ck_assert_uint_eq(cfg.udp_base_port, 50000);
 	ck_assert_uint_eq(cfg.chunk_bytes, 65536);
-	ck_assert_uint_eq(cfg.segment_bytes, 3392);
+	ck_assert_uint_eq(cfg.segment_bytes, 1408);
 	ck_assert_int_eq(cfg.idle.policy, PHUB_CONFIG_IDLE_ADAPTIVE);
 	ck_assert_uint_eq(cfg.idle.spin_polls, 1000);
 	ck_assert_uint_eq(cfg.idle.max_sleep_us, 50);
@@ -468,7 +468,7 @@ START_TEST(test_virtual_rack_example_loads)
 	ck_assert_uint_ge(d->max_queues, 2);
 	/* Two data lcores share CPU 1 on a 2-CPU machine. */
 	ck_assert_uint_eq(phub_config_lcore_find(&cfg, 2)->cpu, 1);
-	ck_assert_uint_eq(cfg.segment_bytes, 8896);
+	ck_assert_uint_eq(cfg.segment_bytes, 1408);
 }
 END_TEST
 
@@ -758,7 +758,7 @@ START_TEST(test_plan_lists_every_queue_and_udp_port)
 	ck_assert_ptr_nonnull(strstr(buf, "#   (1, 0) -> 4\n"));
 	ck_assert_ptr_nonnull(strstr(buf, "main     50000 (control)"));
 	ck_assert_ptr_nonnull(strstr(buf, "data 2   50003"));
-	ck_assert_ptr_nonnull(strstr(buf, "chunk 65536 bytes = 20 segments of at most 3392"));
+	ck_assert_ptr_nonnull(strstr(buf, "chunk 65536 bytes = 47 segments of at most 1408"));
 	for (char *line = buf; *line != '\0'; line = strchr(line, '\n') + 1)
 		ck_assert_msg(strncmp(line, "# ", 2) == 0, "line without '# ': %s", line);
 	free(buf);
