@@ -16,8 +16,9 @@
  * external linkage compiled once with -mavx512f and once without could be
  * merged by the linker into the AVX-512 copy and run on a CPU without it.
  *
- * The SIMD files use these functions for their tails, so the tails and the
- * vector bodies compute the same bits as the scalar reference.
+ * The conversions and the optimizer order below are the reference: the
+ * scalar kernels run them as they are, kernels_simd.h repeats them lane by
+ * lane (tails included), and the tests hold the two to the same bits.
  */
 
 #define KERNELS_ALWAYS_INLINE inline __attribute__((always_inline))
