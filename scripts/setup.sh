@@ -26,7 +26,7 @@ phub_log()
 phub_install_packages()
 {
 	local missing=() pkg
-	for pkg in "${PHUB_PACKAGES[@]}" "$@"; do
+	for pkg in "${PHUB_PACKAGES[@]}"; do
 		if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed'; then
 			missing+=("$pkg")
 		fi

@@ -230,8 +230,10 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 		goto err;
 	pbox_build_udp(m, port, (const struct rte_ether_addr *)peer->mac, peer->ipv4,
 			lc->udp_port, peer->udp_port, (uint16_t)(PHUB_WIRE_HDR_LEN + hdr->payload_len));
-	if (phub_wire_hdr_encode(p + L2_L3_L4_LEN, PHUB_WIRE_HDR_LEN, hdr, 0) < 0)
+	if (unlikely(phub_wire_hdr_encode(p + L2_L3_L4_LEN, PHUB_WIRE_HDR_LEN, hdr, 0) < 0)) {
+		lc->stats.encode_errors++;
 		goto err;
+	}
 	if (shared != NULL) {
 		struct rte_mbuf *mi = rte_pktmbuf_alloc(lc->indirect_pool);
 
@@ -279,7 +281,8 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct rx_f
 	hdr.elem_count = reply->elem_count;
 	hdr.seg_index = f->msg.seg_index;
 	hdr.seg_count = f->msg.seg_count;
-	hdr.dtype = f->msg.dtype;
+	/* The job's dtype: a PULL being answered carries none of its own. */
+	hdr.dtype = (uint8_t)phub_engine_job_dtype(job);
 	hdr.payload_len = (uint16_t)reply->model_bytes;
 	hdr.payload = reply->model;
 	hdr.flags = f->msg.flags & PHUB_WIRE_F_LAST;

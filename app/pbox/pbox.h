@@ -80,6 +80,7 @@ struct pbox_lcore_stats {
 	uint64_t models_sent;
 	uint64_t acks_sent;
 	uint64_t tx_dropped;
+	uint64_t encode_errors;		/* a reply the wire encoder refused: a bug */
 	uint64_t loops;
 	uint64_t idle_sleeps;
 	uint64_t busy_ns;

@@ -290,10 +290,21 @@ port_setup(struct pbox *pb, unsigned int pi)
 			info.max_rx_pktlen - RTE_ETHER_HDR_LEN - RTE_ETHER_CRC_LEN);
 	conf.rxmode.mtu = cp->mtu;
 	if (cp->mtu > max_mtu) {
-		PBOX_LOG(ERR, "port %s (%s): MTU %u is above the %u the device takes: lower "
-				"ports[].mtu (and max_mtu in its driver profile)", port->name,
-				cp->device, cp->mtu, max_mtu);
-		return -EINVAL;
+		/*
+		 * Some virtual PMDs report a 1518-byte frame limit that their data path
+		 * does not enforce (af_packet moves whatever fits its framesz): the driver
+		 * profile's max_mtu, already checked by the config, says what works. A real
+		 * NIC's own limit is the truth.
+		 */
+		if (cp->is_pci) {
+			PBOX_LOG(ERR, "port %s (%s): MTU %u is above the %u the device takes: lower "
+					"ports[].mtu", port->name, cp->device, cp->mtu, max_mtu);
+			return -EINVAL;
+		}
+		PBOX_LOG(NOTICE, "port %s: the PMD reports MTU at most %u; its driver profile "
+				"allows %u: configuring %u, sending MTU %u", port->name, max_mtu,
+				drv->max_mtu, max_mtu, cp->mtu);
+		conf.rxmode.mtu = max_mtu;
 	}
 	rc = rte_eth_dev_configure(port->port_id, cp->n_lcores, cp->n_lcores, &conf);
 	if (rc != 0) {

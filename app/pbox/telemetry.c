@@ -40,6 +40,7 @@ totals_get(struct totals *t)
 		t->net.tx_pkts += LOAD(lc->stats.tx_pkts);
 		t->net.tx_bytes += LOAD(lc->stats.tx_bytes);
 		t->net.tx_dropped += LOAD(lc->stats.tx_dropped);
+		t->net.encode_errors += LOAD(lc->stats.encode_errors);
 		t->net.handed_off += LOAD(lc->stats.handed_off);
 		t->net.control += LOAD(lc->stats.control);
 		t->net.arp_replies += LOAD(lc->stats.arp_replies);
@@ -105,6 +106,7 @@ cmd_stats(const char *cmd, const char *params, struct rte_tel_data *d)
 	rte_tel_data_add_dict_u64(d, "tx_packets", t.net.tx_pkts);
 	rte_tel_data_add_dict_u64(d, "tx_bytes", t.net.tx_bytes);
 	rte_tel_data_add_dict_u64(d, "tx_dropped", t.net.tx_dropped);
+	rte_tel_data_add_dict_u64(d, "encode_errors", t.net.encode_errors);
 	rte_tel_data_add_dict_u64(d, "pushes", t.engine.pushes);
 	rte_tel_data_add_dict_u64(d, "push_bytes", t.engine.push_bytes);
 	rte_tel_data_add_dict_u64(d, "duplicates", t.engine.duplicates);

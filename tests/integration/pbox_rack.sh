@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# End-to-end exchanges through the DPDK PBox in a virtual rack: phub-bench workers in their
+# own namespaces push gradients, the PBox sums and optimizes them, and every worker checks its
+# model against a local reference. One scenario per run; the rack is always torn down.
+#
+#                      R-tor: bridge br0
+#          +--------------+-----------+---- ... ---+
+#         tp0            tw1         tw2          twN
+#          |              |           |            |
+#   R-pbox: pv0 - pbr0 - pt0 (net_tap, 2 queues, BPF steering) - phub-pbox lcores 1, 2
+#                        R-w1        R-w2   ...   R-wN: phub-bench ranks 0 .. N-1
+#
+# usage: pbox_rack.sh VIRTUAL_RACK PHUB_PBOX PHUB_BENCH SCENARIO
+# Exits 77 with the reason when it cannot run here (not root, no /dev/net/tun).
+set -uo pipefail
+
+vrack=$1
+pbox_bin=$2
+bench_bin=$3
+scenario=$4
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "SKIP: the virtual rack needs root (network namespaces)"
+	exit 77
+fi
+if [ ! -c /dev/net/tun ]; then
+	echo "SKIP: no /dev/net/tun for net_tap"
+	exit 77
+fi
+
+# A rack name and id of its own per scenario, so that scenarios never meet.
+id=$(( (16#$(printf '%s' "$scenario" | md5sum | cut -c1-4) % 150) + 100 ))
+rack="pt$id"
+server="10.$id.0.1"
+tmp=$(mktemp -d)
+failed=0
+
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup()
+{
+	"$vrack" down --name "$rack" >/dev/null 2>&1
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+fail()
+{
+	echo "FAIL: $*"
+	failed=1
+}
+
+# rack WORKERS [virtual-rack up options...]: bring up the rack and start the PBox.
+rack()
+{
+	local workers=$1
+	shift
+	"$vrack" down --name "$rack" >/dev/null 2>&1
+	"$vrack" up --name "$rack" --id "$id" --workers "$workers" "$@" >"$tmp/up.log" 2>&1 ||
+		{ cat "$tmp/up.log"; echo "FAIL: the rack did not come up"; exit 1; }
+	"$vrack" pbox-start --name "$rack" --bin "$pbox_bin" >"$tmp/pbox-start.log" 2>&1 ||
+		{ cat "$tmp/pbox-start.log"; echo "FAIL: the PBox did not start"; exit 1; }
+}
+
+# bench OUT WORKERS [phub-bench options...]: run the workers, keep the JSON in OUT.
+bench()
+{
+	local out=$1 workers=$2
+	shift 2
+	timeout 240 "$bench_bin" --server "$server" --workers "$workers" \
+		--netns-prefix "$rack-w" --json --quiet --timeout 120 "$@" >"$out" 2>"$out.err"
+	local rc=$?
+	if [ $rc -ne 0 ]; then
+		fail "phub-bench $* exited $rc"
+		tail -n 5 "$out.err"
+	fi
+	return $rc
+}
+
+# expect OUT PYTHON-CONDITION...: conditions on the report r.
+expect()
+{
+	local out=$1
+	shift
+	python3 - "$out" "$@" <<'PY' || fail "report $1 does not hold: ${*:2}"
+import json, sys
+r = json.load(open(sys.argv[1]))
+for cond in sys.argv[2:]:
+    if not eval(cond):
+        print("  not true:", cond, "in", {k: r.get(k) for k in
+              ("workers", "verified", "bitwise", "max_abs_error", "retransmits", "pulls")})
+        sys.exit(1)
+PY
+}
+
+telemetry()
+{
+	printf '%s\n' "$@" | ip netns exec "$rack-pbox" dpdk-telemetry.py -f "phub-$rack" 2>/dev/null
+}
+
+# A layout of keys that are not multiples of a segment (352 fp32 at MTU 1500) or of a chunk
+# (8096 elements): tiny keys, a key of many chunks, odd sizes.
+mixed_layout=$tmp/mixed.json
+printf '[1, 3, 7, 351, 353, 1000, 8096, 8097, 50000, 17]\n' >"$mixed_layout"
+
+case $scenario in
+workers-1 | workers-2 | workers-3 | workers-4 | workers-8)
+	n=${scenario#workers-}
+	rack "$n"
+	bench "$tmp/r.json" "$n" --layout "$mixed_layout" --iterations 4 --optimizer sgd &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' "r['workers'] == $n"
+	;;
+tiny-keys)
+	rack 2
+	printf '[%s1]\n' "$(printf '1, %.0s' {1..199})" >"$tmp/tiny.json"
+	bench "$tmp/r.json" 2 --layout "$tmp/tiny.json" --iterations 4 &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' 'r["keys"] == 200'
+	;;
+big-key)
+	rack 2
+	bench "$tmp/r.json" 2 --keys 1 --key-elems 1000003 --iterations 3 &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]'
+	;;
+fp16 | bf16)
+	rack 3
+	bench "$tmp/r.json" 3 --layout "$mixed_layout" --iterations 4 --dtype "$scenario" &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' "r['dtype'] == '$scenario'"
+	;;
+nesterov | adam)
+	rack 3
+	bench "$tmp/r.json" 3 --layout "$mixed_layout" --iterations 5 --optimizer "$scenario" \
+		--lr 0.05 &&
+		expect "$tmp/r.json" 'r["verified"]' "r['optimizer'] == '$scenario'"
+	;;
+two-jobs)
+	# Two jobs with their own nonces at once on one PBox, each exact.
+	rack 4
+	"$bench_bin" --server "$server" --workers 2 --netns-prefix "$rack-w" --json --quiet \
+		--timeout 120 --job job-a --nonce 0x5ad1c0ffee7e4b31 --layout "$mixed_layout" \
+		--iterations 5 >"$tmp/a.json" 2>"$tmp/a.err" &
+	pid_a=$!
+	# ranks of job b run in namespaces w3, w4: a prefix whose rank 0 lands on w3
+	for i in 1 2; do
+		ln -sf "/run/netns/$rack-w$((i + 2))" "/run/netns/$rack-b$i"
+	done
+	"$bench_bin" --server "$server" --workers 2 --netns-prefix "$rack-b" --json --quiet \
+		--timeout 120 --job job-b --nonce 0x7e11d00d2b9a4c63 --keys 6 --key-elems 3000 \
+		--optimizer nesterov --iterations 5 >"$tmp/b.json" 2>"$tmp/b.err" &
+	pid_b=$!
+	wait $pid_a || { fail "job a failed"; tail -n 5 "$tmp/a.err"; }
+	wait $pid_b || { fail "job b failed"; tail -n 5 "$tmp/b.err"; }
+	rm -f "/run/netns/$rack-b1" "/run/netns/$rack-b2"
+	expect "$tmp/a.json" 'r["verified"]' 'r["bitwise"]' 'r["job"] == "job-a"'
+	expect "$tmp/b.json" 'r["verified"]' 'r["job"] == "job-b"'
+	;;
+loss-1pct)
+	# 1% loss both ways on worker 1's link: retransmissions and PULLs, still the exact model.
+	rack 3 --netem "w1:loss 1%"
+	bench "$tmp/r.json" 3 --layout "$mixed_layout" --iterations 8 &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' \
+			'r["retransmits"] + r["pulls"] > 0'
+	;;
+af-packet)
+	# One port per lcore (af_packet, MTU 9000): the other steering layout.
+	rack 2 --driver af_packet --ports 2 --lcores 2 --mtu 9000
+	bench "$tmp/r.json" 2 --layout "$mixed_layout" --iterations 4 &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]'
+	;;
+telemetry)
+	# The counters agree with what the workers sent: 5 keys of one segment each, 3 ranks,
+	# iterations + 1 rounds (the initial-model round), no loss.
+	rack 3
+	bench "$tmp/r.json" 3 --keys 5 --key-elems 100 --iterations 6 &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["retransmits"] == 0'
+	telemetry /phub/stats /phub/lcores /phub/ports /phub/jobs >"$tmp/tel.json" ||
+		fail "dpdk-telemetry.py failed"
+	python3 - "$tmp/tel.json" <<'PY' || fail "telemetry does not match what was sent"
+import json, sys
+out = {}
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if line.startswith("{"):
+        out.update(json.loads(line))
+s, lcores, ports = out["/phub/stats"], out["/phub/lcores"], out["/phub/ports"]
+rounds, segments, workers = 7, 5, 3
+checks = {
+    "pushes": s["pushes"] == workers * segments * rounds,
+    "segments_optimized": s["segments_optimized"] == segments * rounds,
+    "models_sent": s["models_sent"] >= workers * segments * rounds,
+    "lcores add up": sum(l["pushes"] for l in lcores.values()) == s["pushes"],
+    "both lcores worked": all(l["pushes"] > 0 for l in lcores.values()),
+    "steering": all(p["steering"] == "tap_bpf" for p in ports.values()),
+    "no wrong lcore": s["handed_off"] == 0,
+    # ARP for the workers' own addresses is broadcast to the PBox too: "not_for_us"
+    "nothing else dropped": set(s["drops"]) <= {"not_for_us"} and s["tx_dropped"] == 0,
+    "no encode errors": s["encode_errors"] == 0,
+    "rx matches port": s["rx_packets"] == sum(p["ipackets"] for p in ports.values()),
+    "jobs freed": out["/phub/jobs"] == {},
+}
+bad = [k for k, ok in checks.items() if not ok]
+print("telemetry:", {k: s[k] for k in ("pushes", "segments_optimized", "models_sent",
+                                        "rx_packets", "tx_packets", "handed_off", "drops")})
+if bad:
+    print("  wrong:", bad)
+    sys.exit(1)
+PY
+	;;
+*)
+	echo "FAIL: unknown scenario $scenario"
+	exit 1
+	;;
+esac
+
+# The PBox stops cleanly, and its log has no error.
+"$vrack" pbox-stop --name "$rack" >/dev/null 2>&1 || fail "the PBox did not stop on SIGTERM"
+log=/run/phub-vrack/$rack/pbox.log
+grep -q 'phub.pbox: stopped:' "$log" || fail "the PBox did not log its clean stop"
+if [ -f "$tmp/r.json" ]; then
+	python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%s: %d workers, %.1f exchanges/s, retransmits %d, pulls %d, verified %s" % (sys.argv[2], r["workers"], r["exchanges_per_s"], r["retransmits"], r["pulls"], r["verified"]))' \
+		"$tmp/r.json" "$scenario" 2>/dev/null
+fi
+[ $failed -eq 0 ] && echo "PASS: $scenario"
+exit $failed
