@@ -36,13 +36,15 @@ static void
 usage(FILE *f, const char *prog)
 {
 	fprintf(f,
-		"Usage: %s -c FILE [--check-config]\n"
+		"Usage: %s -c FILE [--check-config] [--no-steering]\n"
 		"\n"
 		"PHub parameter-server appliance (PBox) on DPDK.\n"
 		"\n"
 		"  -c, --config FILE   the appliance's JSON configuration (docs/config.md)\n"
 		"      --check-config  validate FILE and the driver profiles it names, print the\n"
 		"                      effective configuration and its plan, and exit\n"
+		"      --no-steering   set up no hardware steering: every datagram reaches the lcore\n"
+		"                      of its chunk through the software hand-off (diagnostics)\n"
 		"  -V, --version       print the version and exit\n"
 		"  -h, --help          this text\n"
 		"\n"
@@ -179,6 +181,7 @@ main(int argc, char **argv)
 	static const struct option options[] = {
 		{ "config", required_argument, NULL, 'c' },
 		{ "check-config", no_argument, NULL, 'k' },
+		{ "no-steering", no_argument, NULL, 'n' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -197,6 +200,9 @@ main(int argc, char **argv)
 			break;
 		case 'k':
 			check_only = true;
+			break;
+		case 'n':
+			pbox.no_steering = true;
 			break;
 		case 'V':
 			printf("phub-pbox %s\n", PHUB_VERSION);

@@ -129,6 +129,7 @@ struct pbox {
 	uint64_t control_msgs;
 	uint64_t control_drops[PHUB_DROP_REASON_MAX];
 	uint64_t start_tsc;
+	bool no_steering;		/* --no-steering: software hand-off only */
 	volatile bool quit;
 };
 

@@ -237,6 +237,12 @@ steer_port(struct pbox *pb, struct pbox_port *port, unsigned int pi)
 		port->steering = PHUB_CONFIG_STEERING_PORT_PER_LCORE;
 		return;
 	}
+	if (pb->no_steering) {
+		PBOX_LOG(WARNING, "port %s: --no-steering: datagrams reach their lcore through "
+				"the software hand-off", port->name);
+		port->steering = PHUB_CONFIG_STEERING_NONE;
+		return;
+	}
 	if (steer_try(pb, port, pi, drv->steering) == 0) {
 		port->steering = drv->steering;
 	} else if (drv->fallback != PHUB_CONFIG_STEERING_NONE &&

@@ -35,6 +35,7 @@ rack="pt$id"
 server="10.$id.0.1"
 tmp=$(mktemp -d)
 failed=0
+pbox_args=()
 
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup()
@@ -58,7 +59,8 @@ rack()
 	"$vrack" down --name "$rack" >/dev/null 2>&1
 	"$vrack" up --name "$rack" --id "$id" --workers "$workers" "$@" >"$tmp/up.log" 2>&1 ||
 		{ cat "$tmp/up.log"; echo "FAIL: the rack did not come up"; exit 1; }
-	"$vrack" pbox-start --name "$rack" --bin "$pbox_bin" >"$tmp/pbox-start.log" 2>&1 ||
+	"$vrack" pbox-start --name "$rack" --bin "$pbox_bin" -- "${pbox_args[@]}" \
+		>"$tmp/pbox-start.log" 2>&1 ||
 		{ cat "$tmp/pbox-start.log"; echo "FAIL: the PBox did not start"; exit 1; }
 }
 
@@ -159,6 +161,28 @@ loss-1pct)
 	bench "$tmp/r.json" 3 --layout "$mixed_layout" --iterations 8 &&
 		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' \
 			'r["retransmits"] + r["pulls"] > 0'
+	;;
+no-steering)
+	# Without the BPF program the tun driver spreads datagrams by flow hash: those that land
+	# on the wrong lcore are handed to the owner of their chunk, none lost, none added twice.
+	pbox_args=(--no-steering)
+	rack 3
+	bench "$tmp/r.json" 3 --layout "$mixed_layout" --iterations 6 &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]'
+	telemetry /phub/stats /phub/ports >"$tmp/tel.json"
+	python3 - "$tmp/tel.json" <<'PY' || fail "no hand-off seen, or it lost datagrams"
+import json, sys
+out = {}
+for line in open(sys.argv[1]):
+    if line.strip().startswith("{"):
+        out.update(json.loads(line))
+s = out["/phub/stats"]
+print("hand-off:", s["handed_off"], "drops:", s["drops"])
+assert all(p["steering"] == "none" for p in out["/phub/ports"].values())
+assert s["handed_off"] > 0
+assert s["drops"].get("wrong_lcore", 0) == s["handed_off"]
+assert set(s["drops"]) <= {"wrong_lcore", "not_for_us"}
+PY
 	;;
 af-packet)
 	# One port per lcore (af_packet, MTU 9000): the other steering layout.
