@@ -15,7 +15,7 @@ PHUB_PACKAGES=(
 	build-essential pkg-config meson ninja-build clang llvm
 	dpdk dpdk-dev libdpdk-dev libnuma-dev libbpf-dev libxdp-dev
 	libjansson-dev check
-	python3 iproute2 procps
+	python3 iproute2 procps ethtool shellcheck
 )
 
 phub_log()
