@@ -338,8 +338,11 @@ next_target(const struct phub_engine_job *job)
 	uint64_t after;
 
 	phub_engine_job_get_info(job, &info);
-	/* iteration_max + 1 is being aggregated somewhere; one more leaves a margin. */
-	after = (uint64_t)(uint32_t)(info.iteration_max + 2);
+	/*
+	 * iteration_max + 1 is being aggregated somewhere and none has finished it; a segment
+	 * that does so before the collection is armed makes it missed, and it is aimed again.
+	 */
+	after = (uint64_t)(uint32_t)(info.iteration_max + 1);
 	return (uint32_t)((after + ck.interval - 1) / ck.interval * ck.interval);
 }
 

@@ -860,14 +860,15 @@ reconnect(struct phub *h)
 		return;
 	}
 	r = h->first_iteration;
-	if (r == 0) {
-		client_fail(h, -EIO, "PBox %s restarted without a checkpoint of job '%s': the "
-				"job's model is lost", h->server_name, h->job_name);
-		return;
-	}
 	for (uint32_t k = 0; k < h->n_keys; k++) {
 		const struct key *key = &h->keys[k];
 
+		/* Lost with no checkpoint: only a job still in its initial round starts over. */
+		if (r == 0 && key->done_any) {
+			client_fail(h, -EIO, "PBox %s restarted without a checkpoint of job '%s': "
+					"the job's model is lost", h->server_name, h->job_name);
+			return;
+		}
 		if (key->done_any && phub_wire_iter_cmp(key->done_iter, r) >= 0)
 			stale = true;
 	}
