@@ -115,13 +115,14 @@ struct phub_stats {
 	uint64_t tx_errors;		/* datagrams the kernel refused (counted as lost) */
 	uint64_t pings;			/* keep-alive PINGs sent */
 	uint64_t ops_completed;		/* tickets completed successfully */
-	uint64_t reconnects;		/* sessions made again after a PBox restart */
-	uint64_t rollbacks;		/* of them, those that failed tickets with -ESTALE */
 	uint32_t srtt_us;		/* smoothed round-trip time (RFC 6298) */
 	uint32_t rttvar_us;		/* its variation */
 	uint32_t rto_us;		/* current retransmission timeout */
 	uint32_t window_bytes;		/* the window of payload bytes in flight */
 	uint32_t inflight_bytes;	/* PUSH bytes not yet ACKed, MODEL bytes PULLed */
+	/* Last, so that code built against the layout before them reads the rest right. */
+	uint64_t reconnects;		/* sessions made again after a PBox restart */
+	uint64_t rollbacks;		/* of them, those that failed tickets with -ESTALE */
 };
 
 /* What the PBox decided at JOIN. */

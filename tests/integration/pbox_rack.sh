@@ -309,6 +309,45 @@ restart)
 		"$tmp/r.json" 2>/dev/null
 	[ "$(newest_ckpt)" -eq -1 ] || fail "the job ended but its checkpoints stay: $(ls "$ckpt_dir")"
 	;;
+restart-damaged)
+	# As restart, with one byte of the newest checkpoint flipped while the PBox is down: the
+	# file is refused by its CRC, set aside, and the job comes back from the one before it;
+	# the workers go back that much further and still end with the exact model.
+	rack 3 --checkpoint-interval 2
+	bench_bg "$tmp/r.json" 3 --keys 8 --key-elems 10000 --iterations 40 --optimizer sgd \
+		--dead-ms 30000
+	for ((i = 0; i < 600; i++)); do
+		[ "$(newest_ckpt)" -ge 6 ] && break
+		kill -0 "$bench_pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	kill -0 "$bench_pid" 2>/dev/null || fail "phub-bench ended before the PBox was killed"
+	pid=$(cat "$state_dir/pbox.pid")
+	kill -KILL "$pid"
+	while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+	newest=$(newest_ckpt)
+	damaged=$(printf '%s/phub-bench.%010d.ckpt' "$ckpt_dir" "$newest")
+	python3 - "$damaged" <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(1000)
+    b = f.read(1)
+    f.seek(1000)
+    f.write(bytes([b[0] ^ 0x40]))
+PY
+	echo "PBox killed; checkpoint of iteration $newest damaged"
+	pbox_restart
+	grep -E "refused: .*corrupt" "$state_dir/pbox.log" || fail "the damaged file was not refused"
+	back=$(sed -nE 's/.* restored from .* in [0-9.]+ ms: iteration ([0-9]+),.*/\1/p' \
+		"$state_dir/pbox.log")
+	echo "restored from iteration ${back:-none}"
+	if [ -z "$back" ] || [ "$back" -ge "$newest" ]; then
+		fail "the job did not come back from the checkpoint before the damaged one"
+	fi
+	[ -e "$damaged.corrupt" ] || fail "the damaged file was not set aside"
+	bench_wait "$tmp/r.json" &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' 'r["reconnects"] == 3'
+	;;
 sigterm)
 	# SIGTERM while the workers wait at an iteration boundary (after iteration 8): the PBox
 	# writes the live state of iteration 8, the restarted one restores it, and the workers
