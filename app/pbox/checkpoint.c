@@ -221,7 +221,8 @@ remove_all(const char *job_name)
 	closedir(d);
 	if (removed > 0) {
 		fsync(ck.dir_fd);
-		PBOX_LOG(INFO, "job %s ended: its %u checkpoint file(s) removed", job_name, removed);
+		PBOX_LOG(INFO, "job %s ended: its %u checkpoint file(s) removed", job_name,
+				removed);
 	}
 }
 
@@ -297,16 +298,16 @@ write_done(const struct ckpt_write *w)
 
 	phub_engine_job_get_info(w->job, &info);
 	if (w->rc != 0) {
-		PBOX_LOG(ERR, "job %s: checkpoint of iteration %u not written: %s; the previous one "
-				"stays", info.name, w->iteration, w->err);
+		PBOX_LOG(ERR, "job %s: checkpoint of iteration %u not written: %s; the previous "
+				"one stays", info.name, w->iteration, w->err);
 		return;
 	}
 	cj->have_file = true;
 	cj->written = w->iteration;
 	PBOX_LOG(INFO, "job %s: checkpoint of iteration %u written (%s): %" PRIu64 " KB in "
 			"%.1f ms", info.name, w->iteration,
-			w->src == PHUB_ENGINE_CKPT_SHADOW ? "snapshot" : "live state", w->bytes >> 10,
-			w->ms);
+			w->src == PHUB_ENGINE_CKPT_SHADOW ? "snapshot" : "live state",
+			w->bytes >> 10, w->ms);
 }
 
 static void *
@@ -550,10 +551,12 @@ pbox_checkpoint_drain(struct pbox *pb)
 	}
 	if (waiting > 0 && now - ck.drain_start_tsc < ms_tsc(CKPT_DRAIN_MS))
 		return false;
-	if (jobs > 0)
+	if (jobs > 0) {
+		double ms = (double)(now - ck.drain_start_tsc) * 1e3 / (double)rte_get_tsc_hz();
+
 		PBOX_LOG(NOTICE, "checkpoints: %u of %u job(s) reached an iteration boundary in "
-				"%.0f ms", jobs - waiting, jobs,
-				(double)(now - ck.drain_start_tsc) * 1e3 / (double)rte_get_tsc_hz());
+				"%.0f ms", jobs - waiting, jobs, ms);
+	}
 	return true;
 }
 

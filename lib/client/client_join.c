@@ -223,7 +223,8 @@ join_receive(struct phub *h, struct client_join *c, uint64_t deadline_ns, char *
 			return -ECANCELED;
 		}
 		/* A bounded wait, so that phub_close() is not kept waiting for long. */
-		rc = poll(&pfd, 1, (int)(wait_ms < JOIN_RTO_FIRST_MS ? wait_ms : JOIN_RTO_FIRST_MS));
+		rc = poll(&pfd, 1, (int)(wait_ms < JOIN_RTO_FIRST_MS ? wait_ms :
+				JOIN_RTO_FIRST_MS));
 		if (rc < 0 && errno != EINTR) {
 			join_err(err, errlen, "poll: %s", strerror(errno));
 			return -errno;

@@ -39,7 +39,7 @@ struct rank_session {
 #define CKPT_COUNT_MASK (CKPT_ARMED - 1)
 
 struct engine_ckpt {
-	_Atomic uint64_t collect;	/* written by the control thread, counted by data threads */
+	_Atomic uint64_t collect;	/* armed by the control thread, counted by data threads */
 	float *model;			/* NULL: no shadow */
 	float *state[2];
 };

@@ -219,14 +219,14 @@ const float *phub_engine_job_state(const struct phub_engine_job *job, unsigned i
 /* Where phub_engine_ckpt_write() takes the state from. */
 enum phub_engine_ckpt_source {
 	PHUB_ENGINE_CKPT_SHADOW = 0,	/* the complete shadow snapshot */
-	PHUB_ENGINE_CKPT_LIVE = 1,	/* the job's own buffers: only while no data thread runs */
+	PHUB_ENGINE_CKPT_LIVE = 1,	/* the job's own buffers, while no data thread runs */
 };
 
 /* The shadow's state as the control thread sees it. */
 struct phub_engine_ckpt_status {
 	bool armed;		/* a collection is armed */
 	bool complete;		/* every segment copied: a consistent snapshot of iteration */
-	bool missed;		/* (scan) every segment went past iteration, some without copying */
+	bool missed;		/* (scan) every segment passed iteration, some without a copy */
 	uint32_t iteration;	/* the iteration armed */
 	uint32_t copied;	/* segments copied so far */
 	uint32_t n_segments;

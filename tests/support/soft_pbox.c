@@ -1104,7 +1104,8 @@ restore_dir(struct soft_pbox *sp)
 		job = phub_engine_ckpt_restore(sp->engine, fd, &rp, &info, err, sizeof(err));
 		close(fd);
 		if (job == NULL) {
-			fprintf(stderr, "soft PBox: %s/%s: %s\n", sp->p.checkpoint_dir, e->d_name, err);
+			fprintf(stderr, "soft PBox: %s/%s: %s\n", sp->p.checkpoint_dir,
+					e->d_name, err);
 			rc = -errno;
 			break;
 		}

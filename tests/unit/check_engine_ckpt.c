@@ -303,7 +303,7 @@ round_trip(enum phub_dtype dtype, enum phub_opt_type opt)
 	ck_assert_uint_eq(rb.model_bytes, ra.model_bytes);
 	ck_assert_mem_eq(rb.model, ra.model, ra.model_bytes);
 
-	/* Iterations it does not have are refused: nothing newer was saved, nothing older is asked. */
+	/* Iterations it does not have are refused: nothing newer exists, nothing older is due. */
 	req = request(&b, 0, 0, 7, payload);
 	phub_engine_push(b.job, &req, &rb, &b.stats);
 	ck_assert_uint_eq(rb.actions, PHUB_ENGINE_DROP);
@@ -514,6 +514,63 @@ START_TEST(test_restore_refuses_segments_the_ports_no_longer_carry)
 }
 END_TEST
 
+/*
+ * Random damage, a few bytes at a time (mostly in the header and the keys, where the parsing
+ * is) and random truncations: every damaged file is refused with a reason, nothing crashes
+ * (the sanitizer build watches) and nothing is left behind.
+ */
+START_TEST(test_restore_refuses_random_damage_without_leaving_anything)
+{
+	uint64_t rng = 0x9e3779b97f4a7c15ull;
+	uint8_t *good, *bad;
+	off_t size;
+	int fd = good_file(&size);
+
+	good = malloc((size_t)size);
+	bad = malloc((size_t)size);
+	ck_assert_int_eq(pread(fd, good, (size_t)size, 0), size);
+	close(fd);
+	for (unsigned int round = 0; round < 400; round++) {
+		struct phub_engine *engine = phub_engine_create();
+		struct phub_engine_ckpt_info info;
+		size_t len = (size_t)size;
+		unsigned int flips;
+		char err[256];
+
+		memcpy(bad, good, len);
+		rng ^= rng << 13;
+		rng ^= rng >> 7;
+		rng ^= rng << 17;
+		flips = 1 + (unsigned int)(rng % 3);
+		for (unsigned int i = 0; i < flips; i++) {
+			size_t at;
+
+			rng ^= rng << 13;
+			rng ^= rng >> 7;
+			rng ^= rng << 17;
+			/* Distinct places: two flips of one byte could cancel out. */
+			at = (rng & 1) ? (size_t)(rng >> 8) % 200 : (size_t)(rng >> 8) % len;
+			at = (at + i * 7) % len;
+			bad[at] ^= (uint8_t)(1u + (rng >> 40) % 255);
+		}
+		if (round % 8 == 7)
+			len = (size_t)(rng >> 20) % len;
+		fd = memfd();
+		ck_assert_int_eq(write(fd, bad, len), (ssize_t)len);
+		errno = 0;
+		ck_assert_ptr_null(restore(engine, fd, err, sizeof(err), &info));
+		ck_assert_msg(errno == EBADMSG || errno == EPROTONOSUPPORT || errno == EINVAL ||
+				errno == E2BIG, "round %u: errno %d (%s)", round, errno, err);
+		ck_assert_msg(err[0] != '\0', "round %u: no reason given", round);
+		ck_assert_ptr_null(phub_engine_job_next(engine, NULL));
+		close(fd);
+		phub_engine_free(engine);
+	}
+	free(good);
+	free(bad);
+}
+END_TEST
+
 /* ---- the shadow snapshot ---- */
 
 START_TEST(test_shadow_counts_against_the_memory_limit)
@@ -712,6 +769,7 @@ phub_engine_ckpt_suite(void)
 	tcase_add_test(tc, test_restore_refuses_a_corrupted_byte_anywhere);
 	tcase_add_test(tc, test_restore_refuses_a_file_that_is_not_a_checkpoint);
 	tcase_add_test(tc, test_restore_refuses_segments_the_ports_no_longer_carry);
+	tcase_add_test(tc, test_restore_refuses_random_damage_without_leaving_anything);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("shadow");
