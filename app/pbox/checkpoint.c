@@ -30,6 +30,8 @@
 #define CKPT_DRAIN_MS 2000
 /* A job whose segments completed nothing for this long is idle: its live state is final. */
 #define CKPT_QUIET_MS 50
+/* While draining, a job's slots are read this often (a pass over all of them each time). */
+#define CKPT_DRAIN_SCAN_MS 5
 #define CKPT_SUFFIX ".ckpt"
 #define CKPT_TMP_SUFFIX ".ckpt.tmp"
 #define CKPT_BAD_SUFFIX ".corrupt"
@@ -45,6 +47,7 @@ struct ckpt_job {
 	/* SIGTERM drain */
 	uint64_t quiet_count;		/* segments_completed when last seen changing */
 	uint64_t quiet_tsc;
+	bool quiet;			/* idle at the last look: its live state is final */
 };
 
 /* One write handed to the writer thread, and its outcome. */
@@ -515,6 +518,8 @@ pbox_checkpoint_drain(struct pbox *pb)
 		ck.drain_start_tsc = now;
 		/* The job the writer holds is armed again below, once its write is collected. */
 		writer_wait(NULL);
+		for (unsigned int i = 0; i < PHUB_ENGINE_MAX_JOBS; i++)
+			ck.jobs[i].next_scan_tsc = 0;
 	}
 	for (unsigned int i = 0; i < PHUB_ENGINE_MAX_JOBS; i++) {
 		struct ckpt_job *cj = &ck.jobs[i];
@@ -524,13 +529,21 @@ pbox_checkpoint_drain(struct pbox *pb)
 		if (cj->job == NULL)
 			continue;
 		jobs++;
+		/* Between two looks at the slots, only a snapshot that completed is news. */
+		if (now < cj->next_scan_tsc) {
+			phub_engine_job_ckpt_status(cj->job, false, &st);
+			waiting += !cj->quiet && !st.complete;
+			continue;
+		}
+		cj->next_scan_tsc = now + ms_tsc(CKPT_DRAIN_SCAN_MS);
 		phub_engine_job_get_info(cj->job, &info);
 		if (info.segments_completed != cj->quiet_count || cj->quiet_tsc == 0) {
 			cj->quiet_count = info.segments_completed;
 			cj->quiet_tsc = now;
 		}
 		/* Idle at a boundary (or never started): its live state is what it has. */
-		if (now - cj->quiet_tsc >= ms_tsc(CKPT_QUIET_MS))
+		cj->quiet = now - cj->quiet_tsc >= ms_tsc(CKPT_QUIET_MS);
+		if (cj->quiet)
 			continue;
 		/*
 		 * Running: snapshot the next boundary every segment will reach, the iteration

@@ -380,6 +380,30 @@ sys.exit(1)'; then
 	bench_wait "$tmp/r.json" &&
 		expect "$tmp/r.json" 'r["verified"]' 'r["reconnects"] == 3' 'r["rollbacks"] == 0'
 	;;
+sigterm-running)
+	# SIGTERM while the workers run flat out: the lcores run on until every segment has
+	# passed the next iteration boundary, that state is written (not the periodic snapshot
+	# of iteration 0), restored, and the run ends with the reference model.
+	rack 3 --checkpoint-interval 1000
+	bench_bg "$tmp/r.json" 3 --keys 8 --key-elems 10000 --iterations 300 --optimizer adam \
+		--lr 0.01 --dead-ms 30000
+	for ((i = 0; i < 150; i++)); do
+		telemetry /phub/jobs | grep -q '"iterations_done": \([1-9][0-9]\|[1-9][0-9][0-9]\)' &&
+			break
+		sleep 0.1
+	done
+	"$vrack" pbox-stop --name "$rack" >/dev/null 2>&1 || fail "the PBox did not stop on SIGTERM"
+	grep -E "1 of 1 job\(s\) reached an iteration boundary" "$state_dir/pbox.log" ||
+		fail "the job did not reach an iteration boundary"
+	saved=$(sed -nE 's/.*checkpoint of iteration ([0-9]+) written \(.*/\1/p' \
+		"$state_dir/pbox.log" | tail -n 1)
+	[ "${saved:-0}" -ge 10 ] || fail "no snapshot of the running job on SIGTERM"
+	pbox_restart
+	grep -E "restored from .* iteration ${saved:-x}," "$state_dir/pbox.log" ||
+		fail "the restarted PBox did not restore iteration ${saved:-none}"
+	bench_wait "$tmp/r.json" &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["reconnects"] == 3'
+	;;
 *)
 	echo "FAIL: unknown scenario $scenario"
 	exit 1
