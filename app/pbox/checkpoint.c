@@ -58,7 +58,7 @@ struct ckpt_write {
 	int rc;
 	uint64_t bytes;
 	double ms;
-	char path[PATH_MAX];
+	char file[CKPT_FILE_MAX];
 	char err[256];
 };
 
@@ -257,7 +257,7 @@ write_one(struct ckpt_write *w)
 	phub_engine_job_get_info(w->job, &info);
 	file_name(info.name, w->iteration, name, sizeof(name));
 	strf(tmp, sizeof(tmp), ".%s.tmp", name);
-	strf(w->path, sizeof(w->path), "%s/%s", ck.dir, name);
+	strf(w->file, sizeof(w->file), "%s", name);
 	w->err[0] = '\0';
 	fd = openat(ck.dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0) {
@@ -307,9 +307,9 @@ write_done(const struct ckpt_write *w)
 	}
 	cj->have_file = true;
 	cj->written = w->iteration;
-	PBOX_LOG(INFO, "job %s: checkpoint of iteration %u written (%s): %" PRIu64 " KB in "
+	PBOX_LOG(INFO, "job %s: checkpoint of iteration %u written (%s): %s, %" PRIu64 " KB in "
 			"%.1f ms", info.name, w->iteration,
-			w->src == PHUB_ENGINE_CKPT_SHADOW ? "snapshot" : "live state",
+			w->src == PHUB_ENGINE_CKPT_SHADOW ? "snapshot" : "live state", w->file,
 			w->bytes >> 10, w->ms);
 }
 
