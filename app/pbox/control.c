@@ -119,6 +119,34 @@ segment_elems(const struct pbox *pb, enum phub_dtype dtype)
 	return elems / PHUB_WIRE_ELEM_ALIGN * PHUB_WIRE_ELEM_ALIGN;
 }
 
+uint32_t
+pbox_control_segment_elems(const struct pbox *pb, enum phub_dtype dtype)
+{
+	return segment_elems(pb, dtype);
+}
+
+/* What the next job may take: the per-job limit, within what the others leave of the total. */
+uint64_t
+pbox_control_job_memory_limit(const struct pbox *pb)
+{
+	uint64_t limit = (uint64_t)pb->cfg.limits.total_memory_mb << 20;
+
+	limit = limit > jobs_memory_bytes ? limit - jobs_memory_bytes : 0;
+	limit = RTE_MIN((uint64_t)pb->cfg.limits.job_memory_mb << 20, limit);
+	/* 0 would mean "no limit" */
+	return limit != 0 ? limit : 1;
+}
+
+void
+pbox_control_job_charge(struct pbox *pb, const struct phub_engine_job *job)
+{
+	struct phub_engine_job_info info;
+
+	(void)pb;
+	phub_engine_job_get_info(job, &info);
+	jobs_memory_bytes += info.memory_bytes;
+}
+
 static bool
 layout_matches(const struct phub_engine_job *job, const struct phub_wire_join *join,
 		const struct phub_wire_key *keys, uint32_t n_keys)
@@ -239,9 +267,9 @@ job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire
 	p.allocator = &allocator;
 	limit = (uint64_t)pb->cfg.limits.total_memory_mb << 20;
 	limit = limit > jobs_memory_bytes ? limit - jobs_memory_bytes : 0;
-	p.memory_limit_bytes = RTE_MIN((uint64_t)pb->cfg.limits.job_memory_mb << 20, limit);
-	if (p.memory_limit_bytes == 0)
-		p.memory_limit_bytes = 1;	/* 0 would mean "no limit" */
+	p.memory_limit_bytes = pbox_control_job_memory_limit(pb);
+	/* The snapshot buffers of checkpoints count in the job's memory. */
+	p.checkpoint_shadow = pbox_checkpoint_enabled(pb);
 
 	job = phub_engine_job_create(pb->engine, &p);
 	free(lkeys);
@@ -268,6 +296,7 @@ job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire
 	}
 	phub_engine_job_get_info(job, &info);
 	jobs_memory_bytes += info.memory_bytes;
+	pbox_checkpoint_job_created(pb, job);
 	PBOX_LOG(INFO, "job %s (id %u): %u workers, %u keys, %u chunks, %" PRIu64 " elements "
 			"%s, optimizer %s, %" PRIu64 " KB%s", info.name, info.job_id,
 			info.world_size, info.n_keys, info.n_chunks, info.n_elems,
@@ -431,6 +460,8 @@ job_release(struct pbox *pb, struct phub_engine_job *job)
 	phub_engine_job_unpublish(pb->engine, job);
 	/* Every data lcore passes a quiescent point before the buffers go. */
 	rte_rcu_qsbr_synchronize(pb->qsbr, RTE_QSBR_THRID_INVALID);
+	/* Its checkpoints go with it: the workers have the final model. */
+	pbox_checkpoint_job_end(pb, job);
 	phub_engine_job_free(job);
 	jobs_memory_bytes -= RTE_MIN(jobs_memory_bytes, info.memory_bytes);
 	PBOX_LOG(INFO, "job %s (id %u) ended after iteration %u; %" PRIu64 " KB freed", info.name,
@@ -470,12 +501,44 @@ handle_leave(struct pbox *pb, const struct requester *to, const struct phub_wire
 		job_release(pb, job);
 }
 
+/*
+ * A PING that names a session this PBox does not hold is answered with the ERROR that makes
+ * the worker JOIN again: unknown_job when the job or the rank's session is gone (the PBox
+ * restarted, the job ended), bad_session when the rank has another session now.
+ */
+static bool
+ping_session_known(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
+{
+	struct phub_engine_job *job;
+	struct phub_engine_peer peer;
+	uint64_t token;
+
+	if (msg->session_token == 0)
+		return true;
+	job = phub_engine_job_lookup(pb->engine, msg->job_id);
+	if (job == NULL || !phub_engine_job_rank(job, msg->worker_rank, &peer, &token)) {
+		send_error(pb, to, msg, PHUB_WIRE_ERR_UNKNOWN_JOB, "no session of rank %u in job "
+				"id %u here (the PBox restarted, or the job ended): JOIN again",
+				msg->worker_rank, msg->job_id);
+		return false;
+	}
+	if (token != msg->session_token || peer.ipv4 != to->ip || peer.udp_port != to->udp) {
+		send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_SESSION, "rank %u of job id %u has "
+				"another session now", msg->worker_rank, msg->job_id);
+		return false;
+	}
+	return true;
+}
+
 static void
 handle_ping(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
 {
 	uint8_t buf[PHUB_WIRE_MAX_DATAGRAM];
 	struct phub_wire_msg pong = *msg;
 	int len;
+
+	if (!ping_session_known(pb, to, msg))
+		return;
 
 	pong.opcode = PHUB_WIRE_OP_PONG;
 	pong.flags &= (uint8_t)~(PHUB_WIRE_F_CSUM | PHUB_WIRE_F_RETRANSMIT);

@@ -53,11 +53,14 @@ usage(FILE *f, const char *prog)
 		"/phub/chunkmap,<id> (docs/operations.md).\n", prog);
 }
 
+/* The first signal stops after the last checkpoints; a second one at once. */
 static void
 on_signal(int sig)
 {
 	(void)sig;
-	pbox.quit = true;
+	if (pbox.stop_requested)
+		pbox.quit = true;
+	pbox.stop_requested = true;
 }
 
 /* The per-lcore state, the layout servers and the rings: flat data before launch. */
@@ -266,6 +269,11 @@ main(int argc, char **argv)
 	}
 	if (rc == 0)
 		rc = pbox_control_init(&pbox);
+	/* Jobs of the checkpoint directory come back before any lcore runs. */
+	if (rc == 0)
+		rc = pbox_checkpoint_init(&pbox);
+	if (rc == 0)
+		rc = pbox_checkpoint_restore(&pbox);
 	if (rc == 0 && pbox.cfg.telemetry_enabled)
 		rc = pbox_telemetry_init(&pbox);
 	if (rc != 0)
@@ -285,11 +293,17 @@ main(int argc, char **argv)
 			pbox.n_ports, pbox.n_lcores, pbox.cfg.udp_base_port,
 			phub_kernels_isa_name(phub_kernels_get()->isa));
 
-	while (!pbox.quit)
+	while (!pbox.quit) {
 		pbox_control_poll(&pbox);
+		pbox_checkpoint_poll(&pbox);
+		/* The lcores run on until every job is at an iteration boundary, or not long. */
+		if (pbox.stop_requested && pbox_checkpoint_drain(&pbox))
+			pbox.quit = true;
+	}
 
 	PBOX_LOG(NOTICE, "stopping");
 	rte_eal_mp_wait_lcore();
+	pbox_checkpoint_fini(&pbox);
 	print_summary(&pbox);
 	pbox_control_fini(&pbox);
 	phub_engine_free(pbox.engine);

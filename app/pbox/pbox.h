@@ -130,7 +130,8 @@ struct pbox {
 	uint64_t control_drops[PHUB_DROP_REASON_MAX];
 	uint64_t start_tsc;
 	bool no_steering;		/* --no-steering: software hand-off only */
-	volatile bool quit;
+	volatile bool stop_requested;	/* SIGINT or SIGTERM: checkpoint, then quit */
+	volatile bool quit;		/* the lcores leave their loops */
 };
 
 extern struct pbox pbox;
@@ -150,6 +151,23 @@ void pbox_finish_udp_csum(struct rte_mbuf *m, uint16_t l4_len, uint32_t payload_
 int pbox_control_init(struct pbox *pb);
 void pbox_control_poll(struct pbox *pb);
 void pbox_control_fini(struct pbox *pb);
+
+/* control.c: what job creation needs, for jobs restored from checkpoints too */
+uint32_t pbox_control_segment_elems(const struct pbox *pb, enum phub_dtype dtype);
+uint64_t pbox_control_job_memory_limit(const struct pbox *pb);
+void pbox_control_job_charge(struct pbox *pb, const struct phub_engine_job *job);
+
+/* checkpoint.c (docs/reliability.md) */
+int pbox_checkpoint_init(struct pbox *pb);
+int pbox_checkpoint_restore(struct pbox *pb);
+bool pbox_checkpoint_enabled(const struct pbox *pb);
+void pbox_checkpoint_job_created(struct pbox *pb, struct phub_engine_job *job);
+void pbox_checkpoint_job_end(struct pbox *pb, struct phub_engine_job *job);
+void pbox_checkpoint_poll(struct pbox *pb);
+/* SIGTERM: true once every job reached an iteration boundary (or the wait is over). */
+bool pbox_checkpoint_drain(struct pbox *pb);
+/* After the lcores stopped: the last checkpoint of every job, then the writer stops. */
+void pbox_checkpoint_fini(struct pbox *pb);
 
 /* telemetry.c */
 int pbox_telemetry_init(struct pbox *pb);

@@ -27,6 +27,8 @@ struct bench_config {
 	uint32_t chunk_bytes;
 	uint32_t connect_timeout_ms;
 	uint32_t dead_ms;
+	uint32_t pause_at;		/* after this iteration (0: never) each worker waits... */
+	uint32_t pause_ms;		/* ... this long */
 	unsigned int connect_flags;
 	const struct phub_bench_layout *layout;
 	const struct phub_bench_pattern *pattern;

@@ -111,6 +111,8 @@ phub_bench_summarize(const struct phub_bench_run *run,
 			s->wire_gbps += r->wire_bytes * 8 / r->timed_s / 1e9;
 		s->retransmits += r->retransmits;
 		s->pulls += r->pulls;
+		s->reconnects += r->reconnects;
+		s->rollbacks += r->rollbacks;
 		if (r->max_abs_error > s->max_abs_error)
 			s->max_abs_error = r->max_abs_error;
 		if (r->timed_s > slowest_s) {
@@ -207,6 +209,9 @@ worker_json(const struct phub_bench_worker_result *r, uint64_t xbytes, bool *ok)
 	set(w, "pulls", json_integer((json_int_t)r->pulls), ok);
 	set(w, "replays", json_integer((json_int_t)r->replays), ok);
 	set(w, "tx_errors", json_integer((json_int_t)r->tx_errors), ok);
+	set(w, "reconnects", json_integer(r->reconnects), ok);
+	set(w, "rollbacks", json_integer(r->rollbacks), ok);
+	set(w, "resumed_at", json_integer(r->resumed_at), ok);
 	set(w, "verified", json_boolean(r->status == 0 && r->verified), ok);
 	set(w, "bitwise", json_boolean(r->status == 0 && r->bitwise), ok);
 	set(w, "max_abs_error", real(r->max_abs_error), ok);
@@ -271,6 +276,8 @@ phub_bench_report_json(const struct phub_bench_run *run, const struct phub_bench
 	set(root, "p99_ms", real(s->p99_ms), &ok);
 	set(root, "retransmits", json_integer((json_int_t)s->retransmits), &ok);
 	set(root, "pulls", json_integer((json_int_t)s->pulls), &ok);
+	set(root, "reconnects", json_integer((json_int_t)s->reconnects), &ok);
+	set(root, "rollbacks", json_integer((json_int_t)s->rollbacks), &ok);
 	set(root, "failed_workers", json_integer(s->failed), &ok);
 	if (error != NULL)
 		set(root, "error", ascii_string(error), &ok);

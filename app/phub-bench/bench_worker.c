@@ -139,6 +139,109 @@ wait_all(struct worker *w, struct phub *h)
 	}
 }
 
+/*
+ * Compare model with the reference after `iterations` updates, key by key in slices (so that
+ * the parent hears from a worker checking VGG's fc6), adding to vr; false if cut short.
+ */
+static bool
+verify_against(struct worker *w, const char *model, uint32_t iterations,
+		struct phub_bench_verify_result *vr)
+{
+	const struct bench_config *cfg = w->cfg;
+	const struct phub_bench_layout *l = cfg->layout;
+	struct phub_bench_verify_params vp = {
+		.pattern = cfg->pattern,
+		.optimizer = cfg->optimizer,
+		.world_size = cfg->world_size,
+		.iterations = iterations,
+	};
+	size_t es = phub_dtype_size(cfg->dtype);
+	struct phub_bench_verifier *v;
+	size_t off = 0;
+	uint32_t k;
+
+	v = phub_bench_verifier_create(&vp);
+	if (v == NULL) {
+		fail(w, -errno, "cannot verify: %s", strerror(errno));
+		return false;
+	}
+	for (k = 0; k < l->n_keys && !w->parent_gone; k++) {
+		uint64_t first, n;
+
+		for (first = 0; first < l->n_elems[k]; first += n) {
+			n = l->n_elems[k] - first < VERIFY_SLICE ? l->n_elems[k] - first :
+				VERIFY_SLICE;
+			phub_bench_verify_range(v, k, first, n, model + off + first * es, vr);
+			w->prog.elems_verified += n;
+			progress(w, false);
+		}
+		off += (size_t)l->n_elems[k] * es;
+	}
+	phub_bench_verifier_free(v);
+	return k == l->n_keys;
+}
+
+/*
+ * The PBox restarted from a checkpoint older than this worker's iteration (libphub said
+ * -ESTALE): go back to where the PBox is. Pull the model of the iteration before the resume
+ * point, check it against the reference of that iteration (a model the PBox kept across the
+ * restart must be the one an uninterrupted run had), and set *it so that the loop pushes the
+ * resume point next. 0 or -errno (the worker failed, w->res says why).
+ */
+static int
+go_back(struct worker *w, struct phub *h, char *model, uint32_t *it)
+{
+	const struct bench_config *cfg = w->cfg;
+	const struct phub_bench_layout *l = cfg->layout;
+	size_t es = phub_dtype_size(cfg->dtype);
+	struct phub_bench_verify_result vr;
+	uint32_t resume, k;
+	size_t off;
+	int rc;
+
+	do {
+		rc = phub_resume(h, &resume);
+		if (rc != 0) {
+			fail(w, rc, "iteration %u: cannot resume after the PBox restart: %s", *it,
+				strerror(-rc));
+			return rc;
+		}
+		if (resume == 0 || resume - 1 > cfg->iterations) {
+			fail(w, -ERANGE, "the PBox resumed the job at iteration %u, outside this"
+				" run's 1 .. %u", resume, cfg->iterations);
+			return -ERANGE;
+		}
+		for (k = 0, off = 0, rc = 0; k < l->n_keys && rc >= 0;
+		     off += (size_t)l->n_elems[k] * es, k++)
+			rc = phub_pull(h, k, model + off, PHUB_PRIORITY_DEFAULT, NULL, NULL);
+		if (rc >= 0)
+			rc = wait_all(w, h);
+		/* Restarted again meanwhile: go back again. */
+	} while (rc == -ESTALE);
+	if (rc < 0) {
+		fail(w, rc, "pulling the model of iteration %u after the PBox restart: %s%s%s",
+			resume - 1, strerror(-rc), *phub_last_error(h) != '\0' ? ": " : "",
+			phub_last_error(h));
+		return rc;
+	}
+	memset(&vr, 0, sizeof(vr));
+	if (!verify_against(w, model, resume - 1, &vr))
+		return w->res.status != 0 ? w->res.status : -ECANCELED;
+	if (vr.mismatches > 0) {
+		fail(w, -EIO, "after the PBox restart, its model of iteration %u differs from the"
+			" reference in %" PRIu64 " of %" PRIu64 " elements (key %u element %" PRIu64
+			": %.9g, expected %.9g)", resume - 1, vr.mismatches, vr.checked,
+			vr.first_bad_key, vr.first_bad_elem, (double)vr.first_bad_got,
+			(double)vr.first_bad_want);
+		return -EIO;
+	}
+	w->res.resumed_at = resume;
+	*it = resume - 1;
+	w->prog.iteration = resume - 1;
+	progress(w, true);
+	return 0;
+}
+
 /* The timed loop: iterations 1 .. K, each a pushpull of every key then a wait for all. */
 static int
 exchange(struct worker *w, struct phub *h, char *model, double *times)
@@ -164,6 +267,9 @@ exchange(struct worker *w, struct phub *h, char *model, double *times)
 		for (k = 0, off = 0; k < l->n_keys; off += (size_t)l->n_elems[k] * es, k++) {
 			rc = phub_pushpull(h, k, phub_bench_grad(cfg->pattern, w->rank, it, k),
 				model + off, PHUB_PRIORITY_DEFAULT, NULL, NULL);
+			/* The PBox restarted: the wait below says so too. */
+			if (rc == -ESTALE)
+				break;
 			if (rc < 0) {
 				fail(w, rc, "iteration %u: pushpull of key %u: %s%s%s", it, k,
 					strerror(-rc), *phub_last_error(h) != '\0' ? ": " : "",
@@ -172,12 +278,19 @@ exchange(struct worker *w, struct phub *h, char *model, double *times)
 			}
 		}
 		rc = wait_all(w, h);
+		if (rc == -ESTALE) {
+			rc = go_back(w, h, model, &it);
+			if (rc != 0)
+				return rc;
+			continue;
+		}
 		if (rc < 0) {
 			fail(w, rc, "iteration %u: %s%s%s", it, strerror(-rc),
 				*phub_last_error(h) != '\0' ? ": " : "", phub_last_error(h));
 			return rc;
 		}
-		if (it > cfg->warmup) {
+		/* Iterations run again after a restart are timed again, within the array. */
+		if (it > cfg->warmup && w->res.timed < cfg->iterations) {
 			times[w->res.timed++] = (bench_now() - t0) * 1e3;
 			w->res.timed_s = bench_now() - t_timed;
 		}
@@ -186,11 +299,36 @@ exchange(struct worker *w, struct phub *h, char *model, double *times)
 		w->prog.timed = w->res.timed;
 		w->prog.timed_s = w->res.timed_s;
 		progress(w, false);
+		if (it == cfg->pause_at && cfg->pause_ms > 0) {
+			struct timespec ts = {
+				.tv_sec = cfg->pause_ms / 1000,
+				.tv_nsec = (long)(cfg->pause_ms % 1000) * 1000000,
+			};
+
+			/* Idle at a boundary: the session's keep-alive PINGs go on meanwhile. */
+			while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+				;
+		}
 	}
 	if (phub_stats(h, &st) == 0 && w->res.timed > 0)
 		w->res.wire_bytes = (double)(st.tx_bytes - st0.tx_bytes) +
 			(double)(st.rx_bytes - st0.rx_bytes);
 	return 0;
+}
+
+static void
+stats_take(struct worker *w, struct phub *h)
+{
+	struct phub_stats st;
+
+	if (phub_stats(h, &st) != 0)
+		return;
+	w->res.retransmits = st.retransmits;
+	w->res.pulls = st.pulls;
+	w->res.replays = st.replays;
+	w->res.tx_errors = st.tx_errors;
+	w->res.reconnects = (uint32_t)st.reconnects;
+	w->res.rollbacks = (uint32_t)st.rollbacks;
 }
 
 /*
@@ -230,46 +368,18 @@ inject_fault(struct worker *w, char *model)
 static void
 verify(struct worker *w, const char *model)
 {
-	const struct bench_config *cfg = w->cfg;
-	const struct phub_bench_layout *l = cfg->layout;
-	struct phub_bench_verify_params vp = {
-		.pattern = cfg->pattern,
-		.optimizer = cfg->optimizer,
-		.world_size = cfg->world_size,
-		.iterations = cfg->iterations,
-	};
+	const struct phub_bench_layout *l = w->cfg->layout;
 	struct phub_bench_verify_result vr = { 0 };
-	size_t es = phub_dtype_size(cfg->dtype);
-	struct phub_bench_verifier *v;
 	double t0 = bench_now();
-	size_t off = 0;
-	uint32_t k;
+	bool whole;
 
 	w->prog.phase = BENCH_PHASE_VERIFYING;
 	progress(w, true);
-	v = phub_bench_verifier_create(&vp);
-	if (v == NULL) {
-		fail(w, -errno, "cannot verify: %s", strerror(errno));
-		return;
-	}
-	for (k = 0; k < l->n_keys && !w->parent_gone; k++) {
-		uint64_t first, n;
-
-		/* In slices, so that the parent hears from a worker checking VGG's fc6. */
-		for (first = 0; first < l->n_elems[k]; first += n) {
-			n = l->n_elems[k] - first < VERIFY_SLICE ? l->n_elems[k] - first :
-				VERIFY_SLICE;
-			phub_bench_verify_range(v, k, first, n, model + off + first * es, &vr);
-			w->prog.elems_verified += n;
-			progress(w, false);
-		}
-		off += (size_t)l->n_elems[k] * es;
-	}
-	phub_bench_verifier_free(v);
+	whole = verify_against(w, model, w->cfg->iterations, &vr);
 	w->res.verify_s = bench_now() - t0;
 	w->res.max_abs_error = vr.max_abs_error;
 	w->res.mismatches = vr.mismatches;
-	w->res.verified = k == l->n_keys && vr.mismatches == 0;
+	w->res.verified = whole && vr.mismatches == 0;
 	w->res.bitwise = w->res.verified && vr.differing == 0;
 	if (vr.mismatches > 0)
 		snprintf(w->res.error, sizeof(w->res.error), "rank %u: model differs from the"
@@ -292,7 +402,6 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 	struct phub *h = NULL;
 	double *times = NULL;
 	char *model = NULL;
-	struct phub_stats st;
 	char err[256] = "";
 	double t0;
 	uint32_t k;
@@ -359,12 +468,7 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 	memset(model, 0, l->total_elems * phub_dtype_size(cfg->dtype));
 	if (exchange(&w, h, model, times) != 0)
 		goto out;
-	if (phub_stats(h, &st) == 0) {
-		w.res.retransmits = st.retransmits;
-		w.res.pulls = st.pulls;
-		w.res.replays = st.replays;
-		w.res.tx_errors = st.tx_errors;
-	}
+	stats_take(&w, h);
 	/* Every rank has the final model once its last wait returned: leave, then check. */
 	phub_close(h);
 	h = NULL;
@@ -372,10 +476,7 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 	verify(&w, model);
 out:
 	if (h != NULL) {
-		if (phub_stats(h, &st) == 0) {
-			w.res.retransmits = st.retransmits;
-			w.res.pulls = st.pulls;
-		}
+		stats_take(&w, h);
 		phub_close(h);
 	}
 	w.prog.phase = BENCH_PHASE_DONE;

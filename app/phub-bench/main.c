@@ -98,6 +98,8 @@ usage(FILE *f)
 		"  --connect-timeout-ms T   bound on joining (default 10000)\n"
 		"  --dead-ms T          PBox silent this long: the worker fails (default 10000)\n"
 		"  --timeout S          stop a worker making no progress for S s (default 120)\n"
+		"  --pause-at I:MS      every worker waits MS ms after iteration I (idle at an\n"
+		"                       iteration boundary, e.g. to stop the PBox there)\n"
 		"  --json               one JSON object on stdout instead of the table\n"
 		"  --quiet              no progress lines on stderr\n"
 		"  --print-layout       print the keys (index, elements, name) and exit\n"
@@ -141,7 +143,7 @@ enum {
 	OPT_KEYS, OPT_KEY_ELEMS, OPT_ITERATIONS, OPT_WARMUP, OPT_DTYPE, OPT_OPTIMIZER, OPT_LR,
 	OPT_MOMENTUM, OPT_WD, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_JOB, OPT_NONCE, OPT_BIND,
 	OPT_MTU, OPT_WINDOW, OPT_CHUNK, OPT_CSUM, OPT_CONNECT_TIMEOUT, OPT_DEAD, OPT_TIMEOUT,
-	OPT_JSON, OPT_QUIET, OPT_PRINT_LAYOUT, OPT_HELP,
+	OPT_JSON, OPT_QUIET, OPT_PRINT_LAYOUT, OPT_HELP, OPT_PAUSE_AT,
 };
 
 static const struct option long_opts[] = {
@@ -174,6 +176,7 @@ static const struct option long_opts[] = {
 	{ "connect-timeout-ms", required_argument, NULL, OPT_CONNECT_TIMEOUT },
 	{ "dead-ms", required_argument, NULL, OPT_DEAD },
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
+	{ "pause-at", required_argument, NULL, OPT_PAUSE_AT },
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "quiet", no_argument, NULL, OPT_QUIET },
 	{ "print-layout", no_argument, NULL, OPT_PRINT_LAYOUT },
@@ -313,6 +316,22 @@ parse_args(int argc, char **argv, struct options *o)
 			rc = parse_u64(optarg, 1, 86400, &v);
 			o->timeout_s = (unsigned int)v;
 			break;
+		case OPT_PAUSE_AT: {
+			char *colon = strchr(optarg, ':');
+			uint64_t ms = 0;
+
+			rc = -EINVAL;
+			if (colon != NULL) {
+				*colon = '\0';
+				rc = parse_u64(optarg, 1, UINT32_MAX, &v);
+				if (rc == 0)
+					rc = parse_u64(colon + 1, 1, 3600000, &ms);
+				*colon = ':';
+			}
+			c->pause_at = (uint32_t)v;
+			c->pause_ms = (uint32_t)ms;
+			break;
+		}
 		case OPT_JSON:
 			o->json = true;
 			break;

@@ -161,6 +161,9 @@ struct phub_bench_worker_result {
 	uint64_t pulls;
 	uint64_t replays;
 	uint64_t tx_errors;
+	uint32_t reconnects;		/* sessions made again after a PBox restart */
+	uint32_t rollbacks;		/* of them, those that sent the worker back */
+	uint32_t resumed_at;		/* the last iteration it went back to (0: none) */
 	bool verified;
 	bool bitwise;			/* every element byte-equal to the reference */
 	double max_abs_error;
@@ -193,6 +196,8 @@ struct phub_bench_summary {
 	double p99_ms;
 	uint64_t retransmits;
 	uint64_t pulls;
+	uint64_t reconnects;		/* sums over workers */
+	uint64_t rollbacks;
 	double max_abs_error;
 	bool verified;			/* every expected worker reported and matched */
 	bool bitwise;

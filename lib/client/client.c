@@ -136,8 +136,8 @@ submit(struct phub *h, uint32_t key_id, enum op_type type, const void *grad, voi
 	op->wire_prio = op->prio > UINT8_MAX ? UINT8_MAX : (uint8_t)op->prio;
 
 	pthread_mutex_lock(&h->lock);
-	if (h->error != 0 || h->stop) {
-		rc = h->error != 0 ? h->error : -ECANCELED;
+	if (h->error != 0 || h->stop || h->stale) {
+		rc = h->error != 0 ? h->error : h->stop ? -ECANCELED : -ESTALE;
 		pthread_mutex_unlock(&h->lock);
 		free(op);
 		return rc;
@@ -218,13 +218,17 @@ wait_until(struct phub *h, int ticket, int timeout_ms)
 			rc = h->error;
 			break;
 		}
+		if (h->stale) {
+			rc = -ESTALE;
+			break;
+		}
 		if (ticket > 0 ? !ticket_pending(h, ticket) : h->n_pending == 0)
 			break;
 		if (timeout_ms < 0) {
 			pthread_cond_wait(&h->cond, &h->lock);
 		} else if (pthread_cond_timedwait(&h->cond, &h->lock, &until) == ETIMEDOUT) {
 			/* The last look decides: the ticket may have completed just now. */
-			if (h->error == 0 &&
+			if (h->error == 0 && !h->stale &&
 			    (ticket > 0 ? ticket_pending(h, ticket) : h->n_pending != 0)) {
 				rc = -ETIMEDOUT;
 				break;
@@ -277,7 +281,12 @@ phub_info(struct phub *h, struct phub_info *info)
 	if (h == NULL || info == NULL)
 		return -EINVAL;
 	memset(info, 0, sizeof(*info));
+	/* A re-JOIN after a PBox restart changes the session under the lock. */
+	pthread_mutex_lock(&h->lock);
 	info->job_id = h->job_id;
+	info->n_endpoints = h->n_endpoints;
+	info->first_iteration = h->first_iteration;
+	pthread_mutex_unlock(&h->lock);
 	info->rank = h->rank;
 	info->world_size = h->world_size;
 	info->dtype = h->dtype;
@@ -287,9 +296,27 @@ phub_info(struct phub *h, struct phub_info *info)
 	info->n_chunks = h->n_chunks;
 	info->n_segments = h->n_segs;
 	info->n_elems = phub_layout_elem_count(h->layout);
-	info->n_endpoints = h->n_endpoints;
-	info->first_iteration = h->first_iteration;
 	return 0;
+}
+
+int
+phub_resume(struct phub *h, uint32_t *iteration)
+{
+	int rc = 0;
+
+	if (h == NULL)
+		return -EINVAL;
+	pthread_mutex_lock(&h->lock);
+	if (h->error != 0)
+		rc = h->error;
+	else if (!h->stale)
+		rc = -EINVAL;
+	else
+		h->stale = false;
+	if (rc == 0 && iteration != NULL)
+		*iteration = h->first_iteration;
+	pthread_mutex_unlock(&h->lock);
+	return rc;
 }
 
 static bool
@@ -406,6 +433,7 @@ session_free(struct phub *h)
 	if (h->wake_fd >= 0)
 		close(h->wake_fd);
 	client_node_free(h);
+	client_join_free(h);
 	phub_layout_free(h->layout);
 	free(h->endpoints);
 	free(h->keys);

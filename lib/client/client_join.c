@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The JOIN and LEAVE exchanges, run on the caller's thread while no progress thread exists. */
+/*
+ * The JOIN and LEAVE exchanges, run on the caller's thread while no progress thread exists,
+ * and the same JOIN again on the progress thread when a restarted PBox lost the session.
+ */
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,8 +22,8 @@ enum {
 	RX_MAX = 65536,			/* any UDP payload */
 };
 
-/* State of one JOIN exchange. */
-struct join_ctx {
+/* The JOIN of the session, kept for a re-JOIN, and the answer being reassembled. */
+struct client_join {
 	struct phub_wire_join_params jp;
 	struct phub_wire_key *keys;
 	unsigned int mtu;
@@ -66,7 +69,7 @@ optimizer_parse(const char *name, uint8_t *opt)
 }
 
 static int
-join_prepare(struct phub *h, const struct phub_connect_params *p, struct join_ctx *c, char *err,
+join_prepare(struct phub *h, const struct phub_connect_params *p, struct client_join *c, char *err,
 		size_t errlen)
 {
 	struct phub_wire_join *j = &c->jp.join;
@@ -115,7 +118,7 @@ join_prepare(struct phub *h, const struct phub_connect_params *p, struct join_ct
 }
 
 static void
-join_send(struct phub *h, struct join_ctx *c, bool retransmit)
+join_send(struct phub *h, struct client_join *c, bool retransmit)
 {
 	c->jp.flags = h->tx_flags | (retransmit ? PHUB_WIRE_F_RETRANSMIT : 0);
 	for (int i = 0; i < c->n_dgrams; i++) {
@@ -146,7 +149,7 @@ refusal_errno(uint16_t code)
 
 /* One JOIN_ACK datagram: 1 when the chunk map is complete, 0 for more, -errno. */
 static int
-join_ack_take(struct phub *h, struct join_ctx *c, const struct phub_wire_msg *msg, char *err,
+join_ack_take(struct phub *h, struct client_join *c, const struct phub_wire_msg *msg, char *err,
 		size_t errlen)
 {
 	struct phub_wire_join_ack_seg seg;
@@ -182,14 +185,31 @@ join_ack_take(struct phub *h, struct join_ctx *c, const struct phub_wire_msg *ms
 	return rc;
 }
 
-/* Wait for answers until deadline_ns: 1 map complete, 0 time is up, -errno refused. */
+/* phub_close() during a re-JOIN: give up. False before the progress thread exists. */
+static bool
+stopping(struct phub *h)
+{
+	bool stop;
+
+	pthread_mutex_lock(&h->lock);
+	stop = h->stop;
+	pthread_mutex_unlock(&h->lock);
+	return stop;
+}
+
+/*
+ * Wait for answers until deadline_ns: 1 map complete, 0 time is up, -errno refused
+ * (-ECANCELED: the session is closing).
+ */
 static int
-join_receive(struct phub *h, struct join_ctx *c, uint64_t deadline_ns, char *err, size_t errlen)
+join_receive(struct phub *h, struct client_join *c, uint64_t deadline_ns, char *err,
+		size_t errlen)
 {
 	struct pollfd pfd = { .fd = h->fd, .events = POLLIN };
 
 	for (;;) {
 		uint64_t now = client_now_ns();
+		uint64_t wait_ms = (deadline_ns - now + 999999) / 1000000;
 		struct sockaddr_in src;
 		socklen_t srclen = sizeof(src);
 		struct phub_wire_msg msg;
@@ -198,7 +218,13 @@ join_receive(struct phub *h, struct join_ctx *c, uint64_t deadline_ns, char *err
 
 		if (now >= deadline_ns)
 			return 0;
-		rc = poll(&pfd, 1, (int)((deadline_ns - now + 999999) / 1000000));
+		if (stopping(h)) {
+			join_err(err, errlen, "the session was closed");
+			return -ECANCELED;
+		}
+		/* A bounded wait, so that phub_close() is not kept waiting for long. */
+		rc = poll(&pfd, 1, (int)(wait_ms < JOIN_RTO_FIRST_MS ? wait_ms :
+				JOIN_RTO_FIRST_MS));
 		if (rc < 0 && errno != EINTR) {
 			join_err(err, errlen, "poll: %s", strerror(errno));
 			return -errno;
@@ -234,7 +260,7 @@ join_receive(struct phub *h, struct join_ctx *c, uint64_t deadline_ns, char *err
 
 /* Keys, segments and chunk index from the layout cut as the PBox cut it. */
 static int
-layout_build(struct phub *h, const struct phub_connect_params *p, struct join_ctx *c, char *err,
+layout_build(struct phub *h, const struct phub_connect_params *p, struct client_join *c, char *err,
 		size_t errlen)
 {
 	struct phub_layout_params lp = {
@@ -317,7 +343,7 @@ layout_build(struct phub *h, const struct phub_connect_params *p, struct join_ct
 }
 
 static int
-endpoints_build(struct phub *h, struct join_ctx *c, char *err, size_t errlen)
+endpoints_build(struct phub *h, struct client_join *c, char *err, size_t errlen)
 {
 	h->n_endpoints = c->merge.endpoint_count;
 	h->endpoints = calloc(h->n_endpoints, sizeof(*h->endpoints));
@@ -351,19 +377,32 @@ rx_size_set(struct phub *h, unsigned int mtu)
 	h->rx.rx_size = (h->rx.rx_size + 63) & ~(size_t)63;
 }
 
-int
-client_join(struct phub *h, const struct phub_connect_params *p, char *err, size_t errlen)
+/* Forget a half or fully reassembled answer: the next JOIN_ACK starts a new one. */
+static void
+merge_reset(struct client_join *c)
 {
-	struct join_ctx c;
-	uint64_t start = client_now_ns();
-	uint64_t end = start + (uint64_t)h->connect_timeout_ms * 1000000u;
+	free(c->endpoints);
+	free(c->chunk_map);
+	c->endpoints = NULL;
+	c->chunk_map = NULL;
+	c->token = 0;
+	memset(&c->merge, 0, sizeof(c->merge));
+}
+
+/*
+ * Send the JOIN until the chunk map is complete, with back-off, for at most connect_timeout_ms.
+ * 0, -ETIMEDOUT, or -errno of a refusal or a failure (err says which).
+ */
+static int
+join_exchange(struct phub *h, struct client_join *c, bool *retransmitted, char *err,
+		size_t errlen)
+{
+	uint64_t end = client_now_ns() + (uint64_t)h->connect_timeout_ms * 1000000u;
 	uint64_t rto = (uint64_t)JOIN_RTO_FIRST_MS * 1000000u;
 	bool retransmit = false;
 	int rc;
 
-	memset(&c, 0, sizeof(c));
-	rc = join_prepare(h, p, &c, err, errlen);
-	while (rc == 0) {
+	for (;;) {
 		uint64_t now = client_now_ns();
 
 		if (now >= end) {
@@ -374,36 +413,145 @@ client_join(struct phub *h, const struct phub_connect_params *p, char *err, size
 			rc = -ETIMEDOUT;
 			break;
 		}
-		join_send(h, &c, retransmit);
-		rc = join_receive(h, &c, now + rto < end ? now + rto : end, err, errlen);
+		join_send(h, c, retransmit);
+		rc = join_receive(h, c, now + rto < end ? now + rto : end, err, errlen);
 		if (rc == 1) {
 			rc = 0;
 			break;
 		}
+		if (rc < 0)
+			break;
 		retransmit = true;
 		rto = rto * 2 > (uint64_t)JOIN_RTO_LAST_MS * 1000000u ?
 			(uint64_t)JOIN_RTO_LAST_MS * 1000000u : rto * 2;
 	}
+	*retransmitted = retransmit;
+	return rc;
+}
+
+int
+client_join(struct phub *h, const struct phub_connect_params *p, char *err, size_t errlen)
+{
+	uint64_t start = client_now_ns();
+	struct client_join *c;
+	bool retransmit = false;
+	int rc;
+
+	c = calloc(1, sizeof(*c));
+	if (c == NULL) {
+		join_err(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	h->join = c;
+	rc = join_prepare(h, p, c, err, errlen);
+	if (rc == 0)
+		rc = join_exchange(h, c, &retransmit, err, errlen);
 	if (rc == 0) {
 		/* The JOIN round trip is the first RTT sample, unless a retransmission blurs it. */
 		if (!retransmit)
 			h->srtt_ns = client_now_ns() - start;
-		h->job_id = c.merge.ack.job_id;
-		h->token = c.token;
-		h->chunk_bytes = c.merge.ack.chunk_bytes;
-		h->segment_elems = c.merge.ack.seg_elems;
-		h->first_iteration = c.merge.ack.iteration;
-		rc = endpoints_build(h, &c, err, errlen);
+		h->job_id = c->merge.ack.job_id;
+		h->token = c->token;
+		h->chunk_bytes = c->merge.ack.chunk_bytes;
+		h->segment_elems = c->merge.ack.seg_elems;
+		h->first_iteration = c->merge.ack.iteration;
+		rc = endpoints_build(h, c, err, errlen);
 	}
 	if (rc == 0)
-		rc = layout_build(h, p, &c, err, errlen);
+		rc = layout_build(h, p, c, err, errlen);
 	if (rc == 0)
-		rx_size_set(h, c.mtu);
-	free(c.keys);
-	free(c.tx);
-	free(c.rx);
-	free(c.endpoints);
-	free(c.chunk_map);
+		rx_size_set(h, c->mtu);
+	merge_reset(c);
+	return rc;
+}
+
+void
+client_join_free(struct phub *h)
+{
+	struct client_join *c = h->join;
+
+	if (c == NULL)
+		return;
+	merge_reset(c);
+	free(c->keys);
+	free(c->tx);
+	free(c->rx);
+	free(c);
+	h->join = NULL;
+}
+
+/* Elements per chunk as lib/layout cuts them: whole segments, at least one. */
+static uint32_t
+chunk_elems(uint32_t chunk_bytes, uint32_t seg_elems)
+{
+	uint32_t segs = chunk_bytes / PHUB_LAYOUT_MODEL_ELEM_SIZE / seg_elems;
+
+	return (segs == 0 ? 1 : segs) * seg_elems;
+}
+
+int
+client_rejoin(struct phub *h, char *err, size_t errlen)
+{
+	struct client_join *c = h->join;
+	struct sockaddr_in *old_endpoints = h->endpoints;
+	uint32_t old_n = h->n_endpoints;
+	struct ep_order *order;
+	bool retransmit;
+	int rc;
+
+	merge_reset(c);
+	rc = join_exchange(h, c, &retransmit, err, errlen);
+	if (rc == -ETIMEDOUT || rc == -ECANCELED) {
+		rc = rc == -ETIMEDOUT ? -ECONNRESET : rc;
+		goto out;
+	}
+	if (rc != 0) {
+		rc = -EIO;
+		goto out;
+	}
+	/*
+	 * Segments and chunks are cut as before, or the segment table would not match: the
+	 * chunk size counts in whole segments (as lib/layout cuts), whatever bytes it is named in.
+	 */
+	if (c->merge.ack.seg_elems != h->segment_elems || c->merge.total_chunks != h->n_chunks ||
+	    chunk_elems(c->merge.ack.chunk_bytes, h->segment_elems) !=
+	    phub_layout_chunk_elems(h->layout)) {
+		join_err(err, errlen, "PBox %s came back with another geometry for job '%s' "
+				"(chunk_bytes %u, seg_elems %u, %u chunks; the session had %u, "
+				"%u, %u)", h->server_name, h->job_name, c->merge.ack.chunk_bytes,
+				c->merge.ack.seg_elems, c->merge.total_chunks, h->chunk_bytes,
+				h->segment_elems, h->n_chunks);
+		rc = -EIO;
+		goto out;
+	}
+	order = calloc(c->merge.endpoint_count, sizeof(*order));
+	pthread_mutex_lock(&h->lock);
+	h->endpoints = NULL;
+	rc = order == NULL ? -ENOMEM : endpoints_build(h, c, err, errlen);
+	if (rc != 0) {
+		free(h->endpoints);
+		h->endpoints = old_endpoints;
+		h->n_endpoints = old_n;
+	}
+	pthread_mutex_unlock(&h->lock);
+	if (rc != 0) {
+		free(order);
+		join_err(err, errlen, "out of memory for %u endpoints", c->merge.endpoint_count);
+		rc = -EIO;
+		goto out;
+	}
+	free(old_endpoints);
+	free(h->ep_order);
+	h->ep_order = order;
+	for (uint32_t s = 0; s < h->n_segs; s++)
+		h->segs[s].endpoint = c->chunk_map[h->segs[s].chunk];
+	pthread_mutex_lock(&h->lock);
+	h->job_id = c->merge.ack.job_id;
+	h->token = c->token;
+	h->first_iteration = c->merge.ack.iteration;
+	pthread_mutex_unlock(&h->lock);
+out:
+	merge_reset(c);
 	return rc;
 }
 

@@ -349,6 +349,7 @@ op_activate(struct phub *h, struct key *key)
 		if (op->type == OP_PULL) {
 			/* Its broadcast went by unclaimed: ask for it again, in turn. */
 			if (s->state == SEG_DONE) {
+				s->iter = op->iter;
 				s->state = SEG_ACKED;
 				s->repull = true;
 				h->n_waiting++;
@@ -379,6 +380,10 @@ op_complete_if_done(struct phub *h, struct key *key)
 	if (key->head == NULL)
 		key->tail = NULL;
 	h->n_active--;
+	/* What the application has seen of this key: a restarted PBox must not be behind it. */
+	if (!key->done_any || phub_wire_iter_cmp(op->iter, key->done_iter) > 0)
+		key->done_iter = op->iter;
+	key->done_any = true;
 	client_op_finish(h, op, 0);
 	if (key->head != NULL)
 		op_activate(h, key);
@@ -537,6 +542,11 @@ rx_error(struct phub *h, const struct phub_wire_msg *msg)
 	if (msg->job_id != h->job_id || msg->session_token != h->token ||
 	    phub_wire_error_parse(msg->payload, msg->payload_len, &e) != PHUB_DROP_OK) {
 		h->stats.rx_dropped++;
+		return;
+	}
+	/* The PBox has no such session: it restarted (or lost the job). JOIN again. */
+	if (e.code == PHUB_WIRE_ERR_UNKNOWN_JOB) {
+		h->rejoin = true;
 		return;
 	}
 	client_fail(h, -EIO, "PBox %s ended the session of rank %u of job '%s': %s: %.*s",
@@ -774,6 +784,131 @@ idle_wait(struct phub *h, uint64_t now)
 	}
 }
 
+/* ---- a restarted PBox ---- */
+
+/* Forget everything in flight: heaps, timers, window, per-endpoint order. */
+static void
+progress_reset(struct phub *h)
+{
+	for (uint32_t i = 0; i < h->n_segs; i++) {
+		struct seg *s = &h->segs[i];
+
+		s->state = SEG_DONE;
+		s->tries = 0;
+		s->next_pending = false;
+		s->repull = false;
+		s->charged = false;
+		s->timer_pos = 0;
+		s->send_pos = 0;
+	}
+	h->send_heap.n = 0;
+	h->timer_heap.n = 0;
+	h->inflight_bytes = 0;
+	h->n_waiting = 0;
+	h->push_probe_ns = 0;
+	h->pull_probe_ns = 0;
+}
+
+/* The tickets of the keys' FIFOs and those not yet taken complete with status. */
+static void
+fail_ops(struct phub *h, struct op *list, int status)
+{
+	for (uint32_t k = 0; k < h->n_keys; k++) {
+		struct key *key = &h->keys[k];
+
+		while (key->head != NULL) {
+			struct op *op = key->head;
+
+			key->head = op->next;
+			client_op_finish(h, op, status);
+		}
+		key->tail = NULL;
+	}
+	h->n_active = 0;
+	while (list != NULL) {
+		struct op *op = list;
+
+		list = op->next;
+		client_op_finish(h, op, status);
+	}
+}
+
+/*
+ * The PBox restarted and took us back at iteration r (JOIN_ACK). It has the model of r - 1
+ * and nothing newer. If the application has seen nothing of r or later, every operation in
+ * progress runs again from its start (its gradient is still the application's to keep): the
+ * restart is invisible but for the time. Otherwise the application must go back to r - 1:
+ * its tickets fail with -ESTALE, and so does everything until phub_resume().
+ */
+static void
+reconnect(struct phub *h)
+{
+	char err[CLIENT_ERRMSG] = "";
+	bool stale = false;
+	struct op *list;
+	uint32_t r;
+	int rc;
+
+	h->rejoin = false;
+	rc = client_rejoin(h, err, sizeof(err));
+	h->last_heard_ns = client_now_ns();
+	if (rc == -ECANCELED)
+		return;
+	if (rc != 0) {
+		client_fail(h, rc, "PBox %s lost the session of rank %u of job '%s' and the JOIN "
+				"again failed: %s", h->server_name, h->rank, h->job_name, err);
+		return;
+	}
+	r = h->first_iteration;
+	for (uint32_t k = 0; k < h->n_keys; k++) {
+		const struct key *key = &h->keys[k];
+
+		/* Lost with no checkpoint: only a job still in its initial round starts over. */
+		if (r == 0 && key->done_any) {
+			client_fail(h, -EIO, "PBox %s restarted without a checkpoint of job '%s': "
+					"the job's model is lost", h->server_name, h->job_name);
+			return;
+		}
+		if (key->done_any && phub_wire_iter_cmp(key->done_iter, r) >= 0)
+			stale = true;
+	}
+	pthread_mutex_lock(&h->lock);
+	/* A PBox ahead of what we pushed (a checkpoint newer than this worker) also moves us. */
+	for (uint32_t k = 0; k < h->n_keys; k++)
+		if (phub_wire_iter_cmp(h->keys[k].sub_iter, r - 1) < 0)
+			stale = true;
+	list = NULL;
+	if (stale) {
+		h->stale = true;
+		for (uint32_t k = 0; k < h->n_keys; k++)
+			h->keys[k].sub_iter = r - 1;
+		list = h->sub_head;
+		h->sub_head = NULL;
+		h->sub_tail = NULL;
+	}
+	h->stats.reconnects++;
+	if (stale)
+		h->stats.rollbacks++;
+	pthread_mutex_unlock(&h->lock);
+
+	progress_reset(h);
+	if (stale) {
+		fail_ops(h, list, -ESTALE);
+		for (uint32_t i = 0; i < h->n_segs; i++)
+			h->segs[i].iter = r - 1;
+		return;
+	}
+	for (uint32_t k = 0; k < h->n_keys; k++) {
+		struct key *key = &h->keys[k];
+
+		if (key->head == NULL)
+			continue;
+		key->head->n_acked = 0;
+		key->head->n_models = 0;
+		op_activate(h, key);
+	}
+}
+
 /* Every ticket still open completes with status: the session ended. */
 static void
 fail_all(struct phub *h, int status)
@@ -822,6 +957,8 @@ client_node_main(void *arg)
 		if (take_submissions(h, now))
 			break;
 		rx_drain(h);
+		if (h->rejoin)
+			reconnect(h);
 		if (h->error != 0)
 			break;
 		now = client_now_ns();

@@ -101,6 +101,9 @@ struct key {
 	uint32_t first_seg;
 	uint32_t n_segs;
 	uint32_t sub_iter;		/* latest iteration submitted for push; under h->lock */
+	/* Progress thread: the newest iteration an operation on the key completed with. */
+	uint32_t done_iter;
+	bool done_any;
 	struct op *head;		/* progress thread: head is the active op */
 	struct op *tail;
 };
@@ -138,8 +141,14 @@ struct rx_batch {
 	size_t rx_size;
 };
 
+struct client_join;
+
 struct phub {
-	/* Fixed once phub_connect() returns: read by every thread. */
+	/*
+	 * Fixed once phub_connect() returns: read by every thread; but for the session (job_id,
+	 * token, endpoints, first_iteration), which a re-JOIN after a PBox restart changes on
+	 * the progress thread, under lock for phub_info().
+	 */
 	int fd;				/* the socket; only the progress thread uses it */
 	int wake_fd;			/* eventfd: the API wakes the progress thread */
 	struct sockaddr_in ctrl;	/* PBox control port */
@@ -173,6 +182,7 @@ struct phub {
 	char job_name[PHUB_WIRE_JOB_NAME_LEN];
 	pthread_t thread;
 	bool thread_started;
+	struct client_join *join;	/* the JOIN, kept to send it again after a PBox restart */
 
 	/* Shared between the API and the progress thread, under lock. */
 	pthread_mutex_t lock;
@@ -184,6 +194,7 @@ struct phub {
 	int next_ticket;		/* the last ticket handed out */
 	bool tickets_wrapped;		/* next_ticket went past INT32_MAX at least once */
 	int error;			/* 0, or the -errno every call returns from now on */
+	bool stale;			/* rolled back: -ESTALE until phub_resume() */
 	bool stop;
 	char errmsg[CLIENT_ERRMSG];
 	struct phub_stats pub_stats;	/* snapshot published by the progress thread */
@@ -205,6 +216,7 @@ struct phub {
 	uint64_t last_heard_ns;		/* last valid datagram, or when work started */
 	uint64_t last_ping_ns;
 	uint32_t ping_seq;
+	bool rejoin;			/* the PBox lost our session: JOIN again */
 	struct phub_stats stats;
 	struct tx_batch tx;
 	struct rx_batch rx;
@@ -219,6 +231,13 @@ void client_op_finish(struct phub *h, struct op *op, int status);
 /* client_join.c: the JOIN and LEAVE exchanges, on the caller's thread. */
 int client_join(struct phub *h, const struct phub_connect_params *p, char *err, size_t errlen);
 void client_leave(struct phub *h);
+void client_join_free(struct phub *h);
+/*
+ * The same JOIN again, on the progress thread, after the PBox lost the session: the new
+ * session, endpoints and first_iteration are in h on success. 0, or -errno with the reason in
+ * err: ECONNRESET no answer, EIO refused or another geometry, ECANCELED the session is closing.
+ */
+int client_rejoin(struct phub *h, char *err, size_t errlen);
 
 /* client_node.c: the progress thread. */
 int client_node_init(struct phub *h);

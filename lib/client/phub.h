@@ -120,6 +120,9 @@ struct phub_stats {
 	uint32_t rto_us;		/* current retransmission timeout */
 	uint32_t window_bytes;		/* the window of payload bytes in flight */
 	uint32_t inflight_bytes;	/* PUSH bytes not yet ACKed, MODEL bytes PULLed */
+	/* Last, so that code built against the layout before them reads the rest right. */
+	uint64_t reconnects;		/* sessions made again after a PBox restart */
+	uint64_t rollbacks;		/* of them, those that failed tickets with -ESTALE */
 };
 
 /* What the PBox decided at JOIN. */
@@ -194,11 +197,40 @@ int phub_pull(struct phub *h, uint32_t key_id, void *out, int priority, phub_don
  * ticket is still pending); -EINVAL for a ticket never handed out; -ECONNRESET when the PBox
  * fell silent for dead_ms, -EIO when it sent an ERROR, -ECANCELED when the session was closed:
  * phub_last_error() says what happened. Once the session has failed every wait returns its error.
+ * -ESTALE: the PBox restarted from a checkpoint older than what the application has seen, see
+ * phub_resume(); every wait returns it until phub_resume() is called.
  */
 int phub_wait(struct phub *h, int ticket, int timeout_ms);
 
 /* Wait until no ticket is pending; the same results as phub_wait(). */
 int phub_wait_all(struct phub *h, int timeout_ms);
+
+/*
+ * A PBox restart (docs/client.md, "When the PBox restarts"). A restarted PBox restores each job
+ * from its checkpoint of some iteration K and answers the old session with ERROR unknown_job;
+ * libphub JOINs again by itself (same job, nonce and rank, within connect_timeout_ms) and learns
+ * from JOIN_ACK the iteration to resume at, r = K + 1 (phub_info().first_iteration). Then:
+ *
+ * - If the application has seen nothing of iteration r or later (no ticket of an iteration
+ *   >= r completed), every operation in progress starts again from its beginning with the
+ *   same buffers, which the application keeps valid anyway until its ticket completes. The
+ *   restart costs time only. phub_stats().reconnects counts it.
+ * - Otherwise the session rolls back: every pending ticket completes with -ESTALE (callbacks
+ *   run with it), and from then on every submission, phub_wait() and phub_wait_all() return
+ *   -ESTALE until the application calls phub_resume(). After it, each key's next push is
+ *   iteration r and phub_pull() gives the model of iteration r - 1: the application goes
+ *   back there (pull the model, recompute from it) and pushes r, r + 1, ... again.
+ *   phub_stats().rollbacks counts it too. Tickets of before the rollback are forgotten:
+ *   do not wait on them after phub_resume().
+ *
+ * A PBox that comes back without the job (no checkpoint) ends the session with -EIO; one that
+ * stays silent for dead_ms ends it with -ECONNRESET.
+ *
+ * phub_resume(): leave the rolled-back state; *iteration (if not NULL) gets r, the iteration
+ * the next push of every key is. 0; -EINVAL when no rollback is pending; the session's error
+ * once it has failed.
+ */
+int phub_resume(struct phub *h, uint32_t *iteration);
 
 /* Why the session failed ("" while it has not). The string lives as long as the session. */
 const char *phub_last_error(const struct phub *h);

@@ -85,6 +85,7 @@ job_memory_estimate(const struct phub_engine_job *job)
 		bytes += elems * phub_dtype_size(job->dtype);
 	bytes += (uint64_t)job->n_segments * sizeof(struct segment_slot);
 	bytes += (uint64_t)job->n_chunks * sizeof(uint32_t);
+	bytes += engine_ckpt_memory(job);
 	return bytes;
 }
 
@@ -135,6 +136,7 @@ job_release_all(struct phub_engine_job *job)
 	job_release(job, job->model_wire);
 	job_release(job, job->slots);
 	job_release(job, job->chunk_first_segment);
+	engine_ckpt_release(job);
 	phub_layout_free(job->layout);
 	free(job);
 }
@@ -164,7 +166,7 @@ job_allocate_buffers(struct phub_engine_job *job, uint64_t limit)
 	}
 	for (uint32_t s = 0; s < job->n_segments; s++)
 		job->slots[s].next_iteration = job->first_iteration;
-	return 0;
+	return engine_ckpt_alloc(job);
 }
 
 static int
@@ -211,6 +213,7 @@ phub_engine_job_create(struct phub_engine *engine, const struct phub_engine_job_
 	job->dtype = p->dtype;
 	job->optimizer = p->optimizer;
 	job->first_iteration = p->first_iteration;
+	job->ckpt_shadow = p->checkpoint_shadow;
 
 	memset(&lp, 0, sizeof(lp));
 	lp.keys = p->keys;

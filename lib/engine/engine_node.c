@@ -178,6 +178,7 @@ static void
 slot_complete(struct phub_engine_job *job, struct segment_slot *slot,
 		struct phub_engine_stats *stats)
 {
+	engine_ckpt_segment_done(job, slot);
 	slot->next_iteration++;
 	slot->seen = 0;
 	memset(slot->seen_bits, 0, sizeof(slot->seen_bits));

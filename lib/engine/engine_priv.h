@@ -30,6 +30,20 @@ struct rank_session {
 	uint8_t mac[6];
 };
 
+/*
+ * The checkpoint shadow (engine_ckpt.c). collect packs what the data threads must agree on
+ * into one word, so that a thread counts its copy only if the collection it copied for is
+ * still the armed one: target iteration << 32 | CKPT_ARMED | segments copied.
+ */
+#define CKPT_ARMED (UINT64_C(1) << 31)
+#define CKPT_COUNT_MASK (CKPT_ARMED - 1)
+
+struct engine_ckpt {
+	_Atomic uint64_t collect;	/* armed by the control thread, counted by data threads */
+	float *model;			/* NULL: no shadow */
+	float *state[2];
+};
+
 struct phub_engine_job {
 	/* Read by the data path on every packet. */
 	uint32_t id;
@@ -57,11 +71,36 @@ struct phub_engine_job {
 	uint64_t memory_bytes;
 	struct phub_engine_allocator allocator;
 	char name[PHUB_ENGINE_NAME_MAX];
+	bool ckpt_shadow;		/* allocate the shadow (job params) */
+	struct engine_ckpt ckpt;
 };
 
 struct phub_engine {
 	struct phub_engine_job *_Atomic jobs[PHUB_ENGINE_MAX_JOBS];
 	uint32_t generation[PHUB_ENGINE_MAX_JOBS];
 };
+
+/* engine_ckpt.c: the shadow's memory, with the job's allocator. */
+uint64_t engine_ckpt_memory(const struct phub_engine_job *job);
+int engine_ckpt_alloc(struct phub_engine_job *job);
+void engine_ckpt_release(struct phub_engine_job *job);
+void engine_ckpt_copy(struct phub_engine_job *job, const struct segment_slot *slot,
+		uint64_t collect);
+
+/*
+ * A segment completes slot->next_iteration (called by its lcore before the slot moves on):
+ * if that is the iteration the shadow collects, copy the segment's new state into it.
+ */
+static inline void
+engine_ckpt_segment_done(struct phub_engine_job *job, const struct segment_slot *slot)
+{
+	uint64_t collect;
+
+	if (job->ckpt.model == NULL)
+		return;
+	collect = atomic_load_explicit(&job->ckpt.collect, memory_order_acquire);
+	if ((collect & CKPT_ARMED) != 0 && (uint32_t)(collect >> 32) == slot->next_iteration)
+		engine_ckpt_copy(job, slot, collect);
+}
 
 #endif /* PHUB_ENGINE_PRIV_H */

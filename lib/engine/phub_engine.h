@@ -66,6 +66,11 @@ struct phub_engine_job_params {
 	uint32_t first_iteration;
 	uint64_t memory_limit_bytes;	/* 0: no limit */
 	const struct phub_engine_allocator *allocator;	/* NULL: aligned_alloc */
+	/*
+	 * Allocate the checkpoint shadow (a copy of model and optimizer state that the data
+	 * threads fill at a chosen iteration, engine_ckpt.c); counted in the memory limit.
+	 */
+	bool checkpoint_shadow;
 };
 
 /* Counters of one data thread; only that thread writes them. */
@@ -186,5 +191,116 @@ bool phub_engine_job_rank(const struct phub_engine_job *job, uint16_t rank,
 		struct phub_engine_peer *peer, uint64_t *token);
 /* The fp32 model (n_elems floats); for tests and checkpoints. */
 const float *phub_engine_job_model(const struct phub_engine_job *job);
+/* Optimizer state i (0: m, 1: v) or NULL when the optimizer has none; for tests. */
+const float *phub_engine_job_state(const struct phub_engine_job *job, unsigned int i);
+
+/*
+ * ---- Checkpoints (engine_ckpt.c; docs/reliability.md, "PBox restart and checkpoints") ----
+ *
+ * A consistent snapshot of iteration T is built without locks by the data threads: the
+ * control thread arms a collection of T (phub_engine_job_ckpt_collect()); each data thread,
+ * as one of its segments completes T, copies the segment's new weights and optimizer state
+ * into the job's shadow and counts it. Once every segment is counted the shadow is a
+ * snapshot of iteration T that no data thread touches until the next collection is armed,
+ * and the control thread (or a thread it hands the job to) writes it with
+ * phub_engine_ckpt_write(). Partial sums of an unfinished iteration are never saved.
+ *
+ * The file, little endian, one per job (docs/reliability.md has the diagram):
+ *   header (PHUB_ENGINE_CKPT_HEADER_BYTES: magic, version, the job's parameters, iteration),
+ *   n_keys x { key_id u32, n_elems u32 }, the fp32 model, each optimizer state (m, v),
+ *   and the CRC32C of every byte before it.
+ */
+#define PHUB_ENGINE_CKPT_MAGIC "PHUBCKPT"
+#define PHUB_ENGINE_CKPT_VERSION 1
+#define PHUB_ENGINE_CKPT_HEADER_BYTES 152
+/* Header flags. */
+#define PHUB_ENGINE_CKPT_F_DETERMINISTIC 0x1u
+
+/* Where phub_engine_ckpt_write() takes the state from. */
+enum phub_engine_ckpt_source {
+	PHUB_ENGINE_CKPT_SHADOW = 0,	/* the complete shadow snapshot */
+	PHUB_ENGINE_CKPT_LIVE = 1,	/* the job's own buffers, while no data thread runs */
+};
+
+/* The shadow's state as the control thread sees it. */
+struct phub_engine_ckpt_status {
+	bool armed;		/* a collection is armed */
+	bool complete;		/* every segment copied: a consistent snapshot of iteration */
+	bool missed;		/* (scan) every segment passed iteration, some without a copy */
+	uint32_t iteration;	/* the iteration armed */
+	uint32_t copied;	/* segments copied so far */
+	uint32_t n_segments;
+};
+
+/* What a checkpoint file says about its job. */
+struct phub_engine_ckpt_info {
+	char name[PHUB_ENGINE_NAME_MAX];
+	uint64_t nonce;
+	uint32_t iteration;		/* the model is the result of this iteration */
+	uint32_t flags;			/* PHUB_ENGINE_CKPT_F_* */
+	uint16_t world_size;
+	enum phub_dtype dtype;
+	struct phub_optimizer_params optimizer;
+	uint32_t chunk_bytes;		/* fp32 bytes per chunk, as the layout was cut */
+	uint32_t segment_elems;
+	uint32_t n_keys;
+	uint64_t n_elems;
+	uint64_t file_bytes;		/* the size the header implies */
+};
+
+/* What phub_engine_ckpt_restore() takes from the appliance rather than from the file. */
+struct phub_engine_ckpt_restore_params {
+	const struct phub_layout_server *servers;	/* placement, as in job params */
+	uint32_t n_servers;
+	uint64_t memory_limit_bytes;	/* 0: no limit */
+	const struct phub_engine_allocator *allocator;	/* NULL: aligned_alloc */
+	bool checkpoint_shadow;
+	uint32_t max_segment_elems;	/* 0: any; a file cut in larger segments is refused */
+};
+
+/*
+ * Arm the collection of iteration into the shadow (control thread). Whatever an earlier
+ * collection gathered is abandoned: a data thread still copying for it does not count.
+ * Choose an iteration no segment has completed yet (one past get_info's iteration_max is
+ * safe); if one raced past it, the status says missed. 0, or -ENOTSUP without a shadow.
+ */
+int phub_engine_job_ckpt_collect(struct phub_engine_job *job, uint32_t iteration);
+/* Disarm: data threads stop copying. */
+void phub_engine_job_ckpt_cancel(struct phub_engine_job *job);
+/*
+ * The shadow's state. scan also reads every segment's iteration to tell a collection that can
+ * no longer complete (missed); it costs a pass over the job's slots, so not on every poll.
+ */
+void phub_engine_job_ckpt_status(const struct phub_engine_job *job, bool scan,
+		struct phub_engine_ckpt_status *status);
+
+/*
+ * Write the job's checkpoint to fd (at its current offset) from src: the complete shadow, or
+ * the live buffers when every segment has finished the same iteration and no data thread runs.
+ * flags: PHUB_ENGINE_CKPT_F_*. 0 or -errno with the reason in err: EAGAIN (the shadow is not
+ * complete, or the segments are not at one iteration), or write(2)'s error.
+ */
+int phub_engine_ckpt_write(const struct phub_engine_job *job, enum phub_engine_ckpt_source src,
+		uint32_t flags, int fd, char *err, size_t errlen);
+
+/*
+ * Read and check a checkpoint's header, and its length against fd's size (a torn file is
+ * refused here); fd is left after the header. 0 or -errno with the reason in err: EBADMSG
+ * (not a checkpoint, corrupt or torn), EPROTONOSUPPORT (another version), or read's error.
+ */
+int phub_engine_ckpt_peek(int fd, struct phub_engine_ckpt_info *info, char *err, size_t errlen);
+
+/*
+ * Create the job a checkpoint file describes, from fd's start: parameters, key layout, model
+ * and optimizer state; its segments wait for iteration + 1 and the model of iteration is kept
+ * for late PUSHes and PULLs (an fp16/bf16 job's wire copy is rebuilt). Every byte is checked
+ * against the CRC before the job is returned; nothing is left behind on failure. Call it
+ * before data threads run. NULL and errno with the reason in err: EBADMSG (corrupt, torn),
+ * EPROTONOSUPPORT, E2BIG (memory limit, or segments larger than max_segment_elems), and
+ * phub_engine_job_create()'s errors.
+ */
+struct phub_engine_job *phub_engine_ckpt_restore(struct phub_engine *engine, int fd,
+		const struct phub_engine_ckpt_restore_params *params,
+		struct phub_engine_ckpt_info *info, char *err, size_t errlen);
 
 #endif /* PHUB_ENGINE_H */

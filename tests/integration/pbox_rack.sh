@@ -11,6 +11,9 @@
 #   R-pbox: pv0 - pbr0 - pt0 (net_tap, 2 queues, BPF steering) - phub-pbox lcores 1, 2
 #                        R-w1        R-w2   ...   R-wN: phub-bench ranks 0 .. N-1
 #
+# restart and sigterm stop the PBox in the middle of the run (SIGKILL, SIGTERM at an
+# iteration boundary) and start it again on its checkpoints in $STATE_ROOT/R/checkpoints.
+#
 # usage: pbox_rack.sh VIRTUAL_RACK PHUB_PBOX PHUB_BENCH SCENARIO
 # Exits 77 with the reason when it cannot run here (not root, no /dev/net/tun).
 set -uo pipefail
@@ -98,6 +101,54 @@ PY
 telemetry()
 {
 	printf '%s\n' "$@" | ip netns exec "$rack-pbox" dpdk-telemetry.py -f "phub-$rack" 2>/dev/null
+}
+
+state_dir=${PHUB_VRACK_STATE_DIR:-/run/phub-vrack}/$rack
+ckpt_dir=$state_dir/checkpoints
+
+# bench_bg OUT WORKERS [phub-bench options...]: run the workers in the background (bench_pid).
+bench_bg()
+{
+	local out=$1 workers=$2
+	shift 2
+	timeout 240 "$bench_bin" --server "$server" --workers "$workers" \
+		--netns-prefix "$rack-w" --json --quiet --timeout 120 "$@" >"$out" 2>"$out.err" &
+	bench_pid=$!
+}
+
+# bench_wait OUT: the background run's exit status, its stderr on failure.
+bench_wait()
+{
+	local out=$1 rc
+	wait "$bench_pid"
+	rc=$?
+	if [ $rc -ne 0 ]; then
+		fail "phub-bench exited $rc"
+		tail -n 5 "$out.err"
+	fi
+	return $rc
+}
+
+# newest_ckpt: the iteration of the newest checkpoint file, -1 when there is none.
+newest_ckpt()
+{
+	local f it=-1 n
+	for f in "$ckpt_dir"/*.ckpt; do
+		[ -e "$f" ] || continue
+		n=${f%.ckpt}
+		n=$((10#${n##*.}))
+		[ "$n" -gt "$it" ] && it=$n
+	done
+	echo "$it"
+}
+
+# pbox_restart: start the PBox again; its first log is kept as pbox-1.log.
+pbox_restart()
+{
+	cp "$state_dir/pbox.log" "$tmp/pbox-1.log"
+	"$vrack" pbox-start --name "$rack" --bin "$pbox_bin" -- "${pbox_args[@]}" \
+		>"$tmp/pbox-start2.log" 2>&1 ||
+		{ cat "$tmp/pbox-start2.log"; echo "FAIL: the PBox did not start again"; exit 1; }
 }
 
 # A layout of keys that are not multiples of a segment (352 fp32 at MTU 1500) or of a chunk
@@ -228,6 +279,130 @@ if bad:
     print("  wrong:", bad)
     sys.exit(1)
 PY
+	;;
+restart)
+	# SIGKILL mid-training, once a checkpoint of iteration >= 6 is on disk: the PBox started
+	# again restores the job, the workers JOIN again by themselves, go back to the
+	# checkpoint (its model checked against their reference) and end with the exact model
+	# of an uninterrupted run. The job's files go when it ends.
+	rack 3 --checkpoint-interval 2
+	bench_bg "$tmp/r.json" 3 --keys 8 --key-elems 10000 --iterations 40 --optimizer sgd \
+		--dead-ms 30000
+	for ((i = 0; i < 600; i++)); do
+		[ "$(newest_ckpt)" -ge 6 ] && break
+		kill -0 "$bench_pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	kill -0 "$bench_pid" 2>/dev/null || fail "phub-bench ended before the PBox was killed"
+	killed_at=$(newest_ckpt)
+	pid=$(cat "$state_dir/pbox.pid")
+	kill -KILL "$pid"
+	while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+	echo "PBox killed; newest checkpoint: iteration $killed_at"
+	pbox_restart
+	grep -E "phub.pbox: job phub-bench \(id [0-9]+\) restored from .* iteration [0-9]+" \
+		"$state_dir/pbox.log" || fail "the restarted PBox did not restore the job"
+	bench_wait "$tmp/r.json" &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' 'r["reconnects"] == 3' \
+			'all(w["reconnects"] == 1 for w in r["per_worker"])'
+	python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("workers went back to", [w["resumed_at"] for w in r["per_worker"]], "rollbacks", r["rollbacks"])' \
+		"$tmp/r.json" 2>/dev/null
+	[ "$(newest_ckpt)" -eq -1 ] || fail "the job ended but its checkpoints stay: $(ls "$ckpt_dir")"
+	;;
+restart-damaged)
+	# As restart, with one byte of the newest checkpoint flipped while the PBox is down: the
+	# file is refused by its CRC, set aside, and the job comes back from the one before it;
+	# the workers go back that much further and still end with the exact model.
+	rack 3 --checkpoint-interval 2
+	bench_bg "$tmp/r.json" 3 --keys 8 --key-elems 10000 --iterations 40 --optimizer sgd \
+		--dead-ms 30000
+	for ((i = 0; i < 600; i++)); do
+		[ "$(newest_ckpt)" -ge 6 ] && break
+		kill -0 "$bench_pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	kill -0 "$bench_pid" 2>/dev/null || fail "phub-bench ended before the PBox was killed"
+	pid=$(cat "$state_dir/pbox.pid")
+	kill -KILL "$pid"
+	while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+	newest=$(newest_ckpt)
+	damaged=$(printf '%s/phub-bench.%010d.ckpt' "$ckpt_dir" "$newest")
+	python3 - "$damaged" <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(1000)
+    b = f.read(1)
+    f.seek(1000)
+    f.write(bytes([b[0] ^ 0x40]))
+PY
+	echo "PBox killed; checkpoint of iteration $newest damaged"
+	pbox_restart
+	grep -E "refused: .*corrupt" "$state_dir/pbox.log" || fail "the damaged file was not refused"
+	back=$(sed -nE 's/.* restored from .* in [0-9.]+ ms: iteration ([0-9]+),.*/\1/p' \
+		"$state_dir/pbox.log")
+	echo "restored from iteration ${back:-none}"
+	if [ -z "$back" ] || [ "$back" -ge "$newest" ]; then
+		fail "the job did not come back from the checkpoint before the damaged one"
+	fi
+	[ -e "$damaged.corrupt" ] || fail "the damaged file was not set aside"
+	bench_wait "$tmp/r.json" &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' 'r["reconnects"] == 3'
+	;;
+sigterm)
+	# SIGTERM while the workers wait at an iteration boundary (after iteration 8): the PBox
+	# writes the live state of iteration 8, the restarted one restores it, and the workers
+	# carry on with iteration 9 without going back.
+	rack 3 --checkpoint-interval 0
+	bench_bg "$tmp/r.json" 3 --keys 6 --key-elems 5000 --iterations 16 --optimizer momentum \
+		--lr 0.05 --pause-at 8:4000 --dead-ms 30000
+	at_boundary=0
+	for ((i = 0; i < 150; i++)); do
+		if telemetry /phub/jobs | python3 -c '
+import json, sys
+for line in sys.stdin:
+    if line.strip().startswith("{"):
+        jobs = json.loads(line)["/phub/jobs"]
+        j = [v for v in jobs.values() if v["name"] == "phub-bench"]
+        sys.exit(0 if j and j[0]["iterations_done"] == 9 == j[0]["iteration_newest"] else 1)
+sys.exit(1)'; then
+			at_boundary=1
+			break
+		fi
+		sleep 0.1
+	done
+	[ $at_boundary -eq 1 ] || fail "the job never rested after iteration 8"
+	"$vrack" pbox-stop --name "$rack" >/dev/null 2>&1 || fail "the PBox did not stop on SIGTERM"
+	grep -E "checkpoint of iteration 8 written \(live state\)" "$state_dir/pbox.log" ||
+		fail "no checkpoint of iteration 8 on SIGTERM"
+	pbox_restart
+	grep -E "restored from .* iteration 8," "$state_dir/pbox.log" ||
+		fail "the restarted PBox did not restore iteration 8"
+	bench_wait "$tmp/r.json" &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["reconnects"] == 3' 'r["rollbacks"] == 0'
+	;;
+sigterm-running)
+	# SIGTERM while the workers run flat out: the lcores run on until every segment has
+	# passed the next iteration boundary, that state is written (not the periodic snapshot
+	# of iteration 0), restored, and the run ends with the reference model.
+	rack 3 --checkpoint-interval 1000
+	bench_bg "$tmp/r.json" 3 --keys 8 --key-elems 10000 --iterations 300 --optimizer adam \
+		--lr 0.01 --dead-ms 30000
+	for ((i = 0; i < 150; i++)); do
+		telemetry /phub/jobs | grep -q '"iterations_done": \([1-9][0-9]\|[1-9][0-9][0-9]\)' &&
+			break
+		sleep 0.1
+	done
+	"$vrack" pbox-stop --name "$rack" >/dev/null 2>&1 || fail "the PBox did not stop on SIGTERM"
+	grep -E "1 of 1 job\(s\) reached an iteration boundary" "$state_dir/pbox.log" ||
+		fail "the job did not reach an iteration boundary"
+	saved=$(sed -nE 's/.*checkpoint of iteration ([0-9]+) written \(.*/\1/p' \
+		"$state_dir/pbox.log" | tail -n 1)
+	[ "${saved:-0}" -ge 10 ] || fail "no snapshot of the running job on SIGTERM"
+	pbox_restart
+	grep -E "restored from .* iteration ${saved:-x}," "$state_dir/pbox.log" ||
+		fail "the restarted PBox did not restore iteration ${saved:-none}"
+	bench_wait "$tmp/r.json" &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["reconnects"] == 3'
 	;;
 *)
 	echo "FAIL: unknown scenario $scenario"

@@ -118,7 +118,8 @@ c = json.load(open(sys.argv[1]))
 rack = sys.argv[2]
 ncpu = os.cpu_count()
 lcores = [0] + [i if i < ncpu else "%d@%d" % (i, i % ncpu) for i in (1, 2)]
-assert set(c) == {"eal", "ports", "udp_base_port", "chunk_bytes", "idle", "jobs", "telemetry"}, c
+assert set(c) == {"eal", "ports", "udp_base_port", "chunk_bytes", "idle", "jobs", "checkpoint",
+                  "telemetry"}, c
 assert c["eal"] == {"lcores": lcores, "main_lcore": 0, "memory_mb": 512, "no_huge": True,
                     "file_prefix": "phub-" + rack, "extra_args": []}, c["eal"]
 assert len(c["ports"]) == 2
@@ -129,6 +130,9 @@ for p, port in enumerate(c["ports"]):
 assert c["udp_base_port"] == 47000 and c["chunk_bytes"] == 32768
 assert c["idle"] == {"policy": "adaptive", "spin_polls": 64, "max_sleep_us": 200}
 assert c["jobs"] == [] and c["telemetry"] == {"enabled": True}
+# The rack's own checkpoints, gone with the rack.
+assert c["checkpoint"] == {"dir": "/run/phub-vrack/%s/checkpoints" % rack,
+                           "interval_iterations": 100}, c["checkpoint"]
 PY
 
 check "up of an existing rack fails" bash -c "! '$vrack' up --name $rack 2>/dev/null"

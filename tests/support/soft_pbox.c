@@ -5,7 +5,9 @@
  */
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -43,6 +45,7 @@ struct sjob {
 	uint32_t n_chunks;
 	uint16_t *chunk_lcore;		/* chunk -> data socket index - 1 */
 	uint64_t csum_ranks[PHUB_ENGINE_BITMAP_WORDS];
+	bool restored;			/* from a checkpoint, until a rank JOINs it again */
 };
 
 /* A JOIN split over several datagrams, until its last piece comes. */
@@ -130,6 +133,7 @@ lose(struct soft_pbox *sp)
 /* ---- sending ---- */
 
 static void stats_publish(struct soft_pbox *sp);
+static int restore_dir(struct soft_pbox *sp);
 
 /*
  * Counters are published before every send: a test that has seen an answer sees the counts
@@ -380,6 +384,19 @@ job_mismatch(const struct sjob *sj, const struct phub_wire_join *j,
 {
 	const struct phub_wire_join *d = &sj->decl;
 
+	/* A restored job knows what its checkpoint says, not how its ranks asked for it. */
+	if (sj->restored) {
+		if (j->world_size != d->world_size)
+			return "world size";
+		if (j->dtype != d->dtype)
+			return "dtype";
+		if (j->optimizer != d->optimizer)
+			return "optimizer";
+		if (n_keys != sj->n_keys || memcmp(keys, sj->keys, n_keys * sizeof(*keys)) != 0)
+			return "keys";
+		return NULL;
+	}
+
 	if (j->world_size != d->world_size)
 		return "world size";
 	if (j->dtype != d->dtype)
@@ -402,13 +419,16 @@ join_ack_send(struct soft_pbox *sp, const struct sockaddr_in *src, const struct 
 {
 	struct phub_wire_endpoint eps[SOFT_PBOX_MAX_LCORES];
 	struct phub_wire_join_ack_params ap;
+	struct phub_engine_job_info info;
 	int n;
 
+	phub_engine_job_get_info(sj->job, &info);
 	for (unsigned int k = 0; k < sp->p.n_lcores; k++)
 		eps[k] = (struct phub_wire_endpoint){ .ipv4 = 0, .udp_port = sp->ports[1 + k] };
 	memset(&ap, 0, sizeof(ap));
 	ap.ack.job_id = phub_engine_job_id(sj->job);
-	ap.ack.iteration = 0;
+	/* The first iteration to push: one past what every segment finished (0: a new job). */
+	ap.ack.iteration = info.iteration_min + 1;
 	ap.ack.chunk_bytes = sj->chunk_bytes;
 	ap.ack.seg_elems = sj->seg_elems;
 	ap.session_token = token;
@@ -470,6 +490,11 @@ join_complete(struct soft_pbox *sp, const struct sockaddr_in *src,
 					"job '%s': rank %u declares another %s than the job's first"
 					" rank", j->name, j->rank, what);
 			return;
+		}
+		/* The first rank back fixes the declaration the others must repeat. */
+		if (sj->restored) {
+			sj->decl = *j;
+			sj->restored = false;
 		}
 	}
 	/* The same rank from the same source again: its JOIN_ACK was lost, this is a replay. */
@@ -575,6 +600,24 @@ on_ping(struct soft_pbox *sp, int fd, const struct sockaddr_in *src,
 	int len;
 
 	sp->stats.pings++;
+	/* As phub-pbox: a session it does not hold gets the ERROR that makes the worker JOIN. */
+	if (msg->session_token != 0) {
+		struct phub_engine_job *job = phub_engine_job_lookup(sp->engine, msg->job_id);
+		struct phub_engine_peer peer;
+		uint64_t token;
+
+		if (job == NULL || !phub_engine_job_rank(job, msg->worker_rank, &peer, &token)) {
+			send_error(sp, fd, src, msg, PHUB_WIRE_ERR_UNKNOWN_JOB,
+					"no session of rank %u in job id %u", msg->worker_rank,
+					msg->job_id);
+			return;
+		}
+		if (token != msg->session_token) {
+			send_error(sp, fd, src, msg, PHUB_WIRE_ERR_BAD_SESSION,
+					"rank %u has another session", msg->worker_rank);
+			return;
+		}
+	}
 	pong.opcode = PHUB_WIRE_OP_PONG;
 	pong.flags &= PHUB_WIRE_F_CSUM | PHUB_WIRE_F_LAST;
 	len = phub_wire_encode(sp->cbuf, sp->max_dgram, &pong);
@@ -969,6 +1012,8 @@ soft_pbox_start(const struct soft_pbox_params *params)
 	}
 	for (unsigned int i = 0; i < sp->n_fds && rc == 0; i++)
 		rc = sock_open(sp, i, sp->p.port != 0 ? (uint16_t)(sp->p.port + i) : 0);
+	if (rc == 0 && sp->p.checkpoint_dir != NULL)
+		rc = restore_dir(sp);
 	if (rc != 0)
 		goto fail;
 	rc = -pthread_create(&sp->thread, NULL, pbox_main, sp);
@@ -981,6 +1026,136 @@ fail:
 	soft_pbox_stop(sp);
 	errno = -rc;
 	return NULL;
+}
+
+/* ---- checkpoints ---- */
+
+/* The soft PBox's part of a job restored from a file: what JOIN_ACK and the data path use. */
+static int
+sjob_restored(struct soft_pbox *sp, struct phub_engine_job *job,
+		const struct phub_engine_ckpt_info *info)
+{
+	const struct phub_layout *layout = phub_engine_job_layout(job);
+	struct sjob *sj = sjob_of(sp, job);
+
+	memset(sj, 0, sizeof(*sj));
+	sj->job = job;
+	sj->restored = true;
+	sj->decl.world_size = info->world_size;
+	sj->decl.dtype = (uint8_t)info->dtype;
+	sj->decl.optimizer = (uint8_t)info->optimizer.type;
+	sj->n_keys = info->n_keys;
+	sj->chunk_bytes = info->chunk_bytes;
+	sj->seg_elems = info->segment_elems;
+	sj->n_chunks = phub_layout_chunk_count(layout);
+	sj->keys = calloc(sj->n_keys, sizeof(*sj->keys));
+	sj->chunk_lcore = calloc(sj->n_chunks, sizeof(*sj->chunk_lcore));
+	if (sj->keys == NULL || sj->chunk_lcore == NULL)
+		return -ENOMEM;
+	for (uint32_t k = 0; k < sj->n_keys; k++) {
+		struct phub_layout_key_info ki;
+
+		phub_layout_key_get(layout, k, &ki);
+		sj->keys[k].key_id = ki.key_id;
+		sj->keys[k].elem_count = ki.n_elems;
+	}
+	for (uint32_t c = 0; c < sj->n_chunks; c++) {
+		uint32_t server = 0;
+
+		phub_layout_chunk_server(layout, c, &server);
+		sj->chunk_lcore[c] = (uint16_t)server;
+	}
+	return 0;
+}
+
+/* Every <...>.ckpt of the directory becomes a job again; a file that does not is an error. */
+static int
+restore_dir(struct soft_pbox *sp)
+{
+	struct phub_layout_server servers[SOFT_PBOX_MAX_LCORES];
+	struct phub_engine_ckpt_restore_params rp;
+	struct dirent *e;
+	int rc = 0;
+	DIR *d = opendir(sp->p.checkpoint_dir);
+
+	if (d == NULL)
+		return errno == ENOENT ? 0 : -errno;
+	for (unsigned int k = 0; k < sp->p.n_lcores; k++)
+		servers[k] = (struct phub_layout_server){
+			.lcore = k, .port = 0, .port_numa = PHUB_LAYOUT_NUMA_ANY, .lcore_numa = 0,
+		};
+	memset(&rp, 0, sizeof(rp));
+	rp.servers = servers;
+	rp.n_servers = sp->p.n_lcores;
+	while (rc == 0 && (e = readdir(d)) != NULL) {
+		struct phub_engine_ckpt_info info;
+		struct phub_engine_job *job;
+		size_t n = strlen(e->d_name);
+		char err[256];
+		int fd;
+
+		if (n < 5 || strcmp(e->d_name + n - 5, ".ckpt") != 0)
+			continue;
+		fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			rc = -errno;
+			break;
+		}
+		job = phub_engine_ckpt_restore(sp->engine, fd, &rp, &info, err, sizeof(err));
+		close(fd);
+		if (job == NULL) {
+			fprintf(stderr, "soft PBox: %s/%s: %s\n", sp->p.checkpoint_dir,
+					e->d_name, err);
+			rc = -errno;
+			break;
+		}
+		rc = sjob_restored(sp, job, &info);
+	}
+	closedir(d);
+	return rc;
+}
+
+int
+soft_pbox_checkpoint(struct soft_pbox *sp)
+{
+	int saved = 0, rc = 0;
+
+	if (sp->p.checkpoint_dir == NULL)
+		return -EINVAL;
+	soft_pbox_pause(sp, true);
+	for (unsigned int i = 0; i < PHUB_ENGINE_MAX_JOBS && rc == 0; i++) {
+		struct phub_engine_job_info info;
+
+		if (sp->jobs[i].job == NULL)
+			continue;
+		phub_engine_job_get_info(sp->jobs[i].job, &info);
+		if (info.iteration_min != info.iteration_max)
+			rc = -EAGAIN;
+	}
+	for (unsigned int i = 0; i < PHUB_ENGINE_MAX_JOBS && rc == 0; i++) {
+		char path[4096], tmp[4096 + 8], err[256];
+		int fd;
+
+		if (sp->jobs[i].job == NULL)
+			continue;
+		snprintf(path, sizeof(path), "%s/%u.ckpt", sp->p.checkpoint_dir,
+				phub_engine_job_id(sp->jobs[i].job));
+		snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd < 0) {
+			rc = -errno;
+			break;
+		}
+		rc = phub_engine_ckpt_write(sp->jobs[i].job, PHUB_ENGINE_CKPT_LIVE, 0, fd, err,
+				sizeof(err));
+		close(fd);
+		if (rc == 0 && rename(tmp, path) != 0)
+			rc = -errno;
+		if (rc == 0)
+			saved++;
+	}
+	soft_pbox_pause(sp, false);
+	return rc != 0 ? rc : saved;
 }
 
 uint16_t

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ftw.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -783,10 +785,260 @@ START_TEST(test_restarted_pbox_ends_the_session_with_its_error)
 
 	t = phub_pushpull(h, 11, g, g, PHUB_PRIORITY_DEFAULT, NULL, NULL);
 	ck_assert_int_eq(phub_wait(h, t, WAIT_MS), -EIO);
-	ck_assert_msg(strstr(phub_last_error(h), "unknown_job") != NULL, "%s",
+	/* It JOINed again and found the job new: the model is gone, and it says so. */
+	ck_assert_msg(strstr(phub_last_error(h), "without a checkpoint") != NULL, "%s",
 			phub_last_error(h));
 	phub_close(h);
 	soft_pbox_stop(sp);
+}
+END_TEST
+
+/* ---- a PBox restarted from its checkpoint ---- */
+
+/*
+ * The checkpoint directories of the restart tests live under one made before the tests fork
+ * and removed after them, whatever they did (an unchecked fixture runs in the runner).
+ */
+static char restart_root[64];
+
+static int
+rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+	(void)sb;
+	(void)type;
+	(void)ftw;
+	return remove(path);
+}
+
+static void
+restart_setup(void)
+{
+	snprintf(restart_root, sizeof(restart_root), "/tmp/phub-ckpt-test.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(restart_root));
+}
+
+static void
+restart_teardown(void)
+{
+	nftw(restart_root, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Two ranks of one job, driven from this thread; keys and buffers of the mixed job. */
+struct pair {
+	struct job_cfg c;
+	struct reference ref;
+	struct phub *h[2];
+	void **grad[2];
+	void **out[2];
+	struct soft_pbox_params pp;
+	struct soft_pbox *sp;
+	char dir[96];
+};
+
+struct connect_arg {
+	struct phub_connect_params p;
+	void *initial[8];
+	struct phub *h;
+	char err[256];
+};
+
+static void *
+connect_main(void *arg)
+{
+	struct connect_arg *a = arg;
+
+	a->h = phub_connect(&a->p, a->err, sizeof(a->err));
+	return NULL;
+}
+
+static void
+pair_start(struct pair *x)
+{
+	struct connect_arg a[2];
+	pthread_t t;
+
+	memset(x, 0, sizeof(*x));
+	x->c = mixed_job("restart", 2);
+	reference_compute(&x->c, &x->ref);
+	snprintf(x->dir, sizeof(x->dir), "%s/XXXXXX", restart_root);
+	ck_assert_ptr_nonnull(mkdtemp(x->dir));
+	x->pp = (struct soft_pbox_params){
+		.bind_addr = "127.0.0.1", .n_lcores = 2, .checkpoint_dir = x->dir,
+	};
+	/* Fixed ports, so that the restarted PBox listens where the first did. */
+	for (int i = 0; i < 50 && x->sp == NULL; i++) {
+		x->pp.port = (uint16_t)(20000 + ((unsigned int)getpid() * 13 +
+				(unsigned int)i * 101) % 30000);
+		x->sp = soft_pbox_start(&x->pp);
+	}
+	ck_assert_ptr_nonnull(x->sp);
+	for (unsigned int r = 0; r < 2; r++) {
+		params_fill(&a[r].p, &x->c, x->pp.port, (uint16_t)r, 0x5eed);
+		/* Silence shows within dead_ms / 8: a PING, and the restarted PBox answers it. */
+		a[r].p.dead_ms = 2000;
+		a[r].p.rto_max_ms = 100;
+		a[r].p.connect_timeout_ms = 5000;
+		x->grad[r] = calloc(x->c.n_keys, sizeof(void *));
+		x->out[r] = calloc(x->c.n_keys, sizeof(void *));
+		ck_assert_uint_le(x->c.n_keys, 8);
+		for (uint32_t k = 0; k < x->c.n_keys; k++) {
+			x->grad[r][k] = malloc(x->c.keys[k].n_elems * 4);
+			x->out[r][k] = malloc(x->c.keys[k].n_elems * 4);
+			a[r].initial[k] = malloc(x->c.keys[k].n_elems * 4);
+			fill(&x->c, a[r].initial[k], k, x->c.keys[k].n_elems, r, 0, true);
+		}
+		a[r].p.initial = (const void *const *)a[r].initial;
+	}
+	ck_assert_int_eq(pthread_create(&t, NULL, connect_main, &a[1]), 0);
+	connect_main(&a[0]);
+	pthread_join(t, NULL);
+	ck_assert_msg(a[0].h != NULL, "%s", a[0].err);
+	ck_assert_msg(a[1].h != NULL, "%s", a[1].err);
+	x->h[0] = a[0].h;
+	x->h[1] = a[1].h;
+	for (unsigned int r = 0; r < 2; r++)
+		for (uint32_t k = 0; k < x->c.n_keys; k++)
+			free(a[r].initial[k]);
+}
+
+/* Push iteration it of every key from both ranks; 0 or the first wait's error. */
+static int
+pair_submit_wait(struct pair *x, unsigned int it)
+{
+	int rc = 0;
+
+	for (unsigned int r = 0; r < 2; r++) {
+		for (uint32_t k = 0; k < x->c.n_keys; k++) {
+			int t;
+
+			fill(&x->c, x->grad[r][k], k, x->c.keys[k].n_elems, r, it, false);
+			t = phub_pushpull(x->h[r], x->c.keys[k].key_id, x->grad[r][k],
+					x->out[r][k], PHUB_PRIORITY_DEFAULT, NULL, NULL);
+			if (t < 0 && rc == 0)
+				rc = t;
+		}
+	}
+	for (unsigned int r = 0; r < 2; r++) {
+		int w = phub_wait_all(x->h[r], WAIT_MS);
+
+		if (rc == 0)
+			rc = w;
+	}
+	return rc;
+}
+
+static void
+pair_check(struct pair *x, unsigned int it)
+{
+	for (unsigned int r = 0; r < 2; r++)
+		for (uint32_t k = 0; k < x->c.n_keys; k++)
+			ck_assert_msg(same_model(&x->c, x->out[r][k], x->ref.out[it][k],
+					x->c.keys[k].n_elems), "rank %u key %u: not the model of "
+					"iteration %u", r, k, it);
+}
+
+static void
+pair_run(struct pair *x, unsigned int first, unsigned int last)
+{
+	for (unsigned int it = first; it <= last; it++) {
+		int rc = pair_submit_wait(x, it);
+
+		ck_assert_msg(rc == 0, "iteration %u: %s: %s / %s", it, strerror(-rc),
+				phub_last_error(x->h[0]), phub_last_error(x->h[1]));
+		pair_check(x, it);
+	}
+}
+
+/* The PBox goes away without a word (its state with it) and comes back from the directory. */
+static void
+pair_restart(struct pair *x)
+{
+	soft_pbox_stop(x->sp);
+	x->sp = soft_pbox_start(&x->pp);
+	ck_assert_ptr_nonnull(x->sp);
+}
+
+static void
+pair_end(struct pair *x)
+{
+	for (unsigned int r = 0; r < 2; r++) {
+		phub_close(x->h[r]);
+		for (uint32_t k = 0; k < x->c.n_keys; k++) {
+			free(x->grad[r][k]);
+			free(x->out[r][k]);
+		}
+		free(x->grad[r]);
+		free(x->out[r]);
+	}
+	soft_pbox_stop(x->sp);
+	reference_free(&x->c, &x->ref);
+}
+
+START_TEST(test_restart_from_a_checkpoint_at_the_boundary_is_transparent)
+{
+	struct phub_stats st;
+	struct phub_info info;
+	struct pair x;
+
+	pair_start(&x);
+	pair_run(&x, 1, 2);
+	ck_assert_int_eq(soft_pbox_checkpoint(x.sp), 1);
+	pair_restart(&x);
+	/* Iteration 3 runs again from its start on the restored job: nothing to see. */
+	pair_run(&x, 3, MAX_ITER);
+	for (unsigned int r = 0; r < 2; r++) {
+		ck_assert_int_eq(phub_stats(x.h[r], &st), 0);
+		ck_assert_uint_eq(st.reconnects, 1);
+		ck_assert_uint_eq(st.rollbacks, 0);
+		ck_assert_int_eq(phub_info(x.h[r], &info), 0);
+		ck_assert_uint_eq(info.first_iteration, 3);
+		ck_assert_int_eq(phub_resume(x.h[r], NULL), -EINVAL);
+	}
+	pair_end(&x);
+}
+END_TEST
+
+START_TEST(test_restart_from_an_older_checkpoint_rolls_back_with_estale)
+{
+	struct phub_stats st;
+	struct phub_info info;
+	float g[1] = { 0 };
+	uint32_t resume;
+	struct pair x;
+	int rc;
+
+	pair_start(&x);
+	pair_run(&x, 1, 2);
+	ck_assert_int_eq(soft_pbox_checkpoint(x.sp), 1);
+	/* The workers go on to 4; the PBox then dies and comes back at 2. */
+	pair_run(&x, 3, 4);
+	pair_restart(&x);
+	rc = pair_submit_wait(&x, 5);
+	ck_assert_msg(rc == -ESTALE, "got %d (%s)", rc, strerror(-rc));
+	for (unsigned int r = 0; r < 2; r++) {
+		/* Everything is refused alike until the application says it went back. */
+		ck_assert_int_eq(phub_wait_all(x.h[r], 0), -ESTALE);
+		ck_assert_int_eq(phub_pushpull(x.h[r], 10, g, g, 0, NULL, NULL), -ESTALE);
+		ck_assert_int_eq(phub_info(x.h[r], &info), 0);
+		ck_assert_uint_eq(info.first_iteration, 3);
+		ck_assert_int_eq(phub_resume(x.h[r], &resume), 0);
+		ck_assert_uint_eq(resume, 3);
+		ck_assert_int_eq(phub_resume(x.h[r], &resume), -EINVAL);
+		/* The model to go back to: the one of iteration 2, as the workers had it. */
+		for (uint32_t k = 0; k < x.c.n_keys; k++)
+			ck_assert_int_gt(phub_pull(x.h[r], x.c.keys[k].key_id, x.out[r][k],
+					PHUB_PRIORITY_DEFAULT, NULL, NULL), 0);
+		ck_assert_int_eq(phub_wait_all(x.h[r], WAIT_MS), 0);
+	}
+	pair_check(&x, 2);
+	/* Iterations 3, 4 again, then 5: the models of a run that never stopped. */
+	pair_run(&x, 3, MAX_ITER);
+	for (unsigned int r = 0; r < 2; r++) {
+		ck_assert_int_eq(phub_stats(x.h[r], &st), 0);
+		ck_assert_uint_eq(st.reconnects, 1);
+		ck_assert_uint_eq(st.rollbacks, 1);
+	}
+	pair_end(&x);
 }
 END_TEST
 
@@ -1005,6 +1257,13 @@ phub_client_suite(void)
 	tcase_add_test(tc, test_join_with_other_layout_is_refused);
 	tcase_add_test(tc, test_unreachable_pbox_times_out_naming_the_address);
 	tcase_add_test(tc, test_bad_arguments_are_refused);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("restart");
+	tcase_set_timeout(tc, 60);
+	tcase_add_unchecked_fixture(tc, restart_setup, restart_teardown);
+	tcase_add_test(tc, test_restart_from_a_checkpoint_at_the_boundary_is_transparent);
+	tcase_add_test(tc, test_restart_from_an_older_checkpoint_rolls_back_with_estale);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("tickets");
