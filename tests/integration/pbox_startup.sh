@@ -39,7 +39,8 @@ config()
   "eal": { "lcores": $2, "main_lcore": 0, "memory_mb": $3, "no_huge": true,
            "file_prefix": "phub-startup-$$" },
   "ports": [ { "name": "p0", "device": "$4", "driver": "$5", "ipv4": "10.99.0.1/24",
-               "mtu": 1500, "lcores": [1] } ]
+               "mtu": 1500, "lcores": [1] } ],
+  "checkpoint": { "dir": "$tmp/checkpoints" }
 }
 EOF
 }
