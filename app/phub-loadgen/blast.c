@@ -18,8 +18,6 @@
 
 /* The first half second fills rings and caches: it is not measured. */
 #define BLAST_WARMUP_S 0.5
-/* With nothing back for this long, frames in flight are taken as lost and the window reopens. */
-#define BLAST_LOSS_US 50000
 
 int
 lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds)
@@ -33,7 +31,7 @@ lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 	struct lg_stats base;
 	uint64_t start, warm, deadline;
 	uint64_t window = (uint64_t)lg->opt.window * lg->n_workers;
-	uint64_t last_rx, loss_tsc = lg->tsc_hz / 1000000 * BLAST_LOSS_US;
+	uint64_t last_rx, loss_tsc = lg->tsc_hz / 1000000 * LG_BLAST_LOSS_US;
 	uint64_t inflight = 0;
 	uint32_t rr = 0;
 	bool measuring = false;

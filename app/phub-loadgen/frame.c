@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* phub-loadgen's frames: Ethernet/IPv4/UDP around PHub datagrams, ARP for the PBox, the TX queue. */
+/* phub-loadgen's frames: Ethernet/IPv4/UDP around PHub datagrams, ARP, the TX queue. */
 
 #include <errno.h>
 #include <string.h>

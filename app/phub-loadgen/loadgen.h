@@ -23,6 +23,11 @@
 #define LG_L2_L4_LEN (RTE_ETHER_HDR_LEN + 20 + 8)
 /* Ethernet + IPv4 + UDP + the PHub header: the head mbuf of a PUSH. */
 #define LG_HEAD_LEN (LG_L2_L4_LEN + PHUB_WIRE_HDR_LEN)
+/*
+ * --blast: with nothing back for this long while frames are out, they are taken as lost and the
+ * window reopens. Long enough that a forwarder preempted on a shared CPU is not taken for lossy.
+ */
+#define LG_BLAST_LOSS_US 50000
 
 extern int lg_logtype;
 #define LG_LOG(level, fmt, ...) \
@@ -32,7 +37,7 @@ struct lg_options {
 	char job[PHUB_WIRE_JOB_NAME_LEN];
 	uint64_t nonce;
 	double duration_s;		/* run time when iterations is 0 */
-	uint64_t iterations;		/* whole-model exchanges after the initial round; 0: use time */
+	uint64_t iterations;		/* exchanges after the initial round; 0: use time */
 	uint32_t pbox_ipv4;		/* host order */
 	uint32_t worker_ipv4;		/* worker i is worker_ipv4 + i */
 	uint32_t keys;			/* synthetic layout: keys x key_elems fp32 */
@@ -43,7 +48,7 @@ struct lg_options {
 	uint32_t payload_bytes;		/* --blast: element bytes per frame */
 	uint32_t mtu;
 	uint16_t workers;
-	uint16_t base_port;		/* the PBox's control port; data lcore k is base + 1 + k */
+	uint16_t base_port;		/* PBox control port; data lcore k is base + 1 + k */
 	uint16_t worker_udp;		/* worker i sends from worker_udp + i */
 	uint16_t port_id;
 	uint8_t optimizer;		/* enum phub_wire_optimizer */
@@ -104,11 +109,11 @@ struct lg_stats {
 	uint64_t models;		/* MODEL datagrams of the current iteration taken */
 	uint64_t model_bytes;
 	uint64_t replays;		/* ACK or MODEL with REPLAY */
-	uint64_t stale;			/* answers for another iteration or a segment already done */
+	uint64_t stale;			/* answers for another iteration or a done segment */
 	uint64_t errors;		/* ERROR datagrams */
-	uint64_t other;			/* frames that are none of the above */
+	uint64_t other;			/* none of the above; --blast: frames lost */
 	uint64_t tx_full;		/* bursts the port took only partly */
-	uint64_t exchanges;		/* whole-model iterations completed (after the initial round) */
+	uint64_t exchanges;		/* whole-model iterations after the initial round */
 };
 
 struct lg {

@@ -39,9 +39,9 @@ usage(FILE *f, const char *prog)
 	fprintf(f,
 		"Usage: %s [EAL options] -- [options]\n"
 		"\n"
-		"Emulates W PHub workers on one DPDK port: JOIN, then whole-model iterations of PUSH\n"
-		"(a synthetic layout of --keys x --key-elems fp32), counting ACK and MODEL; or, with\n"
-		"--blast, PUSH-sized frames as fast as the port takes them, counting what comes back.\n"
+		"Emulates W PHub workers on one DPDK port: JOIN, then whole-model iterations of\n"
+		"PUSH (a synthetic layout of --keys x --key-elems fp32), counting ACK and MODEL;\n"
+		"or, with --blast, PUSH-sized frames within the window, counting what comes back.\n"
 		"\n"
 		"  -w, --workers W        emulated workers (default 2, at most %u)\n"
 		"      --keys N           keys of the synthetic layout (default 32)\n"
@@ -51,7 +51,7 @@ usage(FILE *f, const char *prog)
 		"      --blast            plain frames for a forwarder (testpmd macswap/io)\n"
 		"      --payload-bytes B  --blast: element bytes per frame (default 8192)\n"
 		"      --pbox-ip A        the PBox port's address (default 10.77.0.1)\n"
-		"      --worker-ip A      worker 0's address; worker i has A + i (default 10.77.0.101)\n"
+		"      --worker-ip A      worker 0's address, worker i's is A + i (10.77.0.101)\n"
 		"      --base-port P      the PBox's udp_base_port (default 47000)\n"
 		"      --worker-port P    worker 0's UDP port; worker i has P + i (default 40000)\n"
 		"      --mtu M            for splitting JOIN and sizing mbufs (default 9000)\n"
@@ -59,7 +59,7 @@ usage(FILE *f, const char *prog)
 		"      --rto-us U         retransmission timeout (default 20000)\n"
 		"      --job NAME         job name (default loadgen)\n"
 		"      --nonce HEX        job nonce (default 0x9b51e4c07a2d3f86)\n"
-		"      --optimizer NAME   none, sgd, momentum, nesterov, adam, adamw (default sgd)\n"
+		"      --optimizer NAME   none, sgd, momentum, nesterov, adam, adamw (sgd)\n"
 		"      --chunk-bytes B    chunk size asked for in JOIN (default 0: the PBox's)\n"
 		"      --no-udp-csum      send UDP checksum 0 instead of a full checksum\n"
 		"      --port N           DPDK port id (default 0)\n"
@@ -385,13 +385,15 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 		printf("{\"mode\":\"%s\",\"workers\":%u,\"keys\":%u,\"key_elems\":%u,"
 			"\"segments\":%u,\"segment_bytes\":%u,\"push_frame_bytes\":%u,"
 			"\"udp_csum\":%s,\"seconds\":%.3f,\"exchanges\":%" PRIu64 ","
-			"\"exchanges_per_s\":%.2f,\"iteration_p50_ms\":%.3f,\"iteration_p99_ms\":%.3f,"
+			"\"exchanges_per_s\":%.2f,\"iteration_p50_ms\":%.3f,"
+			"\"iteration_p99_ms\":%.3f,"
 			"\"pushes\":%" PRIu64 ",\"pushes_per_s\":%.0f,\"push_gbps\":%.3f,"
 			"\"tx_pkts\":%" PRIu64 ",\"tx_pps\":%.0f,\"tx_gbps\":%.3f,"
 			"\"rx_pkts\":%" PRIu64 ",\"rx_pps\":%.0f,\"rx_gbps\":%.3f,"
 			"\"acks\":%" PRIu64 ",\"models\":%" PRIu64 ",\"retransmits\":%" PRIu64 ","
 			"\"pulls\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"stale\":%" PRIu64 ","
-			"\"errors\":%" PRIu64 ",\"other\":%" PRIu64 ",\"tx_ring_full\":%" PRIu64 "}\n",
+			"\"errors\":%" PRIu64 ",\"other\":%" PRIu64 ",\"tx_ring_full\":%" PRIu64 ","
+			"\"window\":%u}\n",
 			o->blast ? "blast" : "session", lg->n_workers, o->keys, o->key_elems,
 			lg->n_segments, seg_bytes, frame, o->udp_csum ? "true" : "false", sec,
 			s->exchanges, (double)s->exchanges / d, p50, p99,
@@ -399,7 +401,7 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 			s->tx_pkts, (double)s->tx_pkts / d, (double)s->tx_bytes * 8 / d / 1e9,
 			s->rx_pkts, (double)s->rx_pkts / d, (double)s->rx_bytes * 8 / d / 1e9,
 			s->acks, s->models, s->retransmits, s->pulls, s->replays, s->stale,
-			s->errors, s->other, s->tx_full);
+			s->errors, s->other, s->tx_full, o->window);
 		return;
 	}
 	printf("phub-loadgen %s: %u workers, %u-byte segments (%u-byte PUSH frames), UDP "
@@ -416,6 +418,9 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 			(double)s->tx_pkts / d, (double)s->tx_bytes * 8 / d / 1e9);
 	printf("  received   %" PRIu64 " frames, %.0f/s, %.2f Gbit/s\n", s->rx_pkts,
 			(double)s->rx_pkts / d, (double)s->rx_bytes * 8 / d / 1e9);
+	if (o->blast)
+		printf("  lost       %" PRIu64 " frames (nothing back for %u ms with frames out)\n",
+				s->other, LG_BLAST_LOSS_US / 1000);
 	if (!o->blast)
 		printf("  answers    %" PRIu64 " ACK, %" PRIu64 " MODEL, %" PRIu64 " retransmits, "
 				"%" PRIu64 " PULL, %" PRIu64 " replays, %" PRIu64 " stale, %" PRIu64

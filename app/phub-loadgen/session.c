@@ -448,7 +448,8 @@ retransmit_due(struct lg *lg, uint64_t now, uint64_t rto)
 		for (uint32_t si = 0; si < w->next && lg->n_txq < LG_BURST; si++) {
 			uint8_t st = w->state[si];
 
-			if ((st == LG_SEG_PUSHED || st == LG_SEG_ACKED) && now - w->sent_tsc[si] > rto)
+			if ((st == LG_SEG_PUSHED || st == LG_SEG_ACKED) &&
+			    now - w->sent_tsc[si] > rto)
 				send_segment(lg, w, si, st == LG_SEG_ACKED, true);
 		}
 	}
