@@ -17,6 +17,8 @@
 
 #define LG_BURST 32
 #define LG_MAX_WORKERS 64
+/* Entries of --workers W1,W2,...: one run each, in one process and one port connection. */
+#define LG_MAX_RUNS_W 16
 /* Endpoints a JOIN_ACK may name: the PBox's (port, lcore) pairs, at most 16 x 64. */
 #define LG_MAX_ENDPOINTS 1024
 /* Ethernet + IPv4 without options + UDP: the bytes in front of every PHub datagram. */
@@ -47,7 +49,9 @@ struct lg_options {
 	uint32_t rto_us;		/* first retransmission timeout */
 	uint32_t payload_bytes;		/* --blast: element bytes per frame */
 	uint32_t mtu;
-	uint16_t workers;
+	uint16_t workers[LG_MAX_RUNS_W];	/* --workers 2,4: one run per entry (and repeat) */
+	uint16_t n_workers_list;
+	uint16_t repeat;		/* the list of runs, this many times */
 	uint16_t base_port;		/* PBox control port; data lcore k is base + 1 + k */
 	uint16_t worker_udp;		/* worker i sends from worker_udp + i */
 	uint16_t port_id;
@@ -135,7 +139,10 @@ struct lg {
 	uint32_t n_chunks;
 	uint32_t seg_elems;
 	uint32_t iteration;
-	uint16_t n_workers;
+	uint32_t chunks_cap;		/* chunk map entries per worker */
+	unsigned int run;		/* index of the run in this process */
+	uint16_t n_workers;		/* of this run */
+	uint16_t max_workers;		/* allocated */
 	struct lg_worker *workers;
 
 	/* Frames waiting for the port. */
@@ -168,7 +175,8 @@ const uint8_t *lg_frame_udp_payload(struct rte_mbuf *m, uint32_t *dst_ip, uint16
 		uint16_t *len);
 
 /* session.c: the workers, JOIN, iterations, LEAVE. */
-int lg_workers_init(struct lg *lg);
+int lg_workers_init(struct lg *lg, uint16_t max_workers);
+void lg_run_reset(struct lg *lg, uint16_t n_workers, unsigned int run);
 void lg_workers_free(struct lg *lg);
 /* Counts of the measured span in *measured, its length in *seconds. */
 int lg_session_run(struct lg *lg, struct lg_stats *measured, double *seconds);

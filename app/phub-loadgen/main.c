@@ -32,6 +32,8 @@ volatile bool lg_quit;
 #define HDR_MBUFS 16383
 #define PORT_DESC 1024
 #define LINK_WAIT_S 10
+#define START_TRIES 25
+#define START_RETRY_US 200000
 
 static void
 usage(FILE *f, const char *prog)
@@ -43,7 +45,9 @@ usage(FILE *f, const char *prog)
 		"PUSH (a synthetic layout of --keys x --key-elems fp32), counting ACK and MODEL;\n"
 		"or, with --blast, PUSH-sized frames within the window, counting what comes back.\n"
 		"\n"
-		"  -w, --workers W        emulated workers (default 2, at most %u)\n"
+		"  -w, --workers W[,W..]  emulated workers (default 2, at most %u); a list makes\n"
+		"                         one run per entry, in this process, on one connection\n"
+		"      --repeat N         the runs of the list, N times (default 1)\n"
 		"      --keys N           keys of the synthetic layout (default 32)\n"
 		"      --key-elems E      fp32 elements per key (default 32768)\n"
 		"  -d, --duration S       measured seconds (default 5)\n"
@@ -111,10 +115,30 @@ parse_optimizer(const char *s, uint8_t *out)
 	return -EINVAL;
 }
 
+/* "2,4,8": the worker counts of the runs. */
+static int
+parse_workers(const char *s, struct lg_options *o)
+{
+	char buf[128], *save = NULL, *tok;
+	uint64_t v;
+
+	if (strlen(s) >= sizeof(buf))
+		return -EINVAL;
+	snprintf(buf, sizeof(buf), "%s", s);
+	o->n_workers_list = 0;
+	for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+		if (o->n_workers_list == LG_MAX_RUNS_W ||
+		    parse_u64(tok, 1, LG_MAX_WORKERS, &v) != 0)
+			return -EINVAL;
+		o->workers[o->n_workers_list++] = (uint16_t)v;
+	}
+	return o->n_workers_list > 0 ? 0 : -EINVAL;
+}
+
 enum {
 	OPT_KEYS = 256, OPT_KEY_ELEMS, OPT_BLAST, OPT_PAYLOAD, OPT_PBOX_IP, OPT_WORKER_IP,
 	OPT_BASE_PORT, OPT_WORKER_PORT, OPT_MTU, OPT_WINDOW, OPT_RTO, OPT_JOB, OPT_NONCE,
-	OPT_OPTIMIZER, OPT_CHUNK, OPT_NO_CSUM, OPT_PORT, OPT_JSON,
+	OPT_OPTIMIZER, OPT_CHUNK, OPT_NO_CSUM, OPT_PORT, OPT_JSON, OPT_REPEAT,
 };
 
 static int
@@ -122,6 +146,7 @@ parse_args(int argc, char **argv, struct lg_options *o)
 {
 	static const struct option options[] = {
 		{ "workers", required_argument, NULL, 'w' },
+		{ "repeat", required_argument, NULL, OPT_REPEAT },
 		{ "keys", required_argument, NULL, OPT_KEYS },
 		{ "key-elems", required_argument, NULL, OPT_KEY_ELEMS },
 		{ "duration", required_argument, NULL, 'd' },
@@ -161,7 +186,9 @@ parse_args(int argc, char **argv, struct lg_options *o)
 	o->rto_us = 20000;
 	o->payload_bytes = 8192;
 	o->mtu = 9000;
-	o->workers = 2;
+	o->workers[0] = 2;
+	o->n_workers_list = 1;
+	o->repeat = 1;
 	o->base_port = 47000;
 	o->worker_udp = 40000;
 	o->optimizer = PHUB_WIRE_OPT_SGD;
@@ -171,8 +198,11 @@ parse_args(int argc, char **argv, struct lg_options *o)
 	while (rc == 0 && (opt = getopt_long(argc, argv, "w:d:i:h", options, NULL)) != -1) {
 		switch (opt) {
 		case 'w':
-			rc = parse_u64(optarg, 1, LG_MAX_WORKERS, &v);
-			o->workers = (uint16_t)v;
+			rc = parse_workers(optarg, o);
+			break;
+		case OPT_REPEAT:
+			rc = parse_u64(optarg, 1, 1000, &v);
+			o->repeat = (uint16_t)v;
 			break;
 		case OPT_KEYS:
 			rc = parse_u64(optarg, 1, 1u << 20, &v);
@@ -308,8 +338,14 @@ port_init(struct lg *lg)
 		rc = rte_eth_rx_queue_setup(port, 0, rx_desc, (unsigned int)socket, NULL, lg->pool);
 	if (rc == 0)
 		rc = rte_eth_tx_queue_setup(port, 0, tx_desc, (unsigned int)socket, NULL);
-	if (rc == 0)
+	/* A memif server still tearing down the previous client refuses for a moment. */
+	for (unsigned int tries = 1; rc == 0; tries++) {
 		rc = rte_eth_dev_start(port);
+		if (rc == 0 || lg_quit || tries == START_TRIES)
+			break;
+		rte_delay_us_sleep(START_RETRY_US);
+		rc = 0;
+	}
 	if (rc != 0) {
 		LG_LOG(ERR, "port %u: set-up failed: %s", port, rte_strerror(-rc));
 		return rc;
@@ -382,7 +418,7 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 	p50 = percentile_ms(lg->iter_ns, lg->n_iter_ns, 0.50);
 	p99 = percentile_ms(lg->iter_ns, lg->n_iter_ns, 0.99);
 	if (o->json) {
-		printf("{\"mode\":\"%s\",\"workers\":%u,\"keys\":%u,\"key_elems\":%u,"
+		printf("{\"mode\":\"%s\",\"run\":%u,\"workers\":%u,\"keys\":%u,\"key_elems\":%u,"
 			"\"segments\":%u,\"segment_bytes\":%u,\"push_frame_bytes\":%u,"
 			"\"udp_csum\":%s,\"seconds\":%.3f,\"exchanges\":%" PRIu64 ","
 			"\"exchanges_per_s\":%.2f,\"iteration_p50_ms\":%.3f,"
@@ -394,7 +430,8 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 			"\"pulls\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"stale\":%" PRIu64 ","
 			"\"errors\":%" PRIu64 ",\"other\":%" PRIu64 ",\"tx_ring_full\":%" PRIu64 ","
 			"\"window\":%u}\n",
-			o->blast ? "blast" : "session", lg->n_workers, o->keys, o->key_elems,
+			o->blast ? "blast" : "session", lg->run, lg->n_workers, o->keys,
+			o->key_elems,
 			lg->n_segments, seg_bytes, frame, o->udp_csum ? "true" : "false", sec,
 			s->exchanges, (double)s->exchanges / d, p50, p99,
 			s->pushes, (double)s->pushes / d, (double)s->push_bytes * 8 / d / 1e9,
@@ -434,6 +471,7 @@ main(int argc, char **argv)
 	struct lg lg;
 	struct lg_stats measured;
 	double seconds = 0;
+	uint16_t max_workers = 1;
 	int rc;
 
 	memset(&lg, 0, sizeof(lg));
@@ -455,15 +493,21 @@ main(int argc, char **argv)
 	signal(SIGTERM, on_signal);
 	lg.tsc_hz = rte_get_tsc_hz();
 
-	rc = lg_workers_init(&lg);
+	for (uint16_t i = 0; i < lg.opt.n_workers_list; i++)
+		max_workers = RTE_MAX(max_workers, lg.opt.workers[i]);
+	rc = lg_workers_init(&lg, max_workers);
 	if (rc == 0)
 		rc = port_init(&lg);
-	if (rc == 0)
+	for (unsigned int run = 0; rc == 0 && !lg_quit &&
+	     run < (unsigned int)lg.opt.repeat * lg.opt.n_workers_list; run++) {
+		lg_run_reset(&lg, lg.opt.workers[run % lg.opt.n_workers_list], run);
 		rc = lg.opt.blast ? lg_blast_run(&lg, &measured, &seconds) :
 			lg_session_run(&lg, &measured, &seconds);
-	if (rc == 0)
-		report(&lg, &measured, seconds);
-	else
+		if (rc == 0)
+			report(&lg, &measured, seconds);
+		fflush(stdout);
+	}
+	if (rc != 0)
 		LG_LOG(ERR, "stopped: %s", strerror(-rc));
 
 	rte_pktmbuf_free_bulk(lg.txq, lg.n_txq);

@@ -41,7 +41,8 @@ join_params(const struct lg *lg, const struct phub_wire_key *keys,
 		struct phub_wire_join_params *p)
 {
 	memset(p, 0, sizeof(*p));
-	snprintf(p->join.name, sizeof(p->join.name), "%s", lg->opt.job);
+	/* One job per run: a run's job is gone (LEAVE) or at least not in the way of the next. */
+	snprintf(p->join.name, sizeof(p->join.name), "%.50s-%u", lg->opt.job, lg->run);
 	p->join.nonce = lg->opt.nonce;
 	p->join.world_size = lg->n_workers;
 	p->join.dtype = PHUB_WIRE_DTYPE_FP32;
@@ -356,7 +357,8 @@ answer_rx(struct lg *lg, struct lg_worker *w, const struct phub_wire_msg *msg)
 	}
 	if (msg->flags & PHUB_WIRE_F_REPLAY)
 		lg->stats.replays++;
-	if (msg->chunk_id >= lg->n_chunks || msg->iteration != lg->iteration ||
+	if (msg->job_id != w->job_id || msg->chunk_id >= lg->n_chunks ||
+	    msg->iteration != lg->iteration ||
 	    msg->seg_index >= lg->chunk_first_seg[msg->chunk_id + 1] -
 	    lg->chunk_first_seg[msg->chunk_id]) {
 		lg->stats.stale++;
@@ -642,7 +644,7 @@ leave:
 
 /* Worker i: MAC 02:00:00:00:01:(i+1), address worker_ipv4 + i, UDP port worker_udp + i. */
 int
-lg_workers_init(struct lg *lg)
+lg_workers_init(struct lg *lg, uint16_t max_workers)
 {
 	uint32_t min_chunk = lg->opt.chunk_bytes != 0 && lg->opt.chunk_bytes < 4096 ?
 		lg->opt.chunk_bytes : 4096;
@@ -652,11 +654,13 @@ lg_workers_init(struct lg *lg)
 
 	if (chunks_cap > PHUB_LAYOUT_MAX_CHUNKS)
 		chunks_cap = PHUB_LAYOUT_MAX_CHUNKS;
-	lg->n_workers = lg->opt.workers;
-	lg->workers = calloc(lg->n_workers, sizeof(*lg->workers));
+	lg->chunks_cap = (uint32_t)chunks_cap;
+	lg->max_workers = max_workers;
+	lg->n_workers = max_workers;
+	lg->workers = calloc(max_workers, sizeof(*lg->workers));
 	if (lg->workers == NULL)
 		return -ENOMEM;
-	for (uint16_t i = 0; i < lg->n_workers; i++) {
+	for (uint16_t i = 0; i < max_workers; i++) {
 		struct lg_worker *w = &lg->workers[i];
 
 		w->mac = (struct rte_ether_addr){ { 0x02, 0, 0, 0, 0x01, (uint8_t)(i + 1) } };
@@ -668,24 +672,69 @@ lg_workers_init(struct lg *lg)
 		w->endpoint_of_chunk = calloc(chunks_cap, sizeof(*w->endpoint_of_chunk));
 		if (w->endpoint_of_chunk == NULL)
 			return -ENOMEM;
-		phub_wire_join_ack_merge_init(&w->ack_merge, w->endpoints, LG_MAX_ENDPOINTS,
-				w->endpoint_of_chunk, (uint32_t)chunks_cap);
 	}
 	return 0;
+}
+
+/* What one run built (layout, per-segment state) goes; the identities and arrays stay. */
+static void
+run_state_free(struct lg *lg)
+{
+	for (uint16_t i = 0; lg->workers != NULL && i < lg->max_workers; i++) {
+		free(lg->workers[i].state);
+		free(lg->workers[i].sent_tsc);
+		lg->workers[i].state = NULL;
+		lg->workers[i].sent_tsc = NULL;
+	}
+	free(lg->segs);
+	free(lg->chunk_first_seg);
+	phub_layout_free(lg->layout);
+	lg->segs = NULL;
+	lg->chunk_first_seg = NULL;
+	lg->layout = NULL;
+}
+
+/*
+ * Make ready for one run of n workers: a fresh session for each (not joined, no token) and
+ * zero counters, so that every run of a process measures alone and the port stays connected
+ * between runs (a memif server that sees its client go and come back may crash: DPDK 22.11).
+ */
+void
+lg_run_reset(struct lg *lg, uint16_t n_workers, unsigned int run)
+{
+	run_state_free(lg);
+	lg->n_workers = n_workers;
+	lg->run = run;
+	lg->iteration = 0;
+	lg->n_segments = 0;
+	lg->n_chunks = 0;
+	lg->seg_elems = 0;
+	lg->n_iter_ns = 0;
+	memset(&lg->stats, 0, sizeof(lg->stats));
+	for (uint16_t i = 0; i < lg->max_workers; i++) {
+		struct lg_worker *w = &lg->workers[i];
+
+		w->token = 0;
+		w->job_id = 0;
+		w->joined = false;
+		w->inflight = 0;
+		w->done = 0;
+		w->next = 0;
+		w->n_endpoints = 0;
+		if (w->endpoint_of_chunk != NULL)
+			phub_wire_join_ack_merge_init(&w->ack_merge, w->endpoints,
+					LG_MAX_ENDPOINTS, w->endpoint_of_chunk, lg->chunks_cap);
+	}
 }
 
 void
 lg_workers_free(struct lg *lg)
 {
-	for (uint16_t i = 0; lg->workers != NULL && i < lg->n_workers; i++) {
+	run_state_free(lg);
+	for (uint16_t i = 0; lg->workers != NULL && i < lg->max_workers; i++)
 		free(lg->workers[i].endpoint_of_chunk);
-		free(lg->workers[i].state);
-		free(lg->workers[i].sent_tsc);
-	}
 	free(lg->workers);
 	lg->workers = NULL;
-	free(lg->segs);
-	free(lg->chunk_first_seg);
 	free(lg->iter_ns);
-	phub_layout_free(lg->layout);
+	lg->iter_ns = NULL;
 }
