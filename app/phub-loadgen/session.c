@@ -19,6 +19,7 @@
 #define JOIN_TIMEOUT_S 10.0
 #define JOIN_RESEND_MS 500
 #define LEAVE_WAIT_MS 300
+#define MODEL_WAIT_RTOS 4
 
 static uint64_t
 ms_to_tsc(const struct lg *lg, uint64_t ms)
@@ -440,7 +441,11 @@ push_some(struct lg *lg, uint64_t *cursor)
 	}
 }
 
-/* Fixed-timeout recovery: a PUSH without ACK is sent again; an ACK without MODEL is PULLed. */
+/*
+ * Fixed-timeout recovery: a PUSH without ACK is sent again after rto; an ACK without MODEL is
+ * PULLed after MODEL_WAIT_RTOS times that, since the other workers' PUSHes legitimately delay
+ * the MODEL (docs/protocol.md, section 9).
+ */
 static void
 retransmit_due(struct lg *lg, uint64_t now, uint64_t rto)
 {
@@ -450,9 +455,11 @@ retransmit_due(struct lg *lg, uint64_t now, uint64_t rto)
 		for (uint32_t si = 0; si < w->next && lg->n_txq < LG_BURST; si++) {
 			uint8_t st = w->state[si];
 
-			if ((st == LG_SEG_PUSHED || st == LG_SEG_ACKED) &&
-			    now - w->sent_tsc[si] > rto)
-				send_segment(lg, w, si, st == LG_SEG_ACKED, true);
+			if (st == LG_SEG_PUSHED && now - w->sent_tsc[si] > rto)
+				send_segment(lg, w, si, false, true);
+			else if (st == LG_SEG_ACKED &&
+				 now - w->sent_tsc[si] > MODEL_WAIT_RTOS * rto)
+				send_segment(lg, w, si, true, true);
 		}
 	}
 }
