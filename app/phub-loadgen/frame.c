@@ -1,0 +1,296 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* phub-loadgen's frames: Ethernet/IPv4/UDP around PHub datagrams, ARP, the TX queue. */
+
+#include <errno.h>
+#include <string.h>
+
+#include <rte_arp.h>
+#include <rte_cycles.h>
+#include <rte_ethdev.h>
+#include <rte_ip.h>
+#include <rte_udp.h>
+
+#include "loadgen.h"
+
+/*
+ * Write Ethernet, IPv4 and UDP headers at the start of m's data (at least LG_L2_L4_LEN bytes
+ * already appended); udp_payload_len bytes follow them, in this mbuf or chained ones.
+ */
+void
+lg_frame_udp(struct rte_mbuf *m, const struct lg *lg, const struct rte_ether_addr *src_mac,
+		uint32_t src_ip, uint16_t src_udp, uint16_t dst_udp, uint16_t udp_payload_len)
+{
+	struct rte_ether_hdr *eth = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
+	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
+	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
+
+	rte_ether_addr_copy(&lg->pbox_mac, &eth->dst_addr);
+	rte_ether_addr_copy(src_mac, &eth->src_addr);
+	eth->ether_type = RTE_BE16(RTE_ETHER_TYPE_IPV4);
+	ip->version_ihl = RTE_IPV4_VHL_DEF;
+	ip->type_of_service = 0;
+	ip->total_length = rte_cpu_to_be_16((uint16_t)(sizeof(*ip) + sizeof(*udp) +
+			udp_payload_len));
+	ip->packet_id = 0;
+	/* Every datagram fits the MTU: the PBox drops fragments. */
+	ip->fragment_offset = RTE_BE16(RTE_IPV4_HDR_DF_FLAG);
+	ip->time_to_live = 64;
+	ip->next_proto_id = IPPROTO_UDP;
+	ip->src_addr = rte_cpu_to_be_32(src_ip);
+	ip->dst_addr = rte_cpu_to_be_32(lg->opt.pbox_ipv4);
+	ip->hdr_checksum = 0;
+	ip->hdr_checksum = rte_ipv4_cksum(ip);
+	udp->src_port = rte_cpu_to_be_16(src_udp);
+	udp->dst_port = rte_cpu_to_be_16(dst_udp);
+	udp->dgram_len = rte_cpu_to_be_16((uint16_t)(sizeof(*udp) + udp_payload_len));
+	udp->dgram_cksum = 0;
+}
+
+/*
+ * The UDP checksum, as a kernel sender puts it: the pseudo-header, the head_udp_len bytes of UDP
+ * in the first mbuf and payload_sum, the raw sum of the rest, computed once per payload. The sums
+ * add because the rest starts at an even offset of the datagram. Disabled, the field stays 0,
+ * which UDP over IPv4 reads as "no checksum".
+ */
+void
+lg_frame_udp_csum(struct rte_mbuf *m, uint16_t head_udp_len, uint32_t payload_sum, bool enabled)
+{
+	struct rte_ipv4_hdr *ip = rte_pktmbuf_mtod_offset(m, struct rte_ipv4_hdr *,
+			RTE_ETHER_HDR_LEN);
+	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
+	uint32_t sum;
+	uint16_t csum;
+
+	if (!enabled)
+		return;
+	sum = rte_ipv4_phdr_cksum(ip, 0);
+	sum += rte_raw_cksum(udp, head_udp_len);
+	sum += payload_sum;
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	csum = (uint16_t)~sum;
+	udp->dgram_cksum = csum == 0 ? 0xffff : csum;
+}
+
+void
+lg_tx_flush(struct lg *lg)
+{
+	uint16_t sent;
+
+	if (lg->n_txq == 0)
+		return;
+	sent = rte_eth_tx_burst(lg->opt.port_id, 0, lg->txq, lg->n_txq);
+	for (uint16_t i = 0; i < sent; i++) {
+		lg->stats.tx_pkts++;
+		lg->stats.tx_bytes += lg->txq[i]->pkt_len;
+	}
+	if (sent < lg->n_txq) {
+		/* The ring is full: keep the rest, in order, for the next try. */
+		memmove(lg->txq, lg->txq + sent, (lg->n_txq - sent) * sizeof(lg->txq[0]));
+		lg->stats.tx_full++;
+	}
+	lg->n_txq = (uint16_t)(lg->n_txq - sent);
+}
+
+/* Queue m; the caller checked that the queue has room (n_txq < LG_BURST). */
+void
+lg_tx(struct lg *lg, struct rte_mbuf *m)
+{
+	lg->txq[lg->n_txq++] = m;
+	if (lg->n_txq == LG_BURST)
+		lg_tx_flush(lg);
+}
+
+/* Flush until the queue has room, for the control path that must not drop its frame. */
+static int
+tx_make_room(struct lg *lg)
+{
+	uint64_t deadline = rte_rdtsc() + lg->tsc_hz;
+
+	while (lg->n_txq == LG_BURST) {
+		lg_tx_flush(lg);
+		if (rte_rdtsc() > deadline)
+			return -EAGAIN;
+	}
+	return 0;
+}
+
+/* One control datagram (JOIN, LEAVE) from worker w to the PBox's control port. */
+int
+lg_frame_control(struct lg *lg, const struct lg_worker *w, const void *datagram, uint16_t len)
+{
+	struct rte_mbuf *m;
+	uint8_t *p;
+
+	if (tx_make_room(lg) != 0)
+		return -EAGAIN;
+	m = rte_pktmbuf_alloc(lg->pool);
+	if (m == NULL)
+		return -ENOMEM;
+	p = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(LG_L2_L4_LEN + len));
+	if (p == NULL) {
+		rte_pktmbuf_free(m);
+		return -ENOSPC;
+	}
+	lg_frame_udp(m, lg, &w->mac, w->ipv4, w->udp, lg->opt.base_port, len);
+	memcpy(p + LG_L2_L4_LEN, datagram, len);
+	lg_frame_udp_csum(m, (uint16_t)(sizeof(struct rte_udp_hdr) + len), 0, lg->opt.udp_csum);
+	lg_tx(lg, m);
+	lg_tx_flush(lg);
+	return 0;
+}
+
+/*
+ * One PUSH (or PULL) frame of segment s from worker w with header hdr. The payload is the shared
+ * gradient mbuf, attached by reference when the port takes chained frames, else copied: either
+ * way the generator does not write 8 KB per datagram, so it stays ahead of what it measures.
+ */
+struct rte_mbuf *
+lg_frame_push(struct lg *lg, const struct lg_worker *w, const struct lg_segment *s,
+		const struct phub_wire_msg *hdr)
+{
+	uint16_t bytes = hdr->payload_len;
+	struct rte_mbuf *m;
+	uint8_t *p;
+
+	m = rte_pktmbuf_alloc(lg->chained_tx ? lg->hdr_pool : lg->pool);
+	if (unlikely(m == NULL))
+		return NULL;
+	p = (uint8_t *)rte_pktmbuf_append(m, LG_HEAD_LEN);
+	if (unlikely(p == NULL))
+		goto err;
+	lg_frame_udp(m, lg, &w->mac, w->ipv4, w->udp, s->dst_udp,
+			(uint16_t)(PHUB_WIRE_HDR_LEN + bytes));
+	if (unlikely(phub_wire_hdr_encode(p + LG_L2_L4_LEN, PHUB_WIRE_HDR_LEN, hdr, 0) < 0))
+		goto err;
+	if (bytes > 0 && lg->chained_tx) {
+		struct rte_mbuf *mi = rte_pktmbuf_alloc(lg->indirect_pool);
+
+		if (unlikely(mi == NULL))
+			goto err;
+		rte_pktmbuf_attach(mi, lg->payload);
+		mi->data_len = bytes;
+		mi->pkt_len = bytes;
+		if (unlikely(rte_pktmbuf_chain(m, mi) != 0)) {
+			rte_pktmbuf_free(mi);
+			goto err;
+		}
+	} else if (bytes > 0) {
+		void *dst = rte_pktmbuf_append(m, bytes);
+
+		if (unlikely(dst == NULL))
+			goto err;
+		memcpy(dst, rte_pktmbuf_mtod(lg->payload, void *), bytes);
+	}
+	lg_frame_udp_csum(m, sizeof(struct rte_udp_hdr) + PHUB_WIRE_HDR_LEN,
+			bytes > 0 ? s->payload_sum : 0, lg->opt.udp_csum);
+	return m;
+err:
+	rte_pktmbuf_free(m);
+	return NULL;
+}
+
+const uint8_t *
+lg_frame_udp_payload(struct rte_mbuf *m, uint32_t *dst_ip, uint16_t *dst_udp, uint16_t *len)
+{
+	const struct rte_ether_hdr *eth = rte_pktmbuf_mtod(m, const struct rte_ether_hdr *);
+	const struct rte_ipv4_hdr *ip;
+	const struct rte_udp_hdr *udp;
+	uint16_t ihl, ip_len, udp_len;
+
+	/* The whole frame in one mbuf: the pool is sized for the MTU. */
+	if (m->nb_segs != 1 || m->data_len < LG_L2_L4_LEN ||
+	    eth->ether_type != RTE_BE16(RTE_ETHER_TYPE_IPV4))
+		return NULL;
+	ip = (const struct rte_ipv4_hdr *)(eth + 1);
+	ihl = (uint16_t)((ip->version_ihl & RTE_IPV4_HDR_IHL_MASK) * 4);
+	ip_len = rte_be_to_cpu_16(ip->total_length);
+	if (ip->next_proto_id != IPPROTO_UDP || ihl < sizeof(*ip) ||
+	    ip_len < ihl + sizeof(*udp) || ip_len > m->data_len - RTE_ETHER_HDR_LEN)
+		return NULL;
+	udp = (const struct rte_udp_hdr *)((const uint8_t *)ip + ihl);
+	udp_len = rte_be_to_cpu_16(udp->dgram_len);
+	if (udp_len < sizeof(*udp) || udp_len > ip_len - ihl)
+		return NULL;
+	*dst_ip = rte_be_to_cpu_32(ip->dst_addr);
+	*dst_udp = rte_be_to_cpu_16(udp->dst_port);
+	*len = (uint16_t)(udp_len - sizeof(*udp));
+	return (const uint8_t *)(udp + 1);
+}
+
+static int
+arp_request(struct lg *lg, const struct lg_worker *w)
+{
+	struct rte_mbuf *m = rte_pktmbuf_alloc(lg->pool);
+	struct rte_ether_hdr *eth;
+	struct rte_arp_hdr *arp;
+
+	if (m == NULL)
+		return -ENOMEM;
+	eth = (struct rte_ether_hdr *)rte_pktmbuf_append(m, sizeof(*eth) + sizeof(*arp));
+	if (eth == NULL) {
+		rte_pktmbuf_free(m);
+		return -ENOSPC;
+	}
+	arp = (struct rte_arp_hdr *)(eth + 1);
+	memset(&eth->dst_addr, 0xff, sizeof(eth->dst_addr));
+	rte_ether_addr_copy(&w->mac, &eth->src_addr);
+	eth->ether_type = RTE_BE16(RTE_ETHER_TYPE_ARP);
+	arp->arp_hardware = RTE_BE16(RTE_ARP_HRD_ETHER);
+	arp->arp_protocol = RTE_BE16(RTE_ETHER_TYPE_IPV4);
+	arp->arp_hlen = RTE_ETHER_ADDR_LEN;
+	arp->arp_plen = 4;
+	arp->arp_opcode = RTE_BE16(RTE_ARP_OP_REQUEST);
+	rte_ether_addr_copy(&w->mac, &arp->arp_data.arp_sha);
+	arp->arp_data.arp_sip = rte_cpu_to_be_32(w->ipv4);
+	memset(&arp->arp_data.arp_tha, 0, sizeof(arp->arp_data.arp_tha));
+	arp->arp_data.arp_tip = rte_cpu_to_be_32(lg->opt.pbox_ipv4);
+	if (tx_make_room(lg) != 0) {
+		rte_pktmbuf_free(m);
+		return -EAGAIN;
+	}
+	lg_tx(lg, m);
+	lg_tx_flush(lg);
+	return 0;
+}
+
+/*
+ * Learn the PBox's MAC by ARP, as a worker's kernel would: a request every 100 ms from worker
+ * 0's address until the reply comes or timeout_s passes (-ETIMEDOUT).
+ */
+int
+lg_resolve_pbox(struct lg *lg, double timeout_s)
+{
+	uint64_t start = rte_rdtsc();
+	uint64_t deadline = start + (uint64_t)(timeout_s * (double)lg->tsc_hz);
+	uint64_t next_req = start;
+
+	while (!lg_quit && rte_rdtsc() < deadline) {
+		struct rte_mbuf *pkts[LG_BURST];
+		uint16_t n;
+
+		if (rte_rdtsc() >= next_req) {
+			arp_request(lg, &lg->workers[0]);
+			next_req = rte_rdtsc() + lg->tsc_hz / 10;
+		}
+		n = rte_eth_rx_burst(lg->opt.port_id, 0, pkts, LG_BURST);
+		for (uint16_t i = 0; i < n; i++) {
+			const struct rte_ether_hdr *eth = rte_pktmbuf_mtod(pkts[i],
+					const struct rte_ether_hdr *);
+			const struct rte_arp_hdr *arp = (const struct rte_arp_hdr *)(eth + 1);
+			bool reply = pkts[i]->data_len >= sizeof(*eth) + sizeof(*arp) &&
+				eth->ether_type == RTE_BE16(RTE_ETHER_TYPE_ARP) &&
+				arp->arp_opcode == RTE_BE16(RTE_ARP_OP_REPLY) &&
+				arp->arp_data.arp_sip == rte_cpu_to_be_32(lg->opt.pbox_ipv4);
+
+			if (reply)
+				rte_ether_addr_copy(&arp->arp_data.arp_sha, &lg->pbox_mac);
+			rte_pktmbuf_free(pkts[i]);
+			if (reply) {
+				rte_pktmbuf_free_bulk(pkts + i + 1, n - i - 1);
+				return 0;
+			}
+		}
+	}
+	return -ETIMEDOUT;
+}

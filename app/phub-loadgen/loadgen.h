@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* phub-loadgen's shared state: options, the port, the emulated workers and the counters. */
+
+#ifndef LOADGEN_H
+#define LOADGEN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <rte_common.h>
+#include <rte_ether.h>
+#include <rte_log.h>
+#include <rte_mbuf.h>
+
+#include "layout/phub_layout.h"
+#include "wire/phub_wire.h"
+
+#define LG_BURST 32
+#define LG_MAX_WORKERS 64
+/* Entries of --workers W1,W2,...: one run each, in one process and one port connection. */
+#define LG_MAX_RUNS_W 16
+/* Endpoints a JOIN_ACK may name: the PBox's (port, lcore) pairs, at most 16 x 64. */
+#define LG_MAX_ENDPOINTS 1024
+/* Ethernet + IPv4 without options + UDP: the bytes in front of every PHub datagram. */
+#define LG_L2_L4_LEN (RTE_ETHER_HDR_LEN + 20 + 8)
+/* Ethernet + IPv4 + UDP + the PHub header: the head mbuf of a PUSH. */
+#define LG_HEAD_LEN (LG_L2_L4_LEN + PHUB_WIRE_HDR_LEN)
+/*
+ * --blast: with nothing back for this long while frames are out, they are taken as lost and the
+ * window reopens. Long enough that a forwarder preempted on a shared CPU is not taken for lossy.
+ */
+#define LG_BLAST_LOSS_US 50000
+
+extern int lg_logtype;
+#define LG_LOG(level, fmt, ...) \
+	rte_log(RTE_LOG_ ## level, lg_logtype, "phub-loadgen: " fmt "\n", ## __VA_ARGS__)
+
+struct lg_options {
+	char job[PHUB_WIRE_JOB_NAME_LEN];
+	uint64_t nonce;
+	double duration_s;		/* run time when iterations is 0 */
+	uint64_t iterations;		/* exchanges after the initial round; 0: use time */
+	uint32_t pbox_ipv4;		/* host order */
+	uint32_t worker_ipv4;		/* worker i is worker_ipv4 + i */
+	uint32_t keys;			/* synthetic layout: keys x key_elems fp32 */
+	uint32_t key_elems;
+	uint32_t chunk_bytes;		/* asked for in JOIN; 0 = the PBox's */
+	uint32_t window;		/* PUSH segments in flight per worker */
+	uint32_t rto_us;		/* first retransmission timeout */
+	uint32_t payload_bytes;		/* --blast: element bytes per frame */
+	uint32_t mtu;
+	uint16_t workers[LG_MAX_RUNS_W];	/* --workers 2,4: one run per entry (and repeat) */
+	uint16_t n_workers_list;
+	uint16_t repeat;		/* the list of runs, this many times */
+	uint16_t base_port;		/* PBox control port; data lcore k is base + 1 + k */
+	uint16_t worker_udp;		/* worker i sends from worker_udp + i */
+	uint16_t port_id;
+	uint8_t optimizer;		/* enum phub_wire_optimizer */
+	bool blast;
+	bool udp_csum;			/* full UDP checksum, as a kernel sender would */
+	bool json;
+};
+
+/* One segment of the model as every worker pushes it. */
+struct lg_segment {
+	uint32_t chunk_id;
+	uint32_t elem_offset;		/* within the chunk */
+	uint32_t elem_count;
+	uint32_t payload_sum;		/* raw 16-bit ones' complement sum of the payload */
+	uint16_t seg_index;
+	uint16_t seg_count;
+	uint16_t dst_udp;		/* the data lcore that owns the chunk */
+	uint8_t priority;
+};
+
+/* Per (worker, segment) state for the current iteration. */
+enum lg_seg_state {
+	LG_SEG_IDLE = 0,		/* not sent yet this iteration */
+	LG_SEG_PUSHED,			/* sent, neither ACK nor MODEL yet */
+	LG_SEG_ACKED,			/* ACK in, waiting for MODEL */
+	LG_SEG_DONE,			/* MODEL in */
+};
+
+struct lg_worker {
+	struct rte_ether_addr mac;
+	uint32_t ipv4;
+	uint16_t udp;
+	uint16_t rank;
+	uint64_t token;
+	uint32_t job_id;
+	bool joined;
+	uint32_t inflight;		/* PUSHED segments */
+	uint32_t done;			/* DONE segments this iteration */
+	uint32_t next;			/* next segment to send this iteration */
+	uint8_t *state;			/* n_segments enum lg_seg_state */
+	uint64_t *sent_tsc;		/* n_segments: last transmission */
+	uint16_t *endpoint_of_chunk;	/* JOIN_ACK's chunk map */
+	struct phub_wire_endpoint endpoints[LG_MAX_ENDPOINTS];
+	uint16_t n_endpoints;
+	struct phub_wire_join_ack_merge ack_merge;
+};
+
+struct lg_stats {
+	uint64_t tx_pkts;
+	uint64_t tx_bytes;		/* Ethernet frames without CRC */
+	uint64_t rx_pkts;
+	uint64_t rx_bytes;
+	uint64_t pushes;		/* PUSH datagrams sent, first transmissions */
+	uint64_t push_bytes;		/* their element bytes */
+	uint64_t retransmits;		/* PUSH sent again */
+	uint64_t pulls;
+	uint64_t acks;
+	uint64_t models;		/* MODEL datagrams of the current iteration taken */
+	uint64_t model_bytes;
+	uint64_t replays;		/* ACK or MODEL with REPLAY */
+	uint64_t stale;			/* answers for another iteration or a done segment */
+	uint64_t errors;		/* ERROR datagrams */
+	uint64_t other;			/* none of the above; --blast: frames lost */
+	uint64_t tx_full;		/* bursts the port took only partly */
+	uint64_t exchanges;		/* whole-model iterations after the initial round */
+};
+
+struct lg {
+	struct lg_options opt;
+	struct rte_mempool *pool;	/* direct mbufs, large enough for a whole frame */
+	struct rte_mempool *hdr_pool;	/* small mbufs for the headers of chained PUSHes */
+	struct rte_mempool *indirect_pool;
+	struct rte_mbuf *payload;	/* the gradient every PUSH carries, shared */
+	struct rte_ether_addr port_mac;
+	struct rte_ether_addr pbox_mac;
+	bool chained_tx;		/* the port takes multi-segment frames */
+	uint64_t tsc_hz;
+
+	/* The session: one layout for all workers. */
+	struct phub_layout *layout;
+	struct lg_segment *segs;
+	uint32_t n_segments;
+	uint32_t *chunk_first_seg;	/* n_chunks + 1 */
+	uint32_t n_chunks;
+	uint32_t seg_elems;
+	uint32_t iteration;
+	uint32_t chunks_cap;		/* chunk map entries per worker */
+	unsigned int run;		/* index of the run in this process */
+	uint16_t n_workers;		/* of this run */
+	uint16_t max_workers;		/* allocated */
+	struct lg_worker *workers;
+
+	/* Frames waiting for the port. */
+	struct rte_mbuf *txq[LG_BURST];
+	uint16_t n_txq;
+
+	struct lg_stats stats;
+	uint64_t iter_ns_max;
+	uint64_t *iter_ns;		/* duration of each counted exchange */
+	uint64_t n_iter_ns;
+	uint64_t cap_iter_ns;
+};
+
+extern volatile bool lg_quit;
+
+/* frame.c: Ethernet/IPv4/UDP around PHub datagrams, and the way out. */
+void lg_frame_udp(struct rte_mbuf *m, const struct lg *lg, const struct rte_ether_addr *src_mac,
+		uint32_t src_ip, uint16_t src_udp, uint16_t dst_udp, uint16_t udp_payload_len);
+void lg_frame_udp_csum(struct rte_mbuf *m, uint16_t head_udp_len, uint32_t payload_sum,
+		bool enabled);
+int lg_frame_control(struct lg *lg, const struct lg_worker *w, const void *datagram,
+		uint16_t len);
+struct rte_mbuf *lg_frame_push(struct lg *lg, const struct lg_worker *w,
+		const struct lg_segment *s, const struct phub_wire_msg *hdr);
+void lg_tx(struct lg *lg, struct rte_mbuf *m);
+void lg_tx_flush(struct lg *lg);
+int lg_resolve_pbox(struct lg *lg, double timeout_s);
+/* The UDP payload of a received IPv4/UDP frame, with the destination; NULL when not one. */
+const uint8_t *lg_frame_udp_payload(struct rte_mbuf *m, uint32_t *dst_ip, uint16_t *dst_udp,
+		uint16_t *len);
+
+/* session.c: the workers, JOIN, iterations, LEAVE. */
+int lg_workers_init(struct lg *lg, uint16_t max_workers);
+void lg_run_reset(struct lg *lg, uint16_t n_workers, unsigned int run);
+void lg_workers_free(struct lg *lg);
+/* Counts of the measured span in *measured, its length in *seconds. */
+int lg_session_run(struct lg *lg, struct lg_stats *measured, double *seconds);
+
+/* blast.c: PUSH-sized frames as fast as the port takes them; what comes back is counted. */
+int lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds);
+
+#endif /* LOADGEN_H */

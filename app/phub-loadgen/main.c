@@ -1,0 +1,521 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * phub-loadgen: a DPDK traffic source that emulates W PHub workers over one port (net_memif
+ * client, net_ring...), so that the PBox's own packet path is measured with no kernel in the
+ * way; or, with --blast, PUSH-sized frames against a plain forwarder. Options, EAL, the port,
+ * the report.
+ */
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+
+#include <rte_cycles.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+
+#include "loadgen.h"
+
+int lg_logtype;
+volatile bool lg_quit;
+
+#define POOL_MBUFS 8191
+#define HDR_MBUFS 16383
+#define PORT_DESC 1024
+#define LINK_WAIT_S 10
+#define START_TRIES 25
+#define START_RETRY_US 200000
+
+static void
+usage(FILE *f, const char *prog)
+{
+	fprintf(f,
+		"Usage: %s [EAL options] -- [options]\n"
+		"\n"
+		"Emulates W PHub workers on one DPDK port: JOIN, then whole-model iterations of\n"
+		"PUSH (a synthetic layout of --keys x --key-elems fp32), counting ACK and MODEL;\n"
+		"or, with --blast, PUSH-sized frames within the window, counting what comes back.\n"
+		"\n"
+		"  -w, --workers W[,W..]  emulated workers (default 2, at most %u); a list makes\n"
+		"                         one run per entry, in this process, on one connection\n"
+		"      --repeat N         the runs of the list, N times (default 1)\n"
+		"      --keys N           keys of the synthetic layout (default 32)\n"
+		"      --key-elems E      fp32 elements per key (default 32768)\n"
+		"  -d, --duration S       measured seconds (default 5)\n"
+		"  -i, --iterations K     measured whole-model exchanges instead of a duration\n"
+		"      --blast            plain frames for a forwarder (testpmd macswap/io)\n"
+		"      --payload-bytes B  --blast: element bytes per frame (default 8192)\n"
+		"      --pbox-ip A        the PBox port's address (default 10.77.0.1)\n"
+		"      --worker-ip A      worker 0's address, worker i's is A + i (10.77.0.101)\n"
+		"      --base-port P      the PBox's udp_base_port (default 47000)\n"
+		"      --worker-port P    worker 0's UDP port; worker i has P + i (default 40000)\n"
+		"      --mtu M            for splitting JOIN and sizing mbufs (default 9000)\n"
+		"      --window N         PUSH segments in flight per worker (default 32)\n"
+		"      --rto-us U         retransmission timeout (default 20000)\n"
+		"      --job NAME         job name (default loadgen)\n"
+		"      --nonce HEX        job nonce (default 0x9b51e4c07a2d3f86)\n"
+		"      --optimizer NAME   none, sgd, momentum, nesterov, adam, adamw (sgd)\n"
+		"      --chunk-bytes B    chunk size asked for in JOIN (default 0: the PBox's)\n"
+		"      --no-udp-csum      send UDP checksum 0 instead of a full checksum\n"
+		"      --port N           DPDK port id (default 0)\n"
+		"      --json             one JSON object on stdout instead of text\n"
+		"  -h, --help             this text\n", prog, LG_MAX_WORKERS);
+}
+
+static void
+on_signal(int sig)
+{
+	(void)sig;
+	lg_quit = true;
+}
+
+static int
+parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v < min || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int
+parse_ipv4(const char *s, uint32_t *out)
+{
+	struct in_addr a;
+
+	if (inet_pton(AF_INET, s, &a) != 1)
+		return -EINVAL;
+	*out = ntohl(a.s_addr);
+	return 0;
+}
+
+static int
+parse_optimizer(const char *s, uint8_t *out)
+{
+	for (unsigned int v = 0; v <= PHUB_WIRE_OPT_ADAMW; v++) {
+		if (strcmp(s, phub_wire_optimizer_name((uint8_t)v)) == 0) {
+			*out = (uint8_t)v;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+/* "2,4,8": the worker counts of the runs. */
+static int
+parse_workers(const char *s, struct lg_options *o)
+{
+	char buf[128], *save = NULL, *tok;
+	uint64_t v;
+
+	if (strlen(s) >= sizeof(buf))
+		return -EINVAL;
+	snprintf(buf, sizeof(buf), "%s", s);
+	o->n_workers_list = 0;
+	for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+		if (o->n_workers_list == LG_MAX_RUNS_W ||
+		    parse_u64(tok, 1, LG_MAX_WORKERS, &v) != 0)
+			return -EINVAL;
+		o->workers[o->n_workers_list++] = (uint16_t)v;
+	}
+	return o->n_workers_list > 0 ? 0 : -EINVAL;
+}
+
+enum {
+	OPT_KEYS = 256, OPT_KEY_ELEMS, OPT_BLAST, OPT_PAYLOAD, OPT_PBOX_IP, OPT_WORKER_IP,
+	OPT_BASE_PORT, OPT_WORKER_PORT, OPT_MTU, OPT_WINDOW, OPT_RTO, OPT_JOB, OPT_NONCE,
+	OPT_OPTIMIZER, OPT_CHUNK, OPT_NO_CSUM, OPT_PORT, OPT_JSON, OPT_REPEAT,
+};
+
+static int
+parse_args(int argc, char **argv, struct lg_options *o)
+{
+	static const struct option options[] = {
+		{ "workers", required_argument, NULL, 'w' },
+		{ "repeat", required_argument, NULL, OPT_REPEAT },
+		{ "keys", required_argument, NULL, OPT_KEYS },
+		{ "key-elems", required_argument, NULL, OPT_KEY_ELEMS },
+		{ "duration", required_argument, NULL, 'd' },
+		{ "iterations", required_argument, NULL, 'i' },
+		{ "blast", no_argument, NULL, OPT_BLAST },
+		{ "payload-bytes", required_argument, NULL, OPT_PAYLOAD },
+		{ "pbox-ip", required_argument, NULL, OPT_PBOX_IP },
+		{ "worker-ip", required_argument, NULL, OPT_WORKER_IP },
+		{ "base-port", required_argument, NULL, OPT_BASE_PORT },
+		{ "worker-port", required_argument, NULL, OPT_WORKER_PORT },
+		{ "mtu", required_argument, NULL, OPT_MTU },
+		{ "window", required_argument, NULL, OPT_WINDOW },
+		{ "rto-us", required_argument, NULL, OPT_RTO },
+		{ "job", required_argument, NULL, OPT_JOB },
+		{ "nonce", required_argument, NULL, OPT_NONCE },
+		{ "optimizer", required_argument, NULL, OPT_OPTIMIZER },
+		{ "chunk-bytes", required_argument, NULL, OPT_CHUNK },
+		{ "no-udp-csum", no_argument, NULL, OPT_NO_CSUM },
+		{ "port", required_argument, NULL, OPT_PORT },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t v;
+	char *end;
+	int opt, rc = 0;
+
+	memset(o, 0, sizeof(*o));
+	snprintf(o->job, sizeof(o->job), "loadgen");
+	o->nonce = UINT64_C(0x9b51e4c07a2d3f86);
+	o->duration_s = 5.0;
+	o->pbox_ipv4 = RTE_IPV4(10, 77, 0, 1);
+	o->worker_ipv4 = RTE_IPV4(10, 77, 0, 101);
+	o->keys = 32;
+	o->key_elems = 32768;
+	o->window = 32;
+	o->rto_us = 20000;
+	o->payload_bytes = 8192;
+	o->mtu = 9000;
+	o->workers[0] = 2;
+	o->n_workers_list = 1;
+	o->repeat = 1;
+	o->base_port = 47000;
+	o->worker_udp = 40000;
+	o->optimizer = PHUB_WIRE_OPT_SGD;
+	o->udp_csum = true;
+
+	optind = 1;
+	while (rc == 0 && (opt = getopt_long(argc, argv, "w:d:i:h", options, NULL)) != -1) {
+		switch (opt) {
+		case 'w':
+			rc = parse_workers(optarg, o);
+			break;
+		case OPT_REPEAT:
+			rc = parse_u64(optarg, 1, 1000, &v);
+			o->repeat = (uint16_t)v;
+			break;
+		case OPT_KEYS:
+			rc = parse_u64(optarg, 1, 1u << 20, &v);
+			o->keys = (uint32_t)v;
+			break;
+		case OPT_KEY_ELEMS:
+			rc = parse_u64(optarg, 1, UINT32_MAX / 4, &v);
+			o->key_elems = (uint32_t)v;
+			break;
+		case 'd':
+			o->duration_s = strtod(optarg, &end);
+			rc = *end != '\0' || !(o->duration_s > 0 && o->duration_s <= 3600) ?
+				-EINVAL : 0;
+			break;
+		case 'i':
+			rc = parse_u64(optarg, 1, UINT32_MAX, &o->iterations);
+			break;
+		case OPT_BLAST:
+			o->blast = true;
+			break;
+		case OPT_PAYLOAD:
+			rc = parse_u64(optarg, 64, PHUB_WIRE_MAX_DATAGRAM, &v);
+			o->payload_bytes = (uint32_t)v;
+			break;
+		case OPT_PBOX_IP:
+			rc = parse_ipv4(optarg, &o->pbox_ipv4);
+			break;
+		case OPT_WORKER_IP:
+			rc = parse_ipv4(optarg, &o->worker_ipv4);
+			break;
+		case OPT_BASE_PORT:
+			rc = parse_u64(optarg, 1, 65535 - 1024, &v);
+			o->base_port = (uint16_t)v;
+			break;
+		case OPT_WORKER_PORT:
+			rc = parse_u64(optarg, 1, 65535 - LG_MAX_WORKERS, &v);
+			o->worker_udp = (uint16_t)v;
+			break;
+		case OPT_MTU:
+			rc = parse_u64(optarg, PHUB_WIRE_MIN_MTU, 9000, &v);
+			o->mtu = (uint32_t)v;
+			break;
+		case OPT_WINDOW:
+			rc = parse_u64(optarg, 1, 1u << 20, &v);
+			o->window = (uint32_t)v;
+			break;
+		case OPT_RTO:
+			rc = parse_u64(optarg, 100, 10000000, &v);
+			o->rto_us = (uint32_t)v;
+			break;
+		case OPT_JOB:
+			rc = strlen(optarg) < sizeof(o->job) && optarg[0] != '\0' ? 0 : -EINVAL;
+			snprintf(o->job, sizeof(o->job), "%s", optarg);
+			break;
+		case OPT_NONCE:
+			rc = parse_u64(optarg, 1, UINT64_MAX, &o->nonce);
+			break;
+		case OPT_OPTIMIZER:
+			rc = parse_optimizer(optarg, &o->optimizer);
+			break;
+		case OPT_CHUNK:
+			rc = parse_u64(optarg, 0, 1u << 22, &v);
+			o->chunk_bytes = (uint32_t)v;
+			break;
+		case OPT_NO_CSUM:
+			o->udp_csum = false;
+			break;
+		case OPT_PORT:
+			rc = parse_u64(optarg, 0, RTE_MAX_ETHPORTS - 1, &v);
+			o->port_id = (uint16_t)v;
+			break;
+		case OPT_JSON:
+			o->json = true;
+			break;
+		case 'h':
+			usage(stdout, argv[0]);
+			exit(EXIT_SUCCESS);
+		default:
+			return -EINVAL;
+		}
+		if (rc != 0)
+			fprintf(stderr, "phub-loadgen: bad value for %s: '%s'\n", argv[optind - 1],
+					optarg);
+	}
+	if (rc == 0 && optind != argc) {
+		fprintf(stderr, "phub-loadgen: unexpected argument '%s'\n", argv[optind]);
+		rc = -EINVAL;
+	}
+	return rc;
+}
+
+/* One RX and one TX queue; chained TX when the device takes it; the link up within a while. */
+static int
+port_init(struct lg *lg)
+{
+	uint16_t port = lg->opt.port_id;
+	uint16_t room = (uint16_t)(RTE_PKTMBUF_HEADROOM + RTE_MAX(lg->opt.mtu + RTE_ETHER_HDR_LEN +
+			RTE_ETHER_CRC_LEN, 2048u));
+	uint16_t rx_desc = PORT_DESC, tx_desc = PORT_DESC;
+	struct rte_eth_dev_info info;
+	struct rte_eth_conf conf;
+	struct rte_eth_link link;
+	int socket = rte_socket_id();
+	uint64_t deadline;
+	int rc;
+
+	if (!rte_eth_dev_is_valid_port(port)) {
+		LG_LOG(ERR, "no port %u: pass a device, e.g. --vdev net_memif0,role=client,"
+				"socket=/tmp/x.sock (EAL option)", port);
+		return -ENODEV;
+	}
+	lg->pool = rte_pktmbuf_pool_create("lg_mbuf", POOL_MBUFS, 256, 0, room, socket);
+	lg->hdr_pool = rte_pktmbuf_pool_create("lg_hdr", HDR_MBUFS, 256, 0,
+			RTE_PKTMBUF_HEADROOM + 128, socket);
+	lg->indirect_pool = rte_pktmbuf_pool_create("lg_ind", HDR_MBUFS, 256, 0, 0, socket);
+	if (lg->pool == NULL || lg->hdr_pool == NULL || lg->indirect_pool == NULL) {
+		LG_LOG(ERR, "cannot create the mbuf pools: %s (give EAL more memory, -m)",
+				rte_strerror(rte_errno));
+		return -ENOMEM;
+	}
+	rc = rte_eth_dev_info_get(port, &info);
+	if (rc != 0)
+		return rc;
+	memset(&conf, 0, sizeof(conf));
+	if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) {
+		conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+		lg->chained_tx = true;
+	}
+	rc = rte_eth_dev_configure(port, 1, 1, &conf);
+	if (rc == 0)
+		rc = rte_eth_dev_adjust_nb_rx_tx_desc(port, &rx_desc, &tx_desc);
+	if (rc == 0)
+		rc = rte_eth_rx_queue_setup(port, 0, rx_desc, (unsigned int)socket, NULL, lg->pool);
+	if (rc == 0)
+		rc = rte_eth_tx_queue_setup(port, 0, tx_desc, (unsigned int)socket, NULL);
+	/* A memif server still tearing down the previous client refuses for a moment. */
+	for (unsigned int tries = 1; rc == 0; tries++) {
+		rc = rte_eth_dev_start(port);
+		if (rc == 0 || lg_quit || tries == START_TRIES)
+			break;
+		rte_delay_us_sleep(START_RETRY_US);
+		rc = 0;
+	}
+	if (rc != 0) {
+		LG_LOG(ERR, "port %u: set-up failed: %s", port, rte_strerror(-rc));
+		return rc;
+	}
+	rte_eth_promiscuous_enable(port);
+	rte_eth_macaddr_get(port, &lg->port_mac);
+
+	/* The gradient every PUSH carries: small distinct values, so sums stay finite. */
+	lg->payload = rte_pktmbuf_alloc(lg->pool);
+	if (lg->payload == NULL)
+		return -ENOMEM;
+	{
+		uint16_t bytes = (uint16_t)(rte_pktmbuf_tailroom(lg->payload) & ~63u);
+		float *f = (float *)rte_pktmbuf_append(lg->payload, bytes);
+
+		for (unsigned int i = 0; i < bytes / sizeof(float); i++)
+			f[i] = 1e-3f * (float)(i % 97);
+	}
+
+	/*
+	 * memif connects in the background: wait for the link before the first frame. A client
+	 * that reached the server before the server's port started is refused and does not try
+	 * again: restarting the port makes it connect anew.
+	 */
+	deadline = rte_rdtsc() + LINK_WAIT_S * rte_get_tsc_hz();
+	for (unsigned int tick = 1; !lg_quit && rte_rdtsc() < deadline; tick++) {
+		rc = rte_eth_link_get_nowait(port, &link);
+		if (rc == 0 && link.link_status == RTE_ETH_LINK_UP)
+			return 0;
+		rte_delay_us_sleep(10000);
+		if (tick % 100 == 0) {
+			rte_eth_dev_stop(port);
+			rte_eth_dev_start(port);
+		}
+	}
+	LG_LOG(ERR, "port %u: link still down after %u s (is the server side running?)", port,
+			LINK_WAIT_S);
+	return -ENOTCONN;
+}
+
+static double
+percentile_ms(uint64_t *v, uint64_t n, double p)
+{
+	uint64_t i;
+
+	if (n == 0)
+		return 0.0;
+	i = (uint64_t)(p * (double)(n - 1) + 0.5);
+	return (double)v[i] / 1e6;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void
+report(struct lg *lg, const struct lg_stats *s, double sec)
+{
+	const struct lg_options *o = &lg->opt;
+	uint32_t seg_bytes = o->blast ? o->payload_bytes : lg->seg_elems * (uint32_t)sizeof(float);
+	uint32_t frame = LG_HEAD_LEN + seg_bytes;
+	double d = sec > 0 ? sec : 1e-9;
+	double p50, p99;
+
+	qsort(lg->iter_ns, lg->n_iter_ns, sizeof(uint64_t), cmp_u64);
+	p50 = percentile_ms(lg->iter_ns, lg->n_iter_ns, 0.50);
+	p99 = percentile_ms(lg->iter_ns, lg->n_iter_ns, 0.99);
+	if (o->json) {
+		printf("{\"mode\":\"%s\",\"run\":%u,\"workers\":%u,\"keys\":%u,\"key_elems\":%u,"
+			"\"segments\":%u,\"segment_bytes\":%u,\"push_frame_bytes\":%u,"
+			"\"udp_csum\":%s,\"seconds\":%.3f,\"exchanges\":%" PRIu64 ","
+			"\"exchanges_per_s\":%.2f,\"iteration_p50_ms\":%.3f,"
+			"\"iteration_p99_ms\":%.3f,"
+			"\"pushes\":%" PRIu64 ",\"pushes_per_s\":%.0f,\"push_gbps\":%.3f,"
+			"\"tx_pkts\":%" PRIu64 ",\"tx_pps\":%.0f,\"tx_gbps\":%.3f,"
+			"\"rx_pkts\":%" PRIu64 ",\"rx_pps\":%.0f,\"rx_gbps\":%.3f,"
+			"\"acks\":%" PRIu64 ",\"models\":%" PRIu64 ",\"retransmits\":%" PRIu64 ","
+			"\"pulls\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"stale\":%" PRIu64 ","
+			"\"errors\":%" PRIu64 ",\"other\":%" PRIu64 ",\"tx_ring_full\":%" PRIu64 ","
+			"\"window\":%u}\n",
+			o->blast ? "blast" : "session", lg->run, lg->n_workers, o->keys,
+			o->key_elems,
+			lg->n_segments, seg_bytes, frame, o->udp_csum ? "true" : "false", sec,
+			s->exchanges, (double)s->exchanges / d, p50, p99,
+			s->pushes, (double)s->pushes / d, (double)s->push_bytes * 8 / d / 1e9,
+			s->tx_pkts, (double)s->tx_pkts / d, (double)s->tx_bytes * 8 / d / 1e9,
+			s->rx_pkts, (double)s->rx_pkts / d, (double)s->rx_bytes * 8 / d / 1e9,
+			s->acks, s->models, s->retransmits, s->pulls, s->replays, s->stale,
+			s->errors, s->other, s->tx_full, o->window);
+		return;
+	}
+	printf("phub-loadgen %s: %u workers, %u-byte segments (%u-byte PUSH frames), UDP "
+			"checksum %s, %.2f s measured\n", o->blast ? "blast" : "session",
+			lg->n_workers, seg_bytes, frame, o->udp_csum ? "on" : "off", sec);
+	if (!o->blast)
+		printf("  model      %u keys x %u fp32 = %u segments; %" PRIu64 " exchanges, "
+				"%.2f/s, iteration p50 %.3f ms p99 %.3f ms\n", o->keys,
+				o->key_elems, lg->n_segments, s->exchanges,
+				(double)s->exchanges / d, p50, p99);
+	printf("  pushes     %" PRIu64 " (%.0f/s, %.2f Gbit/s of elements)\n", s->pushes,
+			(double)s->pushes / d, (double)s->push_bytes * 8 / d / 1e9);
+	printf("  sent       %" PRIu64 " frames, %.0f/s, %.2f Gbit/s\n", s->tx_pkts,
+			(double)s->tx_pkts / d, (double)s->tx_bytes * 8 / d / 1e9);
+	printf("  received   %" PRIu64 " frames, %.0f/s, %.2f Gbit/s\n", s->rx_pkts,
+			(double)s->rx_pkts / d, (double)s->rx_bytes * 8 / d / 1e9);
+	if (o->blast)
+		printf("  lost       %" PRIu64 " frames (nothing back for %u ms with frames out)\n",
+				s->other, LG_BLAST_LOSS_US / 1000);
+	if (!o->blast)
+		printf("  answers    %" PRIu64 " ACK, %" PRIu64 " MODEL, %" PRIu64 " retransmits, "
+				"%" PRIu64 " PULL, %" PRIu64 " replays, %" PRIu64 " stale, %" PRIu64
+				" ERROR, %" PRIu64 " other\n", s->acks, s->models, s->retransmits,
+				s->pulls, s->replays, s->stale, s->errors, s->other);
+}
+
+int
+main(int argc, char **argv)
+{
+	struct lg lg;
+	struct lg_stats measured;
+	double seconds = 0;
+	uint16_t max_workers = 1;
+	int rc;
+
+	memset(&lg, 0, sizeof(lg));
+	rc = rte_eal_init(argc, argv);
+	if (rc < 0)
+		rte_exit(EXIT_FAILURE, "EAL start failed: %s\n", rte_strerror(rte_errno));
+	argc -= rc;
+	argv += rc;
+	argv[0] = (char *)"phub-loadgen";
+	lg_logtype = rte_log_register_type_and_pick_level("phub.loadgen", RTE_LOG_INFO);
+	if (lg_logtype < 0)
+		lg_logtype = RTE_LOGTYPE_USER1;
+	if (parse_args(argc, argv, &lg.opt) != 0) {
+		usage(stderr, "phub-loadgen");
+		rte_eal_cleanup();
+		return 2;
+	}
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	lg.tsc_hz = rte_get_tsc_hz();
+
+	for (uint16_t i = 0; i < lg.opt.n_workers_list; i++)
+		max_workers = RTE_MAX(max_workers, lg.opt.workers[i]);
+	rc = lg_workers_init(&lg, max_workers);
+	if (rc == 0)
+		rc = port_init(&lg);
+	for (unsigned int run = 0; rc == 0 && !lg_quit &&
+	     run < (unsigned int)lg.opt.repeat * lg.opt.n_workers_list; run++) {
+		lg_run_reset(&lg, lg.opt.workers[run % lg.opt.n_workers_list], run);
+		rc = lg.opt.blast ? lg_blast_run(&lg, &measured, &seconds) :
+			lg_session_run(&lg, &measured, &seconds);
+		if (rc == 0)
+			report(&lg, &measured, seconds);
+		fflush(stdout);
+	}
+	if (rc != 0)
+		LG_LOG(ERR, "stopped: %s", strerror(-rc));
+
+	rte_pktmbuf_free_bulk(lg.txq, lg.n_txq);
+	if (lg.payload != NULL)
+		rte_pktmbuf_free(lg.payload);
+	lg_workers_free(&lg);
+	rte_eth_dev_stop(lg.opt.port_id);
+	rte_eth_dev_close(lg.opt.port_id);
+	rte_eal_cleanup();
+	return rc == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,747 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The emulated workers' protocol: JOIN and JOIN_ACK, then whole-model iterations of PUSH with
+ * ACK and MODEL counted per (worker, segment), a fixed-timeout retransmit, and LEAVE.
+ */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rte_cycles.h>
+#include <rte_ethdev.h>
+#include <rte_ip.h>
+
+#include "loadgen.h"
+
+/* Control exchanges give up after this long: the PBox is not there or refuses. */
+#define JOIN_TIMEOUT_S 10.0
+#define JOIN_RESEND_MS 500
+#define LEAVE_WAIT_MS 300
+#define MODEL_WAIT_RTOS 4
+
+static uint64_t
+ms_to_tsc(const struct lg *lg, uint64_t ms)
+{
+	return lg->tsc_hz / 1000 * ms;
+}
+
+static struct lg_worker *
+worker_of(struct lg *lg, uint32_t dst_ip, uint16_t dst_udp)
+{
+	uint32_t i = dst_ip - lg->opt.worker_ipv4;
+
+	if (i >= lg->n_workers || lg->workers[i].udp != dst_udp)
+		return NULL;
+	return &lg->workers[i];
+}
+
+static void
+join_params(const struct lg *lg, const struct phub_wire_key *keys,
+		struct phub_wire_join_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	/* One job per run: a run's job is gone (LEAVE) or at least not in the way of the next. */
+	snprintf(p->join.name, sizeof(p->join.name), "%.50s-%u", lg->opt.job, lg->run);
+	p->join.nonce = lg->opt.nonce;
+	p->join.world_size = lg->n_workers;
+	p->join.dtype = PHUB_WIRE_DTYPE_FP32;
+	p->join.optimizer = lg->opt.optimizer;
+	p->join.chunk_bytes = lg->opt.chunk_bytes;
+	/* Only the hyper-parameters the optimizer uses are sent; the others must be 0. */
+	switch (lg->opt.optimizer) {
+	case PHUB_WIRE_OPT_NONE:
+		break;
+	case PHUB_WIRE_OPT_SGD:
+		p->join.hyper.lr = 0.01f;
+		break;
+	case PHUB_WIRE_OPT_MOMENTUM:
+	case PHUB_WIRE_OPT_NESTEROV:
+		p->join.hyper.lr = 0.01f;
+		p->join.hyper.momentum = 0.9f;
+		break;
+	default:
+		p->join.hyper.lr = 0.001f;
+		p->join.hyper.beta1 = 0.9f;
+		p->join.hyper.beta2 = 0.999f;
+		p->join.hyper.eps = 1e-8f;
+		break;
+	}
+	p->keys = keys;
+	p->key_count = lg->opt.keys;
+}
+
+static int
+join_send(struct lg *lg, struct lg_worker *w, struct phub_wire_join_params *p, uint8_t *buf)
+{
+	int segs;
+
+	p->join.rank = w->rank;
+	segs = phub_wire_join_segments(p, lg->opt.mtu);
+	if (segs < 0)
+		return segs;
+	for (int i = 0; i < segs; i++) {
+		int len = phub_wire_join_write(buf, PHUB_WIRE_MAX_DATAGRAM, p, lg->opt.mtu,
+				(uint16_t)i);
+
+		if (len < 0)
+			return len;
+		if (lg_frame_control(lg, w, buf, (uint16_t)len) != 0)
+			return -EAGAIN;
+	}
+	return 0;
+}
+
+/* Take a JOIN_ACK or ERROR for a worker that has not joined yet; -EPROTO on ERROR. */
+static int
+join_rx(struct lg_worker *w, const struct phub_wire_msg *msg)
+{
+	if (msg->opcode == PHUB_WIRE_OP_ERROR) {
+		struct phub_wire_error_msg err;
+
+		if (phub_wire_error_parse(msg->payload, msg->payload_len, &err) == PHUB_DROP_OK)
+			LG_LOG(ERR, "rank %u: the PBox refused the JOIN: %s: %.*s", w->rank,
+					phub_wire_error_name(err.code), (int)err.msg_len, err.text);
+		return -EPROTO;
+	}
+	if (msg->opcode == PHUB_WIRE_OP_JOIN_ACK && !w->joined) {
+		struct phub_wire_join_ack_seg seg;
+
+		if (phub_wire_join_ack_parse(msg->payload, msg->payload_len, &seg) != PHUB_DROP_OK)
+			return 0;
+		if (phub_wire_join_ack_merge_add(&w->ack_merge, msg, &seg) == 1) {
+			w->joined = true;
+			w->token = msg->session_token;
+			w->job_id = msg->job_id;
+			w->n_endpoints = w->ack_merge.endpoint_count;
+		}
+	}
+	return 0;
+}
+
+/* Every worker JOINs; JOIN again every JOIN_RESEND_MS for those without a whole JOIN_ACK. */
+static int
+join_all(struct lg *lg)
+{
+	struct phub_wire_join_params p;
+	struct phub_wire_key *keys;
+	uint64_t start = rte_rdtsc(), next_send = start;
+	uint64_t deadline = start + (uint64_t)(JOIN_TIMEOUT_S * (double)lg->tsc_hz);
+	uint16_t joined = 0;
+	uint8_t *buf;
+	int rc = 0;
+
+	keys = calloc(lg->opt.keys, sizeof(*keys));
+	buf = malloc(PHUB_WIRE_MAX_DATAGRAM);
+	if (keys == NULL || buf == NULL) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t k = 0; k < lg->opt.keys; k++) {
+		keys[k].key_id = k;
+		keys[k].elem_count = lg->opt.key_elems;
+	}
+	join_params(lg, keys, &p);
+	while (joined < lg->n_workers) {
+		struct rte_mbuf *pkts[LG_BURST];
+		uint16_t n;
+
+		if (lg_quit || rte_rdtsc() > deadline) {
+			LG_LOG(ERR, "%u of %u workers joined in %.0f s: is the PBox at %u.%u.%u.%u "
+					"port %u up?", joined, lg->n_workers, JOIN_TIMEOUT_S,
+					lg->opt.pbox_ipv4 >> 24, (lg->opt.pbox_ipv4 >> 16) & 0xff,
+					(lg->opt.pbox_ipv4 >> 8) & 0xff, lg->opt.pbox_ipv4 & 0xff,
+					lg->opt.base_port);
+			rc = -ETIMEDOUT;
+			goto out;
+		}
+		if (rte_rdtsc() >= next_send) {
+			for (uint16_t i = 0; i < lg->n_workers; i++) {
+				if (lg->workers[i].joined)
+					continue;
+				p.flags = next_send == start ? 0 : PHUB_WIRE_F_RETRANSMIT;
+				rc = join_send(lg, &lg->workers[i], &p, buf);
+				if (rc != 0) {
+					LG_LOG(ERR, "cannot send JOIN: %s", strerror(-rc));
+					goto out;
+				}
+			}
+			next_send = rte_rdtsc() + ms_to_tsc(lg, JOIN_RESEND_MS);
+		}
+		n = rte_eth_rx_burst(lg->opt.port_id, 0, pkts, LG_BURST);
+		for (uint16_t i = 0; i < n; i++) {
+			struct phub_wire_msg msg;
+			struct lg_worker *w;
+			const uint8_t *d;
+			uint32_t dst_ip;
+			uint16_t dst_udp, len;
+
+			lg->stats.rx_pkts++;
+			lg->stats.rx_bytes += pkts[i]->pkt_len;
+			d = lg_frame_udp_payload(pkts[i], &dst_ip, &dst_udp, &len);
+			w = d != NULL ? worker_of(lg, dst_ip, dst_udp) : NULL;
+			if (w != NULL && phub_wire_parse(d, len, &msg) == PHUB_DROP_OK) {
+				bool was = w->joined;
+
+				if (rc == 0)
+					rc = join_rx(w, &msg);
+				joined = (uint16_t)(joined + (!was && w->joined));
+			} else {
+				lg->stats.other++;
+			}
+			rte_pktmbuf_free(pkts[i]);
+		}
+		if (rc != 0)
+			goto out;
+	}
+out:
+	free(keys);
+	free(buf);
+	return rc;
+}
+
+/* The model as every worker cuts it, from the first worker's JOIN_ACK. */
+static int
+layout_build(struct lg *lg)
+{
+	const struct phub_wire_join_ack_merge *a = &lg->workers[0].ack_merge;
+	struct phub_layout_params lp;
+	struct phub_layout_key *keys;
+	uint32_t si = 0;
+	int rc = 0;
+
+	for (uint16_t i = 1; i < lg->n_workers; i++) {
+		const struct phub_wire_join_ack_merge *b = &lg->workers[i].ack_merge;
+
+		if (b->ack.job_id != a->ack.job_id || b->ack.iteration != a->ack.iteration ||
+		    b->ack.seg_elems != a->ack.seg_elems || b->total_chunks != a->total_chunks) {
+			LG_LOG(ERR, "rank %u got another job or geometry than rank 0", i);
+			return -EPROTO;
+		}
+	}
+	keys = calloc(lg->opt.keys, sizeof(*keys));
+	if (keys == NULL)
+		return -ENOMEM;
+	for (uint32_t k = 0; k < lg->opt.keys; k++) {
+		keys[k].key_id = k;
+		keys[k].n_elems = lg->opt.key_elems;
+	}
+	memset(&lp, 0, sizeof(lp));
+	lp.keys = keys;
+	lp.n_keys = lg->opt.keys;
+	lp.elem_size = sizeof(float);
+	lp.chunk_bytes = a->ack.chunk_bytes;
+	lp.segment_elems = a->ack.seg_elems;
+	lg->layout = phub_layout_create(&lp);
+	free(keys);
+	if (lg->layout == NULL)
+		return -errno;
+	lg->n_chunks = phub_layout_chunk_count(lg->layout);
+	lg->n_segments = (uint32_t)phub_layout_segment_count(lg->layout);
+	lg->seg_elems = a->ack.seg_elems;
+	lg->iteration = a->ack.iteration;
+	if (lg->n_chunks != a->total_chunks) {
+		LG_LOG(ERR, "the PBox cut %u chunks, this layout %u: the two disagree",
+				a->total_chunks, lg->n_chunks);
+		return -EPROTO;
+	}
+	if ((size_t)lg->seg_elems * sizeof(float) > rte_pktmbuf_tailroom(lg->payload) +
+	    lg->payload->data_len) {
+		LG_LOG(ERR, "segments of %u elements do not fit this generator's mbufs (--mtu)",
+				lg->seg_elems);
+		return -ENOSPC;
+	}
+	lg->segs = calloc(lg->n_segments, sizeof(*lg->segs));
+	lg->chunk_first_seg = calloc(lg->n_chunks + 1, sizeof(*lg->chunk_first_seg));
+	if (lg->segs == NULL || lg->chunk_first_seg == NULL)
+		return -ENOMEM;
+	for (uint32_t c = 0; c < lg->n_chunks; c++) {
+		struct phub_layout_chunk ci;
+		const struct phub_wire_endpoint *ep;
+
+		phub_layout_chunk_get(lg->layout, c, &ci);
+		ep = &a->endpoints[a->chunk_endpoints[c]];
+		if (ep->ipv4 != 0 && ep->ipv4 != lg->opt.pbox_ipv4) {
+			LG_LOG(ERR, "chunk %u is served at another address than --pbox-ip: this "
+					"generator sends to one address", c);
+			rc = -ENOTSUP;
+		}
+		lg->chunk_first_seg[c] = si;
+		for (uint32_t s = 0; s < ci.n_segments; s++, si++) {
+			struct phub_layout_segment ls;
+			struct lg_segment *seg = &lg->segs[si];
+
+			phub_layout_segment_get(lg->layout, c, s, &ls);
+			seg->chunk_id = c;
+			seg->elem_offset = ls.elem_offset;
+			seg->elem_count = ls.n_elems;
+			seg->seg_index = (uint16_t)s;
+			seg->seg_count = (uint16_t)ci.n_segments;
+			seg->dst_udp = ep->udp_port;
+			seg->payload_sum = rte_raw_cksum(rte_pktmbuf_mtod(lg->payload, void *),
+					(size_t)ls.n_elems * sizeof(float));
+		}
+	}
+	lg->chunk_first_seg[lg->n_chunks] = si;
+	for (uint16_t i = 0; i < lg->n_workers && rc == 0; i++) {
+		struct lg_worker *w = &lg->workers[i];
+
+		w->state = calloc(lg->n_segments, sizeof(*w->state));
+		w->sent_tsc = calloc(lg->n_segments, sizeof(*w->sent_tsc));
+		if (w->state == NULL || w->sent_tsc == NULL)
+			rc = -ENOMEM;
+	}
+	return rc;
+}
+
+/* Send PUSH (or PULL when pull is set) of segment si from worker w for the current iteration. */
+static int
+send_segment(struct lg *lg, struct lg_worker *w, uint32_t si, bool pull, bool again)
+{
+	const struct lg_segment *s = &lg->segs[si];
+	struct phub_wire_msg hdr;
+	struct rte_mbuf *m;
+	uint64_t now = rte_rdtsc();
+
+	phub_wire_msg_init(&hdr, pull ? PHUB_WIRE_OP_PULL : PHUB_WIRE_OP_PUSH);
+	hdr.job_id = w->job_id;
+	hdr.session_token = w->token;
+	hdr.worker_rank = w->rank;
+	hdr.chunk_id = s->chunk_id;
+	hdr.iteration = lg->iteration;
+	hdr.elem_offset = s->elem_offset;
+	hdr.elem_count = s->elem_count;
+	hdr.seg_index = s->seg_index;
+	hdr.seg_count = s->seg_count;
+	hdr.priority = s->priority;
+	/* The transmit stamp, in microseconds like the worker library's. */
+	hdr.aux = (uint32_t)(now / (lg->tsc_hz / 1000000));
+	hdr.flags = (uint8_t)(s->seg_index + 1 == s->seg_count ? PHUB_WIRE_F_LAST : 0);
+	if (again)
+		hdr.flags |= PHUB_WIRE_F_RETRANSMIT;
+	if (!pull) {
+		hdr.dtype = PHUB_WIRE_DTYPE_FP32;
+		hdr.payload_len = (uint16_t)(s->elem_count * sizeof(float));
+		hdr.payload = rte_pktmbuf_mtod(lg->payload, const uint8_t *);
+	}
+	m = lg_frame_push(lg, w, s, &hdr);
+	if (unlikely(m == NULL))
+		return -ENOBUFS;
+	lg_tx(lg, m);
+	w->sent_tsc[si] = now;
+	if (pull) {
+		lg->stats.pulls++;
+	} else if (again) {
+		lg->stats.retransmits++;
+	} else {
+		lg->stats.pushes++;
+		lg->stats.push_bytes += hdr.payload_len;
+	}
+	return 0;
+}
+
+/* An ACK or MODEL for one of our workers. */
+static void
+answer_rx(struct lg *lg, struct lg_worker *w, const struct phub_wire_msg *msg)
+{
+	uint32_t si;
+	uint8_t *st;
+
+	if (msg->opcode == PHUB_WIRE_OP_ERROR) {
+		lg->stats.errors++;
+		return;
+	}
+	if (msg->opcode != PHUB_WIRE_OP_ACK && msg->opcode != PHUB_WIRE_OP_MODEL) {
+		lg->stats.other++;
+		return;
+	}
+	if (msg->flags & PHUB_WIRE_F_REPLAY)
+		lg->stats.replays++;
+	if (msg->job_id != w->job_id || msg->chunk_id >= lg->n_chunks ||
+	    msg->iteration != lg->iteration ||
+	    msg->seg_index >= lg->chunk_first_seg[msg->chunk_id + 1] -
+	    lg->chunk_first_seg[msg->chunk_id]) {
+		lg->stats.stale++;
+		return;
+	}
+	si = lg->chunk_first_seg[msg->chunk_id] + msg->seg_index;
+	st = &w->state[si];
+	if (msg->opcode == PHUB_WIRE_OP_ACK) {
+		lg->stats.acks++;
+		if (*st == LG_SEG_PUSHED) {
+			*st = LG_SEG_ACKED;
+			w->inflight--;
+			w->sent_tsc[si] = rte_rdtsc();
+		}
+		return;
+	}
+	if (*st == LG_SEG_DONE || *st == LG_SEG_IDLE) {
+		lg->stats.stale++;
+		return;
+	}
+	lg->stats.models++;
+	lg->stats.model_bytes += msg->payload_len;
+	if (*st == LG_SEG_PUSHED)
+		w->inflight--;
+	*st = LG_SEG_DONE;
+	w->done++;
+}
+
+static void
+rx_poll(struct lg *lg)
+{
+	struct rte_mbuf *pkts[LG_BURST];
+	uint16_t n;
+
+	n = rte_eth_rx_burst(lg->opt.port_id, 0, pkts, LG_BURST);
+	for (uint16_t i = 0; i < n; i++) {
+		struct phub_wire_msg msg;
+		struct lg_worker *w;
+		const uint8_t *d;
+		uint32_t dst_ip;
+		uint16_t dst_udp, len;
+
+		if (i + 1 < n)
+			rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 1], void *));
+		lg->stats.rx_pkts++;
+		lg->stats.rx_bytes += pkts[i]->pkt_len;
+		d = lg_frame_udp_payload(pkts[i], &dst_ip, &dst_udp, &len);
+		w = d != NULL ? worker_of(lg, dst_ip, dst_udp) : NULL;
+		if (w != NULL && phub_wire_parse(d, len, &msg) == PHUB_DROP_OK)
+			answer_rx(lg, w, &msg);
+		else
+			lg->stats.other++;
+	}
+	rte_pktmbuf_free_bulk(pkts, n);
+}
+
+/*
+ * Fill the window: segment-major over all workers, so that every worker pushes segment s close
+ * together and the PBox completes segments (and sends MODEL) as the iteration goes, as real
+ * workers sending the same layer would.
+ */
+static void
+push_some(struct lg *lg, uint64_t *cursor)
+{
+	uint64_t end = (uint64_t)lg->n_segments * lg->n_workers;
+
+	while (*cursor < end && lg->n_txq < LG_BURST) {
+		struct lg_worker *w = &lg->workers[*cursor % lg->n_workers];
+		uint32_t si = (uint32_t)(*cursor / lg->n_workers);
+
+		if (w->inflight >= lg->opt.window)
+			break;
+		if (send_segment(lg, w, si, false, false) != 0)
+			break;
+		w->state[si] = LG_SEG_PUSHED;
+		w->inflight++;
+		w->next = si + 1;
+		(*cursor)++;
+	}
+}
+
+/*
+ * Fixed-timeout recovery: a PUSH without ACK is sent again after rto; an ACK without MODEL is
+ * PULLed after MODEL_WAIT_RTOS times that, since the other workers' PUSHes legitimately delay
+ * the MODEL (docs/protocol.md, section 9).
+ */
+static void
+retransmit_due(struct lg *lg, uint64_t now, uint64_t rto)
+{
+	for (uint16_t i = 0; i < lg->n_workers; i++) {
+		struct lg_worker *w = &lg->workers[i];
+
+		for (uint32_t si = 0; si < w->next && lg->n_txq < LG_BURST; si++) {
+			uint8_t st = w->state[si];
+
+			if (st == LG_SEG_PUSHED && now - w->sent_tsc[si] > rto)
+				send_segment(lg, w, si, false, true);
+			else if (st == LG_SEG_ACKED &&
+				 now - w->sent_tsc[si] > MODEL_WAIT_RTOS * rto)
+				send_segment(lg, w, si, true, true);
+		}
+	}
+}
+
+/* Where each worker stands in the current iteration, for a run that had to be stopped. */
+static void
+log_progress(const struct lg *lg)
+{
+	for (uint16_t i = 0; i < lg->n_workers; i++) {
+		const struct lg_worker *w = &lg->workers[i];
+		uint32_t n[LG_SEG_DONE + 1] = { 0 };
+
+		for (uint32_t si = 0; si < lg->n_segments; si++)
+			n[w->state[si]]++;
+		LG_LOG(NOTICE, "iteration %u, rank %u: %u segments not sent, %u pushed, %u acked, "
+				"%u done", lg->iteration, w->rank, n[LG_SEG_IDLE], n[LG_SEG_PUSHED],
+				n[LG_SEG_ACKED], n[LG_SEG_DONE]);
+	}
+	LG_LOG(NOTICE, "sent %" PRIu64 " pushes, %" PRIu64 " retransmits, %" PRIu64 " pulls; got %"
+			PRIu64 " ACK, %" PRIu64 " MODEL, %" PRIu64 " stale, %" PRIu64 " ERROR, %"
+			PRIu64 " other", lg->stats.pushes, lg->stats.retransmits, lg->stats.pulls,
+			lg->stats.acks, lg->stats.models, lg->stats.stale, lg->stats.errors,
+			lg->stats.other);
+}
+
+static bool
+iteration_done(const struct lg *lg)
+{
+	for (uint16_t i = 0; i < lg->n_workers; i++)
+		if (lg->workers[i].done < lg->n_segments)
+			return false;
+	return true;
+}
+
+/* One whole-model iteration; false when stopped (time, signal) before it completed. */
+static bool
+run_iteration(struct lg *lg, uint64_t deadline)
+{
+	uint64_t rto = lg->tsc_hz / 1000000 * lg->opt.rto_us;
+	uint64_t cursor = 0, next_scan = rte_rdtsc() + rto / 4;
+
+	for (uint16_t i = 0; i < lg->n_workers; i++) {
+		struct lg_worker *w = &lg->workers[i];
+
+		memset(w->state, LG_SEG_IDLE, lg->n_segments);
+		w->inflight = 0;
+		w->done = 0;
+		w->next = 0;
+	}
+	while (!iteration_done(lg)) {
+		uint64_t now;
+
+		rx_poll(lg);
+		push_some(lg, &cursor);
+		lg_tx_flush(lg);
+		now = rte_rdtsc();
+		if (now >= next_scan) {
+			retransmit_due(lg, now, rto);
+			lg_tx_flush(lg);
+			next_scan = now + rto / 4;
+			if (lg_quit || (deadline != 0 && now >= deadline))
+				return false;
+		}
+	}
+	return true;
+}
+
+static void
+leave_all(struct lg *lg)
+{
+	uint64_t deadline = rte_rdtsc() + ms_to_tsc(lg, LEAVE_WAIT_MS);
+	uint8_t buf[PHUB_WIRE_HDR_LEN];
+
+	for (uint16_t i = 0; i < lg->n_workers; i++) {
+		struct lg_worker *w = &lg->workers[i];
+		struct phub_wire_msg msg;
+		int len;
+
+		if (!w->joined)
+			continue;
+		phub_wire_msg_init(&msg, PHUB_WIRE_OP_LEAVE);
+		msg.job_id = w->job_id;
+		msg.session_token = w->token;
+		msg.worker_rank = w->rank;
+		msg.iteration = lg->iteration - 1;
+		len = phub_wire_encode(buf, sizeof(buf), &msg);
+		if (len > 0)
+			lg_frame_control(lg, w, buf, (uint16_t)len);
+	}
+	/* Drain what is still coming (late MODELs, LEAVE_ACK) so the PBox's ring stays free. */
+	while (rte_rdtsc() < deadline) {
+		lg_tx_flush(lg);
+		rx_poll(lg);
+	}
+}
+
+static int
+record_iteration(struct lg *lg, uint64_t ns)
+{
+	if (lg->n_iter_ns == lg->cap_iter_ns) {
+		uint64_t cap = lg->cap_iter_ns == 0 ? 1024 : lg->cap_iter_ns * 2;
+		uint64_t *p = realloc(lg->iter_ns, cap * sizeof(*p));
+
+		if (p == NULL)
+			return -ENOMEM;
+		lg->iter_ns = p;
+		lg->cap_iter_ns = cap;
+	}
+	lg->iter_ns[lg->n_iter_ns++] = ns;
+	return 0;
+}
+
+/*
+ * JOIN, one warm-up iteration (the initial-model round of a new job), then iterations until
+ * --iterations or --duration. lg->stats then holds the counts of the measured part only: from
+ * the start of the first counted iteration to the end of the last completed one.
+ */
+int
+lg_session_run(struct lg *lg, struct lg_stats *measured, double *seconds)
+{
+	struct lg_stats base, at_end;
+	uint64_t start, end, deadline = 0;
+	int rc;
+
+	rc = lg_resolve_pbox(lg, 3.0);
+	if (rc != 0) {
+		LG_LOG(WARNING, "no ARP reply from the PBox: sending to the broadcast address");
+		memset(&lg->pbox_mac, 0xff, sizeof(lg->pbox_mac));
+	}
+	rc = join_all(lg);
+	if (rc != 0)
+		return rc;
+	rc = layout_build(lg);
+	if (rc != 0)
+		return rc;
+	LG_LOG(INFO, "%u workers joined job %u: %u chunks, %u segments of %u elements, "
+			"starting at iteration %u", lg->n_workers, lg->workers[0].job_id,
+			lg->n_chunks, lg->n_segments, lg->seg_elems, lg->iteration);
+
+	/* Warm-up: the initial round (or the first resumed iteration) is not measured. */
+	if (!run_iteration(lg, 0)) {
+		log_progress(lg);
+		rc = lg_quit ? -EINTR : -ETIMEDOUT;
+		goto leave;
+	}
+	lg->iteration++;
+
+	base = lg->stats;
+	at_end = base;
+	start = rte_rdtsc();
+	end = start;
+	if (lg->opt.iterations == 0)
+		deadline = start + (uint64_t)(lg->opt.duration_s * (double)lg->tsc_hz);
+	for (uint64_t k = 0; lg->opt.iterations == 0 || k < lg->opt.iterations; k++) {
+		uint64_t t0 = rte_rdtsc();
+
+		if (!run_iteration(lg, deadline))
+			break;
+		end = rte_rdtsc();
+		lg->stats.exchanges++;
+		record_iteration(lg, (end - t0) * 1000000000ull / lg->tsc_hz);
+		at_end = lg->stats;
+		lg->iteration++;
+	}
+	*seconds = (double)(end - start) / (double)lg->tsc_hz;
+	/* The counts of the measured span: completed iterations only. */
+	memset(measured, 0, sizeof(*measured));
+	measured->tx_pkts = at_end.tx_pkts - base.tx_pkts;
+	measured->tx_bytes = at_end.tx_bytes - base.tx_bytes;
+	measured->rx_pkts = at_end.rx_pkts - base.rx_pkts;
+	measured->rx_bytes = at_end.rx_bytes - base.rx_bytes;
+	measured->pushes = at_end.pushes - base.pushes;
+	measured->push_bytes = at_end.push_bytes - base.push_bytes;
+	measured->retransmits = at_end.retransmits - base.retransmits;
+	measured->pulls = at_end.pulls - base.pulls;
+	measured->acks = at_end.acks - base.acks;
+	measured->models = at_end.models - base.models;
+	measured->model_bytes = at_end.model_bytes - base.model_bytes;
+	measured->replays = at_end.replays - base.replays;
+	measured->stale = at_end.stale - base.stale;
+	measured->errors = at_end.errors - base.errors;
+	measured->other = at_end.other - base.other;
+	measured->tx_full = at_end.tx_full - base.tx_full;
+	measured->exchanges = at_end.exchanges - base.exchanges;
+leave:
+	leave_all(lg);
+	return rc;
+}
+
+/* Worker i: MAC 02:00:00:00:01:(i+1), address worker_ipv4 + i, UDP port worker_udp + i. */
+int
+lg_workers_init(struct lg *lg, uint16_t max_workers)
+{
+	uint32_t min_chunk = lg->opt.chunk_bytes != 0 && lg->opt.chunk_bytes < 4096 ?
+		lg->opt.chunk_bytes : 4096;
+	/* The most chunks the PBox can cut the layout into: its smallest chunk is 4 KB. */
+	uint64_t chunks_cap = (uint64_t)lg->opt.keys *
+		((uint64_t)lg->opt.key_elems * sizeof(float) / min_chunk + 1);
+
+	if (chunks_cap > PHUB_LAYOUT_MAX_CHUNKS)
+		chunks_cap = PHUB_LAYOUT_MAX_CHUNKS;
+	lg->chunks_cap = (uint32_t)chunks_cap;
+	lg->max_workers = max_workers;
+	lg->n_workers = max_workers;
+	lg->workers = calloc(max_workers, sizeof(*lg->workers));
+	if (lg->workers == NULL)
+		return -ENOMEM;
+	for (uint16_t i = 0; i < max_workers; i++) {
+		struct lg_worker *w = &lg->workers[i];
+
+		w->mac = (struct rte_ether_addr){ { 0x02, 0, 0, 0, 0x01, (uint8_t)(i + 1) } };
+		w->ipv4 = lg->opt.worker_ipv4 + i;
+		w->udp = (uint16_t)(lg->opt.worker_udp + i);
+		w->rank = i;
+		if (lg->opt.blast)
+			continue;
+		w->endpoint_of_chunk = calloc(chunks_cap, sizeof(*w->endpoint_of_chunk));
+		if (w->endpoint_of_chunk == NULL)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* What one run built (layout, per-segment state) goes; the identities and arrays stay. */
+static void
+run_state_free(struct lg *lg)
+{
+	for (uint16_t i = 0; lg->workers != NULL && i < lg->max_workers; i++) {
+		free(lg->workers[i].state);
+		free(lg->workers[i].sent_tsc);
+		lg->workers[i].state = NULL;
+		lg->workers[i].sent_tsc = NULL;
+	}
+	free(lg->segs);
+	free(lg->chunk_first_seg);
+	phub_layout_free(lg->layout);
+	lg->segs = NULL;
+	lg->chunk_first_seg = NULL;
+	lg->layout = NULL;
+}
+
+/*
+ * Make ready for one run of n workers: a fresh session for each (not joined, no token) and
+ * zero counters, so that every run of a process measures alone and the port stays connected
+ * between runs (a memif server that sees its client go and come back may crash: DPDK 22.11).
+ */
+void
+lg_run_reset(struct lg *lg, uint16_t n_workers, unsigned int run)
+{
+	run_state_free(lg);
+	lg->n_workers = n_workers;
+	lg->run = run;
+	lg->iteration = 0;
+	lg->n_segments = 0;
+	lg->n_chunks = 0;
+	lg->seg_elems = 0;
+	lg->n_iter_ns = 0;
+	memset(&lg->stats, 0, sizeof(lg->stats));
+	for (uint16_t i = 0; i < lg->max_workers; i++) {
+		struct lg_worker *w = &lg->workers[i];
+
+		w->token = 0;
+		w->job_id = 0;
+		w->joined = false;
+		w->inflight = 0;
+		w->done = 0;
+		w->next = 0;
+		w->n_endpoints = 0;
+		if (w->endpoint_of_chunk != NULL)
+			phub_wire_join_ack_merge_init(&w->ack_merge, w->endpoints,
+					LG_MAX_ENDPOINTS, w->endpoint_of_chunk, lg->chunks_cap);
+	}
+}
+
+void
+lg_workers_free(struct lg *lg)
+{
+	run_state_free(lg);
+	for (uint16_t i = 0; lg->workers != NULL && i < lg->max_workers; i++)
+		free(lg->workers[i].endpoint_of_chunk);
+	free(lg->workers);
+	lg->workers = NULL;
+	free(lg->iter_ns);
+	lg->iter_ns = NULL;
+}
