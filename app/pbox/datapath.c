@@ -13,6 +13,7 @@
 #include <rte_lcore.h>
 #include <rte_udp.h>
 
+#include "csum.h"
 #include "pbox.h"
 
 #define L2_L3_L4_LEN (RTE_ETHER_HDR_LEN + sizeof(struct rte_ipv4_hdr) + sizeof(struct rte_udp_hdr))
@@ -111,7 +112,7 @@ pbox_finish_udp_csum(struct rte_mbuf *m, uint16_t head_l4_len, uint32_t payload_
 	uint16_t csum;
 
 	sum = rte_ipv4_phdr_cksum(ip, 0);
-	sum += rte_raw_cksum(udp, head_l4_len);
+	sum += pbox_raw_cksum(udp, head_l4_len);
 	sum += payload_sum;
 	sum = (sum & 0xffff) + (sum >> 16);
 	sum = (sum & 0xffff) + (sum >> 16);
@@ -134,7 +135,8 @@ udp_csum_ok(const struct rte_ipv4_hdr *ip, const struct rte_udp_hdr *udp, uint16
 		.src = ip->src_addr, .dst = ip->dst_addr, .proto = IPPROTO_UDP,
 		.len = rte_cpu_to_be_16(udp_len),
 	};
-	uint32_t sum = (uint32_t)rte_raw_cksum(&pseudo, sizeof(pseudo)) + rte_raw_cksum(udp, udp_len);
+	uint32_t sum = (uint32_t)rte_raw_cksum(&pseudo, sizeof(pseudo)) +
+		pbox_raw_cksum(udp, udp_len);
 
 	sum = (sum & 0xffff) + (sum >> 16);
 	return sum == 0xffff;
@@ -290,7 +292,7 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct rx_f
 		hdr.flags |= PHUB_WIRE_F_REPLAY;
 		hdr.aux = f->msg.aux;
 	}
-	payload_sum = rte_raw_cksum(reply->model, reply->model_bytes);
+	payload_sum = pbox_raw_cksum(reply->model, reply->model_bytes);
 
 	if (all && pbox.ports[tx_port].multi_seg_tx) {
 		shared = rte_pktmbuf_alloc(lc->pool);
