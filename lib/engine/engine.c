@@ -484,7 +484,8 @@ phub_engine_job_heard(struct phub_engine_job *job, uint16_t rank, uint64_t token
 		return -EPERM;
 	s = &job->ranks[rank];
 	if (token == 0 || atomic_load_explicit(&s->token, memory_order_acquire) != token ||
-	    atomic_load_explicit(&s->peer, memory_order_acquire) != peer_key(src_ipv4, src_udp_port))
+	    atomic_load_explicit(&s->peer, memory_order_acquire) !=
+	    peer_key(src_ipv4, src_udp_port))
 		return -EPERM;
 	atomic_store_explicit(&s->heard_ns, engine_now_ns(), memory_order_relaxed);
 	return 0;

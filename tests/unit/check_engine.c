@@ -360,8 +360,9 @@ gradient(bool random, uint16_t rank, uint32_t iteration, uint64_t elem)
 {
 	uint64_t h;
 
+	/* Iteration 0: the initial weights, the same on every rank. */
 	if (iteration == 0)
-		return (float)(elem % 5) * 0.25f;	/* the initial weights, the same on every rank */
+		return (float)(elem % 5) * 0.25f;
 	if (!random)
 		return (float)((int)((elem * 7 + rank * 13 + iteration * 3) % 17) - 8);
 	/* Uniform in (-4, 4) with every bit of the significand used: sums round. */
