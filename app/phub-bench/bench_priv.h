@@ -28,6 +28,8 @@ struct bench_config {
 	uint32_t connect_timeout_ms;
 	uint32_t dead_ms;
 	unsigned int connect_flags;
+	bool random_gradients;
+	bool deterministic;
 	const struct phub_bench_layout *layout;
 	const struct phub_bench_pattern *pattern;
 };
