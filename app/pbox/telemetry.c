@@ -381,6 +381,7 @@ cmd_chunkmap(const char *cmd, const char *params, struct rte_tel_data *d)
 	return 0;
 }
 
+/* Help texts are at most RTE_TEL_MAX_STRING_LEN - 1 bytes, or the command is not registered. */
 int
 pbox_telemetry_init(struct pbox *pb)
 {
@@ -394,8 +395,7 @@ pbox_telemetry_init(struct pbox *pb)
 	rte_telemetry_register_cmd("/phub/jobs", cmd_jobs,
 			"Every job: workers, iterations, exchanges/s. No parameters");
 	rte_telemetry_register_cmd("/phub/job", cmd_job,
-			"One job: its ranks (address, last heard, newest iteration, lag) and the "
-			"ranks its oldest iteration waits on. Parameter: job id or name");
+			"One job, its ranks and the ranks it waits on. Parameter: job id or name");
 	rte_telemetry_register_cmd("/phub/chunkmap", cmd_chunkmap,
 			"Bytes per server, lcore, port and NUMA node of a job. Parameter: job id or name");
 	return 0;
