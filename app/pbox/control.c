@@ -597,11 +597,17 @@ job_timeout(struct pbox *pb, struct phub_engine_job *job, uint16_t dead, uint64_
 {
 	uint32_t slot = phub_engine_job_id(job) & 0xff;
 	struct phub_engine_job_info info;
+	struct phub_engine_rank_status st;
+	const char *why = "";
 
 	phub_engine_job_get_info(job, &info);
-	PBOX_LOG(ERR, "job %s (id %u): rank %u silent for %" PRIu64 " ms while iteration %u waits "
-			"on it (timeouts.worker_dead_ms %u): the job ends", info.name, info.job_id,
-			dead, silent_ms, iteration, pb->cfg.timeouts.worker_dead_ms);
+	/* A rank that is not joined never came, or left before the others were done. */
+	if (phub_engine_job_rank_status(job, dead, &st) == 0 && !st.joined)
+		why = " (not joined)";
+	PBOX_LOG(ERR, "job %s (id %u): rank %u silent for %" PRIu64 " ms%s while iteration %u "
+			"waits on it (timeouts.worker_dead_ms %u): the job ends", info.name,
+			info.job_id, dead, silent_ms, why, iteration,
+			pb->cfg.timeouts.worker_dead_ms);
 	for (uint16_t r = 0; r < info.world_size; r++) {
 		struct phub_engine_peer peer;
 		struct phub_wire_msg about;
@@ -620,7 +626,7 @@ job_timeout(struct pbox *pb, struct phub_engine_job *job, uint16_t dead, uint64_
 		about.worker_rank = r;
 		about.iteration = iteration;
 		send_error(pb, &to, &about, PHUB_WIRE_ERR_WORKER_TIMEOUT,
-				"rank %u silent for %" PRIu64 " ms", dead, silent_ms);
+				"rank %u silent for %" PRIu64 " ms%s", dead, silent_ms, why);
 	}
 	job_release(pb, job);
 }
