@@ -228,9 +228,10 @@ int phub_engine_job_rank_status(const struct phub_engine_job *job, uint16_t rank
  * the ranks it waits for (bits of waiting): those missing from a segment of
  * that iteration that another rank has already pushed. Returns how many ranks
  * are waited on (0: nobody waits, e.g. every rank is still computing). Any
- * thread: a racy snapshot of slots that data threads keep changing; a slot
- * caught in the middle of a change is skipped, so a rank may be missed, never
- * named wrongly by a torn read.
+ * thread: a racy snapshot of slots that data threads keep changing. A slot
+ * caught in the middle of a change (its iteration moved, or its bitmap and
+ * count disagree) is skipped; a rank that pushed while the bitmap was read may
+ * still be named, but never one that has been silent.
  */
 int phub_engine_job_waiting_on(const struct phub_engine_job *job, uint32_t *iteration,
 		uint64_t waiting[PHUB_ENGINE_BITMAP_WORDS]);
