@@ -310,7 +310,8 @@ straggler)
 	# iteration waits on, and as the one not heard from; after SIGCONT the run ends exact.
 	rack 3
 	for r in 0 1 2; do
-		start_rank "$tmp/s$r.json" "$r" 3 --layout "$mixed_layout" --iterations 300 --job strag
+		start_rank "$tmp/s$r.json" "$r" 3 --keys 8 --key-elems 100000 --iterations 50 \
+			--job strag
 	done
 	if wait_job_iterations strag 3; then
 		victim=$(rank_worker 1)
@@ -377,13 +378,15 @@ worker-rejoin)
 	config_edit='c.setdefault("timeouts", {})["worker_dead_ms"] = 5000'
 	rack 3
 	for r in 0 1 2; do
-		start_rank "$tmp/j$r.json" "$r" 3 --layout "$mixed_layout" --iterations 80 --job phoenix
+		start_rank "$tmp/j$r.json" "$r" 3 --keys 8 --key-elems 100000 --iterations 50 \
+			--job phoenix
 	done
 	if wait_job_iterations phoenix 5; then
 		kill -KILL "${rank_pids[2]}"
 		{ wait "${rank_pids[2]}"; } 2>/dev/null
 		sleep 0.5
-		start_rank "$tmp/j2b.json" 2 3 --layout "$mixed_layout" --iterations 80 --job phoenix
+		start_rank "$tmp/j2b.json" 2 3 --keys 8 --key-elems 100000 --iterations 50 \
+			--job phoenix
 		for r in 0 1 2; do
 			wait "${rank_pids[r]}" || fail "rank $r failed: $(tail -n 2 "$tmp/j$r.json.err")"
 		done
