@@ -266,7 +266,7 @@ write_one(struct ckpt_write *w)
 				strerror(errno));
 		return;
 	}
-	/* PHUB_ENGINE_CKPT_F_DETERMINISTIC once jobs carry their deterministic flag. */
+	/* The engine records the job's deterministic flag itself. */
 	w->rc = phub_engine_ckpt_write(w->job, w->src, 0, fd, w->err, sizeof(w->err));
 	if (w->rc == 0 && fsync(fd) != 0) {
 		w->rc = -errno;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The control plane on the main lcore: JOIN (reassembled when split), job
- * creation within the configured limits, JOIN_ACK with the chunk map, LEAVE
- * and the freeing of a job once no data lcore can still hold it.
+ * creation within the configured limits, JOIN_ACK with the chunk map, LEAVE,
+ * keep-alives, the end of a job whose worker fell silent, and the freeing of
+ * a job once no data lcore can still hold it.
  */
 
 #include <errno.h>
@@ -20,6 +21,8 @@
 
 #define MAX_PENDING_JOINS 64
 #define CONTROL_BURST 32
+/* How often the jobs are checked for a silent worker. */
+#define LIVENESS_PERIOD_MS 100
 
 /* A JOIN split over several datagrams, until its last one is in. */
 struct pending_join {
@@ -42,8 +45,22 @@ struct requester {
 	uint16_t udp;
 };
 
+/*
+ * A rank found silent and waited on; the job ends only when the next check
+ * finds the same, so that one racy look at the slots never ends a job.
+ */
+struct suspect {
+	uint32_t job_id;
+	uint16_t rank;
+	bool seen;
+};
+
 static struct pending_join pending[MAX_PENDING_JOINS];
 static uint64_t jobs_memory_bytes;
+/* The port each rank's JOIN came in on, by job slot: where an ERROR to it goes. */
+static uint16_t rank_port[PHUB_ENGINE_MAX_JOBS][PHUB_ENGINE_MAX_WORKERS];
+static struct suspect suspects[PHUB_ENGINE_MAX_JOBS];
+static uint64_t liveness_tsc;
 
 static void *
 numa_alloc(size_t size, size_t align, void *ctx)
@@ -167,6 +184,19 @@ layout_matches(const struct phub_engine_job *job, const struct phub_wire_join *j
 	return true;
 }
 
+/*
+ * Deterministic aggregation: the config's choice for the job (declared, or the
+ * global default), or the worker's JOIN flag.
+ */
+static bool
+join_wants_deterministic(const struct pbox *pb, const struct phub_wire_join *join)
+{
+	int idx = phub_config_job_find(&pb->cfg, join->name);
+	bool cfg = idx >= 0 ? pb->cfg.jobs[idx].deterministic : pb->cfg.deterministic;
+
+	return cfg || (join->join_flags & PHUB_WIRE_JOIN_F_DETERMINISTIC) != 0;
+}
+
 /* The job a complete JOIN names: found, or created within the limits. */
 static struct phub_engine_job *
 job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg,
@@ -193,6 +223,15 @@ job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire
 					"layout than the job has", join->name, join->rank);
 			return NULL;
 		}
+		if (join_wants_deterministic(pb, join) != phub_engine_job_deterministic(job)) {
+			bool det = phub_engine_job_deterministic(job);
+
+			send_error(pb, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
+					"job %s sums %s; rank %u asks for %s aggregation",
+					join->name, det ? "in rank order" : "in arrival order",
+					join->rank, det ? "default" : "deterministic");
+			return NULL;
+		}
 		return job;
 	}
 
@@ -208,6 +247,7 @@ job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire
 	p.optimizer.beta1 = join->hyper.beta1;
 	p.optimizer.beta2 = join->hyper.beta2;
 	p.optimizer.eps = join->hyper.eps;
+	p.deterministic = join_wants_deterministic(pb, join);
 
 	/* A job declared in the config fixes the nonce, size, dtype and optimizer. */
 	idx = phub_config_job_find(&pb->cfg, join->name);
@@ -298,10 +338,12 @@ job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire
 	jobs_memory_bytes += info.memory_bytes;
 	pbox_checkpoint_job_created(pb, job);
 	PBOX_LOG(INFO, "job %s (id %u): %u workers, %u keys, %u chunks, %" PRIu64 " elements "
-			"%s, optimizer %s, %" PRIu64 " KB%s", info.name, info.job_id,
+			"%s, optimizer %s, %s sums, %" PRIu64 " KB%s", info.name, info.job_id,
 			info.world_size, info.n_keys, info.n_chunks, info.n_elems,
 			phub_wire_dtype_name((uint8_t)info.dtype),
-			phub_opt_type_name(p.optimizer.type), info.memory_bytes >> 10,
+			phub_opt_type_name(p.optimizer.type),
+			info.deterministic ? "rank-order" : "arrival-order",
+			info.memory_bytes >> 10,
 			declared != NULL ? " (declared in the config)" : "");
 	return job;
 }
@@ -381,6 +423,7 @@ join_complete(struct pbox *pb, const struct requester *to, const struct phub_wir
 				join->name, join->rank, phub_wire_error_name((uint16_t)-rc));
 		return;
 	}
+	rank_port[phub_engine_job_id(job) & 0xff][join->rank] = to->port_index;
 	PBOX_LOG(INFO, "job %s: rank %u of %u joined from %u.%u.%u.%u:%u", join->name, join->rank,
 			join->world_size, to->ip >> 24, (to->ip >> 16) & 0xff, (to->ip >> 8) & 0xff,
 			to->ip & 0xff, to->udp);
@@ -533,12 +576,16 @@ ping_session_known(struct pbox *pb, const struct requester *to, const struct phu
 static void
 handle_ping(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
 {
+	struct phub_engine_job *job = phub_engine_job_lookup(pb->engine, msg->job_id);
 	uint8_t buf[PHUB_WIRE_MAX_DATAGRAM];
 	struct phub_wire_msg pong = *msg;
 	int len;
 
 	if (!ping_session_known(pb, to, msg))
 		return;
+	/* A worker's keep-alive: alive, even while it computes and pushes nothing. */
+	if (job != NULL)
+		phub_engine_job_heard(job, msg->worker_rank, msg->session_token, to->ip, to->udp);
 
 	pong.opcode = PHUB_WIRE_OP_PONG;
 	pong.flags &= (uint8_t)~(PHUB_WIRE_F_CSUM | PHUB_WIRE_F_RETRANSMIT);
@@ -601,12 +648,125 @@ expire_pending(struct pbox *pb)
 	}
 }
 
+/*
+ * End a job whose rank has been silent for worker_dead_ms while others wait
+ * on it: every joined rank learns why (ERROR WORKER_TIMEOUT), then the job is
+ * freed as after the last LEAVE.
+ */
+static void
+job_timeout(struct pbox *pb, struct phub_engine_job *job, uint16_t dead, uint64_t silent_ms,
+		uint32_t iteration)
+{
+	uint32_t slot = phub_engine_job_id(job) & 0xff;
+	struct phub_engine_job_info info;
+	struct phub_engine_rank_status st;
+	const char *why = "";
+
+	phub_engine_job_get_info(job, &info);
+	/* A rank that is not joined never came, or left before the others were done. */
+	if (phub_engine_job_rank_status(job, dead, &st) == 0 && !st.joined)
+		why = " (not joined)";
+	PBOX_LOG(ERR, "job %s (id %u): rank %u silent for %" PRIu64 " ms%s while iteration %u "
+			"waits on it (timeouts.worker_dead_ms %u): the job ends", info.name,
+			info.job_id, dead, silent_ms, why, iteration,
+			pb->cfg.timeouts.worker_dead_ms);
+	for (uint16_t r = 0; r < info.world_size; r++) {
+		struct phub_engine_peer peer;
+		struct phub_wire_msg about;
+		struct requester to;
+		uint64_t token;
+
+		if (!phub_engine_job_rank(job, r, &peer, &token))
+			continue;
+		to.port_index = rank_port[slot][r];
+		memcpy(to.mac.addr_bytes, peer.mac, sizeof(peer.mac));
+		to.ip = peer.ipv4;
+		to.udp = peer.udp_port;
+		phub_wire_msg_init(&about, PHUB_WIRE_OP_ERROR);
+		about.job_id = info.job_id;
+		about.session_token = token;
+		about.worker_rank = r;
+		about.iteration = iteration;
+		send_error(pb, &to, &about, PHUB_WIRE_ERR_WORKER_TIMEOUT,
+				"rank %u silent for %" PRIu64 " ms%s", dead, silent_ms, why);
+	}
+	job_release(pb, job);
+}
+
+/*
+ * The silent rank of a job that others wait on, if any: the one silent the
+ * longest among the waited-on ranks, silent for more than dead_ns.
+ */
+static bool
+job_find_dead(const struct phub_engine_job *job, uint64_t dead_ns, uint16_t *dead,
+		uint64_t *silent_ns, uint32_t *iteration)
+{
+	uint64_t waiting[PHUB_ENGINE_BITMAP_WORDS];
+	uint16_t world = phub_engine_job_world_size(job);
+	bool any = false;
+
+	*silent_ns = 0;
+	/* The cheap test first: the slots are scanned only when someone is that silent. */
+	for (uint16_t r = 0; r < world && !any; r++) {
+		struct phub_engine_rank_status st;
+
+		any = phub_engine_job_rank_status(job, r, &st) == 0 && st.silent_ns > dead_ns;
+	}
+	if (!any || phub_engine_job_waiting_on(job, iteration, waiting) <= 0)
+		return false;
+	for (uint16_t r = 0; r < world; r++) {
+		struct phub_engine_rank_status st;
+
+		if (!((waiting[r / 64] >> (r % 64)) & 1) ||
+		    phub_engine_job_rank_status(job, r, &st) != 0 || st.silent_ns <= dead_ns ||
+		    st.silent_ns <= *silent_ns)
+			continue;
+		*dead = r;
+		*silent_ns = st.silent_ns;
+	}
+	return *silent_ns != 0;
+}
+
+/* Every LIVENESS_PERIOD_MS: end the jobs that wait on a worker that is gone. */
+static void
+check_liveness(struct pbox *pb)
+{
+	uint64_t now = rte_rdtsc();
+	uint64_t dead_ns = (uint64_t)pb->cfg.timeouts.worker_dead_ms * 1000000u;
+	struct phub_engine_job *job, *next;
+
+	if (now - liveness_tsc < rte_get_tsc_hz() / 1000 * LIVENESS_PERIOD_MS)
+		return;
+	liveness_tsc = now;
+	for (job = phub_engine_job_next(pb->engine, NULL); job != NULL; job = next) {
+		struct suspect *sus = &suspects[phub_engine_job_id(job) & 0xff];
+		uint64_t silent_ns;
+		uint32_t iteration;
+		uint16_t dead;
+
+		next = phub_engine_job_next(pb->engine, job);
+		if (!job_find_dead(job, dead_ns, &dead, &silent_ns, &iteration)) {
+			sus->seen = false;
+			continue;
+		}
+		if (!sus->seen || sus->job_id != phub_engine_job_id(job) || sus->rank != dead) {
+			*sus = (struct suspect){ .job_id = phub_engine_job_id(job), .rank = dead,
+				.seen = true };
+			continue;
+		}
+		sus->seen = false;
+		job_timeout(pb, job, dead, silent_ns / 1000000u, iteration);
+	}
+}
+
 int
 pbox_control_init(struct pbox *pb)
 {
 	(void)pb;
 	memset(pending, 0, sizeof(pending));
+	memset(suspects, 0, sizeof(suspects));
 	jobs_memory_bytes = 0;
+	liveness_tsc = rte_rdtsc();
 	return 0;
 }
 
@@ -622,6 +782,7 @@ pbox_control_poll(struct pbox *pb)
 		rte_pktmbuf_free(pkts[i]);
 	}
 	expire_pending(pb);
+	check_liveness(pb);
 	if (n == 0)
 		rte_delay_us_sleep(200);
 }

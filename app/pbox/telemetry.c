@@ -221,6 +221,7 @@ job_dict(struct rte_tel_data *d, const struct phub_engine_job *job)
 	rte_tel_data_add_dict_u64(d, "segments", info.n_segments);
 	rte_tel_data_add_dict_u64(d, "elements", info.n_elems);
 	rte_tel_data_add_dict_u64(d, "memory_bytes", info.memory_bytes);
+	rte_tel_data_add_dict_u64(d, "deterministic", info.deterministic);
 	/* UINT32_MAX + 1 wraps to 0: no iteration has finished yet. */
 	rte_tel_data_add_dict_u64(d, "iterations_done", (uint32_t)(info.iteration_min + 1));
 	rte_tel_data_add_dict_u64(d, "iteration_newest", (uint32_t)(info.iteration_max + 1));
@@ -266,31 +267,77 @@ job_param(const char *params)
 	return phub_engine_job_find(pbox.engine, params);
 }
 
+/*
+ * One rank: where it is, how long ago it was last heard (a valid PUSH, PULL,
+ * keep-alive or its JOIN), the newest iteration it pushed and how far that is
+ * behind the fastest rank's.
+ */
+static struct rte_tel_data *
+rank_dict(const struct phub_engine_rank_status *st, uint32_t fastest)
+{
+	struct rte_tel_data *r = rte_tel_data_alloc();
+	char where[32];
+
+	if (r == NULL)
+		return NULL;
+	rte_tel_data_start_dict(r);
+	if (st->joined)
+		snprintf(where, sizeof(where), "%u.%u.%u.%u:%u", st->peer.ipv4 >> 24,
+				(st->peer.ipv4 >> 16) & 0xff, (st->peer.ipv4 >> 8) & 0xff,
+				st->peer.ipv4 & 0xff, st->peer.udp_port);
+	else
+		snprintf(where, sizeof(where), "not joined");
+	rte_tel_data_add_dict_string(r, "address", where);
+	rte_tel_data_add_dict_u64(r, "last_heard_ms", st->silent_ns / 1000000u);
+	if (st->pushed) {
+		rte_tel_data_add_dict_u64(r, "newest_iteration", st->newest_iteration);
+		rte_tel_data_add_dict_u64(r, "lag", (uint32_t)(fastest - st->newest_iteration));
+	}
+	return r;
+}
+
 static int
 cmd_job(const char *cmd, const char *params, struct rte_tel_data *d)
 {
 	struct phub_engine_job *job = job_param(params);
+	struct phub_engine_rank_status st[200];
+	uint64_t waiting[PHUB_ENGINE_BITMAP_WORDS];
+	struct rte_tel_data *w;
+	uint32_t fastest = 0, iteration;
+	uint16_t n;
 
 	(void)cmd;
 	if (job == NULL)
 		return -EINVAL;
+	/* A dict holds 256 entries: the job's own and up to 200 ranks. */
+	n = RTE_MIN(phub_engine_job_world_size(job), RTE_DIM(st));
 	rte_tel_data_start_dict(d);
 	job_dict(d, job);
-	for (uint16_t r = 0; r < phub_engine_job_world_size(job) && r < 200; r++) {
-		struct phub_engine_peer peer;
-		uint64_t token;
-		char name[16], where[32];
-
-		snprintf(name, sizeof(name), "rank_%u", r);
-		if (!phub_engine_job_rank(job, r, &peer, &token)) {
-			rte_tel_data_add_dict_string(d, name, "not joined");
-			continue;
-		}
-		snprintf(where, sizeof(where), "%u.%u.%u.%u:%u", peer.ipv4 >> 24,
-				(peer.ipv4 >> 16) & 0xff, (peer.ipv4 >> 8) & 0xff, peer.ipv4 & 0xff,
-				peer.udp_port);
-		rte_tel_data_add_dict_string(d, name, where);
+	for (uint16_t r = 0; r < n; r++) {
+		phub_engine_job_rank_status(job, r, &st[r]);
+		if (st[r].pushed && phub_wire_iter_cmp(st[r].newest_iteration, fastest) > 0)
+			fastest = st[r].newest_iteration;
 	}
+	for (uint16_t r = 0; r < n; r++) {
+		struct rte_tel_data *rd = rank_dict(&st[r], fastest);
+		char name[16];
+
+		if (rd == NULL)
+			return -ENOMEM;
+		snprintf(name, sizeof(name), "rank_%u", r);
+		rte_tel_data_add_dict_container(d, name, rd, 0);
+	}
+	/* A racy snapshot of the slots: the ranks the oldest unfinished iteration lacks. */
+	w = rte_tel_data_alloc();
+	if (w == NULL)
+		return -ENOMEM;
+	rte_tel_data_start_array(w, RTE_TEL_U64_VAL);
+	phub_engine_job_waiting_on(job, &iteration, waiting);
+	for (uint16_t r = 0; r < phub_engine_job_world_size(job); r++)
+		if ((waiting[r / 64] >> (r % 64)) & 1)
+			rte_tel_data_add_array_u64(w, r);
+	rte_tel_data_add_dict_u64(d, "waiting_iteration", iteration);
+	rte_tel_data_add_dict_container(d, "waiting_on", w, 0);
 	return 0;
 }
 
@@ -334,6 +381,7 @@ cmd_chunkmap(const char *cmd, const char *params, struct rte_tel_data *d)
 	return 0;
 }
 
+/* Help texts are at most RTE_TEL_MAX_STRING_LEN - 1 bytes, or the command is not registered. */
 int
 pbox_telemetry_init(struct pbox *pb)
 {
@@ -347,7 +395,7 @@ pbox_telemetry_init(struct pbox *pb)
 	rte_telemetry_register_cmd("/phub/jobs", cmd_jobs,
 			"Every job: workers, iterations, exchanges/s. No parameters");
 	rte_telemetry_register_cmd("/phub/job", cmd_job,
-			"One job with its ranks. Parameter: job id or name");
+			"One job, its ranks and the ranks it waits on. Parameter: job id or name");
 	rte_telemetry_register_cmd("/phub/chunkmap", cmd_chunkmap,
 			"Bytes per server, lcore, port and NUMA node of a job. Parameter: job id or name");
 	return 0;

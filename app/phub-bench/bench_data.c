@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The deterministic gradients and initial weights: windows of a shared pattern, exact values. */
+/* The deterministic gradients and initial weights: windows of a shared pattern, exact or random. */
 
 #include <errno.h>
 #include <stdlib.h>
@@ -45,8 +45,17 @@ phub_bench_initial_offset(uint32_t key)
 	return (uint32_t)(mix64(((uint64_t)key << 1) | 1) % PHUB_BENCH_PATTERN_PERIOD);
 }
 
-struct phub_bench_pattern *
-phub_bench_pattern_create(enum phub_dtype dtype, uint32_t max_key_elems)
+float
+phub_bench_random_value(uint64_t j)
+{
+	uint64_t h = mix64(j ^ UINT64_C(0x5851f42d4c957f2d));
+
+	/* 53 random bits as a double in (-1, 1), rounded once to fp32. */
+	return (float)((double)(h >> 11) * 0x1p-52 - 1.0);
+}
+
+static struct phub_bench_pattern *
+pattern_create(enum phub_dtype dtype, uint32_t max_key_elems, bool random)
 {
 	const struct phub_kernels *k = phub_kernels_for_isa(PHUB_ISA_SCALAR);
 	struct phub_bench_pattern *p;
@@ -61,6 +70,7 @@ phub_bench_pattern_create(enum phub_dtype dtype, uint32_t max_key_elems)
 	if (p == NULL)
 		goto nomem;
 	p->dtype = dtype;
+	p->random = random;
 	p->elem_size = phub_dtype_size(dtype);
 	p->n_elems = (uint64_t)max_key_elems + PHUB_BENCH_PATTERN_PERIOD;
 	p->data = malloc(p->n_elems * p->elem_size);
@@ -69,7 +79,8 @@ phub_bench_pattern_create(enum phub_dtype dtype, uint32_t max_key_elems)
 	for (j = 0; j < p->n_elems; j += n) {
 		n = p->n_elems - j < FILL_BLOCK ? p->n_elems - j : FILL_BLOCK;
 		for (i = 0; i < n; i++)
-			block[i] = phub_bench_pattern_value(j + i);
+			block[i] = random ? phub_bench_random_value(j + i) :
+				phub_bench_pattern_value(j + i);
 		k->to_wire((char *)p->data + j * p->elem_size, dtype, block, n);
 	}
 	return p;
@@ -77,6 +88,18 @@ nomem:
 	phub_bench_pattern_free(p);
 	errno = ENOMEM;
 	return NULL;
+}
+
+struct phub_bench_pattern *
+phub_bench_pattern_create(enum phub_dtype dtype, uint32_t max_key_elems)
+{
+	return pattern_create(dtype, max_key_elems, false);
+}
+
+struct phub_bench_pattern *
+phub_bench_pattern_create_random(enum phub_dtype dtype, uint32_t max_key_elems)
+{
+	return pattern_create(dtype, max_key_elems, true);
 }
 
 void

@@ -30,6 +30,8 @@ struct bench_config {
 	uint32_t pause_at;		/* after this iteration (0: never) each worker waits... */
 	uint32_t pause_ms;		/* ... this long */
 	unsigned int connect_flags;
+	bool random_gradients;
+	bool deterministic;
 	const struct phub_bench_layout *layout;
 	const struct phub_bench_pattern *pattern;
 };

@@ -61,6 +61,14 @@ phub_bench_quantile(double *values, size_t n, double q)
 	return values[rank - 1];
 }
 
+bool
+phub_bench_run_exact(const struct phub_bench_run *run)
+{
+	/* Random gradients summed in arrival order round differently from the reference. */
+	return phub_bench_verify_exact(run->optimizer.type) &&
+		(!run->random_gradients || run->deterministic);
+}
+
 uint64_t
 phub_bench_exchange_bytes(const struct phub_bench_layout *layout, enum phub_dtype dtype)
 {
@@ -262,11 +270,13 @@ phub_bench_report_json(const struct phub_bench_run *run, const struct phub_bench
 		set(root, "job", ascii_string(run->job), &ok);
 	set(root, "verified", json_boolean(s->verified), &ok);
 	set(root, "bitwise", json_boolean(s->bitwise), &ok);
-	set(root, "verify_mode", json_string(phub_bench_verify_exact(run->optimizer.type) ?
-		"exact" : "tolerance"), &ok);
+	set(root, "verify_mode", json_string(phub_bench_run_exact(run) ? "exact" : "tolerance"),
+		&ok);
 	phub_bench_verify_tolerance(run->dtype, &rtol, &atol);
-	set(root, "rtol", json_real(phub_bench_verify_exact(run->optimizer.type) ? 0 : rtol), &ok);
-	set(root, "atol", json_real(phub_bench_verify_exact(run->optimizer.type) ? 0 : atol), &ok);
+	set(root, "rtol", json_real(phub_bench_run_exact(run) ? 0 : rtol), &ok);
+	set(root, "atol", json_real(phub_bench_run_exact(run) ? 0 : atol), &ok);
+	set(root, "gradients", json_string(run->random_gradients ? "random" : "exact"), &ok);
+	set(root, "deterministic", json_boolean(run->deterministic), &ok);
 	set(root, "max_abs_error", real(s->max_abs_error), &ok);
 	set(root, "exchanges_per_s", real(s->exchanges_per_s), &ok);
 	set(root, "job_iterations_per_s", real(s->job_iterations_per_s), &ok);

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,6 +155,7 @@ verify_against(struct worker *w, const char *model, uint32_t iterations,
 		.optimizer = cfg->optimizer,
 		.world_size = cfg->world_size,
 		.iterations = iterations,
+		.order_dependent = cfg->random_gradients && !cfg->deterministic,
 	};
 	size_t es = phub_dtype_size(cfg->dtype);
 	struct phub_bench_verifier *v;
@@ -242,9 +244,13 @@ go_back(struct worker *w, struct phub *h, char *model, uint32_t *it)
 	return 0;
 }
 
-/* The timed loop: iterations 1 .. K, each a pushpull of every key then a wait for all. */
+/*
+ * The timed loop: iterations first .. K, each a pushpull of every key then a wait for all.
+ * first is 1 for a new job; a worker restarted into a running job starts where the PBox says
+ * the job is, and its last exchange still brings the whole model of iteration K.
+ */
 static int
-exchange(struct worker *w, struct phub *h, char *model, double *times)
+exchange(struct worker *w, struct phub *h, uint32_t first, char *model, double *times)
 {
 	const struct bench_config *cfg = w->cfg;
 	const struct phub_bench_layout *l = cfg->layout;
@@ -257,8 +263,8 @@ exchange(struct worker *w, struct phub *h, char *model, double *times)
 	int rc;
 
 	w->prog.phase = BENCH_PHASE_RUNNING;
-	for (it = 1; it <= cfg->iterations; it++) {
-		if (it == cfg->warmup + 1) {
+	for (it = first; it <= cfg->iterations; it++) {
+		if (it == first + cfg->warmup) {
 			/* Warm-up over: page faults, ARP and the first RTT estimates are paid. */
 			phub_stats(h, &st0);
 			t_timed = bench_now();
@@ -397,6 +403,8 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 	const struct phub_bench_layout *l = cfg->layout;
 	struct worker w = { .cfg = cfg, .rank = rank, .fd = fd };
 	struct phub_connect_params p;
+	struct phub_info info;
+	uint32_t first = 1;
 	const void **initial = NULL;
 	struct phub_key *keys = NULL;
 	struct phub *h = NULL;
@@ -464,9 +472,20 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 				cfg->port, strerror(e));
 		goto out;
 	}
+	/* A rank that joins a job already past its start (a restarted worker) resumes there. */
+	if (phub_info(h, &info) == 0 && info.first_iteration > 1) {
+		first = info.first_iteration;
+		fprintf(stderr, "phub-bench: rank %u resumes job '%s' at iteration %u\n", rank,
+			cfg->job, first);
+		if (first > cfg->iterations) {
+			fail(&w, -EALREADY, "job '%s' is at iteration %u, past --iterations %u",
+				cfg->job, first, cfg->iterations);
+			goto out;
+		}
+	}
 	/* Fault the model's pages in now rather than in the first exchange. */
 	memset(model, 0, l->total_elems * phub_dtype_size(cfg->dtype));
-	if (exchange(&w, h, model, times) != 0)
+	if (exchange(&w, h, first, model, times) != 0)
 		goto out;
 	stats_take(&w, h);
 	/* Every rank has the final model once its last wait returned: leave, then check. */

@@ -95,6 +95,11 @@ usage(FILE *f)
 		"  --window-bytes B     gradient bytes in flight per worker (libphub's default)\n"
 		"  --chunk-bytes B      chunk size (the PBox's default)\n"
 		"  --csum               CRC32C on every datagram\n"
+		"  --gradients G        exact (default): small integers, sums exact in any\n"
+		"                       order; random: fractions whose sums round, so that only\n"
+		"                       rank-order sums match the reference bit for bit (else\n"
+		"                       the check is within tolerance)\n"
+		"  --deterministic      ask the PBox to sum in rank order (JOIN flag)\n"
 		"  --connect-timeout-ms T   bound on joining (default 10000)\n"
 		"  --dead-ms T          PBox silent this long: the worker fails (default 10000)\n"
 		"  --timeout S          stop a worker making no progress for S s (default 120)\n"
@@ -143,7 +148,8 @@ enum {
 	OPT_KEYS, OPT_KEY_ELEMS, OPT_ITERATIONS, OPT_WARMUP, OPT_DTYPE, OPT_OPTIMIZER, OPT_LR,
 	OPT_MOMENTUM, OPT_WD, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_JOB, OPT_NONCE, OPT_BIND,
 	OPT_MTU, OPT_WINDOW, OPT_CHUNK, OPT_CSUM, OPT_CONNECT_TIMEOUT, OPT_DEAD, OPT_TIMEOUT,
-	OPT_JSON, OPT_QUIET, OPT_PRINT_LAYOUT, OPT_HELP, OPT_PAUSE_AT,
+	OPT_JSON, OPT_QUIET, OPT_PRINT_LAYOUT, OPT_HELP, OPT_PAUSE_AT, OPT_GRADIENTS,
+	OPT_DETERMINISTIC,
 };
 
 static const struct option long_opts[] = {
@@ -173,6 +179,8 @@ static const struct option long_opts[] = {
 	{ "window-bytes", required_argument, NULL, OPT_WINDOW },
 	{ "chunk-bytes", required_argument, NULL, OPT_CHUNK },
 	{ "csum", no_argument, NULL, OPT_CSUM },
+	{ "gradients", required_argument, NULL, OPT_GRADIENTS },
+	{ "deterministic", no_argument, NULL, OPT_DETERMINISTIC },
 	{ "connect-timeout-ms", required_argument, NULL, OPT_CONNECT_TIMEOUT },
 	{ "dead-ms", required_argument, NULL, OPT_DEAD },
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
@@ -303,6 +311,18 @@ parse_args(int argc, char **argv, struct options *o)
 			break;
 		case OPT_CSUM:
 			c->connect_flags |= PHUB_CONNECT_F_CSUM;
+			break;
+		case OPT_GRADIENTS:
+			if (strcmp(optarg, "random") == 0)
+				c->random_gradients = true;
+			else if (strcmp(optarg, "exact") == 0)
+				c->random_gradients = false;
+			else
+				rc = -EINVAL;
+			break;
+		case OPT_DETERMINISTIC:
+			c->deterministic = true;
+			c->connect_flags |= PHUB_CONNECT_F_DETERMINISTIC;
 			break;
 		case OPT_CONNECT_TIMEOUT:
 			rc = parse_u64(optarg, 1, 3600000, &v);
@@ -692,9 +712,10 @@ print_table(const struct phub_bench_run *run,
 		" %s:%u, job '%s'\n", l->model, l->n_keys, l->total_elems,
 		(double)s->model_bytes / 1e6, phub_bench_dtype_name(run->dtype), run->world_size,
 		run->server, run->port, run->job);
-	printf("phub-bench: %s lr %g; %u iterations, the first %u not timed\n",
-		phub_opt_type_name(run->optimizer.type), (double)run->optimizer.lr,
-		run->iterations, run->warmup);
+	printf("phub-bench: %s lr %g; %u iterations, the first %u not timed; %s gradients, %s"
+		" sums\n", phub_opt_type_name(run->optimizer.type), (double)run->optimizer.lr,
+		run->iterations, run->warmup, run->random_gradients ? "random" : "exact",
+		run->deterministic ? "rank-order" : "arrival-order");
 	if (s->failed == n) {
 		printf("phub-bench: no worker finished (stderr says why)\n");
 		return;
@@ -718,7 +739,7 @@ print_table(const struct phub_bench_run *run,
 	phub_bench_verify_tolerance(run->dtype, &rtol, &atol);
 	if (s->failed > 0)
 		printf("phub-bench: not verified: %u of %u worker(s) failed\n", s->failed, n);
-	else if (phub_bench_verify_exact(run->optimizer.type))
+	else if (phub_bench_run_exact(run))
 		printf("phub-bench: verification byte for byte against the scalar reference;"
 			" max abs error %g\n", s->max_abs_error);
 	else
@@ -803,7 +824,9 @@ main(int argc, char **argv)
 		goto out_usage;
 	}
 	/* Made once, before the fork: the workers share its pages and never write them. */
-	pattern = phub_bench_pattern_create(o.cfg.dtype, layout->max_key_elems);
+	pattern = o.cfg.random_gradients ?
+		phub_bench_pattern_create_random(o.cfg.dtype, layout->max_key_elems) :
+		phub_bench_pattern_create(o.cfg.dtype, layout->max_key_elems);
 	if (pattern == NULL) {
 		fprintf(stderr, "phub-bench: cannot make the gradient pattern: %s\n",
 			strerror(errno));
@@ -899,6 +922,8 @@ main(int argc, char **argv)
 		.server = o.cfg.server,
 		.port = o.cfg.port,
 		.job = o.cfg.job,
+		.random_gradients = o.cfg.random_gradients,
+		.deterministic = o.cfg.deterministic,
 	};
 	phub_bench_summarize(&run, results, times, n, n, &sum);
 	if (o.json) {

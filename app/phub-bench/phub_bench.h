@@ -69,11 +69,24 @@ struct phub_bench_pattern {
 	size_t elem_size;
 	uint64_t n_elems;	/* max_key_elems + PHUB_BENCH_PATTERN_PERIOD */
 	void *data;		/* read-only once made; shared by the forked workers */
+	bool random;		/* phub_bench_random_value() rather than exact values */
 };
 
 /* The pattern for keys of at most max_key_elems elements; NULL and errno EINVAL or ENOMEM. */
 struct phub_bench_pattern *phub_bench_pattern_create(enum phub_dtype dtype,
 		uint32_t max_key_elems);
+
+/*
+ * The same windows over a pattern of pseudo-random fractions in (-1, 1) that use every bit of
+ * the fp32 significand: sums of them round, so their value depends on the order of addition and
+ * only a PBox that adds in rank order (deterministic aggregation) matches the rank-order
+ * reference bit for bit. Still a function of (rank, iteration, element) alone.
+ */
+struct phub_bench_pattern *phub_bench_pattern_create_random(enum phub_dtype dtype,
+		uint32_t max_key_elems);
+
+/* Element j of the random pattern as a float (before the conversion to the dtype). */
+float phub_bench_random_value(uint64_t j);
 void phub_bench_pattern_free(struct phub_bench_pattern *pattern);
 
 /* Element j of the pattern as a float (what data holds, converted). */
@@ -95,6 +108,11 @@ struct phub_bench_verify_params {
 	struct phub_optimizer_params optimizer;
 	uint16_t world_size;
 	uint32_t iterations;	/* updates the PBox applied: iterations 1 .. iterations */
+	/*
+	 * The PBox's sums depend on the order of arrival (random gradients, default
+	 * aggregation): compare within tolerance even for SGD and NONE.
+	 */
+	bool order_dependent;
 };
 
 /* What one comparison found; phub_bench_verify_key() adds to it. */
@@ -181,7 +199,12 @@ struct phub_bench_run {
 	const char *server;
 	uint16_t port;
 	const char *job;
+	bool random_gradients;		/* --gradients random */
+	bool deterministic;		/* --deterministic */
 };
+
+/* Whether the run is compared byte for byte: an exact optimizer and order-free sums. */
+bool phub_bench_run_exact(const struct phub_bench_run *run);
 
 /* The combination of the workers' results. */
 struct phub_bench_summary {

@@ -383,8 +383,9 @@ params_check(const struct phub_connect_params *p, char *err, size_t errlen)
 		set_err(err, errlen, "mtu %u is below %d", p->mtu, PHUB_WIRE_MIN_MTU);
 		return -EINVAL;
 	}
-	if ((p->flags & ~PHUB_CONNECT_F_CSUM) != 0) {
-		set_err(err, errlen, "unknown flags 0x%x", p->flags & ~PHUB_CONNECT_F_CSUM);
+	if ((p->flags & ~(PHUB_CONNECT_F_CSUM | PHUB_CONNECT_F_DETERMINISTIC)) != 0) {
+		set_err(err, errlen, "unknown flags 0x%x",
+				p->flags & ~(PHUB_CONNECT_F_CSUM | PHUB_CONNECT_F_DETERMINISTIC));
 		return -EINVAL;
 	}
 	return 0;

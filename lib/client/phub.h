@@ -56,6 +56,13 @@ phub_dtype_size(enum phub_dtype dtype)
 
 /* phub_connect_params.flags: checksum (CRC32C) every datagram both ways. */
 #define PHUB_CONNECT_F_CSUM 0x1u
+/*
+ * Ask for deterministic aggregation: the PBox adds the ranks' gradients in rank order whatever
+ * order they arrive in, so that the model is bit-identical from run to run. Every rank of the
+ * job must ask alike (the PBox refuses a JOIN that differs with LAYOUT_MISMATCH); a PBox
+ * configured with "deterministic" gives it to every rank without the flag.
+ */
+#define PHUB_CONNECT_F_DETERMINISTIC 0x2u
 
 /* One key (a layer's tensor) of the job. Every rank declares the same keys in the same order. */
 struct phub_key {

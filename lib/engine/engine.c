@@ -83,9 +83,12 @@ job_memory_estimate(const struct phub_engine_job *job)
 
 	if (job->dtype != PHUB_DTYPE_FP32)
 		bytes += elems * phub_dtype_size(job->dtype);
+	if (job->deterministic)
+		bytes += elems * phub_dtype_size(job->dtype) * (job->world_size - 1u);
 	bytes += (uint64_t)job->n_segments * sizeof(struct segment_slot);
 	bytes += (uint64_t)job->n_chunks * sizeof(uint32_t);
 	bytes += engine_ckpt_memory(job);
+	bytes += (uint64_t)job->n_cell_rows * job->cell_row_len * sizeof(struct rank_cell);
 	return bytes;
 }
 
@@ -137,6 +140,8 @@ job_release_all(struct phub_engine_job *job)
 	job_release(job, job->slots);
 	job_release(job, job->chunk_first_segment);
 	engine_ckpt_release(job);
+	job_release(job, job->staging);
+	job_release(job, job->cells);
 	phub_layout_free(job->layout);
 	free(job);
 }
@@ -164,6 +169,17 @@ job_allocate_buffers(struct phub_engine_job *job, uint64_t limit)
 		if (job->model_wire == NULL)
 			return -ENOMEM;
 	}
+	/* Rank 0 is always the next to add when it arrives: it is never staged. */
+	if (job->deterministic && job->world_size > 1) {
+		job->staging = job_alloc(job, job->n_elems * phub_dtype_size(job->dtype) *
+				(job->world_size - 1u));
+		if (job->staging == NULL)
+			return -ENOMEM;
+	}
+	job->cells = job_alloc(job, (size_t)job->n_cell_rows * job->cell_row_len *
+			sizeof(struct rank_cell));
+	if (job->cells == NULL)
+		return -ENOMEM;
 	for (uint32_t s = 0; s < job->n_segments; s++)
 		job->slots[s].next_iteration = job->first_iteration;
 	return engine_ckpt_alloc(job);
@@ -214,6 +230,13 @@ phub_engine_job_create(struct phub_engine *engine, const struct phub_engine_job_
 	job->optimizer = p->optimizer;
 	job->first_iteration = p->first_iteration;
 	job->ckpt_shadow = p->checkpoint_shadow;
+	job->deterministic = p->deterministic;
+	job->created_ns = engine_now_ns();
+	/* One row of rank cells per server, each row whole cache lines. */
+	job->n_cell_rows = p->n_servers > 0 ? p->n_servers : 1;
+	job->cell_row_len = (uint32_t)((p->world_size * sizeof(struct rank_cell) +
+			PHUB_ENGINE_ALIGN - 1) / PHUB_ENGINE_ALIGN * PHUB_ENGINE_ALIGN /
+			sizeof(struct rank_cell));
 
 	memset(&lp, 0, sizeof(lp));
 	lp.keys = p->keys;
@@ -335,6 +358,7 @@ phub_engine_job_join(struct phub_engine_job *job, uint16_t rank, uint64_t nonce,
 	s = &job->ranks[rank];
 	key = peer_key(peer->ipv4, peer->udp_port);
 	if (atomic_load(&s->token) != 0 && atomic_load(&s->peer) == key) {
+		atomic_store_explicit(&s->heard_ns, engine_now_ns(), memory_order_relaxed);
 		*token = atomic_load(&s->token);
 		return 0;
 	}
@@ -347,6 +371,7 @@ phub_engine_job_join(struct phub_engine_job *job, uint16_t rank, uint64_t nonce,
 	atomic_store_explicit(&s->token, 0, memory_order_release);
 	memcpy(s->mac, peer->mac, sizeof(s->mac));
 	atomic_store_explicit(&s->peer, key, memory_order_release);
+	atomic_store_explicit(&s->heard_ns, engine_now_ns(), memory_order_relaxed);
 	*token = new_token();
 	atomic_store_explicit(&s->token, *token, memory_order_release);
 	return 0;
@@ -443,4 +468,124 @@ phub_engine_job_get_info(const struct phub_engine_job *job, struct phub_engine_j
 	info->iteration_min = lo - 1;
 	info->iteration_max = hi - 1;
 	info->segments_completed = atomic_load(&job->segments_completed);
+	info->deterministic = job->deterministic;
+}
+
+bool
+phub_engine_job_deterministic(const struct phub_engine_job *job)
+{
+	return job->deterministic;
+}
+
+int
+phub_engine_job_heard(struct phub_engine_job *job, uint16_t rank, uint64_t token,
+		uint32_t src_ipv4, uint16_t src_udp_port)
+{
+	struct rank_session *s;
+
+	if (rank >= job->world_size)
+		return -EPERM;
+	s = &job->ranks[rank];
+	if (token == 0 || atomic_load_explicit(&s->token, memory_order_acquire) != token ||
+	    atomic_load_explicit(&s->peer, memory_order_acquire) !=
+	    peer_key(src_ipv4, src_udp_port))
+		return -EPERM;
+	atomic_store_explicit(&s->heard_ns, engine_now_ns(), memory_order_relaxed);
+	return 0;
+}
+
+int
+phub_engine_job_rank_status(const struct phub_engine_job *job, uint16_t rank,
+		struct phub_engine_rank_status *st)
+{
+	uint64_t heard, now;
+	uint64_t token;
+
+	if (rank >= job->world_size)
+		return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	st->joined = phub_engine_job_rank(job, rank, &st->peer, &token);
+	heard = atomic_load_explicit(&job->ranks[rank].heard_ns, memory_order_relaxed);
+	if (heard == 0)
+		heard = job->created_ns;
+	for (uint32_t row = 0; row < job->n_cell_rows; row++) {
+		const struct rank_cell *c = &job->cells[(size_t)row * job->cell_row_len + rank];
+		uint64_t t = atomic_load_explicit(&c->heard_ns, memory_order_relaxed);
+		uint32_t it;
+
+		heard = t > heard ? t : heard;
+		if (!atomic_load_explicit(&c->pushed, memory_order_relaxed))
+			continue;
+		it = atomic_load_explicit(&c->newest_iteration, memory_order_relaxed);
+		if (!st->pushed || phub_wire_iter_cmp(it, st->newest_iteration) > 0)
+			st->newest_iteration = it;
+		st->pushed = true;
+	}
+	/* Another thread's stamp may be a little newer than our clock reading. */
+	now = engine_now_ns();
+	st->silent_ns = now > heard ? now - heard : 0;
+	return 0;
+}
+
+static inline unsigned int
+popcount_bits(const uint64_t *bits)
+{
+	unsigned int n = 0;
+
+	for (unsigned int w = 0; w < PHUB_ENGINE_BITMAP_WORDS; w++)
+		n += (unsigned int)__builtin_popcountll(bits[w]);
+	return n;
+}
+
+int
+phub_engine_job_waiting_on(const struct phub_engine_job *job, uint32_t *iteration,
+		uint64_t waiting[PHUB_ENGINE_BITMAP_WORDS])
+{
+	uint32_t oldest = 0;
+	bool any = false;
+	int n = 0;
+
+	memset(waiting, 0, PHUB_ENGINE_BITMAP_WORDS * sizeof(uint64_t));
+	for (uint32_t i = 0; i < job->n_segments; i++) {
+		uint32_t next = __atomic_load_n(&job->slots[i].next_iteration, __ATOMIC_RELAXED);
+
+		if (!any || phub_wire_iter_cmp(next, oldest) < 0)
+			oldest = next;
+		any = true;
+	}
+	*iteration = oldest;
+	for (uint32_t i = 0; i < job->n_segments; i++) {
+		const struct segment_slot *slot = &job->slots[i];
+		uint64_t bits[PHUB_ENGINE_BITMAP_WORDS];
+		uint32_t it1, it2;
+		uint16_t seen;
+
+		it1 = __atomic_load_n(&slot->next_iteration, __ATOMIC_ACQUIRE);
+		if (it1 != oldest)
+			continue;
+		for (unsigned int w = 0; w < PHUB_ENGINE_BITMAP_WORDS; w++)
+			bits[w] = __atomic_load_n(&slot->seen_bits[w], __ATOMIC_RELAXED);
+		seen = __atomic_load_n(&slot->seen, __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		it2 = __atomic_load_n(&slot->next_iteration, __ATOMIC_RELAXED);
+		/*
+		 * Nobody pushed this segment yet (nobody waits), or it changed while
+		 * we read it: the bits and the count disagree, or it moved on.
+		 */
+		if (seen == 0 || it1 != it2 || popcount_bits(bits) != seen)
+			continue;
+		for (unsigned int w = 0; w < PHUB_ENGINE_BITMAP_WORDS; w++)
+			waiting[w] |= ~bits[w];
+	}
+	/* Only the job's ranks: the bits past world_size were never set. */
+	for (unsigned int w = 0; w < PHUB_ENGINE_BITMAP_WORDS; w++) {
+		unsigned int lo = w * 64;
+
+		if (lo >= job->world_size)
+			waiting[w] = 0;
+		else if (job->world_size - lo < 64)
+			waiting[w] &= (UINT64_C(1) << (job->world_size - lo)) - 1;
+		n += __builtin_popcountll(waiting[w]);
+	}
+	return n;
 }

@@ -395,7 +395,7 @@ header_build(const struct phub_engine_job *job, uint32_t iteration, uint32_t fla
 	put_u64(h + H_NONCE, job->nonce);
 	put_u64(h + H_N_ELEMS, job->n_elems);
 	put_u32(h + H_ITERATION, iteration);
-	put_u32(h + H_FLAGS, flags);
+	put_u32(h + H_FLAGS, flags | (job->deterministic ? PHUB_ENGINE_CKPT_F_DETERMINISTIC : 0));
 	/* The layout was cut with fp32-sized chunks of chunk_elems elements. */
 	put_u32(h + H_CHUNK_BYTES, phub_layout_chunk_elems(job->layout) *
 			PHUB_LAYOUT_MODEL_ELEM_SIZE);
@@ -769,6 +769,8 @@ phub_engine_ckpt_restore(struct phub_engine *engine, int fd,
 	p.memory_limit_bytes = rp->memory_limit_bytes;
 	p.allocator = rp->allocator;
 	p.checkpoint_shadow = rp->checkpoint_shadow;
+	/* A job restored keeps its summation order: a deterministic run stays one. */
+	p.deterministic = (info->flags & PHUB_ENGINE_CKPT_F_DETERMINISTIC) != 0;
 	job = phub_engine_job_create(engine, &p);
 	free(keys);
 	if (job == NULL) {

@@ -3,18 +3,8 @@
 
 #include <math.h>
 #include <string.h>
-#include <time.h>
 
 #include "engine_priv.h"
-
-static inline uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* The MODEL payload of an element in the wire dtype (fp16, bf16 jobs). */
 static inline void *
@@ -38,7 +28,8 @@ drop(struct phub_engine_reply *reply, struct phub_engine_stats *stats, enum phub
  */
 static struct segment_slot *
 request_check(struct phub_engine_job *job, const struct phub_engine_request *req,
-		uint64_t *elem, struct phub_engine_reply *reply, struct phub_engine_stats *stats)
+		uint64_t *elem, struct rank_cell **cell, struct phub_engine_reply *reply,
+		struct phub_engine_stats *stats)
 {
 	const struct rank_session *s;
 	struct phub_layout_chunk chunk;
@@ -84,13 +75,30 @@ request_check(struct phub_engine_job *job, const struct phub_engine_request *req
 		return NULL;
 	}
 	*elem = chunk.elem_base + req->elem_offset;
+	/* The chunk's server names the row this thread alone writes. */
+	*cell = &job->cells[(size_t)(chunk.server < job->n_cell_rows ? chunk.server : 0) *
+			job->cell_row_len + req->rank];
 	return &job->slots[job->chunk_first_segment[req->chunk_id] + req->seg_index];
 }
 
-static inline bool
-slot_has_rank(const struct segment_slot *slot, uint16_t rank)
+/* A valid request of the rank came in at now: its liveness, for telemetry and timeouts. */
+static inline void
+cell_heard(struct rank_cell *cell, uint64_t now)
 {
-	return (slot->seen_bits[rank / 64] >> (rank % 64)) & 1;
+	atomic_store_explicit(&cell->heard_ns, now, memory_order_relaxed);
+}
+
+static inline void
+cell_pushed(struct rank_cell *cell, uint32_t iteration)
+{
+	/* One writer per cell: a plain read-compare-store is enough. */
+	if (!atomic_load_explicit(&cell->pushed, memory_order_relaxed)) {
+		atomic_store_explicit(&cell->newest_iteration, iteration, memory_order_relaxed);
+		atomic_store_explicit(&cell->pushed, 1, memory_order_relaxed);
+	} else if (phub_wire_iter_cmp(iteration, atomic_load_explicit(&cell->newest_iteration,
+			memory_order_relaxed)) > 0) {
+		atomic_store_explicit(&cell->newest_iteration, iteration, memory_order_relaxed);
+	}
 }
 
 /*
@@ -139,49 +147,126 @@ push_initial(struct phub_engine_job *job, const struct phub_engine_request *req,
 	(void)stats;
 }
 
+/* The fused last-arrival step: acc (NULL: none) + grad, the optimizer, the MODEL payload. */
+static void
+push_last(struct phub_engine_job *job, const float *acc, const void *grad,
+		const struct phub_engine_request *req, uint64_t elem, uint64_t t0,
+		struct phub_engine_stats *stats)
+{
+	const struct phub_kernels *k = phub_kernels_get();
+	struct phub_opt_step step;
+	struct phub_opt_buffers buf = {
+		.acc = acc,
+		.grad = grad,
+		.weight = job->model + elem,
+		.m = job->state[0] != NULL ? job->state[0] + elem : NULL,
+		.v = job->state[1] != NULL ? job->state[1] + elem : NULL,
+		.out = job->model_wire != NULL ? wire_at(job, elem) : NULL,
+		.grad_dtype = job->dtype,
+		.out_dtype = job->dtype,
+	};
+
+	/* Iteration t is the t-th update: Adam's bias correction counts from 1. */
+	phub_opt_step_init(&step, &job->optimizer, req->iteration, job->world_size);
+	k->last(&buf, req->elem_count, &job->optimizer, &step);
+	stats->opt_ns += engine_now_ns() - t0;
+}
+
+/* Default mode: the segment is added in arrival order. */
 static void
 push_gradient(struct phub_engine_job *job, const struct segment_slot *slot,
-		const struct phub_engine_request *req, uint64_t elem, bool last,
+		const struct phub_engine_request *req, uint64_t elem, bool last, uint64_t t0,
 		struct phub_engine_stats *stats)
 {
 	const struct phub_kernels *k = phub_kernels_get();
 	float *acc = job->agg + elem;
-	uint64_t t0 = now_ns();
 
-	if (!last) {
-		if (slot->seen == 0)
-			k->first(acc, req->payload, job->dtype, req->elem_count);
-		else
-			k->add(acc, req->payload, job->dtype, req->elem_count);
-		stats->agg_ns += now_ns() - t0;
-	} else {
-		struct phub_opt_step step;
-		struct phub_opt_buffers buf = {
-			.acc = slot->seen == 0 ? NULL : acc,
-			.grad = req->payload,
-			.weight = job->model + elem,
-			.m = job->state[0] != NULL ? job->state[0] + elem : NULL,
-			.v = job->state[1] != NULL ? job->state[1] + elem : NULL,
-			.out = job->model_wire != NULL ? wire_at(job, elem) : NULL,
-			.grad_dtype = job->dtype,
-			.out_dtype = job->dtype,
-		};
-
-		/* Iteration t is the t-th update: Adam's bias correction counts from 1. */
-		phub_opt_step_init(&step, &job->optimizer, req->iteration, job->world_size);
-		k->last(&buf, req->elem_count, &job->optimizer, &step);
-		stats->opt_ns += now_ns() - t0;
+	if (last) {
+		push_last(job, slot->seen == 0 ? NULL : acc, req->payload, req, elem, t0, stats);
+		return;
 	}
+	if (slot->seen == 0)
+		k->first(acc, req->payload, job->dtype, req->elem_count);
+	else
+		k->add(acc, req->payload, job->dtype, req->elem_count);
+	stats->agg_ns += engine_now_ns() - t0;
 }
 
+/* Where rank (>= 1) keeps its copy of the segment at elem until its turn. */
+static inline uint8_t *
+staged_at(const struct phub_engine_job *job, uint16_t rank, uint64_t elem)
+{
+	size_t size = phub_dtype_size(job->dtype);
+
+	return job->staging + ((size_t)(rank - 1u) * job->n_elems + elem) * size;
+}
+
+static inline bool
+slot_has_rank(const struct segment_slot *slot, uint16_t rank)
+{
+	return (slot->seen_bits[rank / 64] >> (rank % 64)) & 1;
+}
+
+/*
+ * Deterministic mode: ranks are added in rank order, ((g0 + g1) + g2) + ...,
+ * the last one by the fused step, as the reference computes them. An arrival
+ * that is not the next to add waits in the staging buffer; the next one is
+ * added at once together with every staged rank that follows it, in one pass
+ * of the sum kernel, so that in-order arrivals are never copied.
+ */
+static void
+push_ordered(struct phub_engine_job *job, struct segment_slot *slot,
+		const struct phub_engine_request *req, uint64_t elem, bool last, uint64_t t0,
+		struct phub_engine_stats *stats)
+{
+	const struct phub_kernels *k = phub_kernels_get();
+	const void *srcs[PHUB_ENGINE_MAX_WORKERS];
+	uint16_t world = job->world_size;
+	uint16_t r = req->rank;
+	uint16_t from = slot->next_add, to;
+	unsigned int n = 0;
+	float *acc = job->agg + elem;
+
+	if (r != from && !last) {
+		memcpy(staged_at(job, r, elem), req->payload, req->payload_len);
+		stats->agg_ns += engine_now_ns() - t0;
+		return;
+	}
+	/* Every rank from the cursor on that is present, this one included. */
+	to = last ? world - 1 : from;
+	if (!last) {
+		while (to < world && (to == r || slot_has_rank(slot, to)))
+			to++;
+	}
+	for (uint16_t i = from; i < to; i++)
+		srcs[n++] = i == r ? req->payload : staged_at(job, i, elem);
+	if (n > 0)
+		k->sum(acc, from > 0, srcs, n, job->dtype, req->elem_count);
+	slot->next_add = to;
+	if (!last) {
+		stats->agg_ns += engine_now_ns() - t0;
+		return;
+	}
+	push_last(job, world > 1 ? acc : NULL,
+			world - 1 == r ? req->payload : staged_at(job, world - 1, elem), req, elem,
+			t0, stats);
+}
+
+/*
+ * The slot's next iteration begins. Stored with atomics so that telemetry
+ * reads whole words; the iteration goes last, with release, so that a reader
+ * that sees it unchanged around its reads knows the rest is from one state.
+ */
 static void
 slot_complete(struct phub_engine_job *job, struct segment_slot *slot,
 		struct phub_engine_stats *stats)
 {
 	engine_ckpt_segment_done(job, slot);
-	slot->next_iteration++;
-	slot->seen = 0;
-	memset(slot->seen_bits, 0, sizeof(slot->seen_bits));
+	for (unsigned int w = 0; w < PHUB_ENGINE_BITMAP_WORDS; w++)
+		__atomic_store_n(&slot->seen_bits[w], 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&slot->seen, 0, __ATOMIC_RELAXED);
+	slot->next_add = 0;
+	__atomic_store_n(&slot->next_iteration, slot->next_iteration + 1, __ATOMIC_RELEASE);
 	stats->segments_completed++;
 	atomic_fetch_add_explicit(&job->segments_completed, 1, memory_order_relaxed);
 }
@@ -191,13 +276,16 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 		struct phub_engine_reply *reply, struct phub_engine_stats *stats)
 {
 	struct segment_slot *slot;
-	uint64_t elem;
+	struct rank_cell *cell;
+	uint64_t elem, now;
 	int32_t ahead;
 	bool last;
 
-	slot = request_check(job, req, &elem, reply, stats);
+	slot = request_check(job, req, &elem, &cell, reply, stats);
 	if (slot == NULL)
 		return;
+	now = engine_now_ns();
+	cell_heard(cell, now);
 	/* The payload must be the job's dtype and exactly the segment. */
 	if (req->dtype != job->dtype) {
 		drop(reply, stats, PHUB_DROP_DTYPE_MISMATCH);
@@ -214,6 +302,7 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 	ahead = (int32_t)(req->iteration - slot->next_iteration);
 	if (ahead == -1 && slot_has_model(slot)) {
 		/* Its MODEL was lost: the finished iteration's model answers it. */
+		cell_pushed(cell, req->iteration);
 		stats->models_resent++;
 		reply_model(job, elem, req->elem_count, req->iteration, PHUB_ENGINE_MODEL_ONE,
 				reply);
@@ -227,6 +316,7 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 		drop(reply, stats, PHUB_DROP_FUTURE_ITERATION);
 		return;
 	}
+	cell_pushed(cell, req->iteration);
 	if (slot_has_rank(slot, req->rank)) {
 		/* A retransmission whose ACK was lost: ACK again, add nothing. */
 		stats->duplicates++;
@@ -238,12 +328,16 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 	last = slot->seen + 1 == job->world_size;
 	if (req->iteration == 0)
 		push_initial(job, req, elem, stats);
+	else if (job->deterministic)
+		push_ordered(job, slot, req, elem, last, now, stats);
 	else
-		push_gradient(job, slot, req, elem, last, stats);
+		push_gradient(job, slot, req, elem, last, now, stats);
 	stats->pushes++;
 	stats->push_bytes += req->payload_len;
-	slot->seen_bits[req->rank / 64] |= UINT64_C(1) << (req->rank % 64);
-	slot->seen++;
+	/* The bit before the count: a reader that sees them agree saw one state. */
+	__atomic_store_n(&slot->seen_bits[req->rank / 64], slot->seen_bits[req->rank / 64] |
+			UINT64_C(1) << (req->rank % 64), __ATOMIC_RELAXED);
+	__atomic_store_n(&slot->seen, (uint16_t)(slot->seen + 1), __ATOMIC_RELAXED);
 
 	if (!last) {
 		reply->actions = PHUB_ENGINE_ACK;
@@ -260,11 +354,13 @@ phub_engine_pull(struct phub_engine_job *job, const struct phub_engine_request *
 		struct phub_engine_reply *reply, struct phub_engine_stats *stats)
 {
 	struct segment_slot *slot;
+	struct rank_cell *cell;
 	uint64_t elem;
 
-	slot = request_check(job, req, &elem, reply, stats);
+	slot = request_check(job, req, &elem, &cell, reply, stats);
 	if (slot == NULL)
 		return;
+	cell_heard(cell, engine_now_ns());
 	if (req->retransmit)
 		stats->retransmits_seen++;
 	/* Only a finished iteration has a model to give. */

@@ -6,10 +6,21 @@
 
 #include <stdalign.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "phub_engine.h"
 
 #define PHUB_ENGINE_ALIGN 64
+
+/* CLOCK_MONOTONIC in nanoseconds: the clock of every engine timestamp (vDSO, no system call). */
+static inline uint64_t
+engine_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /*
  * The state of one segment of one chunk. Only the lcore that owns the chunk
@@ -18,15 +29,33 @@
  */
 struct segment_slot {
 	alignas(PHUB_ENGINE_ALIGN) uint32_t next_iteration;	/* being aggregated */
-	uint16_t seen;						/* ranks added so far */
-	uint16_t reserved;
+	uint16_t seen;						/* ranks in so far */
+	/*
+	 * Deterministic jobs: the next rank to add. Ranks below it are summed
+	 * into the aggregation buffer; present ranks at or above it wait in the
+	 * staging buffer. Always 0 in the default mode.
+	 */
+	uint16_t next_add;
 	uint64_t seen_bits[PHUB_ENGINE_BITMAP_WORDS];
+};
+
+/*
+ * What one server's lcore last saw of one rank. A row of world_size cells
+ * per server (a (port, queue) pair, owned by one lcore): one writer per cell,
+ * relaxed atomics so that the telemetry and control threads read whole values.
+ * Rows are cache-aligned so that two lcores never write one line.
+ */
+struct rank_cell {
+	_Atomic uint64_t heard_ns;		/* newest valid PUSH or PULL; 0: none */
+	_Atomic uint32_t newest_iteration;	/* newest iteration pushed (valid if pushed) */
+	_Atomic uint32_t pushed;		/* 1 once the rank pushed through this server */
 };
 
 /* One rank's session: written by the control thread, read by data threads. */
 struct rank_session {
 	_Atomic uint64_t token;		/* 0: not joined */
 	_Atomic uint64_t peer;		/* ipv4 << 16 | udp port */
+	_Atomic uint64_t heard_ns;	/* JOIN or keep-alive, written by the control thread */
 	uint8_t mac[6];
 };
 
@@ -59,6 +88,12 @@ struct phub_engine_job {
 	float *agg;
 	float *state[2];
 	void *model_wire;	/* model in the wire dtype; NULL for fp32 */
+	/* Deterministic jobs: ranks 1 .. world_size - 1 times n_elems wire elements. */
+	uint8_t *staging;
+	struct rank_cell *cells;	/* n_cell_rows rows of cell_row_len cells */
+	uint32_t cell_row_len;
+	uint32_t n_cell_rows;
+	bool deterministic;
 	struct phub_optimizer_params optimizer;
 	struct phub_layout *layout;
 	struct rank_session ranks[PHUB_ENGINE_MAX_WORKERS];
@@ -68,6 +103,7 @@ struct phub_engine_job {
 	_Atomic uint64_t segments_completed;
 	uint64_t nonce;
 	uint32_t first_iteration;
+	uint64_t created_ns;
 	uint64_t memory_bytes;
 	struct phub_engine_allocator allocator;
 	char name[PHUB_ENGINE_NAME_MAX];

@@ -71,6 +71,12 @@ struct phub_engine_job_params {
 	 * threads fill at a chosen iteration, engine_ckpt.c); counted in the memory limit.
 	 */
 	bool checkpoint_shadow;
+	/*
+	 * Sum each segment in rank order whatever order the ranks arrive in, so
+	 * that the model is bit-identical to a loss-free run's. Costs a staging
+	 * buffer of (world_size - 1) x the model in the wire dtype.
+	 */
+	bool deterministic;
 };
 
 /* Counters of one data thread; only that thread writes them. */
@@ -179,6 +185,7 @@ struct phub_engine_job_info {
 	uint32_t iteration_min;		/* every segment has finished this iteration */
 	uint32_t iteration_max;		/* some segment has finished this iteration */
 	uint64_t segments_completed;	/* since creation, all lcores */
+	bool deterministic;
 };
 
 void phub_engine_job_get_info(const struct phub_engine_job *job, struct phub_engine_job_info *info);
@@ -302,5 +309,47 @@ int phub_engine_ckpt_peek(int fd, struct phub_engine_ckpt_info *info, char *err,
 struct phub_engine_job *phub_engine_ckpt_restore(struct phub_engine *engine, int fd,
 		const struct phub_engine_ckpt_restore_params *params,
 		struct phub_engine_ckpt_info *info, char *err, size_t errlen);
+bool phub_engine_job_deterministic(const struct phub_engine_job *job);
+
+/*
+ * A keep-alive (PING) of a joined rank, seen by the control thread: it counts
+ * as hearing from the rank when the token and the source are the session's.
+ * 0, or -EPERM.
+ */
+int phub_engine_job_heard(struct phub_engine_job *job, uint16_t rank, uint64_t token,
+		uint32_t src_ipv4, uint16_t src_udp_port);
+
+/* What the PBox knows of one rank's liveness and progress. */
+struct phub_engine_rank_status {
+	struct phub_engine_peer peer;	/* valid when joined */
+	bool joined;
+	bool pushed;			/* some PUSH of it was taken */
+	uint32_t newest_iteration;	/* newest iteration it pushed (valid when pushed) */
+	/*
+	 * Since the newest valid PUSH, PULL, keep-alive or JOIN of the rank; for
+	 * a rank that never joined, since the job was created.
+	 */
+	uint64_t silent_ns;
+};
+
+/*
+ * The status of a rank (< world_size): 0 or -EINVAL. Any thread; the counters
+ * are summed over the data threads with relaxed loads, each one whole.
+ */
+int phub_engine_job_rank_status(const struct phub_engine_job *job, uint16_t rank,
+		struct phub_engine_rank_status *status);
+
+/*
+ * The oldest iteration that some segment has not finished (*iteration), and
+ * the ranks it waits for (bits of waiting): those missing from a segment of
+ * that iteration that another rank has already pushed. Returns how many ranks
+ * are waited on (0: nobody waits, e.g. every rank is still computing). Any
+ * thread: a racy snapshot of slots that data threads keep changing. A slot
+ * caught in the middle of a change (its iteration moved, or its bitmap and
+ * count disagree) is skipped; a rank that pushed while the bitmap was read may
+ * still be named, but never one that has been silent.
+ */
+int phub_engine_job_waiting_on(const struct phub_engine_job *job, uint32_t *iteration,
+		uint64_t waiting[PHUB_ENGINE_BITMAP_WORDS]);
 
 #endif /* PHUB_ENGINE_H */

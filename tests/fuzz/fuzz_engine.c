@@ -7,6 +7,7 @@
  * catch a reply that points outside the model.
  */
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,23 @@ check_reply(const struct phub_engine_reply *reply, const float *model, size_t n_
 	return reply->model_bytes == (size_t)reply->elem_count * elem_size;
 }
 
+/* The telemetry views stay within the job: waited-on ranks and rank status. */
+static int
+check_views(const struct phub_engine_job *job, uint16_t rank)
+{
+	uint64_t waiting[PHUB_ENGINE_BITMAP_WORDS];
+	struct phub_engine_rank_status st;
+	uint32_t iteration;
+	int n = phub_engine_job_waiting_on(job, &iteration, waiting);
+
+	if (n < 0 || n > WORLD || (waiting[0] >> WORLD) != 0 ||
+	    (waiting[1] | waiting[2] | waiting[3]) != 0)
+		return 0;
+	if (rank >= WORLD)
+		return phub_engine_job_rank_status(job, rank, &st) == -EINVAL;
+	return phub_engine_job_rank_status(job, rank, &st) == 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int
@@ -79,6 +97,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	p.world_size = WORLD;
 	p.dtype = dtype;
 	p.optimizer.type = (enum phub_opt_type)(data[0] / 3 % 6);
+	/* Half the inputs run a deterministic job: staging and the rank-order cursor. */
+	p.deterministic = data[0] / 18 % 2;
 	p.optimizer.lr = 0.125f;
 	p.optimizer.momentum = 0.5f;
 	p.optimizer.beta1 = 0.9f;
@@ -153,6 +173,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		/* A worker moves on once a MODEL of its iteration came back. */
 		if (rank < WORLD && (reply.actions & PHUB_ENGINE_MODEL_ALL) && op.flags & 4)
 			iteration[rank]++;
+		if (!check_views(job, rank))
+			abort();
 	}
 	phub_engine_job_unpublish(engine, job);
 	phub_engine_job_free(job);

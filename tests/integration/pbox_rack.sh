@@ -39,10 +39,18 @@ server="10.$id.0.1"
 tmp=$(mktemp -d)
 failed=0
 pbox_args=()
+# Python statements on the rack's config c (a dict), run before the PBox starts.
+config_edit=
+# Ranks run as processes of their own (start_rank), by rank.
+rank_pids=()
 
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup()
 {
+	local pid
+	for pid in "${rank_pids[@]}"; do
+		kill -KILL "$pid" 2>/dev/null
+	done
 	"$vrack" down --name "$rack" >/dev/null 2>&1
 	rm -rf "$tmp"
 }
@@ -62,6 +70,15 @@ rack()
 	"$vrack" down --name "$rack" >/dev/null 2>&1
 	"$vrack" up --name "$rack" --id "$id" --workers "$workers" "$@" >"$tmp/up.log" 2>&1 ||
 		{ cat "$tmp/up.log"; echo "FAIL: the rack did not come up"; exit 1; }
+	if [ -n "$config_edit" ]; then
+		python3 - "/run/phub-vrack/$rack/pbox.json" "$config_edit" <<'PY' ||
+import json, sys
+c = json.load(open(sys.argv[1]))
+exec(sys.argv[2])
+json.dump(c, open(sys.argv[1], "w"), indent=2)
+PY
+			{ echo "FAIL: cannot edit the rack's config"; exit 1; }
+	fi
 	"$vrack" pbox-start --name "$rack" --bin "$pbox_bin" -- "${pbox_args[@]}" \
 		>"$tmp/pbox-start.log" 2>&1 ||
 		{ cat "$tmp/pbox-start.log"; echo "FAIL: the PBox did not start"; exit 1; }
@@ -149,6 +166,39 @@ pbox_restart()
 	"$vrack" pbox-start --name "$rack" --bin "$pbox_bin" -- "${pbox_args[@]}" \
 		>"$tmp/pbox-start2.log" 2>&1 ||
 		{ cat "$tmp/pbox-start2.log"; echo "FAIL: the PBox did not start again"; exit 1; }
+}
+
+# start_rank OUT RANK WORKERS [phub-bench options...]: one rank as a phub-bench process of its
+# own, in the background, so that it alone can be stopped or killed.
+start_rank()
+{
+	local out=$1 r=$2 workers=$3
+	shift 3
+	"$bench_bin" --server "$server" --workers "$workers" --rank "$r" \
+		--netns-prefix "$rack-w" --json --quiet --timeout 120 "$@" >"$out" 2>"$out.err" &
+	rank_pids[r]=$!
+}
+
+# The worker process of rank R (the child of its phub-bench): the one that talks to the PBox.
+rank_worker()
+{
+	pgrep -P "${rank_pids[$1]}" | head -n 1
+}
+
+# wait_job_iterations JOB N: until the job has finished N iterations (30 s at most).
+wait_job_iterations()
+{
+	local i reached
+	for i in $(seq 300); do
+		reached=$(telemetry "/phub/job,$1" | python3 -c 'import json, sys
+for line in sys.stdin:
+    if line.strip().startswith("{"):
+        print(json.loads(line).get("/phub/job", {}).get("iterations_done", 0))' 2>/dev/null)
+		[ "${reached:-0}" -ge "$2" ] && return 0
+		sleep 0.1
+	done
+	fail "job $1 did not reach iteration $2 (at ${reached:-none})"
+	return 1
 }
 
 # A layout of keys that are not multiples of a segment (352 fp32 at MTU 1500) or of a chunk
@@ -403,6 +453,124 @@ sigterm-running)
 		fail "the restarted PBox did not restore iteration ${saved:-none}"
 	bench_wait "$tmp/r.json" &&
 		expect "$tmp/r.json" 'r["verified"]' 'r["reconnects"] == 3'
+	;;
+deterministic)
+	# Gradients whose sums round, 1% loss on worker 1's link: arrivals out of rank order,
+	# yet the deterministic job's model is the rank-order reference bit for bit.
+	rack 3 --netem "w1:loss 1%"
+	bench "$tmp/r.json" 3 --layout "$mixed_layout" --iterations 8 --gradients random \
+		--deterministic --job det &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' 'r["deterministic"]' \
+			'r["verify_mode"] == "exact"' 'r["retransmits"] + r["pulls"] > 0'
+	# The same in the default mode: sums in arrival order, right within tolerance.
+	bench "$tmp/arrival.json" 3 --layout "$mixed_layout" --iterations 8 --gradients random \
+		--job arrival &&
+		expect "$tmp/arrival.json" 'r["verified"]' 'r["verify_mode"] == "tolerance"'
+	python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))
+print("arrival order: bitwise %s, max abs error %g" % (r["bitwise"], r["max_abs_error"]))' \
+		"$tmp/arrival.json"
+	# A rank that asks otherwise than the job is refused with LAYOUT_MISMATCH.
+	start_rank "$tmp/m0.json" 0 2 --keys 2 --key-elems 100 --job mixed --deterministic \
+		--connect-timeout-ms 3000
+	sleep 0.5
+	timeout 30 "$bench_bin" --server "$server" --workers 2 --rank 1 --netns-prefix "$rack-w" \
+		--quiet --keys 2 --key-elems 100 --job mixed --connect-timeout-ms 3000 \
+		>/dev/null 2>"$tmp/m1.err" && fail "a default rank joined a deterministic job"
+	grep -q layout_mismatch "$tmp/m1.err" ||
+		{ fail "no layout_mismatch for the rank that differs"; cat "$tmp/m1.err"; }
+	wait "${rank_pids[0]}"
+	;;
+straggler)
+	# Rank 1's worker stops (SIGSTOP) mid-run: telemetry names it as the rank the oldest
+	# iteration waits on, and as the one not heard from; after SIGCONT the run ends exact.
+	rack 3
+	for r in 0 1 2; do
+		start_rank "$tmp/s$r.json" "$r" 3 --keys 8 --key-elems 100000 --iterations 50 \
+			--job strag
+	done
+	if wait_job_iterations strag 3; then
+		victim=$(rank_worker 1)
+		kill -STOP "$victim"
+		sleep 3
+		telemetry /phub/job,strag >"$tmp/tel.json"
+		kill -CONT "$victim"
+		python3 - "$tmp/tel.json" <<'PY' || fail "telemetry does not name the stopped rank"
+import json, sys
+j = {}
+for line in open(sys.argv[1]):
+    if line.strip().startswith("{"):
+        j = json.loads(line)["/phub/job"]
+ranks = {r: j["rank_%d" % r] for r in range(3)}
+print("waiting_on", j["waiting_on"], "at iteration", j["waiting_iteration"],
+      {r: (v["last_heard_ms"], v.get("newest_iteration"), v.get("lag")) for r, v in ranks.items()})
+assert j["waiting_on"] == [1]
+assert ranks[1]["last_heard_ms"] >= 2500
+assert all(ranks[r]["last_heard_ms"] < ranks[1]["last_heard_ms"] - 1000 for r in (0, 2))
+assert all(v["address"].startswith("10.") for v in ranks.values())
+PY
+	fi
+	for r in 0 1 2; do
+		wait "${rank_pids[r]}" || fail "rank $r failed: $(tail -n 2 "$tmp/s$r.json.err")"
+		expect "$tmp/s$r.json" 'r["verified"]' 'r["bitwise"]'
+	done
+	;;
+worker-timeout)
+	# Rank 2 is killed (SIGKILL) and never comes back: after timeouts.worker_dead_ms the
+	# PBox tells ranks 0 and 1 (ERROR worker_timeout, which they report) and frees the job.
+	config_edit='c.setdefault("timeouts", {})["worker_dead_ms"] = 1500'
+	rack 3
+	for r in 0 1 2; do
+		start_rank "$tmp/t$r.json" "$r" 3 --layout "$mixed_layout" --iterations 100000 \
+			--job doomed
+	done
+	if wait_job_iterations doomed 3; then
+		kill -KILL "${rank_pids[2]}"
+		start=$(date +%s%N)
+		# (bash's note on the killed job goes to /dev/null)
+		{
+			for r in 0 1; do
+				wait "${rank_pids[r]}" && fail "rank $r succeeded without rank 2"
+			done
+			wait "${rank_pids[2]}"
+		} 2>/dev/null
+		grep -m 1 worker_timeout "$tmp/t0.json.err"
+		elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+		echo "ranks 0 and 1 ended $elapsed_ms ms after rank 2 was killed"
+		# worker_dead_ms, two liveness checks, the LEAVE the workers still try: 4 s of slack
+		[ "$elapsed_ms" -lt 5500 ] || fail "the other ranks waited $elapsed_ms ms"
+		for r in 0 1; do
+			grep -q 'worker_timeout: rank 2 silent for [0-9]* ms' "$tmp/t$r.json.err" ||
+				{ fail "rank $r does not say why"; tail -n 3 "$tmp/t$r.json.err"; }
+		done
+		grep -q 'rank 2 silent for' "/run/phub-vrack/$rack/pbox.log" ||
+			fail "the PBox did not log the timeout"
+		telemetry /phub/jobs | grep -q '"/phub/jobs": {}' || fail "the job was not freed"
+	fi
+	;;
+worker-rejoin)
+	# Rank 2 is killed and started again before timeouts.worker_dead_ms: it joins from a new
+	# address (a new session), resumes where the job is, and every model is exact.
+	config_edit='c.setdefault("timeouts", {})["worker_dead_ms"] = 5000'
+	rack 3
+	for r in 0 1 2; do
+		start_rank "$tmp/j$r.json" "$r" 3 --keys 8 --key-elems 100000 --iterations 50 \
+			--job phoenix
+	done
+	if wait_job_iterations phoenix 5; then
+		kill -KILL "${rank_pids[2]}"
+		{ wait "${rank_pids[2]}"; } 2>/dev/null
+		sleep 0.5
+		start_rank "$tmp/j2b.json" 2 3 --keys 8 --key-elems 100000 --iterations 50 \
+			--job phoenix
+		for r in 0 1 2; do
+			wait "${rank_pids[r]}" || fail "rank $r failed: $(tail -n 2 "$tmp/j$r.json.err")"
+		done
+		grep -q 'resumes job' "$tmp/j2b.json.err" || fail "rank 2 did not resume"
+		cat "$tmp/j2b.json.err"
+		for f in j0 j1 j2b; do
+			expect "$tmp/$f.json" 'r["verified"]' 'r["bitwise"]'
+		done
+	fi
 	;;
 *)
 	echo "FAIL: unknown scenario $scenario"

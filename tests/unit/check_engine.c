@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <check.h>
 
@@ -301,7 +302,8 @@ END_TEST
  * A deterministic lossy network between W workers and one engine. Gradients
  * are small integers, so that every partial sum is exact in fp32 whatever the
  * order of arrival, and the reference (the scalar kernels applied in rank
- * order) must match the engine bit for bit.
+ * order) must match the engine bit for bit; or random fractions, whose sums
+ * round differently in each order, so that only a deterministic job matches.
  */
 enum { MAX_W = 4, ITERATIONS = 6, MAX_MSGS = 4096 };
 
@@ -331,6 +333,7 @@ struct sim {
 	uint64_t rng;
 	unsigned int loss_pct, dup_pct;
 	uint64_t lost;
+	bool random;		/* random fractions rather than small integers */
 };
 
 static uint32_t
@@ -342,12 +345,29 @@ sim_rand(struct sim *s)
 	return (uint32_t)(s->rng >> 11);
 }
 
-static float
-gradient(uint16_t rank, uint32_t iteration, uint64_t elem)
+static uint64_t
+mix64(uint64_t x)
 {
+	x ^= x >> 30;
+	x *= UINT64_C(0xbf58476d1ce4e5b9);
+	x ^= x >> 27;
+	x *= UINT64_C(0x94d049bb133111eb);
+	return x ^ (x >> 31);
+}
+
+static float
+gradient(bool random, uint16_t rank, uint32_t iteration, uint64_t elem)
+{
+	uint64_t h;
+
+	/* Iteration 0: the initial weights, the same on every rank. */
 	if (iteration == 0)
-		return (float)(elem % 5) * 0.25f;	/* the initial weights, the same on every rank */
-	return (float)((int)((elem * 7 + rank * 13 + iteration * 3) % 17) - 8);
+		return (float)(elem % 5) * 0.25f;
+	if (!random)
+		return (float)((int)((elem * 7 + rank * 13 + iteration * 3) % 17) - 8);
+	/* Uniform in (-4, 4) with every bit of the significand used: sums round. */
+	h = mix64(((uint64_t)rank << 48) ^ ((uint64_t)iteration << 32) ^ elem);
+	return (float)(((double)(h >> 11) * 0x1p-53 - 0.5) * 8.0);
 }
 
 static void
@@ -416,7 +436,8 @@ sim_deliver_to_pbox(struct sim *s, const struct sim_msg *m, struct phub_engine_s
 	phub_layout_chunk_get(layout, m->chunk, &info);
 	phub_layout_segment_get(layout, m->chunk, m->seg, &seg);
 	for (uint32_t i = 0; i < seg.n_elems; i++)
-		payload[i] = gradient(m->rank, m->iteration, info.elem_base + seg.elem_offset + i);
+		payload[i] = gradient(s->random, m->rank, m->iteration,
+				info.elem_base + seg.elem_offset + i);
 	r = request(s->job, m->rank, s->token[m->rank], m->chunk, m->seg, m->iteration, payload);
 	if (m->pull)
 		phub_engine_pull(s->job, &r, &reply, stats);
@@ -499,7 +520,8 @@ sim_timeout(struct sim *s, uint16_t rank)
 
 /* The model every worker must end with: the scalar kernels in rank order. */
 static float *
-reference_model(uint16_t world, const struct phub_optimizer_params *opt, uint64_t n_elems)
+reference_model(uint16_t world, bool random, const struct phub_optimizer_params *opt,
+		uint64_t n_elems)
 {
 	const struct phub_kernels *k = phub_kernels_for_isa(PHUB_ISA_SCALAR);
 	float *w = calloc(n_elems, sizeof(float));
@@ -509,7 +531,7 @@ reference_model(uint16_t world, const struct phub_optimizer_params *opt, uint64_
 	float *g = calloc(n_elems, sizeof(float));
 
 	for (uint64_t i = 0; i < n_elems; i++)
-		w[i] = gradient(0, 0, i);
+		w[i] = gradient(random, 0, 0, i);
 	for (uint32_t t = 1; t <= ITERATIONS; t++) {
 		struct phub_opt_step step;
 		struct phub_opt_buffers buf = {
@@ -519,7 +541,7 @@ reference_model(uint16_t world, const struct phub_optimizer_params *opt, uint64_
 
 		for (uint16_t r = 0; r < world; r++) {
 			for (uint64_t i = 0; i < n_elems; i++)
-				g[i] = gradient(r, t, i);
+				g[i] = gradient(random, r, t, i);
 			if (r == 0 && world > 1)
 				k->first(acc, g, PHUB_DTYPE_FP32, n_elems);
 			else if (r + 1 < world)
@@ -535,29 +557,51 @@ reference_model(uint16_t world, const struct phub_optimizer_params *opt, uint64_
 	return w;
 }
 
-static void
-run_lossy_exchange(uint16_t world, enum phub_opt_type opt, unsigned int loss_pct,
-		unsigned int dup_pct, uint64_t seed)
+/* One simulated run: the network, the job's mode and what the check demands. */
+struct exchange {
+	uint16_t world;
+	enum phub_opt_type opt;
+	unsigned int loss_pct;
+	unsigned int dup_pct;
+	uint64_t seed;
+	bool random;		/* random fractions as gradients */
+	bool deterministic;	/* the job sums in rank order */
+	bool expect_exact;	/* the model must be the reference bit for bit */
+};
+
+/*
+ * Run the exchange to the end and check it; returns the largest difference
+ * of the engine's model from the reference relative to max(|reference|, 1)
+ * (0 when bit-identical).
+ */
+static double
+run_exchange(const struct exchange *x)
 {
 	struct phub_engine *engine = phub_engine_create();
-	struct phub_engine_job_params p = test_params(world, PHUB_DTYPE_FP32, opt);
+	struct phub_engine_job_params p = test_params(x->world, PHUB_DTYPE_FP32, x->opt);
 	struct phub_engine_stats stats;
 	struct phub_engine_job_info info;
 	struct sim *s = calloc(1, sizeof(*s));
+	uint16_t world = x->world;
+	const float *got;
+	double worst = 0;
 	float *ref;
 	unsigned int rounds = 0;
 	int done;
 
 	memset(&stats, 0, sizeof(stats));
+	p.deterministic = x->deterministic;
 	s->job = phub_engine_job_create(engine, &p);
 	ck_assert_ptr_nonnull(s->job);
 	phub_engine_job_get_info(s->job, &info);
+	ck_assert(info.deterministic == x->deterministic);
 	s->world = world;
 	s->n_chunks = info.n_chunks;
 	s->n_segments = info.n_segments;
-	s->rng = seed;
-	s->loss_pct = loss_pct;
-	s->dup_pct = dup_pct;
+	s->rng = x->seed;
+	s->loss_pct = x->loss_pct;
+	s->dup_pct = x->dup_pct;
+	s->random = x->random;
 	for (uint16_t r = 0; r < world; r++) {
 		s->token[r] = join(s->job, r);
 		s->state[r] = calloc(info.n_segments, 1);
@@ -586,10 +630,19 @@ run_lossy_exchange(uint16_t world, enum phub_opt_type opt, unsigned int loss_pct
 		ck_assert_uint_lt(++rounds, 10000);
 	} while (!done);
 
-	ref = reference_model(world, &p.optimizer, info.n_elems);
-	ck_assert_mem_eq(phub_engine_job_model(s->job), ref, info.n_elems * sizeof(float));
+	ref = reference_model(world, x->random, &p.optimizer, info.n_elems);
+	got = phub_engine_job_model(s->job);
+	if (x->expect_exact)
+		ck_assert_mem_eq(got, ref, info.n_elems * sizeof(float));
+	for (uint64_t i = 0; i < info.n_elems; i++) {
+		double d = fabs((double)got[i] - (double)ref[i]) / fmax(fabs((double)ref[i]), 1.0);
+
+		ck_assert(!isnan(d));
+		worst = d > worst ? d : worst;
+	}
 	for (uint16_t r = 0; r < world; r++) {
-		ck_assert_mem_eq(s->worker_model[r], ref, info.n_elems * sizeof(float));
+		/* Every worker holds the PBox's model, whatever it is. */
+		ck_assert_mem_eq(s->worker_model[r], got, info.n_elems * sizeof(float));
 		free(s->state[r]);
 		free(s->worker_model[r]);
 	}
@@ -599,11 +652,24 @@ run_lossy_exchange(uint16_t world, enum phub_opt_type opt, unsigned int loss_pct
 	ck_assert_uint_eq(stats.segments_completed, (uint64_t)info.n_segments * (ITERATIONS + 1));
 	/* Every accepted push was added exactly once. */
 	ck_assert_uint_eq(stats.pushes, (uint64_t)info.n_segments * (ITERATIONS + 1) * world);
-	if (loss_pct > 0)
+	if (x->loss_pct > 0)
 		ck_assert_uint_gt(s->lost, 0);
 	free(ref);
 	free(s);
 	phub_engine_free(engine);
+	return worst;
+}
+
+static void
+run_lossy_exchange(uint16_t world, enum phub_opt_type opt, unsigned int loss_pct,
+		unsigned int dup_pct, uint64_t seed)
+{
+	struct exchange x = {
+		.world = world, .opt = opt, .loss_pct = loss_pct, .dup_pct = dup_pct,
+		.seed = seed, .expect_exact = true,
+	};
+
+	run_exchange(&x);
 }
 
 START_TEST(test_exchange_without_loss_gives_the_reference_model)
@@ -666,6 +732,264 @@ START_TEST(test_fp16_job_keeps_the_model_in_fp32_and_sends_fp16)
 }
 END_TEST
 
+/* Every segment of the job pushed by rank at iteration with a zero gradient. */
+static void
+push_all(struct phub_engine_job *job, uint16_t rank, uint64_t token, uint32_t iteration,
+		struct phub_engine_stats *stats)
+{
+	const struct phub_layout *layout = phub_engine_job_layout(job);
+	static const float zeros[SEG_ELEMS];
+	struct phub_engine_reply reply;
+
+	for (uint32_t c = 0; c < phub_layout_chunk_count(layout); c++) {
+		struct phub_layout_chunk info;
+
+		phub_layout_chunk_get(layout, c, &info);
+		for (uint16_t g = 0; g < info.n_segments; g++) {
+			struct phub_engine_request r = request(job, rank, token, c, g, iteration,
+					zeros);
+
+			phub_engine_push(job, &r, &reply, stats);
+			ck_assert_uint_ne(reply.actions, PHUB_ENGINE_DROP);
+		}
+	}
+}
+
+START_TEST(test_deterministic_job_sums_in_rank_order_whatever_the_arrival_order)
+{
+	static const uint16_t orders[6][3] = {
+		{ 0, 1, 2 }, { 0, 2, 1 }, { 1, 0, 2 }, { 1, 2, 0 }, { 2, 0, 1 }, { 2, 1, 0 },
+	};
+	/* (1 + 1e8) - 1e8 is 0 in fp32; 1 + (1e8 - 1e8) is 1: the order shows. */
+	static const float values[3] = { 1.0f, 1e8f, -1e8f };
+	struct phub_engine *engine = phub_engine_create();
+	struct phub_engine_job_params p = test_params(3, PHUB_DTYPE_FP32, PHUB_OPT_NONE);
+	struct phub_engine_job *job, *plain;
+	struct phub_engine_stats stats;
+	struct phub_engine_reply reply;
+	struct phub_engine_request r;
+	float g[3][7];
+	uint64_t t[3], u[3];
+
+	memset(&stats, 0, sizeof(stats));
+	p.deterministic = true;
+	job = phub_engine_job_create(engine, &p);
+	p.name = "plain";
+	p.deterministic = false;
+	plain = phub_engine_job_create(engine, &p);
+	ck_assert(phub_engine_job_deterministic(job));
+	ck_assert(!phub_engine_job_deterministic(plain));
+	for (uint16_t k = 0; k < 3; k++) {
+		for (int i = 0; i < 7; i++)
+			g[k][i] = values[k];
+		t[k] = join(job, k);
+		u[k] = join(plain, k);
+		r = request(job, k, t[k], 0, 0, 0, g[0]);
+		phub_engine_push(job, &r, &reply, &stats);
+		r = request(plain, k, u[k], 0, 0, 0, g[0]);
+		phub_engine_push(plain, &r, &reply, &stats);
+	}
+	for (uint32_t o = 0; o < 6; o++) {
+		for (int a = 0; a < 3; a++) {
+			uint16_t k = orders[o][a];
+
+			r = request(job, k, t[k], 0, 0, o + 1, g[k]);
+			phub_engine_push(job, &r, &reply, &stats);
+			ck_assert_uint_eq(reply.actions, a < 2 ? PHUB_ENGINE_ACK :
+					PHUB_ENGINE_ACK | PHUB_ENGINE_MODEL_ALL);
+			/* A staged rank sent again is ACKed and not added twice. */
+			phub_engine_push(job, &r, &reply, &stats);
+			if (a < 2)
+				ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK);
+			r = request(plain, k, u[k], 0, 0, o + 1, g[k]);
+			phub_engine_push(plain, &r, &reply, &stats);
+		}
+		/* NONE: the model is the mean, ((1 + 1e8) - 1e8) / 3 = 0 in every order. */
+		ck_assert_float_eq(phub_engine_job_model(job)[6], 0.0f);
+		/* The default mode adds in arrival order: rank 0 last gives 1/3. */
+		ck_assert_float_eq(phub_engine_job_model(plain)[6],
+				orders[o][2] == 0 ? 1.0f / 3 : 0.0f);
+	}
+	ck_assert_uint_eq(stats.duplicates, 12);
+	phub_engine_free(engine);
+}
+END_TEST
+
+START_TEST(test_deterministic_job_counts_its_staging_buffer_against_the_limit)
+{
+	struct phub_engine *engine = phub_engine_create();
+	struct phub_engine_job_params p = test_params(3, PHUB_DTYPE_FP16, PHUB_OPT_SGD);
+	struct phub_engine_job_info a, b;
+	struct phub_engine_job *job;
+
+	job = phub_engine_job_create(engine, &p);
+	phub_engine_job_get_info(job, &a);
+	p.name = "det";
+	p.deterministic = true;
+	job = phub_engine_job_create(engine, &p);
+	phub_engine_job_get_info(job, &b);
+	/* Ranks 1 and 2 of 3 may wait: two copies of the model in fp16. */
+	ck_assert_uint_eq(b.memory_bytes - a.memory_bytes, 2u * 1307 * 2);
+	p.name = "det2";
+	p.memory_limit_bytes = b.memory_bytes - 1;
+	ck_assert_ptr_null(phub_engine_job_create(engine, &p));
+	ck_assert_int_eq(errno, E2BIG);
+	p.memory_limit_bytes = b.memory_bytes + 4096;
+	ck_assert_ptr_nonnull(phub_engine_job_create(engine, &p));
+	phub_engine_free(engine);
+}
+END_TEST
+
+START_TEST(test_deterministic_job_matches_the_reference_through_a_lossy_network)
+{
+	static const enum phub_opt_type opts[] = {
+		PHUB_OPT_SGD, PHUB_OPT_NESTEROV, PHUB_OPT_ADAM,
+	};
+
+	for (unsigned int i = 0; i < 3; i++) {
+		for (uint16_t world = 1; world <= MAX_W; world++) {
+			struct exchange x = {
+				.world = world, .opt = opts[i], .loss_pct = 20, .dup_pct = 10,
+				.seed = 100 + i * 10 + world, .random = true,
+				.deterministic = true, .expect_exact = true,
+			};
+
+			ck_assert(run_exchange(&x) == 0.0);
+			/* Exact gradients stay exact too. */
+			x.random = false;
+			ck_assert(run_exchange(&x) == 0.0);
+		}
+	}
+}
+END_TEST
+
+START_TEST(test_default_job_rounds_random_gradients_in_arrival_order)
+{
+	unsigned int differ = 0;
+
+	for (uint64_t seed = 1; seed <= 4; seed++) {
+		struct exchange x = {
+			.world = 4, .opt = PHUB_OPT_SGD, .loss_pct = 20, .dup_pct = 10,
+			.seed = seed, .random = true,
+		};
+		double worst = run_exchange(&x);
+
+		/* Another rounding of the same sums: a few ulps, not another model. */
+		ck_assert(worst < 1e-5);
+		differ += worst > 0;
+	}
+	/* Not once did the arrival order happen to be the rank order everywhere. */
+	ck_assert_uint_eq(differ, 4);
+}
+END_TEST
+
+START_TEST(test_rank_status_tells_when_each_rank_was_last_heard)
+{
+	struct phub_engine *engine = phub_engine_create();
+	struct phub_engine_job_params p = test_params(3, PHUB_DTYPE_FP32, PHUB_OPT_SGD);
+	struct phub_layout_server servers[2] = {
+		{ .lcore = 1, .port = 0, .port_numa = 0, .lcore_numa = 0 },
+		{ .lcore = 2, .port = 0, .port_numa = 0, .lcore_numa = 0 },
+	};
+	struct timespec nap = { .tv_nsec = 30 * 1000 * 1000 };
+	struct phub_engine_rank_status st[3];
+	struct phub_engine_stats stats;
+	struct phub_engine_reply reply;
+	struct phub_engine_request r;
+	struct phub_engine_job *job;
+	float zeros[SEG_ELEMS] = { 0 };
+	uint32_t on_second = UINT32_MAX, server;
+	uint64_t t0, t1;
+
+	memset(&stats, 0, sizeof(stats));
+	p.servers = servers;
+	p.n_servers = 2;
+	job = phub_engine_job_create(engine, &p);
+	nanosleep(&nap, NULL);
+	t0 = join(job, 0);
+	t1 = join(job, 1);
+	/* Rank 2 has not joined: silent since the job was made, before the nap. */
+	ck_assert_int_eq(phub_engine_job_rank_status(job, 2, &st[2]), 0);
+	ck_assert(!st[2].joined && !st[2].pushed);
+	ck_assert_uint_ge(st[2].silent_ns, 30u * 1000 * 1000);
+	ck_assert_int_eq(phub_engine_job_rank_status(job, 0, &st[0]), 0);
+	ck_assert(st[0].joined && !st[0].pushed);
+	ck_assert_uint_lt(st[0].silent_ns, st[2].silent_ns);
+	ck_assert_int_eq(phub_engine_job_rank_status(job, 3, &st[0]), -EINVAL);
+
+	push_all(job, 0, t0, 0, &stats);
+	push_all(job, 1, t1, 0, &stats);
+	push_all(job, 2, join(job, 2), 0, &stats);
+	/* Iteration 1 of rank 0 on one chunk of the second server only. */
+	for (uint32_t c = 0; c < 7 && on_second == UINT32_MAX; c++)
+		if (phub_layout_chunk_server(phub_engine_job_layout(job), c, &server) == 0 &&
+		    server == 1)
+			on_second = c;
+	ck_assert_uint_ne(on_second, UINT32_MAX);
+	r = request(job, 0, t0, on_second, 0, 1, zeros);
+	phub_engine_push(job, &r, &reply, &stats);
+	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK);
+
+	for (uint16_t k = 0; k < 3; k++)
+		ck_assert_int_eq(phub_engine_job_rank_status(job, k, &st[k]), 0);
+	ck_assert(st[0].joined && st[0].pushed);
+	ck_assert_uint_eq(st[0].newest_iteration, 1);
+	ck_assert_uint_eq(st[0].peer.ipv4, PEER_IP(0));
+	ck_assert(st[1].joined && st[1].pushed);
+	ck_assert_uint_eq(st[1].newest_iteration, 0);
+	ck_assert(st[2].joined && st[2].pushed);
+
+	/* A keep-alive counts only with the session's token and address. */
+	ck_assert_int_eq(phub_engine_job_heard(job, 1, t1 ^ 1, PEER_IP(1), PEER_PORT), -EPERM);
+	ck_assert_int_eq(phub_engine_job_heard(job, 1, t1, PEER_IP(2), PEER_PORT), -EPERM);
+	ck_assert_int_eq(phub_engine_job_heard(job, 2, 0, PEER_IP(2), PEER_PORT), -EPERM);
+	nanosleep(&nap, NULL);
+	ck_assert_int_eq(phub_engine_job_heard(job, 1, t1, PEER_IP(1), PEER_PORT), 0);
+	phub_engine_job_rank_status(job, 0, &st[0]);
+	phub_engine_job_rank_status(job, 1, &st[1]);
+	ck_assert_uint_ge(st[0].silent_ns, 30u * 1000 * 1000);
+	ck_assert_uint_lt(st[1].silent_ns, st[0].silent_ns);
+	phub_engine_free(engine);
+}
+END_TEST
+
+START_TEST(test_waiting_on_names_the_ranks_the_oldest_iteration_lacks)
+{
+	struct phub_engine *engine = phub_engine_create();
+	struct phub_engine_job_params p = test_params(3, PHUB_DTYPE_FP32, PHUB_OPT_SGD);
+	struct phub_engine_job *job = phub_engine_job_create(engine, &p);
+	uint64_t waiting[PHUB_ENGINE_BITMAP_WORDS];
+	struct phub_engine_stats stats;
+	struct phub_engine_reply reply;
+	struct phub_engine_request r;
+	float zeros[SEG_ELEMS] = { 0 };
+	uint64_t t[3];
+	uint32_t it;
+
+	memset(&stats, 0, sizeof(stats));
+	for (uint16_t k = 0; k < 3; k++)
+		t[k] = join(job, k);
+	/* Nobody pushed anything: nobody waits. */
+	ck_assert_int_eq(phub_engine_job_waiting_on(job, &it, waiting), 0);
+	ck_assert_uint_eq(it, 0);
+	push_all(job, 0, t[0], 0, &stats);
+	push_all(job, 1, t[1], 0, &stats);
+	ck_assert_int_eq(phub_engine_job_waiting_on(job, &it, waiting), 1);
+	ck_assert_uint_eq(it, 0);
+	ck_assert_uint_eq(waiting[0], 1u << 2);
+	ck_assert_uint_eq(waiting[1] | waiting[2] | waiting[3], 0);
+	push_all(job, 2, t[2], 0, &stats);
+	ck_assert_int_eq(phub_engine_job_waiting_on(job, &it, waiting), 0);
+	ck_assert_uint_eq(it, 1);
+	/* Rank 1 alone began iteration 1: it waits on ranks 0 and 2. */
+	r = request(job, 1, t[1], 3, 0, 1, zeros);
+	phub_engine_push(job, &r, &reply, &stats);
+	ck_assert_int_eq(phub_engine_job_waiting_on(job, &it, waiting), 2);
+	ck_assert_uint_eq(waiting[0], (1u << 0) | (1u << 2));
+	phub_engine_free(engine);
+}
+END_TEST
+
 Suite *
 phub_engine_suite(void)
 {
@@ -692,6 +1016,19 @@ phub_engine_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_exchange_without_loss_gives_the_reference_model);
 	tcase_add_test(tc, test_exchange_with_loss_duplication_and_reordering_is_exact);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("deterministic");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_deterministic_job_sums_in_rank_order_whatever_the_arrival_order);
+	tcase_add_test(tc, test_deterministic_job_counts_its_staging_buffer_against_the_limit);
+	tcase_add_test(tc, test_deterministic_job_matches_the_reference_through_a_lossy_network);
+	tcase_add_test(tc, test_default_job_rounds_random_gradients_in_arrival_order);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("liveness");
+	tcase_add_test(tc, test_rank_status_tells_when_each_rank_was_last_heard);
+	tcase_add_test(tc, test_waiting_on_names_the_ranks_the_oldest_iteration_lacks);
 	suite_add_tcase(s, tc);
 	return s;
 }
