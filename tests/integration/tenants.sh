@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Bad input and tenants on one DPDK PBox: a hostile client beside real jobs (every bad datagram
+# counted under its drop reason, the jobs exact, nothing crashes), JOINs refused for a wrong
+# nonce or for memory limits while a job runs on, and eight jobs at once with a hostile client
+# guessing their ids and tokens. One scenario per run; the rack is always torn down.
+#
+#                      R-tor: bridge br0
+#          +--------------+-----------+-----------+-----------+
+#         tp0            tw1         tw2         tw3         tw4
+#          |              |           |           |           |
+#   R-pbox: phub-pbox    R-w1        R-w2        R-w3        R-w4
+#                        ranks of several jobs per namespace (phub-bench --netns-prefix with
+#                        /run/netns aliases), phub-hostile in R-w1 beside them
+#
+# usage: tenants.sh VIRTUAL_RACK PHUB_PBOX PHUB_BENCH PHUB_HOSTILE SCENARIO
+# SCENARIO: hostile, limits, eight-jobs.
+# Exits 77 with the reason when it cannot run here (not root, no /dev/net/tun).
+set -uo pipefail
+
+vrack=$1
+pbox_bin=$2
+bench_bin=$3
+hostile_bin=$4
+scenario=$5
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/integration/rack_lib.sh
+. "$here/rack_lib.sh"
+lib_init "tenants-$scenario"
+
+mixed_layout=$tmp/mixed.json
+printf '[1, 3, 7, 351, 353, 1000, 8096, 8097, 50000, 17]\n' >"$mixed_layout"
+
+# wait_jobs N: until N jobs have every rank joined (up to 30 s); their ids in $tmp/ids.
+wait_jobs()
+{
+	local n=$1 deadline=$((SECONDS + 30))
+	while [ $SECONDS -lt $deadline ]; do
+		telemetry "$tmp/jobs.json" /phub/jobs
+		if python3 - "$tmp/jobs.json" "$n" "$tmp/ids" <<'PY'; then
+import json, sys
+jobs = json.load(open(sys.argv[1])).get("/phub/jobs", {})
+full = [j for j in jobs.values() if j["joined"] == j["world_size"]]
+if len(full) < int(sys.argv[2]):
+    sys.exit(1)
+open(sys.argv[3], "w").write(" ".join(str(j["id"]) for j in full))
+PY
+			return 0
+		fi
+		sleep 0.1
+	done
+	fail "fewer than $n jobs joined within 30 s"
+	return 1
+}
+
+# pace RATE W...: shape what workers W receive to RATE (tbf), so that the jobs run for a time
+# the machine's speed does not shorten: the attack must meet them running. What they send,
+# and what phub-hostile sends, is not shaped.
+pace()
+{
+	local rate=$1 w
+	shift
+	for w in "$@"; do
+		"$vrack" netem --name "$rack" --worker "$w" --dir rx rate "$rate" >/dev/null ||
+			fail "rate $rate on worker $w"
+	done
+}
+
+# hostile VICTIM_NAME IDS...: phub-hostile from worker 1's namespace against the jobs IDS; the
+# PBox's drop counters must have risen by exactly what it sent of each kind.
+hostile()
+{
+	local name=$1 args=() v
+	shift
+	for v in "$@"; do
+		args+=(--victim "$v")
+	done
+	telemetry "$tmp/before.json" /phub/stats
+	ip netns exec "$rack-w1" "$hostile_bin" --server "$server" --victim-name "$name" \
+		"${args[@]}" >"$tmp/hostile.json" 2>"$tmp/hostile.err" ||
+		{ fail "phub-hostile failed"; cat "$tmp/hostile.err"; return 1; }
+	sleep 0.3
+	telemetry "$tmp/after.json" /phub/stats /phub/jobs
+	python3 - "$tmp/before.json" "$tmp/after.json" "$tmp/hostile.json" "$#" <<'PY' ||
+import json, sys
+before, after = (json.load(open(f)) for f in sys.argv[1:3])
+h = json.load(open(sys.argv[3]))
+n_victims = int(sys.argv[4])
+a, b = before["/phub/stats"]["drops"], after["/phub/stats"]["drops"]
+delta = {k: b.get(k, 0) - a.get(k, 0) for k in set(a) | set(b)}
+delta = {k: v for k, v in delta.items() if v}
+bad = []
+for reason, n in h["expect"].items():
+    if delta.get(reason, 0) != n:
+        bad.append(f"{reason}: sent {n}, counted {delta.get(reason, 0)}")
+for reason, n in h["at_least"].items():
+    if delta.get(reason, 0) < n:
+        bad.append(f"{reason}: sent {n}, counted only {delta.get(reason, 0)}")
+# What real workers beside may cause on their own (PULLs while a MODEL is not ready yet,
+# late retransmits), what is only handed to another lcore, and ARP for other hosts.
+background = {"future_iteration", "stale_iteration", "duplicate", "wrong_lcore", "not_for_us"}
+extra = set(delta) - set(h["expect"]) - set(h["at_least"]) - background
+if extra:
+    bad.append(f"counted without a cause: { {k: delta[k] for k in extra} }")
+if h["foreign_models"]:
+    bad.append(f"{h['foreign_models']} MODELs of other jobs reached the hostile client")
+if not any(e["code"] in ("bad_nonce", "layout_mismatch") for e in h["errors"]):
+    bad.append(f"the JOIN with a guessed nonce got no refusal: {h['errors']}")
+alive = [j for j in after["/phub/jobs"].values() if j["name"].startswith("hostile") is False]
+if len(alive) < n_victims:
+    bad.append(f"only {len(alive)} of the {n_victims} jobs were still running after the attack")
+print("hostile: %d datagrams, %d reasons counted exactly:" % (h["sent"], len(h["expect"])))
+print("  ", ", ".join(f"{k} {v}" for k, v in sorted(h["expect"].items())))
+print("   at least:", h["at_least"], " refusals:", sorted({e["code"] for e in h["errors"]}))
+print("   beside:", {k: v for k, v in delta.items() if k in background})
+if bad:
+    print("  wrong:", *bad, sep="\n    ")
+    sys.exit(1)
+PY
+		fail "the PBox's counters do not match what the hostile client sent"
+}
+
+case $scenario in
+hostile)
+	# Job A: mixed layout, ranks in w1 and w2. Job B: one key of 1000 elements, the layout
+	# phub-hostile JOINs with, so that its guessed nonce meets the nonce check.
+	# Paced: job A (272 KB a model) takes 5 s or more, job B (4 KB a model) 5 s or more.
+	rack_up 4
+	pace 20mbit 1 2
+	pace 2mbit 3 4
+	netns_alias "$rack-jb" 3 4
+	bench_bg "$tmp/a.json" 2 "$rack-w" --job job-a --nonce 0x5ad1c0ffee7e4b31 \
+		--layout "$mixed_layout" --optimizer sgd --iterations 12
+	bench_bg "$tmp/b.json" 2 "$rack-jb" --job job-b --nonce 0x7e11d00d2b9a4c63 \
+		--keys 1 --key-elems 1000 --optimizer sgd --iterations 300
+	if wait_jobs 2; then
+		# shellcheck disable=SC2046 # one argument per id
+		hostile job-b $(cat "$tmp/ids")
+		python3 -c 'import json,sys; print("   refusal texts:", sorted({e["text"] for e in json.load(open(sys.argv[1]))["errors"]}))' "$tmp/hostile.json"
+	fi
+	bench_wait
+	exact "$tmp/a.json" "$tmp/b.json"
+	summary "job A beside the attack" "$tmp/a.json"
+	summary "job B beside the attack" "$tmp/b.json"
+	;;
+limits)
+	# Small limits written into the rack's config: 4 MB per job, 6 MB in all.
+	edit_config()
+	{
+		python3 - "$1" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["limits"] = {"job_memory_mb": 4, "total_memory_mb": 6}
+json.dump(c, open(sys.argv[1], "w"), indent=2)
+PY
+	}
+	rack_up 4
+	# Job A: 400,000 fp32 elements with SGD, 3.3 MB (model, sums, slots); 1.6 MB a model at
+	# 40 Mbit/s: 3 s or more, so that it runs while the others are refused.
+	pace 40mbit 1 2
+	bench_bg "$tmp/a.json" 2 "$rack-w" --job job-a --nonce 0x5ad1c0ffee7e4b31 \
+		--keys 4 --key-elems 100000 --optimizer sgd --iterations 10
+	wait_jobs 1
+	netns_alias "$rack-jx" 3 4
+	# refused LABEL PATTERN [phub-bench options]: exit 1 and an error that matches.
+	refused()
+	{
+		local label=$1 pattern=$2
+		shift 2
+		timeout 60 "$bench_bin" --server "$server" --netns-prefix "$rack-jx" --json --quiet \
+			--timeout 30 --connect-timeout-ms 5000 "$@" >"$tmp/$label.json" \
+			2>"$tmp/$label.err"
+		local rc=$?
+		if [ $rc -ne 1 ] || ! grep -Eq "$pattern" "$tmp/$label.err"; then
+			fail "$label: exit $rc, no error matching '$pattern'"
+			tail -n 3 "$tmp/$label.err"
+		else
+			echo "$label refused: $(grep -Eo "refused.*" "$tmp/$label.err" | head -n 1)"
+		fi
+	}
+	# 600,000 elements: 4.8 MB, above the per-job limit.
+	refused too-big 'no_memory.*limits\.job_memory_mb' --workers 1 --job too-big \
+		--keys 6 --key-elems 100000 --optimizer sgd --iterations 2
+	# 3.3 MB more would make 6.6 MB: within the per-job limit, above the total.
+	refused over-total 'no_memory.* 2 MB left of 6 MB \(limits\.total_memory_mb\)' \
+		--workers 1 --job over-total --keys 4 --key-elems 100000 --optimizer sgd \
+		--iterations 2
+	# Rank 1 of job A again with a guessed nonce, from another namespace.
+	refused wrong-nonce 'bad_nonce' --workers 2 --rank 1 --job job-a \
+		--nonce 0x1111111111111111 --keys 4 --key-elems 100000 --optimizer sgd \
+		--iterations 2
+	bench_wait
+	exact "$tmp/a.json"
+	summary "job A beside the refusals" "$tmp/a.json"
+	# Job A left: its memory is free again, and the job refused for the total now fits.
+	netns_alias "$rack-jy" 3
+	bench "$tmp/later.json" 1 "$rack-jy" --job over-total --keys 4 --key-elems 100000 \
+		--optimizer sgd --iterations 2 && exact "$tmp/later.json"
+	echo "over-total after job A left: $(python3 -c 'import json,sys; print("exact" if json.load(open(sys.argv[1]))["bitwise"] else "not exact")' "$tmp/later.json" 2>/dev/null)"
+	;;
+eight-jobs)
+	# Eight jobs, each its own name, nonce and layout; odd ones with two workers, even ones
+	# with one; their ranks spread over the four namespaces.
+	# Three ranks a namespace, about 100 KB a model: 3 s or more at 40 Mbit/s.
+	rack_up 4
+	pace 40mbit 1 2 3 4
+	for k in 1 2 3 4 5 6 7 8; do
+		workers=$((k % 2 + 1))
+		netns_alias "$rack-j$k-" $((k % 4 + 1)) $(((k + 1) % 4 + 1))
+		bench_bg "$tmp/job$k.json" "$workers" "$rack-j$k-" --job "tenant-$k" \
+			--nonce "$(printf '0x%08x%08x' $((k * 2654435761 % 4294967296)) $((k * 40503)))" \
+			--keys 6 --key-elems $((3000 + 500 * k)) --optimizer sgd --iterations 15
+	done
+	if wait_jobs 8; then
+		# shellcheck disable=SC2046 # one argument per id
+		hostile tenant-2 $(cat "$tmp/ids")
+	fi
+	bench_wait
+	for k in 1 2 3 4 5 6 7 8; do
+		exact "$tmp/job$k.json"
+		expect "$tmp/job$k.json" "r['job'] == 'tenant-$k'"
+		summary "tenant-$k" "$tmp/job$k.json"
+	done
+	;;
+*)
+	echo "FAIL: unknown scenario $scenario"
+	exit 1
+	;;
+esac
+
+rack_down_check
+[ $failed -eq 0 ] && echo "PASS: $scenario"
+exit $failed
