@@ -70,14 +70,12 @@ case $scenario in
 loss-one)
 	rack_up 4
 	reference 4
+	# 20% on one worker is the straggler scenario's second phase.
 	for l in 1 5; do
 		impair 1 loss "$l%"
 		lossy "w1-loss-$l%" 4 8
 	done
-	# 20% both ways: a segment's round trip fails 36% of the time; fewer iterations.
-	impair 1 loss 20%
-	lossy "w1-loss-20%" 4 3
-	expect "$tmp/w1-loss-20%.json" 'r["retransmits"] + r["pulls"] > 100'
+	expect "$tmp/w1-loss-5%.json" 'r["retransmits"] + r["pulls"] > 20'
 	;;
 loss-all)
 	rack_up 4
@@ -86,7 +84,7 @@ loss-all)
 		for w in 1 2 3 4; do
 			impair "$w" loss "$l%"
 		done
-		lossy "all-loss-$l%" 4 8
+		lossy "all-loss-$l%" 4 5
 	done
 	# 20% on every link: each lost segment waits out its back-off, and the job waits for the
 	# unluckiest of four workers; a smaller layout (116 segments a worker) keeps it short.
@@ -118,11 +116,11 @@ print("link, loss gemodel 2%% 20%%: %.2f%% lost in %d bursts, mean burst %.2f, l
 # Expected 9.1% and 5 frames; a random loss of 9% would give bursts of 1.1.
 assert 0.05 < r["loss"] < 0.14 and r["mean_burst"] > 3, r
 PY
-	lossy "w1-burst-2%-20%" 4 8
+	lossy "w1-burst-2%-20%" 4 5
 	for w in 2 3 4; do
 		impair "$w" loss gemodel 2% 20%
 	done
-	lossy "all-burst-2%-20%" 4 4
+	lossy "all-burst-2%-20%" 4 3
 	;;
 duplicate)
 	rack_up 4

@@ -8,12 +8,15 @@
  * iterations far from the current one, another job's id.
  *
  *   phub-hostile --server IP [--port 47000] [--victim JOB_ID]... [--victim-name NAME]
- *                [--repeat N] [--guesses N] [--ping]
+ *                [--victim-world N] [--repeat N] [--guesses N] [--ping] [--join-keys N]
  *
  * --victim: a job that runs beside (the test reads its id from /phub/jobs; an attacker would
  * scan the 2^32 ids, this tries the right ones with guessed tokens, the worst case).
- * --victim-name: JOIN that job with a guessed nonce. --ping: only check that the PBox answers
- * a PING (exit 0) and stop.
+ * --victim-name: JOIN that job with a guessed nonce, as a job of --victim-world ranks (default
+ * 2) with one key of 1000 fp32 elements: with the job's own world size and layout the JOIN
+ * meets the nonce check, else the layout check. --ping: only check that the PBox answers
+ * a PING (exit 0) and stop. --join-keys N: only send one JOIN that claims a layout of N keys
+ * (and carries one), print the PBox's answer as JSON, and stop.
  *
  * JSON on stdout: "expect" (reason -> count, exact), "at_least" (reason -> count: reasons that
  * real workers beside may also cause), "sent", "foreign_models" (MODELs of other jobs received:
@@ -47,9 +50,11 @@ struct hostile_params {
 	uint32_t victims[MAX_VICTIMS];
 	unsigned int n_victims;
 	const char *victim_name;
+	uint16_t victim_world;
 	unsigned int repeat;
 	unsigned int guesses;
 	bool ping_only;
+	uint32_t join_keys;		/* --join-keys: one JOIN claiming this many keys */
 };
 
 /* The legitimate session of the hostile's own job. */
@@ -482,7 +487,7 @@ join_victim(const struct hostile_params *hp, struct tally *t, int fd)
 	int len;
 
 	for (unsigned int g = 0; g < hp->repeat; g++) {
-		join_params(&jp, &key, hp->victim_name, random_u64(), 2);
+		join_params(&jp, &key, hp->victim_name, random_u64(), hp->victim_world);
 		len = phub_wire_join_write(buf, sizeof(buf), &jp, 1500, 0);
 		send_raw(t, fd, &hp->ctrl, buf, len);
 		drain(t, NULL, fd, 100);
@@ -564,18 +569,55 @@ json_string(const char *s)
 	putchar('"');
 }
 
+/*
+ * One JOIN datagram that claims a layout of n keys and carries the first: what a PBox
+ * allocates for the rest before it has seen them is the attacker's to choose.
+ */
+static int
+join_claim(const struct hostile_params *hp, uint32_t n)
+{
+	struct tally t = { 0 };
+	struct phub_wire_join_params jp;
+	struct phub_wire_key key;
+	uint8_t buf[BUF_SIZE];
+	int fd = udp_socket();
+	int len;
+
+	join_params(&jp, &key, "hostile-claim", random_u64(), 1);
+	len = phub_wire_join_write(buf, sizeof(buf), &jp, 1500, 0);
+	if (len <= 0)
+		return 1;
+	buf[PHUB_WIRE_HDR_LEN + 108] = (uint8_t)(n >> 24);
+	buf[PHUB_WIRE_HDR_LEN + 109] = (uint8_t)(n >> 16);
+	buf[PHUB_WIRE_HDR_LEN + 110] = (uint8_t)(n >> 8);
+	buf[PHUB_WIRE_HDR_LEN + 111] = (uint8_t)n;
+	send_raw(&t, fd, &hp->ctrl, buf, len);
+	drain(&t, NULL, fd, 1000);
+	printf("{\"claimed_keys\": %u, \"errors\": [", n);
+	for (unsigned int i = 0; i < t.n_errors; i++) {
+		printf("%s{\"code\": \"%s\", \"text\": ", i > 0 ? ", " : "",
+				phub_wire_error_name(t.error_codes[i]));
+		json_string(t.error_texts[i]);
+		printf("}");
+	}
+	printf("]}\n");
+	close(fd);
+	return 0;
+}
+
 static void
 usage(void)
 {
 	fprintf(stderr, "usage: phub-hostile --server IP [--port P] [--victim JOB_ID]... "
-			"[--victim-name NAME] [--repeat N] [--guesses N] [--ping]\n");
+			"[--victim-name NAME] [--victim-world N] [--repeat N] [--guesses N] [--ping] "
+			"[--join-keys N]\n");
 	exit(2);
 }
 
 int
 main(int argc, char **argv)
 {
-	struct hostile_params hp = { .repeat = 3, .guesses = 20 };
+	struct hostile_params hp = { .repeat = 3, .guesses = 20, .victim_world = 2 };
 	struct own_session own;
 	struct tally *t = calloc(1, sizeof(*t));
 	int fd, fd2, rc;
@@ -600,8 +642,12 @@ main(int argc, char **argv)
 			hp.victims[hp.n_victims++] = (uint32_t)strtoul(v, NULL, 0);
 		} else if (strcmp(argv[i], "--victim-name") == 0) {
 			hp.victim_name = v;
+		} else if (strcmp(argv[i], "--victim-world") == 0) {
+			hp.victim_world = (uint16_t)strtoul(v, NULL, 0);
 		} else if (strcmp(argv[i], "--repeat") == 0) {
 			hp.repeat = (unsigned int)strtoul(v, NULL, 0);
+		} else if (strcmp(argv[i], "--join-keys") == 0) {
+			hp.join_keys = (uint32_t)strtoul(v, NULL, 0);
 		} else if (strcmp(argv[i], "--guesses") == 0) {
 			hp.guesses = (unsigned int)strtoul(v, NULL, 0);
 		} else {
@@ -613,6 +659,8 @@ main(int argc, char **argv)
 		usage();
 	if (hp.ping_only)
 		return ping(&hp);
+	if (hp.join_keys != 0)
+		return join_claim(&hp, hp.join_keys);
 
 	fd = udp_socket();
 	fd2 = udp_socket();

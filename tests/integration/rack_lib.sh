@@ -92,12 +92,14 @@ netns_alias()
 
 # bench OUT WORKERS PREFIX [phub-bench options...]: run a job's workers in the foreground
 # (ranks in namespaces PREFIX1, PREFIX2, ...), the JSON report in OUT, stderr in OUT.err.
+# The initial-model round is an exchange too: under 20% loss its unluckiest segment can take
+# more than libphub's default 10 s, so joining may take up to a minute.
 bench()
 {
 	local out=$1 workers=$2 prefix=$3
 	shift 3
 	timeout 200 "$bench_bin" --server "$server" --workers "$workers" --netns-prefix "$prefix" \
-		--json --quiet --timeout 100 "$@" >"$out" 2>"$out.err"
+		--json --quiet --timeout 100 --connect-timeout-ms 60000 "$@" >"$out" 2>"$out.err"
 	local rc=$?
 	if [ $rc -ne 0 ]; then
 		fail "phub-bench $* exited $rc"
@@ -112,7 +114,7 @@ bench_bg()
 	local out=$1 workers=$2 prefix=$3
 	shift 3
 	timeout 200 "$bench_bin" --server "$server" --workers "$workers" --netns-prefix "$prefix" \
-		--json --quiet --timeout 100 "$@" >"$out" 2>"$out.err" &
+		--json --quiet --timeout 100 --connect-timeout-ms 60000 "$@" >"$out" 2>"$out.err" &
 	bench_pids+=($!)
 	printf '%s %s\n' "$!" "$out" >>"$tmp/bg"
 }
