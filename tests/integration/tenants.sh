@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Bad input and tenants on one DPDK PBox: a hostile client beside real jobs (every bad datagram
-# counted under its drop reason, the jobs exact, nothing crashes), JOINs refused for a wrong
+# counted under its drop reason, the jobs exact, nothing crashes; a JOIN claiming a huge
+# layout refused without the memory it claims), JOINs refused for a wrong
 # nonce or for memory limits while a job runs on, and eight jobs at once with a hostile client
 # guessing their ids and tokens. One scenario per run; the rack is always torn down.
 #
@@ -164,6 +165,16 @@ hostile)
 		hostile job-b 3 $(cat "$tmp/ids")
 		python3 -c 'import json,sys; print("   refusal texts:", sorted({e["text"] for e in json.load(open(sys.argv[1]))["errors"]}))' "$tmp/hostile.json"
 	fi
+	# One JOIN datagram that claims 10^8 keys: refused at once, and the PBox's memory does
+	# not grow by what the claim would cost (800 MB before MAX_JOB_KEYS in control.c).
+	rss0=$(awk '/^VmRSS:/ { print $2 }' "/proc/$(cat "/run/phub-vrack/$rack/pbox.pid")/status")
+	ip netns exec "$rack-w1" "$hostile_bin" --server "$server" --join-keys 100000000 \
+		>"$tmp/claim.json" 2>&1 || fail "phub-hostile --join-keys failed"
+	rss1=$(awk '/^VmRSS:/ { print $2 }' "/proc/$(cat "/run/phub-vrack/$rack/pbox.pid")/status")
+	echo "a JOIN claiming 10^8 keys: $(cat "$tmp/claim.json"), PBox RSS $rss0 -> $rss1 kB"
+	grep -q '"code": "bad_request".*at most 65536 keys' "$tmp/claim.json" ||
+		fail "the JOIN claiming 10^8 keys was not refused"
+	[ $((rss1 - rss0)) -lt 16384 ] || fail "the PBox grew by $((rss1 - rss0)) kB for one JOIN"
 	job_release job-a
 	job_release job-b
 	bench_wait
