@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Training runs through the DPDK PBox over impaired links: random loss of 1%, 5% and 20% on one
-# worker and on all, bursty (Gilbert-Elliott) loss, duplication, corruption, and a worker under
-# heavy loss next to a second job. Every worker's final model must equal the loss-free
-# reference byte for byte (SGD on phub-bench's exact gradients); the figures are printed for
-# docs/reliability.md. One scenario per run; the rack is always torn down.
+# worker and on all, bursty (Gilbert-Elliott) loss, duplication, corruption, a worker under
+# heavy loss next to a second job, a job of one rank under loss. Every worker's final model
+# must equal the loss-free reference byte for byte (SGD on phub-bench's exact gradients); the
+# figures are printed for docs/reliability.md. One scenario per run; the rack is always torn
+# down.
 #
 #                      R-tor: bridge br0
 #          +--------------+-----------+---- ... ---+
@@ -14,7 +15,7 @@
 #        phub-pbox       R-w1        R-w2   ...   R-wN: phub-bench ranks
 #
 # usage: faults.sh VIRTUAL_RACK PHUB_PBOX PHUB_BENCH SCENARIO
-# SCENARIO: loss-one, loss-all, burst, duplicate, corrupt, straggler.
+# SCENARIO: loss-one, loss-all, burst, duplicate, corrupt, straggler, one-rank.
 # Exits 77 with the reason when it cannot run here (not root, no /dev/net/tun).
 set -uo pipefail
 
@@ -227,6 +228,30 @@ b = {p: json.load(open(f"{t}/b-{p}.json"))["exchanges_per_s"] for p in ("alone",
 print("job B exchanges/s: alone %.1f, beside job A clean %.1f, beside job A with w1 at 20%% "
       "loss %.1f" % (b["alone"], b["clean"], b["lossy"]))
 PY
+	;;
+one-rank)
+	# A job of one rank: each PUSH is its segment's last arrival. The PBox ACKs it before the
+	# broadcast (every PUSH is ACKed: acks_sent = pushes), and under 5% loss the job joins
+	# within libphub's default 10 s and runs exact. Without that ACK the worker had no RTT
+	# sample and no evidence of loss: one lost segment recovered per 200 ms, and the
+	# initial-model round alone outlasted 10 s.
+	rack_up 1
+	drops "$tmp/before.json"
+	bench "$tmp/ref.json" 1 "$rack-w" "${layout[@]}" --iterations 4 && exact "$tmp/ref.json"
+	summary "one rank, loss-free" "$tmp/ref.json"
+	drops "$tmp/after.json"
+	python3 - "$tmp/before.json" "$tmp/after.json" <<'PY' || fail "a last arrival was not ACKed"
+import json, sys
+a, b = (json.load(open(f))["/phub/stats"] for f in sys.argv[1:])
+pushes, acks = b["pushes"] - a["pushes"], b["acks_sent"] - a["acks_sent"]
+print("one rank, loss-free: %d pushes, %d ACKs" % (pushes, acks))
+assert pushes > 0 and acks == pushes
+PY
+	pin_arp 1
+	impair 1 loss 5%
+	bench "$tmp/lossy.json" 1 "$rack-w" "${layout[@]}" --iterations 4 \
+		--connect-timeout-ms 10000 && exact "$tmp/lossy.json"
+	summary "one rank, loss 5%" "$tmp/lossy.json"
 	;;
 *)
 	echo "FAIL: unknown scenario $scenario"
