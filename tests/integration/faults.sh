@@ -56,7 +56,10 @@ reference()
 lossy()
 {
 	local label=$1 n=$2 iters=$3
-	bench "$tmp/$label.json" "$n" "$rack-w" "${layout[@]}" --iterations "$iters" &&
+	# A job name of its own: a failed run may leave its job on the PBox (no LEAVE), and a
+	# next run of the same name, nonce and layout would take it over and resume it.
+	bench "$tmp/$label.json" "$n" "$rack-w" "${layout[@]}" --iterations "$iters" \
+		--job "$label" &&
 		exact "$tmp/$label.json"
 	summary "$label" "$tmp/$label.json"
 }

@@ -30,7 +30,10 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--rounds) rounds=$2; shift 2 ;;
 	--duration) duration=$2; rounds=1000000; shift 2 ;;
-	*) echo "usage: soak.sh VIRTUAL_RACK PHUB_PBOX PHUB_BENCH [--rounds N | --duration S]"; exit 2 ;;
+	*)
+		echo "usage: soak.sh VIRTUAL_RACK PHUB_PBOX PHUB_BENCH [--rounds N | --duration S]"
+		exit 2
+		;;
 	esac
 done
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -48,7 +51,9 @@ iterations=5
 state()
 {
 	telemetry "$1" /phub/stats /phub/jobs /eal/heap_info,0 || fail "dpdk-telemetry.py failed"
-	python3 - "$1" "$(awk '/^VmRSS:/ { print $2 }' "/proc/$(cat "/run/phub-vrack/$rack/pbox.pid")/status")" <<'PY'
+	local rss
+	rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$(cat "/run/phub-vrack/$rack/pbox.pid")/status")
+	python3 - "$1" "$rss" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 s["rss_kb"] = int(sys.argv[2])
@@ -76,12 +81,13 @@ while [ "$round" -lt "$rounds" ]; do
 	# LEAVE is answered before the job is freed: give the main lcore a moment.
 	for _ in 1 2 3 4 5 6 7 8 9 10; do
 		state "$tmp/s$round.json"
-		python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["/phub/jobs"] == {} else 1)' \
-			"$tmp/s$round.json" && break
+		python3 -c 'import json, sys
+sys.exit(0 if json.load(open(sys.argv[1]))["/phub/jobs"] == {} else 1)' "$tmp/s$round.json" &&
+			break
 		sleep 0.2
 	done
 	python3 - "$tmp/s0.json" "$tmp/s$((round - 1)).json" "$tmp/s$round.json" "$round" \
-		"$iterations" <<'PY' || fail "round $round: the PBox did not come back to where it was"
+		"$iterations" <<'PY' || fail "round $round: the PBox is not back where it was"
 import json, sys
 first, prev, now = (json.load(open(f)) for f in sys.argv[1:4])
 rnd, iters = int(sys.argv[4]), int(sys.argv[5])

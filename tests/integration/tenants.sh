@@ -163,7 +163,9 @@ hostile)
 	if wait_jobs 2; then
 		# shellcheck disable=SC2046 # one argument per id
 		hostile job-b 3 $(cat "$tmp/ids")
-		python3 -c 'import json,sys; print("   refusal texts:", sorted({e["text"] for e in json.load(open(sys.argv[1]))["errors"]}))' "$tmp/hostile.json"
+		python3 -c 'import json, sys
+print("   refusal texts:", sorted({e["text"] for e in json.load(open(sys.argv[1]))["errors"]}))' \
+			"$tmp/hostile.json"
 	fi
 	# One JOIN datagram that claims 10^8 keys: refused at once, and the PBox's memory does
 	# not grow by what the claim would cost (800 MB before MAX_JOB_KEYS in control.c).
@@ -205,7 +207,8 @@ PY
 	{
 		local label=$1 pattern=$2
 		shift 2
-		timeout 60 "$bench_bin" --server "$server" --netns-prefix "$rack-jx" --json --quiet \
+		timeout 60 "$bench_bin" --server "$server" --netns-prefix "$rack-jx" --json \
+			--quiet \
 			--timeout 30 --connect-timeout-ms 5000 "$@" >"$tmp/$label.json" \
 			2>"$tmp/$label.err"
 		local rc=$?
@@ -234,7 +237,7 @@ PY
 	netns_alias "$rack-jy" 3
 	bench "$tmp/later.json" 1 "$rack-jy" --job over-total --keys 4 --key-elems 100000 \
 		--optimizer sgd --iterations 2 && exact "$tmp/later.json"
-	echo "over-total after job A left: $(python3 -c 'import json,sys; print("exact" if json.load(open(sys.argv[1]))["bitwise"] else "not exact")' "$tmp/later.json" 2>/dev/null)"
+	summary "over-total after job A left" "$tmp/later.json"
 	;;
 eight-jobs)
 	# Eight jobs, each its own name, nonce and layout; odd ones with two workers, even ones
@@ -243,7 +246,8 @@ eight-jobs)
 	for k in 1 2 3 4 5 6 7 8; do
 		netns_alias "$rack-j$k-" $((k % 4 + 1)) $(((k + 1) % 4 + 1)) $(((k + 2) % 4 + 1))
 		job_start "tenant-$k" $((k % 2 + 2)) "$rack-j$k-" \
-			--nonce "$(printf '0x%08x%08x' $((k * 2654435761 % 4294967296)) $((k * 40503)))" \
+			--nonce "$(printf '0x%08x%08x' $((k * 2654435761 % 4294967296)) \
+				$((k * 40503)))" \
 			--keys 6 --key-elems $((3000 + 500 * k)) --optimizer sgd --iterations 10
 	done
 	if wait_jobs 8; then
