@@ -58,8 +58,10 @@ lossy()
 	local label=$1 n=$2 iters=$3
 	# A job name of its own: a failed run may leave its job on the PBox (no LEAVE), and a
 	# next run of the same name, nonce and layout would take it over and resume it.
+	# --dead-ms: the burst model's chain moves one step a frame, so on a link that a backed-off
+	# worker uses once a second a burst of 10 frames is 10 s of silence, libphub's default.
 	bench "$tmp/$label.json" "$n" "$rack-w" "${layout[@]}" --iterations "$iters" \
-		--job "$label" &&
+		--job "$label" --dead-ms 60000 &&
 		exact "$tmp/$label.json"
 	summary "$label" "$tmp/$label.json"
 }
