@@ -24,6 +24,14 @@
 /* How often the jobs are checked for a silent worker. */
 #define LIVENESS_PERIOD_MS 100
 
+/*
+ * Keys of one job's layout. A split JOIN's key array is allocated when its first datagram
+ * comes, sized by the total that datagram claims: without a bound one unauthenticated
+ * datagram made the PBox allocate and zero 8 bytes a claimed key (800 MB for 10^8) for
+ * timeouts.join_ms. 65536 keys is 512 KB a pending JOIN; models have hundreds of tensors.
+ */
+#define MAX_JOB_KEYS 65536
+
 /* A JOIN split over several datagrams, until its last one is in. */
 struct pending_join {
 	bool used;
@@ -466,6 +474,12 @@ handle_join(struct pbox *pb, const struct requester *to, const struct phub_wire_
 
 	if (phub_wire_join_parse(msg->payload, msg->payload_len, &seg) != PHUB_DROP_OK)
 		return;		/* phub_wire_parse already checked it: cannot happen */
+	if (seg.total_keys > MAX_JOB_KEYS) {
+		send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_REQUEST,
+				"job %s: a layout of %u keys; this PBox takes at most %u keys a job",
+				seg.join.name, seg.total_keys, MAX_JOB_KEYS);
+		return;
+	}
 	pj = pending_find(to, seg.join.rank);
 	if (!pj->used) {
 		memset(pj, 0, sizeof(*pj));

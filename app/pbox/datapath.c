@@ -397,9 +397,13 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 		return;
 	}
 	if (reply.actions & PHUB_ENGINE_MODEL_ALL) {
-		/* The MODEL answers the sender's PUSH too: no ACK. */
+		/*
+		 * The last arrival is ACKed too, before the broadcast: the MODEL carries no stamp,
+		 * so without the ACK a job of one rank had no RTT sample and no evidence of loss,
+		 * and recovered each lost segment by a lone probe per RTO (200 ms).
+		 */
+		send_ack(lc, f, tx_port);
 		send_model(lc, job, f, &reply, tx_port, true);
-		rte_pktmbuf_free(f->m);
 	} else if (reply.actions & PHUB_ENGINE_MODEL_ONE) {
 		send_model(lc, job, f, &reply, tx_port, false);
 		rte_pktmbuf_free(f->m);

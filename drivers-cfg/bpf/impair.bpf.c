@@ -1,12 +1,21 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Link impairment for the virtual rack where the kernel has no sch_netem: a tc (clsact egress,
- * direct-action) program that drops, duplicates or corrupts frames at random.
+ * direct-action) program that drops frames at random or in bursts, duplicates or corrupts them.
  *
  * The rates are compile-time constants in parts per million (-DPHUB_IMPAIR_LOSS=10000 is 1%):
  * tc loads the object itself and has no way to set a map or a global without bpftool, so
  * scripts/virtual-rack compiles one object per netem-style argument list, in the rack's state
  * directory.
+ *
+ * Bursty loss is netem's "loss gemodel p r 1-h 1-k", the Gilbert-Elliott model: a good and a
+ * bad state; each frame is lost with probability 1-k in the good state and 1-h in the bad one,
+ * then the link moves from good to bad with probability p and back with probability r. The
+ * long-run loss is (p (1-h) + r (1-k)) / (p + r), and with 1-h = 1 a burst lasts 1/r frames on
+ * average. The state lives in a one-entry array map of this attachment (each tc attach loads
+ * its own object, so the two directions of a link have their own chains). Frames on several
+ * CPUs may read and write the state at once: a lost update only shortens or lengthens one
+ * sojourn, which a random process does not notice.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -22,6 +31,19 @@
 #ifndef PHUB_IMPAIR_CORRUPT
 #define PHUB_IMPAIR_CORRUPT 0
 #endif
+/* Gilbert-Elliott: p = 0 turns the model off. */
+#ifndef PHUB_IMPAIR_GE_P
+#define PHUB_IMPAIR_GE_P 0
+#endif
+#ifndef PHUB_IMPAIR_GE_R
+#define PHUB_IMPAIR_GE_R 1000000
+#endif
+#ifndef PHUB_IMPAIR_GE_LOSS_BAD
+#define PHUB_IMPAIR_GE_LOSS_BAD 1000000
+#endif
+#ifndef PHUB_IMPAIR_GE_LOSS_GOOD
+#define PHUB_IMPAIR_GE_LOSS_GOOD 0
+#endif
 
 #define PPM 1000000u
 /* skb->mark of the copy a duplication sends: let it pass once, do not duplicate it again. */
@@ -29,11 +51,45 @@
 
 _Static_assert(PHUB_IMPAIR_LOSS <= PPM && PHUB_IMPAIR_DUPLICATE <= PPM &&
 	       PHUB_IMPAIR_CORRUPT <= PPM, "rates are parts per million");
+_Static_assert(PHUB_IMPAIR_GE_P <= PPM && PHUB_IMPAIR_GE_R <= PPM &&
+	       PHUB_IMPAIR_GE_LOSS_BAD <= PPM && PHUB_IMPAIR_GE_LOSS_GOOD <= PPM,
+	       "Gilbert-Elliott probabilities are parts per million");
+
+enum { GE_GOOD = 0, GE_BAD = 1 };
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} ge_state SEC(".maps");
 
 static __always_inline int
 chance(__u32 ppm)
 {
 	return ppm != 0 && bpf_get_prandom_u32() % PPM < ppm;
+}
+
+/* One step of the Gilbert-Elliott chain: whether this frame is lost. */
+static __always_inline int
+ge_lost(void)
+{
+	__u32 key = 0;
+	__u32 *state = bpf_map_lookup_elem(&ge_state, &key);
+	int lost;
+
+	if (state == NULL)
+		return 0;
+	if (*state == GE_BAD) {
+		lost = chance(PHUB_IMPAIR_GE_LOSS_BAD);
+		if (chance(PHUB_IMPAIR_GE_R))
+			*state = GE_GOOD;
+	} else {
+		lost = chance(PHUB_IMPAIR_GE_LOSS_GOOD);
+		if (chance(PHUB_IMPAIR_GE_P))
+			*state = GE_BAD;
+	}
+	return lost;
 }
 
 SEC("tc")
@@ -48,6 +104,8 @@ phub_impair(struct __sk_buff *skb)
 		skb->mark = 0;
 		return TC_ACT_OK;
 	}
+	if (PHUB_IMPAIR_GE_P != 0 && ge_lost())
+		return TC_ACT_SHOT;
 	if (chance(PHUB_IMPAIR_LOSS))
 		return TC_ACT_SHOT;
 	if (chance(PHUB_IMPAIR_CORRUPT) && skb->len > ETH_HLEN) {
