@@ -184,19 +184,19 @@ print("   refusal texts:", sorted({e["text"] for e in json.load(open(sys.argv[1]
 	job_exact job-b
 	;;
 limits)
-	# Small limits written into the rack's config: 4 MB per job, 6 MB in all.
+	# Small limits written into the rack's config: 6 MB per job, 9 MB in all.
 	edit_config()
 	{
 		python3 - "$1" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
-c["limits"] = {"job_memory_mb": 4, "total_memory_mb": 6}
+c["limits"] = {"job_memory_mb": 6, "total_memory_mb": 9}
 json.dump(c, open(sys.argv[1], "w"), indent=2)
 PY
 	}
 	rack_up 4
-	# Job A: 400,000 fp32 elements with SGD, 3.3 MB (model, sums, slots); its last rank held
-	# until the others have been refused.
+	# Job A: 400,000 fp32 elements with SGD, 4.9 MB (model, sums, the checkpoint snapshot
+	# buffer, slots); its last rank held until the others have been refused.
 	netns_alias "$rack-ja" 1 2 3
 	job_start job-a 3 "$rack-ja" --nonce 0x5ad1c0ffee7e4b31 --keys 4 --key-elems 100000 \
 		--optimizer sgd --iterations 8
@@ -219,11 +219,11 @@ PY
 			echo "$label refused: $(grep -Eo "refused.*" "$tmp/$label.err" | head -n 1)"
 		fi
 	}
-	# 600,000 elements: 4.8 MB, above the per-job limit.
+	# 600,000 elements: 7.3 MB, above the per-job limit.
 	refused too-big 'no_memory.*limits\.job_memory_mb' --workers 1 --job too-big \
 		--keys 6 --key-elems 100000 --optimizer sgd --iterations 2
-	# 3.3 MB more would make 6.6 MB: within the per-job limit, above the total.
-	refused over-total 'no_memory.* 2 MB left of 6 MB \(limits\.total_memory_mb\)' \
+	# 4.9 MB more would make 9.8 MB: within the per-job limit, above the total.
+	refused over-total 'no_memory.* 4 MB left of 9 MB \(limits\.total_memory_mb\)' \
 		--workers 1 --job over-total --keys 4 --key-elems 100000 --optimizer sgd \
 		--iterations 2
 	# Rank 1 of job A again with a guessed nonce, from another namespace.
