@@ -514,12 +514,14 @@ job_release(struct pbox *pb, struct phub_engine_job *job)
 	struct phub_engine_job_info info;
 
 	phub_engine_job_get_info(job, &info);
+	pthread_mutex_lock(&pb->jobs_lock);
 	phub_engine_job_unpublish(pb->engine, job);
 	/* Every data lcore passes a quiescent point before the buffers go. */
 	rte_rcu_qsbr_synchronize(pb->qsbr, RTE_QSBR_THRID_INVALID);
 	/* Its checkpoints go with it: the workers have the final model. */
 	pbox_checkpoint_job_end(pb, job);
 	phub_engine_job_free(job);
+	pthread_mutex_unlock(&pb->jobs_lock);
 	jobs_memory_bytes -= RTE_MIN(jobs_memory_bytes, info.memory_bytes);
 	PBOX_LOG(INFO, "job %s (id %u) ended after iteration %u; %" PRIu64 " KB freed", info.name,
 			info.job_id, info.iteration_min, info.memory_bytes >> 10);

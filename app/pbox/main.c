@@ -23,7 +23,7 @@
 
 #include "pbox.h"
 
-struct pbox pbox;
+struct pbox pbox = { .jobs_lock = PTHREAD_MUTEX_INITIALIZER };
 int pbox_logtype;
 
 const char *const pbox_net_drop_names[PBOX_NET_DROP_MAX] = {
@@ -306,7 +306,10 @@ main(int argc, char **argv)
 	pbox_checkpoint_fini(&pbox);
 	print_summary(&pbox);
 	pbox_control_fini(&pbox);
+	pthread_mutex_lock(&pbox.jobs_lock);
 	phub_engine_free(pbox.engine);
+	pbox.engine = NULL;
+	pthread_mutex_unlock(&pbox.jobs_lock);
 	pbox_ports_close(&pbox);
 	phub_config_free(&pbox.cfg);
 	free(eal_argv);

@@ -4,6 +4,7 @@
 #ifndef PBOX_H
 #define PBOX_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -111,6 +112,11 @@ enum pbox_inbox_kind {
 struct pbox {
 	struct phub_config cfg;
 	struct phub_engine *engine;
+	/*
+	 * Held by the telemetry commands that read a job and by the main lcore while it frees
+	 * one: the telemetry thread is not an RCU reader, and neither path is the fast path.
+	 */
+	pthread_mutex_t jobs_lock;
 	struct rte_rcu_qsbr *qsbr;
 	struct rte_ring *control_ring;	/* data lcores -> main lcore: control datagrams */
 	uint16_t n_ports;

@@ -232,7 +232,7 @@ job_dict(struct rte_tel_data *d, const struct phub_engine_job *job)
 }
 
 static int
-cmd_jobs(const char *cmd, const char *params, struct rte_tel_data *d)
+cmd_jobs_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 {
 	(void)cmd;
 	(void)params;
@@ -297,7 +297,7 @@ rank_dict(const struct phub_engine_rank_status *st, uint32_t fastest)
 }
 
 static int
-cmd_job(const char *cmd, const char *params, struct rte_tel_data *d)
+cmd_job_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 {
 	struct phub_engine_job *job = job_param(params);
 	struct phub_engine_rank_status st[200];
@@ -342,7 +342,7 @@ cmd_job(const char *cmd, const char *params, struct rte_tel_data *d)
 }
 
 static int
-cmd_chunkmap(const char *cmd, const char *params, struct rte_tel_data *d)
+cmd_chunkmap_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 {
 	static const char *const level_names[] = { "servers", "lcores", "ports", "numa" };
 	struct phub_engine_job *job = job_param(params);
@@ -382,6 +382,22 @@ cmd_chunkmap(const char *cmd, const char *params, struct rte_tel_data *d)
 }
 
 /* Help texts are at most RTE_TEL_MAX_STRING_LEN - 1 bytes, or the command is not registered. */
+/* The commands that read jobs, while no job can be freed under them. */
+#define JOBS_LOCKED(name) \
+static int \
+name(const char *cmd, const char *params, struct rte_tel_data *d) \
+{ \
+	int rc; \
+ \
+	pthread_mutex_lock(&pbox.jobs_lock); \
+	rc = pbox.engine != NULL ? name ## _locked(cmd, params, d) : -ENODEV; \
+	pthread_mutex_unlock(&pbox.jobs_lock); \
+	return rc; \
+}
+JOBS_LOCKED(cmd_jobs)
+JOBS_LOCKED(cmd_job)
+JOBS_LOCKED(cmd_chunkmap)
+
 int
 pbox_telemetry_init(struct pbox *pb)
 {

@@ -332,6 +332,7 @@ job_create(struct soft_pbox *sp, const struct phub_wire_join *j,
 	jp.nonce = j->nonce;
 	jp.world_size = j->world_size;
 	jp.dtype = (enum phub_dtype)j->dtype;
+	jp.deterministic = (j->join_flags & PHUB_WIRE_JOIN_F_DETERMINISTIC) != 0;
 	jp.optimizer.type = (enum phub_opt_type)j->optimizer;
 	jp.optimizer.lr = j->hyper.lr;
 	jp.optimizer.momentum = j->hyper.momentum;
