@@ -37,7 +37,7 @@ lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 	uint32_t rr = 0;
 	bool measuring = false;
 
-	if (elems == 0 || elems % PHUB_WIRE_ELEM_ALIGN != 0 ||
+	if (elems == 0 || lg->opt.payload_bytes % (PHUB_WIRE_ELEM_ALIGN * sizeof(float)) != 0 ||
 	    (size_t)lg->opt.payload_bytes > rte_pktmbuf_tailroom(lg->payload) +
 	    lg->payload->data_len) {
 		LG_LOG(ERR, "--payload-bytes %u: must be a multiple of %u bytes and fit the MTU",
