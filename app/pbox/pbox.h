@@ -84,7 +84,6 @@ struct pbox_lcore_stats {
 	uint64_t encode_errors;		/* a reply the wire encoder refused: a bug */
 	uint64_t loops;
 	uint64_t idle_sleeps;
-	uint64_t busy_ns;
 	uint64_t net_drops[PBOX_NET_DROP_MAX];
 };
 

@@ -30,13 +30,14 @@ lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 	struct phub_wire_msg hdr;
 	struct lg_stats base;
 	uint64_t start, warm, deadline;
-	uint64_t window = (uint64_t)lg->opt.window * lg->n_workers;
+	uint64_t window = lg->opt.window == UINT32_MAX ? UINT64_MAX :
+		(uint64_t)lg->opt.window * lg->n_workers;
 	uint64_t last_rx, loss_tsc = lg->tsc_hz / 1000000 * LG_BLAST_LOSS_US;
 	uint64_t inflight = 0;
 	uint32_t rr = 0;
 	bool measuring = false;
 
-	if (elems == 0 || elems % PHUB_WIRE_ELEM_ALIGN != 0 ||
+	if (elems == 0 || lg->opt.payload_bytes % (PHUB_WIRE_ELEM_ALIGN * sizeof(float)) != 0 ||
 	    (size_t)lg->opt.payload_bytes > rte_pktmbuf_tailroom(lg->payload) +
 	    lg->payload->data_len) {
 		LG_LOG(ERR, "--payload-bytes %u: must be a multiple of %u bytes and fit the MTU",

@@ -52,6 +52,7 @@ usage(FILE *f, const char *prog)
 		"      --key-elems E      fp32 elements per key (default 32768)\n"
 		"  -d, --duration S       measured seconds (default 5)\n"
 		"  -i, --iterations K     measured whole-model exchanges instead of a duration\n"
+		"                         (not with --blast)\n"
 		"      --blast            plain frames for a forwarder (testpmd macswap/io)\n"
 		"      --payload-bytes B  --blast: element bytes per frame (default 8192)\n"
 		"      --pbox-ip A        the PBox port's address (default 10.77.0.1)\n"
@@ -59,15 +60,16 @@ usage(FILE *f, const char *prog)
 		"      --base-port P      the PBox's udp_base_port (default 47000)\n"
 		"      --worker-port P    worker 0's UDP port; worker i has P + i (default 40000)\n"
 		"      --mtu M            for splitting JOIN and sizing mbufs (default 9000)\n"
-		"      --window N         PUSH segments in flight per worker (default 32)\n"
+		"      --window N         PUSH segments in flight per worker (default 32); 0: no\n"
+		"                         limit (--blast then sends as fast as the port takes)\n"
 		"      --rto-us U         retransmission timeout (default 20000)\n"
-		"      --job NAME         job name (default loadgen)\n"
+		"      --job NAME         job name prefix, run r joins NAME-r (default loadgen)\n"
 		"      --nonce HEX        job nonce (default 0x9b51e4c07a2d3f86)\n"
 		"      --optimizer NAME   none, sgd, momentum, nesterov, adam, adamw (sgd)\n"
 		"      --chunk-bytes B    chunk size asked for in JOIN (default 0: the PBox's)\n"
 		"      --no-udp-csum      send UDP checksum 0 instead of a full checksum\n"
 		"      --port N           DPDK port id (default 0)\n"
-		"      --json             one JSON object on stdout instead of text\n"
+		"      --json             one JSON object per run on stdout instead of text\n"
 		"  -h, --help             this text\n", prog, LG_MAX_WORKERS);
 }
 
@@ -246,8 +248,8 @@ parse_args(int argc, char **argv, struct lg_options *o)
 			o->mtu = (uint32_t)v;
 			break;
 		case OPT_WINDOW:
-			rc = parse_u64(optarg, 1, 1u << 20, &v);
-			o->window = (uint32_t)v;
+			rc = parse_u64(optarg, 0, 1u << 20, &v);
+			o->window = v == 0 ? UINT32_MAX : (uint32_t)v;
 			break;
 		case OPT_RTO:
 			rc = parse_u64(optarg, 100, 10000000, &v);
@@ -438,7 +440,7 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 			s->tx_pkts, (double)s->tx_pkts / d, (double)s->tx_bytes * 8 / d / 1e9,
 			s->rx_pkts, (double)s->rx_pkts / d, (double)s->rx_bytes * 8 / d / 1e9,
 			s->acks, s->models, s->retransmits, s->pulls, s->replays, s->stale,
-			s->errors, s->other, s->tx_full, o->window);
+			s->errors, s->other, s->tx_full, o->window == UINT32_MAX ? 0 : o->window);
 		return;
 	}
 	printf("phub-loadgen %s: %u workers, %u-byte segments (%u-byte PUSH frames), UDP "
