@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Link impairment for the virtual rack where the kernel has no sch_netem: a tc (clsact egress,
- * direct-action) program that drops frames at random or in bursts, duplicates or corrupts them.
+ * direct-action) program that drops frames at random or in bursts, duplicates or corrupts them,
+ * and diverts the frames to delay into the delay line's tap (scripts/delayline.c), whose
+ * ingress program (impair_return.bpf.c) sends them back out of this device once they are due.
  *
  * The rates are compile-time constants in parts per million (-DPHUB_IMPAIR_LOSS=10000 is 1%):
  * tc loads the object itself and has no way to set a map or a global without bpftool, so
@@ -44,13 +46,23 @@
 #ifndef PHUB_IMPAIR_GE_LOSS_GOOD
 #define PHUB_IMPAIR_GE_LOSS_GOOD 0
 #endif
+/* The delay line: its tap's ifindex (0: none) and the share of frames it delays. */
+#ifndef PHUB_IMPAIR_DELAY_IFINDEX
+#define PHUB_IMPAIR_DELAY_IFINDEX 0
+#endif
+#ifndef PHUB_IMPAIR_DELAY
+#define PHUB_IMPAIR_DELAY 0
+#endif
 
 #define PPM 1000000u
 /* skb->mark of the copy a duplication sends: let it pass once, do not duplicate it again. */
 #define DUP_MARK 0x70687562u
+/* skb->mark of a frame back from the delay line (impair_return.bpf.c): it was impaired. */
+#define DELAYED_MARK 0x70687563u
 
 _Static_assert(PHUB_IMPAIR_LOSS <= PPM && PHUB_IMPAIR_DUPLICATE <= PPM &&
-	       PHUB_IMPAIR_CORRUPT <= PPM, "rates are parts per million");
+	       PHUB_IMPAIR_CORRUPT <= PPM && PHUB_IMPAIR_DELAY <= PPM,
+	       "rates are parts per million");
 _Static_assert(PHUB_IMPAIR_GE_P <= PPM && PHUB_IMPAIR_GE_R <= PPM &&
 	       PHUB_IMPAIR_GE_LOSS_BAD <= PPM && PHUB_IMPAIR_GE_LOSS_GOOD <= PPM,
 	       "Gilbert-Elliott probabilities are parts per million");
@@ -100,7 +112,7 @@ phub_impair(struct __sk_buff *skb)
 	__u32 off;
 	__u8 byte;
 
-	if (mark == DUP_MARK) {
+	if (mark == DUP_MARK || mark == DELAYED_MARK) {
 		skb->mark = 0;
 		return TC_ACT_OK;
 	}
@@ -123,6 +135,12 @@ phub_impair(struct __sk_buff *skb)
 		bpf_clone_redirect(skb, skb->ifindex, 0);
 		skb->mark = mark;
 	}
+	/* As netem: lost, corrupted and duplicated first, then delayed. The copy of a
+	 * duplication is not delayed, which netem would not do either (it queues the copy
+	 * at the head of the line).
+	 */
+	if (PHUB_IMPAIR_DELAY_IFINDEX != 0 && chance(PHUB_IMPAIR_DELAY))
+		return bpf_redirect(PHUB_IMPAIR_DELAY_IFINDEX, 0);
 	return TC_ACT_OK;
 }
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Integration test of scripts/virtual-rack: builds racks, checks links, addresses, MTU,
-# checksum offload, impairment, the PBox config, attach-tap, status, exec and down.
+# checksum offload, impairment (loss, and delay and reordering through the delay line), the
+# PBox config, attach-tap, status, exec and down.
 #
 #                     R-tor: br0
 #        +-----------+-----------+-----------+
-#       tp0         tp1         tw1         tw2   (tw1: 50% loss both ways, then off)
+#       tp0         tp1         tw1         tw2   (tw1: 50% loss both ways, then off;
+#                                                  w1's eth0: delay, reordering, then off)
 #        |           |           |           |
 #       pv0         pv1         eth0        eth0
 #        |           |          R-w1        R-w2
@@ -26,10 +28,14 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 77
 fi
 
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+tmp=$(mktemp -d)
+
 cleanup()
 {
 	"$vrack" down --name "$rack" >/dev/null 2>&1
 	"$vrack" down --name "$rack2" >/dev/null 2>&1
+	rm -rf "$tmp"
 }
 trap cleanup EXIT
 
@@ -61,6 +67,35 @@ udp_noports()
 {
 	# shellcheck disable=SC2016 # $3 is awk's
 	ip netns exec "$1" awk '/^Udp: [0-9]/ { print $3 }' /proc/net/snmp
+}
+
+# udp_rtt NS_FROM NS_TO DST: the shortest of 5 UDP round trips NS_FROM -> DST (an echo in
+# NS_TO), in milliseconds.
+udp_rtt()
+{
+	ip netns exec "$2" timeout 20 python3 -c '
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 5997))
+for _ in range(5):
+    d, a = s.recvfrom(64)
+    s.sendto(d, a)' &
+	local echo_pid=$!
+	sleep 0.3
+	ip netns exec "$1" python3 - "$3" <<'PY'
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(5)
+best = None
+for i in range(5):
+    t = time.monotonic()
+    s.sendto(b"%d" % i, (sys.argv[1], 5997))
+    s.recvfrom(64)
+    rtt = (time.monotonic() - t) * 1e3
+    best = rtt if best is None else min(best, rtt)
+print("%.1f" % best)
+PY
+	wait "$echo_pid"
 }
 
 # udp_blast NS DST COUNT: COUNT small datagrams to port 9, paced, from python3.
@@ -158,6 +193,37 @@ udp_blast "$rack-w2" 10.77.0.101 1000
 sleep 0.2
 got=$(($(udp_noports "$rack-w1") - before))
 check "netem off: worker 1 receives all 1000 datagrams (got $got)" within "$got" 1000 1000
+
+# Delay and reordering without sch_netem: a delay line (scripts/delayline.c) holds the frames
+# the BPF program diverts into its tap dl-eth0. Worker 1's tx delayed by 30 ms: no UDP round
+# trip to worker 2 is shorter. With "reorder 50%" half the frames are held and overtaken.
+w2mac=$(ip -n "$rack-w2" -o link show eth0 | grep -o 'link/ether [^ ]*' | cut -d' ' -f2)
+ip -n "$rack-w1" neigh replace 10.77.0.102 lladdr "$w2mac" dev eth0 nud permanent
+check "netem delay 30ms on worker 1's tx" \
+	"$vrack" netem --name "$rack" --worker 1 --dir tx delay 30ms
+check "the delay line's tap dl-eth0 is up in worker 1" \
+	bash -c "ip -n $rack-w1 -o link show dev dl-eth0 | grep -q ',UP'"
+rtt=$(udp_rtt "$rack-w1" "$rack-w2" 10.77.0.102)
+printf '     shortest of 5 round trips worker 1 -> 2 with delay 30ms: %s ms\n' "$rtt"
+check "delay 30ms: no round trip is shorter than 30 ms" test "${rtt%.*}" -ge 30
+check "netem delay 20ms reorder 50% on worker 1's tx" \
+	"$vrack" netem --name "$rack" --worker 1 --dir tx delay 20ms reorder 50%
+ip netns exec "$rack-w2" timeout 60 python3 "$here/loss_pattern.py" recv 5998 2000 \
+	"$tmp/reorder.json" >/dev/null &
+recv_pid=$!
+sleep 0.5
+ip netns exec "$rack-w1" python3 "$here/loss_pattern.py" send 10.77.0.102 5998 2000
+wait $recv_pid
+check "reorder 50%: no datagram lost, at least 500 of 2000 overtaken" python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("     reorder 50%%: %d of %d reordered, largest extent %d, %d lost" %
+      (r["reordered"], r["sent"], r["max_extent"], r["sent"] - r["unique"]))
+assert r["unique"] == r["sent"] and r["reordered"] >= 500' "$tmp/reorder.json"
+"$vrack" netem --name "$rack" --worker 1 off
+check "netem off ends the delay line and its tap" \
+	bash -c "! ip -n $rack-w1 link show dev dl-eth0 2>/dev/null &&
+		! ip netns pids $rack-w1 | grep -q ."
 
 # attach-tap joins a tap named like net_tap's to its bridge, with the rack's MTU and a MAC
 # of its own; a port whose tap never comes fails within its timeout.
