@@ -225,6 +225,16 @@ job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire
 
 	job = phub_engine_job_find(pb->engine, join->name);
 	if (job != NULL) {
+		/*
+		 * The nonce before anything else, and an answer that says nothing of the job: a
+		 * layout check first told anyone without the nonce the job's world size, dtype
+		 * and keys, one LAYOUT_MISMATCH at a time.
+		 */
+		if (!phub_engine_job_nonce_matches(job, join->nonce)) {
+			send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_NONCE, "job %s: wrong nonce",
+					join->name);
+			return NULL;
+		}
 		if (!layout_matches(job, join, keys, n_keys)) {
 			send_error(pb, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
 					"job %s: rank %u declares another world size, dtype or key "
