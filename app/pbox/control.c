@@ -537,25 +537,55 @@ job_release(struct pbox *pb, struct phub_engine_job *job)
 			info.job_id, info.iteration_min, info.memory_bytes >> 10);
 }
 
+/*
+ * Whether the session a LEAVE or PING names is one this PBox holds, checked as the data path
+ * checks a PUSH (request_check() in lib/engine), with the same drop reasons: the job, the
+ * rank, its session, the token, then the address that joined with it.
+ */
+static enum phub_drop_reason
+session_check(const struct phub_engine_job *job, const struct requester *to,
+		const struct phub_wire_msg *msg)
+{
+	struct phub_engine_peer peer;
+	uint64_t token;
+
+	if (job == NULL)
+		return PHUB_DROP_UNKNOWN_JOB;
+	if (msg->worker_rank >= phub_engine_job_world_size(job))
+		return PHUB_DROP_RANK_RANGE;
+	if (!phub_engine_job_rank(job, msg->worker_rank, &peer, &token))
+		return PHUB_DROP_NOT_JOINED;
+	if (token != msg->session_token)
+		return PHUB_DROP_BAD_TOKEN;
+	if (peer.ipv4 != to->ip || peer.udp_port != to->udp)
+		return PHUB_DROP_WRONG_SOURCE;
+	return PHUB_DROP_OK;
+}
+
 static void
 handle_leave(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
 {
 	struct phub_engine_job *job = phub_engine_job_lookup(pb->engine, msg->job_id);
+	enum phub_drop_reason why = session_check(job, to, msg);
 	uint8_t buf[PHUB_WIRE_HDR_LEN];
 	struct phub_wire_msg ack;
-	struct phub_engine_peer peer;
-	uint64_t token;
 	int left, len;
 
-	if (job == NULL)
+	/*
+	 * Only the address that joined may end its session. A LEAVE refused is counted like a
+	 * PUSH refused, so that LEAVEs of guessed sessions show in /phub/stats; a worker's LEAVE
+	 * sent again after the first one ended its session counts too (not_joined, or
+	 * unknown_job once the job is freed).
+	 */
+	if (why != PHUB_DROP_OK) {
+		pb->control_drops[why]++;
 		return;
-	/* Only the address that joined may end its session. */
-	if (!phub_engine_job_rank(job, msg->worker_rank, &peer, &token) ||
-	    token != msg->session_token || peer.ipv4 != to->ip || peer.udp_port != to->udp)
-		return;
+	}
 	left = phub_engine_job_leave(job, msg->worker_rank, msg->session_token);
-	if (left < 0)
+	if (left < 0) {
+		pb->control_drops[PHUB_DROP_BAD_TOKEN]++;	/* checked above: cannot happen */
 		return;
+	}
 	phub_wire_msg_init(&ack, PHUB_WIRE_OP_LEAVE_ACK);
 	ack.job_id = msg->job_id;
 	ack.session_token = msg->session_token;
@@ -578,25 +608,22 @@ handle_leave(struct pbox *pb, const struct requester *to, const struct phub_wire
 static bool
 ping_session_known(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
 {
-	struct phub_engine_job *job;
-	struct phub_engine_peer peer;
-	uint64_t token;
-
 	if (msg->session_token == 0)
 		return true;
-	job = phub_engine_job_lookup(pb->engine, msg->job_id);
-	if (job == NULL || !phub_engine_job_rank(job, msg->worker_rank, &peer, &token)) {
+	switch (session_check(phub_engine_job_lookup(pb->engine, msg->job_id), to, msg)) {
+	case PHUB_DROP_OK:
+		return true;
+	case PHUB_DROP_BAD_TOKEN:
+	case PHUB_DROP_WRONG_SOURCE:
+		send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_SESSION, "rank %u of job id %u has "
+				"another session now", msg->worker_rank, msg->job_id);
+		return false;
+	default:
 		send_error(pb, to, msg, PHUB_WIRE_ERR_UNKNOWN_JOB, "no session of rank %u in job "
 				"id %u here (the PBox restarted, or the job ended): JOIN again",
 				msg->worker_rank, msg->job_id);
 		return false;
 	}
-	if (token != msg->session_token || peer.ipv4 != to->ip || peer.udp_port != to->udp) {
-		send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_SESSION, "rank %u of job id %u has "
-				"another session now", msg->worker_rank, msg->job_id);
-		return false;
-	}
-	return true;
 }
 
 static void

@@ -461,8 +461,9 @@ session_abuse(const struct hostile_params *hp, struct tally *t, int fd, int fd2,
 }
 
 /*
- * LEAVE other jobs' rank 0 with guessed tokens: the PBox ignores them (they are not counted as
- * drops: see docs/reliability.md); the test checks that those jobs run on, exact.
+ * LEAVE other jobs with guessed tokens: rank 0, which has joined in every victim (the tests hold
+ * back only a job's last rank), and rank 999, which no job has. The PBox refuses and counts
+ * them as it does PUSHes; the test checks that those jobs run on, exact.
  */
 static void
 leave_victims(const struct hostile_params *hp, struct tally *t, int fd)
@@ -476,9 +477,10 @@ leave_victims(const struct hostile_params *hp, struct tally *t, int fd)
 			phub_wire_msg_init(&m, PHUB_WIRE_OP_LEAVE);
 			m.job_id = hp->victims[v];
 			m.session_token = random_u64();
-			m.worker_rank = (uint16_t)(g % 2);
+			m.worker_rank = g % 2 == 0 ? 0 : 999;
 			len = phub_wire_encode(buf, sizeof(buf), &m);
 			send_raw(t, fd, &hp->ctrl, buf, len);
+			t->expect[g % 2 == 0 ? PHUB_DROP_BAD_TOKEN : PHUB_DROP_RANK_RANGE]++;
 		}
 	}
 }
@@ -509,8 +511,14 @@ join_victim(const struct hostile_params *hp, struct tally *t, int fd)
 	t->in_victim_join = false;
 }
 
+/*
+ * LEAVE our own job: first with our token from the second socket (refused: wrong_source), then
+ * three times from the socket that joined. The first of those ends the session and with it the
+ * one-rank job, so the other two name a job that is gone (unknown_job).
+ */
 static void
-leave_own(const struct hostile_params *hp, struct tally *t, int fd, const struct own_session *own)
+leave_own(const struct hostile_params *hp, struct tally *t, int fd, int fd2,
+		const struct own_session *own)
 {
 	uint8_t buf[BUF_SIZE];
 	struct phub_wire_msg m;
@@ -520,8 +528,15 @@ leave_own(const struct hostile_params *hp, struct tally *t, int fd, const struct
 	m.job_id = own->job_id;
 	m.session_token = own->token;
 	len = phub_wire_encode(buf, sizeof(buf), &m);
+	for (unsigned int i = 0; i < hp->repeat; i++) {
+		send_raw(t, fd2, &hp->ctrl, buf, len);
+		t->expect[PHUB_DROP_WRONG_SOURCE]++;
+	}
+	/* The two sockets' datagrams may reach the main lcore through different lcores. */
+	drain(t, own, fd, 100);
 	for (int i = 0; i < 3; i++)
 		send_raw(t, fd, &hp->ctrl, buf, len);
+	t->expect[PHUB_DROP_UNKNOWN_JOB] += 2;
 }
 
 static int
@@ -693,7 +708,7 @@ main(int argc, char **argv)
 		join_victim(&hp, t, fd);
 	drain(t, &own, fd, 300);
 	drain(t, &own, fd2, 10);
-	leave_own(&hp, t, fd, &own);
+	leave_own(&hp, t, fd, fd2, &own);
 	drain(t, &own, fd, 200);
 
 	printf("{\n  \"own_job\": %u,\n  \"sent\": %" PRIu64 ",\n  \"foreign_models\": %" PRIu64

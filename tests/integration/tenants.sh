@@ -93,9 +93,9 @@ job_exact()
 }
 
 # hostile VICTIM_NAME VICTIM_WORLD IDS...: phub-hostile from worker 1's namespace against the
-# jobs IDS; the PBox's drop counters must have risen by exactly what it sent of each kind, and
-# every JOIN of VICTIM_NAME with a guessed nonce must get bad_nonce with a text that says
-# nothing of the job's shape, whatever shape the JOIN declared.
+# jobs IDS; the PBox's drop counters must have risen by exactly what it sent of each kind (its
+# bad LEAVEs included), and every JOIN of VICTIM_NAME with a guessed nonce must get bad_nonce
+# with a text that says nothing of the job's shape, whatever shape the JOIN declared.
 hostile()
 {
 	local name=$1 world=$2 args=() v
