@@ -2,8 +2,9 @@
 /*
  * The control plane on the main lcore: JOIN (reassembled when split), job
  * creation within the configured limits, JOIN_ACK with the chunk map, LEAVE,
- * keep-alives, the end of a job whose worker fell silent, and the freeing of
- * a job once no data lcore can still hold it.
+ * keep-alives, the end of a job whose worker fell silent or that no worker
+ * JOINed after its restore, and the freeing of a job once no data lcore can
+ * still hold it.
  */
 
 #include <errno.h>
@@ -63,11 +64,19 @@ struct suspect {
 	bool seen;
 };
 
+/* A job without any joined rank, by job slot: since the first check that found it so. */
+struct orphan {
+	uint32_t job_id;
+	uint64_t since_tsc;
+	bool seen;
+};
+
 static struct pending_join pending[MAX_PENDING_JOINS];
 static uint64_t jobs_memory_bytes;
 /* The port each rank's JOIN came in on, by job slot: where an ERROR to it goes. */
 static uint16_t rank_port[PHUB_ENGINE_MAX_JOBS][PHUB_ENGINE_MAX_WORKERS];
 static struct suspect suspects[PHUB_ENGINE_MAX_JOBS];
+static struct orphan orphans[PHUB_ENGINE_MAX_JOBS];
 static uint64_t liveness_tsc;
 
 static void *
@@ -225,6 +234,16 @@ job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire
 
 	job = phub_engine_job_find(pb->engine, join->name);
 	if (job != NULL) {
+		/*
+		 * The nonce before anything else, and an answer that says nothing of the job: a
+		 * layout check first told anyone without the nonce the job's world size, dtype
+		 * and keys, one LAYOUT_MISMATCH at a time.
+		 */
+		if (!phub_engine_job_nonce_matches(job, join->nonce)) {
+			send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_NONCE, "job %s: wrong nonce",
+					join->name);
+			return NULL;
+		}
 		if (!layout_matches(job, join, keys, n_keys)) {
 			send_error(pb, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
 					"job %s: rank %u declares another world size, dtype or key "
@@ -527,25 +546,55 @@ job_release(struct pbox *pb, struct phub_engine_job *job)
 			info.job_id, info.iteration_min, info.memory_bytes >> 10);
 }
 
+/*
+ * Whether the session a LEAVE or PING names is one this PBox holds, checked as the data path
+ * checks a PUSH (request_check() in lib/engine), with the same drop reasons: the job, the
+ * rank, its session, the token, then the address that joined with it.
+ */
+static enum phub_drop_reason
+session_check(const struct phub_engine_job *job, const struct requester *to,
+		const struct phub_wire_msg *msg)
+{
+	struct phub_engine_peer peer;
+	uint64_t token;
+
+	if (job == NULL)
+		return PHUB_DROP_UNKNOWN_JOB;
+	if (msg->worker_rank >= phub_engine_job_world_size(job))
+		return PHUB_DROP_RANK_RANGE;
+	if (!phub_engine_job_rank(job, msg->worker_rank, &peer, &token))
+		return PHUB_DROP_NOT_JOINED;
+	if (token != msg->session_token)
+		return PHUB_DROP_BAD_TOKEN;
+	if (peer.ipv4 != to->ip || peer.udp_port != to->udp)
+		return PHUB_DROP_WRONG_SOURCE;
+	return PHUB_DROP_OK;
+}
+
 static void
 handle_leave(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
 {
 	struct phub_engine_job *job = phub_engine_job_lookup(pb->engine, msg->job_id);
+	enum phub_drop_reason why = session_check(job, to, msg);
 	uint8_t buf[PHUB_WIRE_HDR_LEN];
 	struct phub_wire_msg ack;
-	struct phub_engine_peer peer;
-	uint64_t token;
 	int left, len;
 
-	if (job == NULL)
+	/*
+	 * Only the address that joined may end its session. A LEAVE refused is counted like a
+	 * PUSH refused, so that LEAVEs of guessed sessions show in /phub/stats; a worker's LEAVE
+	 * sent again after the first one ended its session counts too (not_joined, or
+	 * unknown_job once the job is freed).
+	 */
+	if (why != PHUB_DROP_OK) {
+		pb->control_drops[why]++;
 		return;
-	/* Only the address that joined may end its session. */
-	if (!phub_engine_job_rank(job, msg->worker_rank, &peer, &token) ||
-	    token != msg->session_token || peer.ipv4 != to->ip || peer.udp_port != to->udp)
-		return;
+	}
 	left = phub_engine_job_leave(job, msg->worker_rank, msg->session_token);
-	if (left < 0)
+	if (left < 0) {
+		pb->control_drops[PHUB_DROP_BAD_TOKEN]++;	/* checked above: cannot happen */
 		return;
+	}
 	phub_wire_msg_init(&ack, PHUB_WIRE_OP_LEAVE_ACK);
 	ack.job_id = msg->job_id;
 	ack.session_token = msg->session_token;
@@ -568,25 +617,22 @@ handle_leave(struct pbox *pb, const struct requester *to, const struct phub_wire
 static bool
 ping_session_known(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
 {
-	struct phub_engine_job *job;
-	struct phub_engine_peer peer;
-	uint64_t token;
-
 	if (msg->session_token == 0)
 		return true;
-	job = phub_engine_job_lookup(pb->engine, msg->job_id);
-	if (job == NULL || !phub_engine_job_rank(job, msg->worker_rank, &peer, &token)) {
+	switch (session_check(phub_engine_job_lookup(pb->engine, msg->job_id), to, msg)) {
+	case PHUB_DROP_OK:
+		return true;
+	case PHUB_DROP_BAD_TOKEN:
+	case PHUB_DROP_WRONG_SOURCE:
+		send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_SESSION, "rank %u of job id %u has "
+				"another session now", msg->worker_rank, msg->job_id);
+		return false;
+	default:
 		send_error(pb, to, msg, PHUB_WIRE_ERR_UNKNOWN_JOB, "no session of rank %u in job "
 				"id %u here (the PBox restarted, or the job ended): JOIN again",
 				msg->worker_rank, msg->job_id);
 		return false;
 	}
-	if (token != msg->session_token || peer.ipv4 != to->ip || peer.udp_port != to->udp) {
-		send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_SESSION, "rank %u of job id %u has "
-				"another session now", msg->worker_rank, msg->job_id);
-		return false;
-	}
-	return true;
 }
 
 static void
@@ -743,7 +789,59 @@ job_find_dead(const struct phub_engine_job *job, uint64_t dead_ns, uint16_t *dea
 	return *silent_ns != 0;
 }
 
-/* Every LIVENESS_PERIOD_MS: end the jobs that wait on a worker that is gone. */
+/* Whether some rank of the job has joined: a cheap look at the sessions, no slot read. */
+static bool
+job_has_session(const struct phub_engine_job *job)
+{
+	struct phub_engine_peer peer;
+	uint64_t token;
+
+	for (uint16_t r = 0; r < phub_engine_job_world_size(job); r++)
+		if (phub_engine_job_rank(job, r, &peer, &token))
+			return true;
+	return false;
+}
+
+/*
+ * Free a job that has gone worker_dead_ms without any joined rank; true when it did. Only a
+ * job restored from a checkpoint is ever in that state: a job made by a JOIN has the rank that
+ * sent it from the start, the last LEAVE frees it, and so does a timeout. Without this a
+ * restored job whose workers never come back would keep its memory, its slot in the job table
+ * and its checkpoint files for good, since no rank has a session that could time out. The clock
+ * starts at the first check after the PBox is ready, not at the restore, so that restoring
+ * other big jobs first does not eat into the workers' time.
+ */
+static bool
+orphan_expired(struct pbox *pb, struct phub_engine_job *job, uint64_t now)
+{
+	struct orphan *o = &orphans[phub_engine_job_id(job) & 0xff];
+	uint64_t limit = rte_get_tsc_hz() / 1000 * pb->cfg.timeouts.worker_dead_ms;
+	struct phub_engine_job_info info;
+
+	if (job_has_session(job)) {
+		o->seen = false;
+		return false;
+	}
+	if (!o->seen || o->job_id != phub_engine_job_id(job)) {
+		*o = (struct orphan){ .job_id = phub_engine_job_id(job), .since_tsc = now,
+			.seen = true };
+		return false;
+	}
+	if (now - o->since_tsc <= limit)
+		return false;
+	o->seen = false;
+	phub_engine_job_get_info(job, &info);
+	PBOX_LOG(ERR, "job %s (id %u): restored from checkpoint, no worker joined within "
+			"worker_dead_ms %u ms: freed (a worker that JOINs later starts a new job)",
+			info.name, info.job_id, pb->cfg.timeouts.worker_dead_ms);
+	job_release(pb, job);
+	return true;
+}
+
+/*
+ * Every LIVENESS_PERIOD_MS: end the jobs that wait on a worker that is gone, and free the
+ * restored jobs whose workers never came back.
+ */
 static void
 check_liveness(struct pbox *pb)
 {
@@ -761,6 +859,8 @@ check_liveness(struct pbox *pb)
 		uint16_t dead;
 
 		next = phub_engine_job_next(pb->engine, job);
+		if (orphan_expired(pb, job, now))
+			continue;
 		if (!job_find_dead(job, dead_ns, &dead, &silent_ns, &iteration)) {
 			sus->seen = false;
 			continue;
@@ -781,6 +881,7 @@ pbox_control_init(struct pbox *pb)
 	(void)pb;
 	memset(pending, 0, sizeof(pending));
 	memset(suspects, 0, sizeof(suspects));
+	memset(orphans, 0, sizeof(orphans));
 	jobs_memory_bytes = 0;
 	liveness_tsc = rte_rdtsc();
 	return 0;

@@ -344,6 +344,13 @@ peer_key(uint32_t ipv4, uint16_t udp_port)
 	return ((uint64_t)ipv4 << 16) | udp_port;
 }
 
+bool
+phub_engine_job_nonce_matches(const struct phub_engine_job *job, uint64_t nonce)
+{
+	/* The whole word at once, not memcmp(): no early exit at the first byte that differs. */
+	return job->nonce == nonce;
+}
+
 int
 phub_engine_job_join(struct phub_engine_job *job, uint16_t rank, uint64_t nonce,
 		const struct phub_engine_peer *peer, uint64_t *token)
@@ -351,7 +358,7 @@ phub_engine_job_join(struct phub_engine_job *job, uint16_t rank, uint64_t nonce,
 	struct rank_session *s;
 	uint64_t key;
 
-	if (nonce != job->nonce)
+	if (!phub_engine_job_nonce_matches(job, nonce))
 		return -PHUB_WIRE_ERR_BAD_NONCE;
 	if (rank >= job->world_size)
 		return -PHUB_WIRE_ERR_RANK_RANGE;

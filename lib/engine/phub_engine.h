@@ -161,6 +161,13 @@ struct phub_engine_job *phub_engine_job_next(const struct phub_engine *engine, c
  */
 int phub_engine_job_join(struct phub_engine_job *job, uint16_t rank, uint64_t nonce,
 		const struct phub_engine_peer *peer, uint64_t *token);
+/*
+ * Whether nonce is the job's (control thread). The control plane asks before it looks at
+ * anything else of a JOIN to an existing job, so that a JOIN without the nonce learns nothing
+ * of the job's shape. One 64-bit comparison, whose time does not depend on how many bits of a
+ * guess are right.
+ */
+bool phub_engine_job_nonce_matches(const struct phub_engine_job *job, uint64_t nonce);
 /* LEAVE; returns the number of ranks still joined, or -errno. */
 int phub_engine_job_leave(struct phub_engine_job *job, uint16_t rank, uint64_t token);
 

@@ -514,6 +514,70 @@ PY
 		expect "$tmp/s$r.json" 'r["verified"]' 'r["bitwise"]'
 	done
 	;;
+restart-orphan)
+	# The PBox is killed with a checkpoint on disk, and so are its workers: the PBox started
+	# again restores the job, no worker ever JOINs it, and once timeouts.worker_dead_ms has
+	# passed without a joined rank the PBox frees it and removes its checkpoint files. A
+	# worker that comes later gets a new job of that name, from iteration 0, and ends exact.
+	config_edit='c.setdefault("timeouts", {})["worker_dead_ms"] = 1500'
+	rack 2 --checkpoint-interval 2
+	for r in 0 1; do
+		start_rank "$tmp/o$r.json" "$r" 2 --keys 4 --key-elems 10000 --iterations 100000 \
+			--optimizer sgd --job orphan --dead-ms 30000
+	done
+	for ((i = 0; i < 600; i++)); do
+		[ "$(newest_ckpt)" -ge 2 ] && break
+		sleep 0.05
+	done
+	[ "$(newest_ckpt)" -ge 2 ] || fail "no checkpoint of iteration 2 or later"
+	pid=$(cat "$state_dir/pbox.pid")
+	kill -KILL "$pid"
+	while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+	# The PBox first: killed before it, the workers would time out and the job end as usual.
+	for r in 0 1; do
+		worker=$(rank_worker "$r")
+		[ -n "$worker" ] && kill -KILL "$worker"
+		kill -KILL "${rank_pids[r]}"
+		{ wait "${rank_pids[r]}"; } 2>/dev/null
+	done
+	echo "PBox and workers killed; newest checkpoint: iteration $(newest_ckpt)"
+	pbox_restart
+	ready_ns=$(date +%s%N)
+	grep -E "job orphan \(id [0-9]+\) restored from" "$state_dir/pbox.log" ||
+		fail "the restarted PBox did not restore the job"
+	# orphan_jobs: how many jobs named orphan /phub/jobs lists (-1: no answer).
+	orphan_jobs()
+	{
+		telemetry /phub/jobs | python3 -c 'import json, sys
+n = -1
+for line in sys.stdin:
+    if line.strip().startswith("{"):
+        n = sum(j["name"] == "orphan" for j in json.loads(line)["/phub/jobs"].values())
+print(n)'
+	}
+	[ "$(orphan_jobs)" -eq 1 ] || fail "the restored job is not in /phub/jobs"
+	gone=0
+	for ((i = 0; i < 100; i++)); do
+		[ "$(orphan_jobs)" -eq 0 ] && { gone=1; break; }
+		sleep 0.1
+	done
+	elapsed_ms=$(( ($(date +%s%N) - ready_ns) / 1000000 ))
+	echo "the restored job left /phub/jobs $elapsed_ms ms after the PBox was ready"
+	if [ $gone -eq 0 ]; then
+		fail "the restored job is still there after ${elapsed_ms} ms"
+	elif [ "$elapsed_ms" -lt 1500 ]; then
+		fail "the restored job was freed before worker_dead_ms (1500 ms)"
+	fi
+	why="job orphan \(id [0-9]+\): restored from checkpoint, no worker joined within"
+	grep -E "$why worker_dead_ms 1500 ms: freed" "$state_dir/pbox.log" ||
+		fail "the PBox did not log why it freed the job"
+	[ "$(newest_ckpt)" -eq -1 ] || fail "the freed job's checkpoints stay: $(ls "$ckpt_dir")"
+	# A worker that comes back now starts the job anew: the initial-model round, no resume.
+	bench "$tmp/r.json" 2 --keys 4 --key-elems 10000 --iterations 3 --optimizer sgd \
+		--job orphan &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' 'r["reconnects"] == 0' \
+			'all(w["resumed_at"] == 0 for w in r["per_worker"])'
+	;;
 worker-timeout)
 	# Rank 2 is killed (SIGKILL) and never comes back: after timeouts.worker_dead_ms the
 	# PBox tells ranks 0 and 1 (ERROR worker_timeout, which they report) and frees the job.

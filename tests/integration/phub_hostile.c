@@ -12,15 +12,17 @@
  *
  * --victim: a job that runs beside (the test reads its id from /phub/jobs; an attacker would
  * scan the 2^32 ids, this tries the right ones with guessed tokens, the worst case).
- * --victim-name: JOIN that job with a guessed nonce, as a job of --victim-world ranks (default
- * 2) with one key of 1000 fp32 elements: with the job's own world size and layout the JOIN
- * meets the nonce check, else the layout check. --ping: only check that the PBox answers
- * a PING (exit 0) and stop. --join-keys N: only send one JOIN that claims a layout of N keys
- * (and carries one), print the PBox's answer as JSON, and stop.
+ * --victim-name: JOIN that job with guessed nonces, --repeat times each in two shapes: as a job
+ * of --victim-world ranks (default 2) with one key of 1000 fp32 elements (the job's own shape
+ * when the test says so), and with one rank more and a key of 999 elements (never the job's).
+ * Both must get bad_nonce with a text that says nothing of the job's shape. --ping: only check
+ * that the PBox answers a PING (exit 0) and stop. --join-keys N: only send one JOIN that claims
+ * a layout of N keys (and carries one), print the PBox's answer as JSON, and stop.
  *
  * JSON on stdout: "expect" (reason -> count, exact), "at_least" (reason -> count: reasons that
  * real workers beside may also cause), "sent", "foreign_models" (MODELs of other jobs received:
- * must be 0), "errors" (ERROR answers: code name and text), "own_job".
+ * must be 0), "errors" (ERROR answers: code name, text, and "victim_join": true for the answers
+ * to the JOINs of --victim-name), "victim_joins" (how many such JOINs were sent), "own_job".
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -41,7 +43,7 @@
 
 #define DEFAULT_PORT 47000
 #define MAX_VICTIMS 16
-#define MAX_ERRORS 16
+#define MAX_ERRORS 32
 #define OWN_ELEMS 1000u
 #define BUF_SIZE 2048
 
@@ -73,6 +75,9 @@ struct tally {
 	unsigned int n_errors;
 	uint16_t error_codes[MAX_ERRORS];
 	char error_texts[MAX_ERRORS][PHUB_WIRE_ERROR_MSG_MAX + 1];
+	bool error_victim[MAX_ERRORS];	/* an answer to a JOIN of --victim-name */
+	bool in_victim_join;		/* what comes now answers such a JOIN */
+	unsigned int victim_joins;
 };
 
 static float zeros[OWN_ELEMS];
@@ -132,6 +137,7 @@ take_answer(struct tally *t, const struct own_session *own, const uint8_t *buf, 
 	if (msg.opcode == PHUB_WIRE_OP_ERROR && t->n_errors < MAX_ERRORS &&
 	    phub_wire_error_parse(msg.payload, msg.payload_len, &e) == PHUB_DROP_OK) {
 		t->error_codes[t->n_errors] = e.code;
+		t->error_victim[t->n_errors] = t->in_victim_join;
 		snprintf(t->error_texts[t->n_errors], sizeof(t->error_texts[0]), "%.*s",
 				(int)e.msg_len, e.text);
 		t->n_errors++;
@@ -455,8 +461,9 @@ session_abuse(const struct hostile_params *hp, struct tally *t, int fd, int fd2,
 }
 
 /*
- * LEAVE other jobs' rank 0 with guessed tokens: the PBox ignores them (they are not counted as
- * drops: see docs/reliability.md); the test checks that those jobs run on, exact.
+ * LEAVE other jobs with guessed tokens: rank 0, which has joined in every victim (the tests hold
+ * back only a job's last rank), and rank 999, which no job has. The PBox refuses and counts
+ * them as it does PUSHes; the test checks that those jobs run on, exact.
  */
 static void
 leave_victims(const struct hostile_params *hp, struct tally *t, int fd)
@@ -470,14 +477,18 @@ leave_victims(const struct hostile_params *hp, struct tally *t, int fd)
 			phub_wire_msg_init(&m, PHUB_WIRE_OP_LEAVE);
 			m.job_id = hp->victims[v];
 			m.session_token = random_u64();
-			m.worker_rank = (uint16_t)(g % 2);
+			m.worker_rank = g % 2 == 0 ? 0 : 999;
 			len = phub_wire_encode(buf, sizeof(buf), &m);
 			send_raw(t, fd, &hp->ctrl, buf, len);
+			t->expect[g % 2 == 0 ? PHUB_DROP_BAD_TOKEN : PHUB_DROP_RANK_RANGE]++;
 		}
 	}
 }
 
-/* JOIN another job by name with guessed nonces: refused with an ERROR every time. */
+/*
+ * JOIN another job by name with guessed nonces, in the shape the test gave and in another one:
+ * refused with an ERROR every time, the same whatever the shape.
+ */
 static void
 join_victim(const struct hostile_params *hp, struct tally *t, int fd)
 {
@@ -486,16 +497,28 @@ join_victim(const struct hostile_params *hp, struct tally *t, int fd)
 	uint8_t buf[BUF_SIZE];
 	int len;
 
-	for (unsigned int g = 0; g < hp->repeat; g++) {
-		join_params(&jp, &key, hp->victim_name, random_u64(), hp->victim_world);
+	t->in_victim_join = true;
+	for (unsigned int g = 0; g < 2 * hp->repeat; g++) {
+		join_params(&jp, &key, hp->victim_name, random_u64(),
+				(uint16_t)(hp->victim_world + g % 2));
+		if (g % 2 == 1)
+			key.elem_count = OWN_ELEMS - 1;
 		len = phub_wire_join_write(buf, sizeof(buf), &jp, 1500, 0);
 		send_raw(t, fd, &hp->ctrl, buf, len);
+		t->victim_joins++;
 		drain(t, NULL, fd, 100);
 	}
+	t->in_victim_join = false;
 }
 
+/*
+ * LEAVE our own job: first with our token from the second socket (refused: wrong_source), then
+ * three times from the socket that joined. The first of those ends the session and with it the
+ * one-rank job, so the other two name a job that is gone (unknown_job).
+ */
 static void
-leave_own(const struct hostile_params *hp, struct tally *t, int fd, const struct own_session *own)
+leave_own(const struct hostile_params *hp, struct tally *t, int fd, int fd2,
+		const struct own_session *own)
 {
 	uint8_t buf[BUF_SIZE];
 	struct phub_wire_msg m;
@@ -505,8 +528,15 @@ leave_own(const struct hostile_params *hp, struct tally *t, int fd, const struct
 	m.job_id = own->job_id;
 	m.session_token = own->token;
 	len = phub_wire_encode(buf, sizeof(buf), &m);
+	for (unsigned int i = 0; i < hp->repeat; i++) {
+		send_raw(t, fd2, &hp->ctrl, buf, len);
+		t->expect[PHUB_DROP_WRONG_SOURCE]++;
+	}
+	/* The two sockets' datagrams may reach the main lcore through different lcores. */
+	drain(t, own, fd, 100);
 	for (int i = 0; i < 3; i++)
 		send_raw(t, fd, &hp->ctrl, buf, len);
+	t->expect[PHUB_DROP_UNKNOWN_JOB] += 2;
 }
 
 static int
@@ -678,17 +708,19 @@ main(int argc, char **argv)
 		join_victim(&hp, t, fd);
 	drain(t, &own, fd, 300);
 	drain(t, &own, fd2, 10);
-	leave_own(&hp, t, fd, &own);
+	leave_own(&hp, t, fd, fd2, &own);
 	drain(t, &own, fd, 200);
 
 	printf("{\n  \"own_job\": %u,\n  \"sent\": %" PRIu64 ",\n  \"foreign_models\": %" PRIu64
-			",\n", own.job_id, t->sent, t->foreign_models);
+			",\n  \"victim_joins\": %u,\n", own.job_id, t->sent, t->foreign_models,
+			t->victim_joins);
 	json_reasons("expect", t->expect);
 	json_reasons("at_least", t->at_least);
 	printf("  \"errors\": [");
 	for (unsigned int i = 0; i < t->n_errors; i++) {
-		printf("%s{\"code\": \"%s\", \"text\": ", i > 0 ? ", " : "",
-				phub_wire_error_name(t->error_codes[i]));
+		printf("%s{\"code\": \"%s\", \"victim_join\": %s, \"text\": ", i > 0 ? ", " : "",
+				phub_wire_error_name(t->error_codes[i]),
+				t->error_victim[i] ? "true" : "false");
 		json_string(t->error_texts[i]);
 		printf("}");
 	}

@@ -193,6 +193,31 @@ START_TEST(test_join_checks_nonce_and_rank_and_is_idempotent)
 }
 END_TEST
 
+START_TEST(test_nonce_matches_only_the_jobs_own_nonce)
+{
+	struct phub_engine *engine = phub_engine_create();
+	struct phub_engine_job_params p = test_params(2, PHUB_DTYPE_FP32, PHUB_OPT_SGD);
+	struct phub_engine_job *a, *b;
+
+	a = phub_engine_job_create(engine, &p);
+	p.name = "other";
+	p.nonce = ~p.nonce;
+	b = phub_engine_job_create(engine, &p);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_nonnull(b);
+	ck_assert(phub_engine_job_nonce_matches(a, 0x1122334455667788ull));
+	ck_assert(phub_engine_job_nonce_matches(b, ~0x1122334455667788ull));
+	/* Another job's nonce, and every guess one bit away, are refused. */
+	ck_assert(!phub_engine_job_nonce_matches(a, ~0x1122334455667788ull));
+	ck_assert(!phub_engine_job_nonce_matches(b, 0x1122334455667788ull));
+	ck_assert(!phub_engine_job_nonce_matches(a, 0));
+	for (unsigned int bit = 0; bit < 64; bit++)
+		ck_assert_msg(!phub_engine_job_nonce_matches(a, 0x1122334455667788ull ^
+				(UINT64_C(1) << bit)), "bit %u", bit);
+	phub_engine_free(engine);
+}
+END_TEST
+
 START_TEST(test_push_drops_each_bad_request_for_its_reason)
 {
 	struct phub_engine *engine = phub_engine_create();
@@ -1004,6 +1029,7 @@ phub_engine_suite(void)
 
 	tc = tcase_create("sessions");
 	tcase_add_test(tc, test_join_checks_nonce_and_rank_and_is_idempotent);
+	tcase_add_test(tc, test_nonce_matches_only_the_jobs_own_nonce);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("push");
