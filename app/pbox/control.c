@@ -77,6 +77,23 @@ static uint64_t jobs_memory_bytes;
 static uint16_t rank_port[PHUB_ENGINE_MAX_JOBS][PHUB_ENGINE_MAX_WORKERS];
 static struct suspect suspects[PHUB_ENGINE_MAX_JOBS];
 static struct orphan orphans[PHUB_ENGINE_MAX_JOBS];
+
+/*
+ * The sessions that left last, so that a LEAVE sent again is ACKed again: enough for every
+ * rank of a job of 64 workers whose LEAVE_ACKs all got lost, and the sessions' tokens are
+ * random, so an old entry never answers for a new session.
+ */
+#define RECENT_LEAVES 64
+struct left_session {
+	uint64_t token;
+	uint32_t job_id;
+	uint32_t ip;
+	uint16_t udp;
+	uint16_t rank;
+	bool used;
+};
+static struct left_session recent_leaves[RECENT_LEAVES];
+static unsigned int recent_leaves_next;
 static uint64_t liveness_tsc;
 
 static void *
@@ -572,29 +589,12 @@ session_check(const struct phub_engine_job *job, const struct requester *to,
 }
 
 static void
-handle_leave(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
+send_leave_ack(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
 {
-	struct phub_engine_job *job = phub_engine_job_lookup(pb->engine, msg->job_id);
-	enum phub_drop_reason why = session_check(job, to, msg);
 	uint8_t buf[PHUB_WIRE_HDR_LEN];
 	struct phub_wire_msg ack;
-	int left, len;
+	int len;
 
-	/*
-	 * Only the address that joined may end its session. A LEAVE refused is counted like a
-	 * PUSH refused, so that LEAVEs of guessed sessions show in /phub/stats; a worker's LEAVE
-	 * sent again after the first one ended its session counts too (not_joined, or
-	 * unknown_job once the job is freed).
-	 */
-	if (why != PHUB_DROP_OK) {
-		pb->control_drops[why]++;
-		return;
-	}
-	left = phub_engine_job_leave(job, msg->worker_rank, msg->session_token);
-	if (left < 0) {
-		pb->control_drops[PHUB_DROP_BAD_TOKEN]++;	/* checked above: cannot happen */
-		return;
-	}
 	phub_wire_msg_init(&ack, PHUB_WIRE_OP_LEAVE_ACK);
 	ack.job_id = msg->job_id;
 	ack.session_token = msg->session_token;
@@ -603,6 +603,58 @@ handle_leave(struct pbox *pb, const struct requester *to, const struct phub_wire
 	len = phub_wire_encode(buf, sizeof(buf), &ack);
 	if (len > 0)
 		control_send(pb, to, buf, (uint16_t)len);
+}
+
+/* Whether msg is a LEAVE sent again for a session that left lately, from the same address. */
+static bool
+leave_is_repeat(const struct requester *to, const struct phub_wire_msg *msg)
+{
+	for (unsigned int i = 0; i < RECENT_LEAVES; i++) {
+		const struct left_session *ls = &recent_leaves[i];
+
+		if (ls->used && ls->token == msg->session_token && ls->job_id == msg->job_id &&
+		    ls->rank == msg->worker_rank && ls->ip == to->ip && ls->udp == to->udp)
+			return true;
+	}
+	return false;
+}
+
+static void
+leave_remember(const struct requester *to, const struct phub_wire_msg *msg)
+{
+	recent_leaves[recent_leaves_next] = (struct left_session){
+		.token = msg->session_token, .job_id = msg->job_id, .ip = to->ip,
+		.udp = to->udp, .rank = msg->worker_rank, .used = true };
+	recent_leaves_next = (recent_leaves_next + 1) % RECENT_LEAVES;
+}
+
+static void
+handle_leave(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
+{
+	struct phub_engine_job *job = phub_engine_job_lookup(pb->engine, msg->job_id);
+	enum phub_drop_reason why = session_check(job, to, msg);
+	int left;
+
+	/*
+	 * Only the address that joined may end its session. A LEAVE refused is counted like a
+	 * PUSH refused, so that LEAVEs of guessed sessions show in /phub/stats. A worker's LEAVE
+	 * sent again because its LEAVE_ACK was lost or late is no drop: it is ACKed again, as
+	 * TCP's TIME_WAIT answers a FIN sent again.
+	 */
+	if (why != PHUB_DROP_OK) {
+		if (leave_is_repeat(to, msg))
+			send_leave_ack(pb, to, msg);
+		else
+			pb->control_drops[why]++;
+		return;
+	}
+	left = phub_engine_job_leave(job, msg->worker_rank, msg->session_token);
+	if (left < 0) {
+		pb->control_drops[PHUB_DROP_BAD_TOKEN]++;	/* checked above: cannot happen */
+		return;
+	}
+	send_leave_ack(pb, to, msg);
+	leave_remember(to, msg);
 	PBOX_LOG(INFO, "job id %u: rank %u left, %d still joined", msg->job_id, msg->worker_rank,
 			left);
 	if (left == 0)
@@ -882,6 +934,8 @@ pbox_control_init(struct pbox *pb)
 	memset(pending, 0, sizeof(pending));
 	memset(suspects, 0, sizeof(suspects));
 	memset(orphans, 0, sizeof(orphans));
+	memset(recent_leaves, 0, sizeof(recent_leaves));
+	recent_leaves_next = 0;
 	jobs_memory_bytes = 0;
 	liveness_tsc = rte_rdtsc();
 	return 0;

@@ -22,7 +22,8 @@
  * JSON on stdout: "expect" (reason -> count, exact), "at_least" (reason -> count: reasons that
  * real workers beside may also cause), "sent", "foreign_models" (MODELs of other jobs received:
  * must be 0), "errors" (ERROR answers: code name, text, and "victim_join": true for the answers
- * to the JOINs of --victim-name), "victim_joins" (how many such JOINs were sent), "own_job".
+ * to the JOINs of --victim-name), "victim_joins" (how many such JOINs were sent), "own_job",
+ * "leave_acks" (LEAVE_ACKs of our own session: 3, the LEAVEs sent again are ACKed again).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -78,6 +79,7 @@ struct tally {
 	bool error_victim[MAX_ERRORS];	/* an answer to a JOIN of --victim-name */
 	bool in_victim_join;		/* what comes now answers such a JOIN */
 	unsigned int victim_joins;
+	unsigned int leave_acks;	/* LEAVE_ACKs of our own session */
 };
 
 static float zeros[OWN_ELEMS];
@@ -134,6 +136,9 @@ take_answer(struct tally *t, const struct own_session *own, const uint8_t *buf, 
 		return;
 	if (msg.opcode == PHUB_WIRE_OP_MODEL && (own == NULL || msg.job_id != own->job_id))
 		t->foreign_models++;
+	if (msg.opcode == PHUB_WIRE_OP_LEAVE_ACK && own != NULL && msg.job_id == own->job_id &&
+	    msg.session_token == own->token)
+		t->leave_acks++;
 	if (msg.opcode == PHUB_WIRE_OP_ERROR && t->n_errors < MAX_ERRORS &&
 	    phub_wire_error_parse(msg.payload, msg.payload_len, &e) == PHUB_DROP_OK) {
 		t->error_codes[t->n_errors] = e.code;
@@ -513,8 +518,8 @@ join_victim(const struct hostile_params *hp, struct tally *t, int fd)
 
 /*
  * LEAVE our own job: first with our token from the second socket (refused: wrong_source), then
- * three times from the socket that joined. The first of those ends the session and with it the
- * one-rank job, so the other two name a job that is gone (unknown_job).
+ * three times from the socket that joined (each gets a LEAVE_ACK), then once with a wrong token
+ * (unknown_job).
  */
 static void
 leave_own(const struct hostile_params *hp, struct tally *t, int fd, int fd2,
@@ -534,9 +539,18 @@ leave_own(const struct hostile_params *hp, struct tally *t, int fd, int fd2,
 	}
 	/* The two sockets' datagrams may reach the main lcore through different lcores. */
 	drain(t, own, fd, 100);
+	/*
+	 * The first LEAVE ends the session and the job; the two after it are what a worker sends
+	 * again when a LEAVE_ACK is lost: ACKed again, not counted. One with another token from
+	 * the same address is refused: the job is gone.
+	 */
 	for (int i = 0; i < 3; i++)
 		send_raw(t, fd, &hp->ctrl, buf, len);
-	t->expect[PHUB_DROP_UNKNOWN_JOB] += 2;
+	drain(t, own, fd, 300);
+	m.session_token = own->token ^ 1;
+	len = phub_wire_encode(buf, sizeof(buf), &m);
+	send_raw(t, fd, &hp->ctrl, buf, len);
+	t->expect[PHUB_DROP_UNKNOWN_JOB]++;
 }
 
 static int
@@ -712,8 +726,8 @@ main(int argc, char **argv)
 	drain(t, &own, fd, 200);
 
 	printf("{\n  \"own_job\": %u,\n  \"sent\": %" PRIu64 ",\n  \"foreign_models\": %" PRIu64
-			",\n  \"victim_joins\": %u,\n", own.job_id, t->sent, t->foreign_models,
-			t->victim_joins);
+			",\n  \"victim_joins\": %u,\n  \"leave_acks\": %u,\n", own.job_id, t->sent,
+			t->foreign_models, t->victim_joins, t->leave_acks);
 	json_reasons("expect", t->expect);
 	json_reasons("at_least", t->at_least);
 	printf("  \"errors\": [");

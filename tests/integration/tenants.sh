@@ -143,6 +143,9 @@ if h["victim_joins"] == 0 or len(answers) != h["victim_joins"]:
 if any((e["code"], e["text"]) != ("bad_nonce", f"job {victim_name}: wrong nonce")
        for e in answers):
     bad.append(f"a JOIN with a guessed nonce got another refusal: {answers}")
+# A LEAVE sent again (its LEAVE_ACK lost) is ACKed again, not counted as a drop.
+if h["leave_acks"] != 3:
+    bad.append(f"{h['leave_acks']} LEAVE_ACKs for our 3 LEAVEs")
 alive = [j for j in after["/phub/jobs"].values() if not j["name"].startswith("hostile")]
 if len(alive) < n_victims:
     bad.append(f"only {len(alive)} of the {n_victims} jobs were still running after the attack")
