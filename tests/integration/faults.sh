@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Training runs through the DPDK PBox over impaired links: random loss of 1%, 5% and 20% on one
-# worker and on all, bursty (Gilbert-Elliott) loss, duplication, corruption, a worker under
-# heavy loss next to a second job, a job of one rank under loss. Every worker's final model
-# must equal the loss-free reference byte for byte (SGD on phub-bench's exact gradients); the
-# figures are printed for docs/reliability.md. One scenario per run; the rack is always torn
-# down.
+# worker and on all, bursty (Gilbert-Elliott) loss, reordering (the rack's delay line),
+# duplication, corruption, a worker under heavy loss next to a second job, a job of one rank
+# under loss. Every worker's final model must equal the loss-free reference byte for byte (SGD
+# on phub-bench's exact gradients); the figures are printed for docs/reliability.md. One
+# scenario per run; the rack is always torn down.
 #
 #                      R-tor: bridge br0
 #          +--------------+-----------+---- ... ---+
@@ -15,7 +15,7 @@
 #        phub-pbox       R-w1        R-w2   ...   R-wN: phub-bench ranks
 #
 # usage: faults.sh VIRTUAL_RACK PHUB_PBOX PHUB_BENCH SCENARIO
-# SCENARIO: loss-one, loss-all, burst, duplicate, corrupt, straggler, one-rank.
+# SCENARIO: loss-one, loss-all, burst, reorder, duplicate, corrupt, straggler, one-rank.
 # Exits 77 with the reason when it cannot run here (not root, no /dev/net/tun).
 set -uo pipefail
 
@@ -66,6 +66,17 @@ lossy()
 	summary "$label" "$tmp/$label.json"
 }
 
+# link_pattern OUT: 20,000 numbered datagrams from worker 1 to worker 2 through the links'
+# impairment; what came (tests/integration/loss_pattern.py) in OUT.
+link_pattern()
+{
+	ip netns exec "$rack-w2" python3 "$here/loss_pattern.py" recv 5999 20000 "$1" >/dev/null &
+	local recv_pid=$!
+	sleep 0.5
+	ip netns exec "$rack-w1" python3 "$here/loss_pattern.py" send "10.$id.0.102" 5999 20000
+	wait $recv_pid || fail "the loss pattern receiver failed"
+}
+
 # drops OUT: the PBox's drop counters now.
 drops()
 {
@@ -108,12 +119,7 @@ burst)
 	rack_up 4
 	reference 4
 	impair 1 loss gemodel 2% 20%
-	ip netns exec "$rack-w2" python3 "$here/loss_pattern.py" recv 5999 20000 "$tmp/link.json" \
-		>/dev/null &
-	recv_pid=$!
-	sleep 0.5
-	ip netns exec "$rack-w1" python3 "$here/loss_pattern.py" send "10.$id.0.102" 5999 20000
-	wait $recv_pid || fail "the loss pattern receiver failed"
+	link_pattern "$tmp/link.json"
 	python3 - "$tmp/link.json" <<'PY' || fail "the burst model does not give bursts"
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -127,6 +133,38 @@ PY
 		impair "$w" loss gemodel 2% 20%
 	done
 	lossy "all-burst-2%-20%" 4 3
+	;;
+reorder)
+	# The link first: worker 1's frames through "delay 2ms reorder 90%": a tenth are held
+	# 2 ms in the delay line and overtaken by the frames sent after them.
+	rack_up 4
+	reference 4
+	impair 1 delay 2ms reorder 90%
+	link_pattern "$tmp/link.json"
+	python3 - "$tmp/link.json" <<'PY' || fail "the delay line does not reorder"
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("link, delay 2ms reorder 90%%: %.2f%% of %d datagrams reordered, largest extent %d, "
+      "%d lost" % (100 * r["reordered"] / r["sent"], r["sent"], r["max_extent"],
+                   r["sent"] - r["unique"]))
+# Expected 10%: every held datagram is overtaken unless the sender paused for 2 ms.
+assert r["unique"] == r["sent"] and 0.05 < r["reordered"] / r["sent"] < 0.15, r
+PY
+	lossy "w1-reorder-10%" 4 8
+	# Every link, both ways: a quarter of the frames held 1 to 3 ms, so that the held ones
+	# also overtake each other; PUSHes, ACKs and MODELs all arrive out of order.
+	for w in 1 2 3 4; do
+		impair "$w" delay 2ms 1ms reorder 75%
+	done
+	lossy "all-reorder-25%" 4 5
+	# Deterministic aggregation under the same: gradients whose sums round, summed in rank
+	# order whatever order the segments come in, so bit for bit the loss-free reference.
+	bench "$tmp/det.json" 4 "$rack-w" --keys 12 --key-elems 30000 --optimizer sgd --lr 0.01 \
+		--iterations 4 --gradients random --deterministic --job det-reorder \
+		--dead-ms 60000 &&
+		expect "$tmp/det.json" 'r["verified"]' 'r["bitwise"]' 'r["deterministic"]' \
+			'r["verify_mode"] == "exact"'
+	summary "all-reorder-25%-determ." "$tmp/det.json"
 	;;
 duplicate)
 	rack_up 4
