@@ -891,8 +891,42 @@ orphan_expired(struct pbox *pb, struct phub_engine_job *job, uint64_t now)
 }
 
 /*
- * Every LIVENESS_PERIOD_MS: end the jobs that wait on a worker that is gone, and free the
- * restored jobs whose workers never came back.
+ * Free a job all of whose joined ranks have been silent for more than dead_ns; true when it
+ * did. Nobody waits on anybody in such a job when every worker died at an iteration boundary
+ * or before its first PUSH (a training run killed as a whole), so job_find_dead() never names
+ * one, and the job would keep its memory and its slot until the PBox restarts. A live libphub
+ * worker is never that silent: its progress thread PINGs every second.
+ */
+static bool
+job_abandoned(struct pbox *pb, struct phub_engine_job *job, uint64_t dead_ns)
+{
+	uint16_t world = phub_engine_job_world_size(job);
+	uint64_t least_silent_ns = UINT64_MAX;
+	struct phub_engine_job_info info;
+
+	for (uint16_t r = 0; r < world; r++) {
+		struct phub_engine_rank_status st;
+
+		if (phub_engine_job_rank_status(job, r, &st) != 0 || !st.joined)
+			continue;
+		if (st.silent_ns <= dead_ns)
+			return false;
+		least_silent_ns = RTE_MIN(least_silent_ns, st.silent_ns);
+	}
+	if (least_silent_ns == UINT64_MAX)
+		return false;	/* no joined rank: orphan_expired() decides */
+	phub_engine_job_get_info(job, &info);
+	PBOX_LOG(ERR, "job %s (id %u): every joined rank silent for %" PRIu64 " ms or more "
+			"(timeouts.worker_dead_ms %u) after iteration %u: the job ends",
+			info.name, info.job_id, least_silent_ns / 1000000u,
+			pb->cfg.timeouts.worker_dead_ms, info.iteration_min);
+	job_release(pb, job);
+	return true;
+}
+
+/*
+ * Every LIVENESS_PERIOD_MS: end the jobs that wait on a worker that is gone and those whose
+ * workers are all gone, and free the restored jobs whose workers never came back.
  */
 static void
 check_liveness(struct pbox *pb)
@@ -911,7 +945,7 @@ check_liveness(struct pbox *pb)
 		uint16_t dead;
 
 		next = phub_engine_job_next(pb->engine, job);
-		if (orphan_expired(pb, job, now))
+		if (orphan_expired(pb, job, now) || job_abandoned(pb, job, dead_ns))
 			continue;
 		if (!job_find_dead(job, dead_ns, &dead, &silent_ns, &iteration)) {
 			sus->seen = false;

@@ -611,6 +611,40 @@ worker-timeout)
 		telemetry /phub/jobs | grep -q '"/phub/jobs": {}' || fail "the job was not freed"
 	fi
 	;;
+workers-all-killed)
+	# Every worker of a job is killed (SIGKILL) while all of them sit at an iteration boundary:
+	# nobody waits on anybody, yet after timeouts.worker_dead_ms the PBox frees the job.
+	config_edit='c.setdefault("timeouts", {})["worker_dead_ms"] = 1500'
+	rack 2
+	for r in 0 1; do
+		start_rank "$tmp/k$r.json" "$r" 2 --keys 4 --key-elems 1000 --iterations 100 \
+			--pause-at 3:60000 --job wiped
+	done
+	if wait_job_iterations wiped 3; then
+		sleep 0.5	# both at the boundary, PINGing
+		{
+			for r in 0 1; do
+				kill -KILL "$(rank_worker "$r")" "${rank_pids[r]}"
+				wait "${rank_pids[r]}"
+			done
+		} 2>/dev/null
+		start=$(date +%s%N)
+		for _ in $(seq 100); do
+			telemetry /phub/jobs | grep -q '"/phub/jobs": {}' && break
+			sleep 0.1
+		done
+		elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+		echo "the job was freed $elapsed_ms ms after its workers were killed"
+		telemetry /phub/jobs | grep -q '"/phub/jobs": {}' ||
+			fail "the job of killed workers was not freed within 10 s"
+		# Silence counts from the last PING, up to a second before the kill.
+		silent_ms=$(sed -nE 's/.*job wiped \(id [0-9]+\): every joined rank silent for '\
+'([0-9]+) ms or more.*/\1/p' "$state_dir/pbox.log")
+		echo "the PBox: every rank silent for ${silent_ms:-?} ms"
+		[ -n "$silent_ms" ] || fail "the PBox did not log why the job ended"
+		[ "${silent_ms:-0}" -ge 1500 ] || fail "the job was freed before worker_dead_ms"
+	fi
+	;;
 worker-rejoin)
 	# Rank 2 is killed and started again before timeouts.worker_dead_ms: it joins from a new
 	# address (a new session), resumes where the job is, and every model is exact.
