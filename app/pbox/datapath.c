@@ -597,7 +597,11 @@ idle(struct pbox_lcore *lc, unsigned int *empty, unsigned int tid)
 	}
 	us = 1u << RTE_MIN(*empty - policy->spin_polls - 1, 16u);
 	us = RTE_MIN(us, policy->max_sleep_us);
-	flush_tx(lc);
+	/* Frames left in the buffers wait for the next turn when the memif gate is shut. */
+	if (pbox_memif_gate_enter(lc)) {
+		flush_tx(lc);
+		pbox_memif_gate_leave(lc);
+	}
 	rte_rcu_qsbr_thread_offline(pbox.qsbr, tid);
 	rte_delay_us_sleep(us);
 	rte_rcu_qsbr_thread_online(pbox.qsbr, tid);
@@ -623,6 +627,9 @@ pbox_lcore_main(void *arg)
 		unsigned int work = 0;
 		uint64_t cur_tsc;
 
+		/* Every burst of this iteration, RX and TX, lies within one memif gate turn. */
+		if (!pbox_memif_gate_enter(lc))
+			goto quiescent;
 		for (uint16_t i = 0; i < lc->n_rxq; i++) {
 			uint16_t pi = lc->rx_ports[i];
 			uint16_t n = rte_eth_rx_burst(pbox.ports[pi].port_id, lc->queue[pi], pkts,
@@ -644,6 +651,8 @@ pbox_lcore_main(void *arg)
 			flush_tx(lc);
 			prev_tsc = cur_tsc;
 		}
+		pbox_memif_gate_leave(lc);
+quiescent:
 		rte_rcu_qsbr_quiescent(pbox.qsbr, tid);
 		lc->stats.loops++;
 		if (work == 0)
@@ -651,7 +660,14 @@ pbox_lcore_main(void *arg)
 		else
 			empty = 0;
 	}
-	flush_tx(lc);
+	/* The gate keeps turning until every lcore has returned; a shut one opens within ms. */
+	for (uint64_t end = rte_rdtsc() + rte_get_tsc_hz() / 10; rte_rdtsc() < end; rte_pause()) {
+		if (pbox_memif_gate_enter(lc)) {
+			flush_tx(lc);
+			pbox_memif_gate_leave(lc);
+			break;
+		}
+	}
 	rte_rcu_qsbr_thread_offline(pbox.qsbr, tid);
 	rte_rcu_qsbr_thread_unregister(pbox.qsbr, tid);
 	return 0;

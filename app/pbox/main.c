@@ -268,6 +268,8 @@ main(int argc, char **argv)
 		rc = pbox.engine == NULL ? -ENOMEM : 0;
 	}
 	if (rc == 0)
+		rc = pbox_memif_gate_init(&pbox);
+	if (rc == 0)
 		rc = pbox_control_init(&pbox);
 	/* Jobs of the checkpoint directory come back before any lcore runs. */
 	if (rc == 0)
@@ -303,6 +305,7 @@ main(int argc, char **argv)
 
 	PBOX_LOG(NOTICE, "stopping");
 	rte_eal_mp_wait_lcore();
+	pbox_memif_gate_fini(&pbox);
 	pbox_checkpoint_fini(&pbox);
 	print_summary(&pbox);
 	pbox_control_fini(&pbox);

@@ -100,6 +100,8 @@ struct pbox_lcore {
 	struct rte_mempool *indirect_pool;
 	struct pbox_lcore_stats stats;
 	struct phub_engine_stats engine_stats;
+	bool memif_gated;		/* has a queue on a net_memif port: see memif_gate.c */
+	atomic_bool in_memif_section;	/* written by this lcore, read by the interrupt thread */
 } __rte_cache_aligned;
 
 /* Marks in mbuf->hash.usr of inbox mbufs: what the receiver does with them. */
@@ -161,6 +163,34 @@ void pbox_control_fini(struct pbox *pb);
 uint32_t pbox_control_segment_elems(const struct pbox *pb, enum phub_dtype dtype);
 uint64_t pbox_control_job_memory_limit(const struct pbox *pb);
 void pbox_control_job_charge(struct pbox *pb, const struct phub_engine_job *job);
+
+/* memif_gate.c: the interrupt thread's net_memif handlers and the lcores take turns. */
+extern atomic_bool pbox_memif_gate_open;
+int pbox_memif_gate_init(struct pbox *pb);
+void pbox_memif_gate_fini(struct pbox *pb);
+
+/*
+ * Before a loop iteration that may touch the lcore's ports: false when the lcore must leave
+ * them alone this time (a memif port of its own is being connected or disconnected).
+ */
+static inline bool
+pbox_memif_gate_enter(struct pbox_lcore *lc)
+{
+	if (!lc->memif_gated)
+		return true;
+	atomic_store(&lc->in_memif_section, true);
+	if (atomic_load(&pbox_memif_gate_open))
+		return true;
+	atomic_store_explicit(&lc->in_memif_section, false, memory_order_release);
+	return false;
+}
+
+static inline void
+pbox_memif_gate_leave(struct pbox_lcore *lc)
+{
+	if (lc->memif_gated)
+		atomic_store_explicit(&lc->in_memif_section, false, memory_order_release);
+}
 
 /* checkpoint.c (docs/reliability.md) */
 int pbox_checkpoint_init(struct pbox *pb);
