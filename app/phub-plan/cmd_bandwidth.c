@@ -121,22 +121,21 @@ table2(enum phub_model_units units, bool json)
 int
 plan_bandwidth(int argc, char **argv)
 {
-	enum { O_PRESET = 256, O_MODEL, O_MODEL_BYTES, O_COMPUTE_S, O_COMPUTE_MS, O_WORKERS,
-		O_SERVERS, O_IFACES, O_UNITS, O_TABLE2, O_LIST, O_JSON, O_HELP };
+	enum { O_WORKERS = PLAN_OPT_OWN, O_SERVERS, O_IFACES, O_TABLE2, O_LIST };
 	static const struct option opts[] = {
-		{ "preset", required_argument, NULL, O_PRESET },
-		{ "model", required_argument, NULL, O_MODEL },
-		{ "model-bytes", required_argument, NULL, O_MODEL_BYTES },
-		{ "compute-s", required_argument, NULL, O_COMPUTE_S },
-		{ "compute-ms", required_argument, NULL, O_COMPUTE_MS },
+		{ "preset", required_argument, NULL, PLAN_OPT_PRESET },
+		{ "model", required_argument, NULL, PLAN_OPT_MODEL },
+		{ "model-bytes", required_argument, NULL, PLAN_OPT_MODEL_BYTES },
+		{ "compute-s", required_argument, NULL, PLAN_OPT_COMPUTE_S },
+		{ "compute-ms", required_argument, NULL, PLAN_OPT_COMPUTE_MS },
 		{ "workers", required_argument, NULL, O_WORKERS },
 		{ "servers", required_argument, NULL, O_SERVERS },
 		{ "interfaces", required_argument, NULL, O_IFACES },
-		{ "units", required_argument, NULL, O_UNITS },
+		{ "units", required_argument, NULL, PLAN_OPT_UNITS },
 		{ "table2", no_argument, NULL, O_TABLE2 },
 		{ "list-presets", no_argument, NULL, O_LIST },
-		{ "json", no_argument, NULL, O_JSON },
-		{ "help", no_argument, NULL, O_HELP },
+		{ "json", no_argument, NULL, PLAN_OPT_JSON },
+		{ "help", no_argument, NULL, PLAN_OPT_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct phub_model_bw bw[PHUB_MODEL_PS_COUNT];
@@ -146,7 +145,6 @@ plan_bandwidth(int argc, char **argv)
 	struct phub_model_job job = { 0 };
 	bool json = false, do_table2 = false, do_list = false;
 	const char *name = NULL;
-	double d;
 	int c, rc;
 
 	plan_model_opts_init(&m);
@@ -155,22 +153,6 @@ plan_bandwidth(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		rc = 0;
 		switch (c) {
-		case O_PRESET:
-			m.preset = optarg;
-			break;
-		case O_MODEL:
-			m.file = optarg;
-			break;
-		case O_MODEL_BYTES:
-			rc = plan_bytes(cmd, "model-bytes", optarg, &m.model_bytes);
-			break;
-		case O_COMPUTE_S:
-			rc = plan_double(cmd, "compute-s", optarg, &m.compute_s);
-			break;
-		case O_COMPUTE_MS:
-			rc = plan_double(cmd, "compute-ms", optarg, &d);
-			m.compute_s = d / 1e3;
-			break;
 		case O_WORKERS:
 			rc = plan_uint(cmd, "workers", optarg, 1000000, &p.workers);
 			break;
@@ -183,27 +165,17 @@ plan_bandwidth(int argc, char **argv)
 				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
 						"--interfaces must be at least 1");
 			break;
-		case O_UNITS:
-			if (phub_model_units_parse(optarg, &m.units) != 0)
-				rc = plan_fail(cmd, PLAN_EXIT_USAGE,
-						"--units: '%s' is not si or paper", optarg);
-			m.units_given = true;
-			break;
 		case O_TABLE2:
 			do_table2 = true;
 			break;
 		case O_LIST:
 			do_list = true;
 			break;
-		case O_JSON:
-			json = true;
-			break;
-		case 'h':
-		case O_HELP:
-			usage();
-			return PLAN_EXIT_OK;
 		default:
-			return plan_bad_option(cmd, argv);
+			rc = plan_common_option(cmd, c, argv, &m, &json, usage);
+			if (rc != PLAN_OPT_NEXT)
+				return rc;
+			rc = 0;
 		}
 		if (rc != 0)
 			return rc;

@@ -31,10 +31,9 @@ usage(void)
 int
 plan_calibrate(int argc, char **argv)
 {
-	enum { O_JSON = 256, O_HELP };
 	static const struct option opts[] = {
-		{ "json", no_argument, NULL, O_JSON },
-		{ "help", no_argument, NULL, O_HELP },
+		{ "json", no_argument, NULL, PLAN_OPT_JSON },
+		{ "help", no_argument, NULL, PLAN_OPT_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct phub_model_run *runs = NULL;
@@ -47,18 +46,11 @@ plan_calibrate(int argc, char **argv)
 	optind = 1;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (c) {
-		case O_JSON:
-			json = true;
-			break;
-		case 'h':
-		case O_HELP:
-			usage();
-			return PLAN_EXIT_OK;
-		default:
-			return plan_bad_option(cmd, argv);
-		}
+		rc = plan_common_option(cmd, c, argv, NULL, &json, usage);
+		if (rc != PLAN_OPT_NEXT)
+			return rc;
 	}
+	rc = 0;
 	if (optind >= argc)
 		return plan_fail(cmd, PLAN_EXIT_USAGE, "give one or more phub-bench JSON files");
 	fit = calloc(1, sizeof(*fit));

@@ -155,7 +155,7 @@ parse_oversub(const char *s, unsigned int *list, size_t *n)
 int
 plan_cost(int argc, char **argv)
 {
-	enum { O_OVERSUB = 256, O_SPS, O_RATIO, O_READING, O_TABLE5, O_RATIO_ROW, O_JSON, O_HELP,
+	enum { O_OVERSUB = PLAN_OPT_OWN, O_SPS, O_RATIO, O_READING, O_TABLE5, O_RATIO_ROW,
 		O_PRICE };
 	static const struct {
 		const char *name;
@@ -187,8 +187,8 @@ plan_cost(int argc, char **argv)
 		{ "reading", required_argument, NULL, O_READING },
 		{ "table5", no_argument, NULL, O_TABLE5 },
 		{ "ratio-row", required_argument, NULL, O_RATIO_ROW },
-		{ "json", no_argument, NULL, O_JSON },
-		{ "help", no_argument, NULL, O_HELP },
+		{ "json", no_argument, NULL, PLAN_OPT_JSON },
+		{ "help", no_argument, NULL, PLAN_OPT_HELP },
 	};
 	enum phub_model_cost_reading reading = PHUB_MODEL_COST_UPLINK_SHARE;
 	unsigned int oversub[16] = { 1, 2, 3 }, ratio_row = 2;
@@ -261,15 +261,11 @@ plan_cost(int argc, char **argv)
 				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
 						"--ratio-row must be 1, 2 or 3");
 			break;
-		case O_JSON:
-			json = true;
-			break;
-		case 'h':
-		case O_HELP:
-			usage();
-			return PLAN_EXIT_OK;
 		default:
-			return plan_bad_option(cmd, argv);
+			rc = plan_common_option(cmd, c, argv, NULL, &json, usage);
+			if (rc != PLAN_OPT_NEXT)
+				return rc;
+			rc = 0;
 		}
 		if (rc != 0)
 			return rc;

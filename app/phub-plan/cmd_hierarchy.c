@@ -65,8 +65,7 @@ result_text(const char *formula, const struct phub_model_hier *h)
 int
 plan_hierarchy(int argc, char **argv)
 {
-	enum { O_RACKS = 256, O_WPR, O_CORE, O_PBOX, O_WORKER, O_FORMULA, O_PRESET, O_MODEL,
-		O_MODEL_BYTES, O_UNITS, O_JSON, O_HELP };
+	enum { O_RACKS = PLAN_OPT_OWN, O_WPR, O_CORE, O_PBOX, O_WORKER, O_FORMULA };
 	static const struct option opts[] = {
 		{ "racks", required_argument, NULL, O_RACKS },
 		{ "workers-per-rack", required_argument, NULL, O_WPR },
@@ -74,12 +73,12 @@ plan_hierarchy(int argc, char **argv)
 		{ "pbox-gbps", required_argument, NULL, O_PBOX },
 		{ "worker-gbps", required_argument, NULL, O_WORKER },
 		{ "formula", required_argument, NULL, O_FORMULA },
-		{ "preset", required_argument, NULL, O_PRESET },
-		{ "model", required_argument, NULL, O_MODEL },
-		{ "model-bytes", required_argument, NULL, O_MODEL_BYTES },
-		{ "units", required_argument, NULL, O_UNITS },
-		{ "json", no_argument, NULL, O_JSON },
-		{ "help", no_argument, NULL, O_HELP },
+		{ "preset", required_argument, NULL, PLAN_OPT_PRESET },
+		{ "model", required_argument, NULL, PLAN_OPT_MODEL },
+		{ "model-bytes", required_argument, NULL, PLAN_OPT_MODEL_BYTES },
+		{ "units", required_argument, NULL, PLAN_OPT_UNITS },
+		{ "json", no_argument, NULL, PLAN_OPT_JSON },
+		{ "help", no_argument, NULL, PLAN_OPT_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct phub_model_hier_params p = {
@@ -131,29 +130,11 @@ plan_hierarchy(int argc, char **argv)
 						"--formula: '%s' is not 000, 001 or both", optarg);
 			}
 			break;
-		case O_PRESET:
-			m.preset = optarg;
-			break;
-		case O_MODEL:
-			m.file = optarg;
-			break;
-		case O_MODEL_BYTES:
-			rc = plan_bytes(cmd, "model-bytes", optarg, &m.model_bytes);
-			break;
-		case O_UNITS:
-			if (phub_model_units_parse(optarg, &m.units) != 0)
-				rc = plan_fail(cmd, PLAN_EXIT_USAGE,
-						"--units: '%s' is not si or paper", optarg);
-			break;
-		case O_JSON:
-			json = true;
-			break;
-		case 'h':
-		case O_HELP:
-			usage();
-			return PLAN_EXIT_OK;
 		default:
-			return plan_bad_option(cmd, argv);
+			rc = plan_common_option(cmd, c, argv, &m, &json, usage);
+			if (rc != PLAN_OPT_NEXT)
+				return rc;
+			rc = 0;
 		}
 		if (rc != 0)
 			return rc;

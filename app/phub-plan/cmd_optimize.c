@@ -125,16 +125,15 @@ hw_json(const struct phub_model_hw *hw)
 int
 plan_optimize(int argc, char **argv)
 {
-	enum { O_PRESET = 256, O_MODEL, O_MODEL_BYTES, O_COMPUTE_S, O_COMPUTE_MS, O_BUDGET,
-		O_RACK_MAX, O_PBOX_MAX, O_IFACES_MAX, O_CHUNKS, O_TOP, O_WORKER, O_PORT, O_CORE,
-		O_MEM, O_PKT, O_CHUNK_NS, O_RTT, O_LCORES, O_SEG, O_CALIB, O_BATCH, O_OVERLAP,
-		O_UNITS, O_JSON, O_HELP };
+	enum { O_BUDGET = PLAN_OPT_OWN, O_RACK_MAX, O_PBOX_MAX, O_IFACES_MAX, O_CHUNKS, O_TOP,
+		O_WORKER, O_PORT, O_CORE, O_MEM, O_PKT, O_CHUNK_NS, O_RTT, O_LCORES, O_SEG,
+		O_CALIB, O_BATCH, O_OVERLAP };
 	static const struct option opts[] = {
-		{ "preset", required_argument, NULL, O_PRESET },
-		{ "model", required_argument, NULL, O_MODEL },
-		{ "model-bytes", required_argument, NULL, O_MODEL_BYTES },
-		{ "compute-s", required_argument, NULL, O_COMPUTE_S },
-		{ "compute-ms", required_argument, NULL, O_COMPUTE_MS },
+		{ "preset", required_argument, NULL, PLAN_OPT_PRESET },
+		{ "model", required_argument, NULL, PLAN_OPT_MODEL },
+		{ "model-bytes", required_argument, NULL, PLAN_OPT_MODEL_BYTES },
+		{ "compute-s", required_argument, NULL, PLAN_OPT_COMPUTE_S },
+		{ "compute-ms", required_argument, NULL, PLAN_OPT_COMPUTE_MS },
 		{ "budget", required_argument, NULL, O_BUDGET },
 		{ "rack-max", required_argument, NULL, O_RACK_MAX },
 		{ "pbox-max", required_argument, NULL, O_PBOX_MAX },
@@ -153,9 +152,9 @@ plan_optimize(int argc, char **argv)
 		{ "calibration", required_argument, NULL, O_CALIB },
 		{ "batch", required_argument, NULL, O_BATCH },
 		{ "overlap", required_argument, NULL, O_OVERLAP },
-		{ "units", required_argument, NULL, O_UNITS },
-		{ "json", no_argument, NULL, O_JSON },
-		{ "help", no_argument, NULL, O_HELP },
+		{ "units", required_argument, NULL, PLAN_OPT_UNITS },
+		{ "json", no_argument, NULL, PLAN_OPT_JSON },
+		{ "help", no_argument, NULL, PLAN_OPT_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
 	/* Hardware options are applied after the calibration file, whatever their order. */
@@ -171,7 +170,6 @@ plan_optimize(int argc, char **argv)
 	const char *name = NULL, *calib = NULL;
 	bool json = false;
 	size_t n = 0;
-	double d;
 	int c, rc;
 
 	plan_model_opts_init(&m);
@@ -182,22 +180,6 @@ plan_optimize(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		rc = 0;
 		switch (c) {
-		case O_PRESET:
-			m.preset = optarg;
-			break;
-		case O_MODEL:
-			m.file = optarg;
-			break;
-		case O_MODEL_BYTES:
-			rc = plan_bytes(cmd, "model-bytes", optarg, &m.model_bytes);
-			break;
-		case O_COMPUTE_S:
-			rc = plan_double(cmd, "compute-s", optarg, &m.compute_s);
-			break;
-		case O_COMPUTE_MS:
-			rc = plan_double(cmd, "compute-ms", optarg, &d);
-			m.compute_s = d / 1e3;
-			break;
 		case O_BUDGET:
 			rc = plan_uint(cmd, "budget", optarg, 1000000, &s.machine_budget);
 			break;
@@ -275,20 +257,11 @@ plan_optimize(int argc, char **argv)
 				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
 						"--overlap must be from 0 to 1");
 			break;
-		case O_UNITS:
-			if (phub_model_units_parse(optarg, &m.units) != 0)
-				rc = plan_fail(cmd, PLAN_EXIT_USAGE,
-						"--units: '%s' is not si or paper", optarg);
-			break;
-		case O_JSON:
-			json = true;
-			break;
-		case 'h':
-		case O_HELP:
-			usage();
-			return PLAN_EXIT_OK;
 		default:
-			return plan_bad_option(cmd, argv);
+			rc = plan_common_option(cmd, c, argv, &m, &json, usage);
+			if (rc != PLAN_OPT_NEXT)
+				return rc;
+			rc = 0;
 		}
 		if (rc != 0)
 			return rc;

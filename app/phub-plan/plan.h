@@ -50,6 +50,34 @@ struct plan_model_opts {
 };
 
 void plan_model_opts_init(struct plan_model_opts *m);
+
+/*
+ * getopt_long values of the options several commands share; a command numbers its own from
+ * PLAN_OPT_OWN and leaves these to plan_common_option().
+ */
+enum plan_opt {
+	PLAN_OPT_PRESET = 256,
+	PLAN_OPT_MODEL,
+	PLAN_OPT_MODEL_BYTES,
+	PLAN_OPT_COMPUTE_S,
+	PLAN_OPT_COMPUTE_MS,
+	PLAN_OPT_UNITS,
+	PLAN_OPT_JSON,
+	PLAN_OPT_HELP,
+	PLAN_OPT_OWN,
+};
+
+/* plan_common_option() took the option: go on parsing. */
+#define PLAN_OPT_NEXT (-1)
+
+/*
+ * One getopt_long answer c that is not the command's own: a shared option (into *m, which
+ * may be NULL for a command without a model, and *json), -h/--help (prints usage and returns
+ * PLAN_EXIT_OK), or an unknown option or missing value (plan_bad_option()). Returns
+ * PLAN_OPT_NEXT, or the exit code to return now.
+ */
+int plan_common_option(const char *cmd, int c, char **argv, struct plan_model_opts *m,
+		bool *json, void (*usage)(void));
 /* Loads the job the options name; *name gets a label ("RN269", file path or "custom").
  * need_compute: the command needs a compute time. */
 int plan_model_load(const char *cmd, const struct plan_model_opts *m, bool need_compute,

@@ -98,6 +98,51 @@ plan_model_opts_init(struct plan_model_opts *m)
 }
 
 int
+plan_common_option(const char *cmd, int c, char **argv, struct plan_model_opts *m,
+		bool *json, void (*usage)(void))
+{
+	double ms;
+	int rc = 0;
+
+	if (m == NULL && c >= PLAN_OPT_PRESET && c <= PLAN_OPT_UNITS)
+		return plan_bad_option(cmd, argv);
+	switch (c) {
+	case PLAN_OPT_PRESET:
+		m->preset = optarg;
+		break;
+	case PLAN_OPT_MODEL:
+		m->file = optarg;
+		break;
+	case PLAN_OPT_MODEL_BYTES:
+		rc = plan_bytes(cmd, "model-bytes", optarg, &m->model_bytes);
+		break;
+	case PLAN_OPT_COMPUTE_S:
+		rc = plan_double(cmd, "compute-s", optarg, &m->compute_s);
+		break;
+	case PLAN_OPT_COMPUTE_MS:
+		rc = plan_double(cmd, "compute-ms", optarg, &ms);
+		m->compute_s = ms / 1e3;
+		break;
+	case PLAN_OPT_UNITS:
+		if (phub_model_units_parse(optarg, &m->units) != 0)
+			rc = plan_fail(cmd, PLAN_EXIT_USAGE, "--units: '%s' is not si or paper",
+					optarg);
+		m->units_given = true;
+		break;
+	case PLAN_OPT_JSON:
+		*json = true;
+		break;
+	case 'h':
+	case PLAN_OPT_HELP:
+		usage();
+		return PLAN_EXIT_OK;
+	default:
+		return plan_bad_option(cmd, argv);
+	}
+	return rc != 0 ? rc : PLAN_OPT_NEXT;
+}
+
+int
 plan_model_load(const char *cmd, const struct plan_model_opts *m, bool need_compute,
 		struct phub_model_job *job, const char **name)
 {
