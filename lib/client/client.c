@@ -40,12 +40,8 @@ client_fail(struct phub *h, int error, const char *fmt, ...)
 	pthread_mutex_unlock(&h->lock);
 }
 
-static void
-set_err(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void
-set_err(char *err, size_t errlen, const char *fmt, ...)
+void
+client_set_err(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -331,44 +327,46 @@ params_check(const struct phub_connect_params *p, char *err, size_t errlen)
 	struct in_addr a;
 
 	if (p == NULL) {
-		set_err(err, errlen, "no parameters");
+		client_set_err(err, errlen, "no parameters");
 		return -EINVAL;
 	}
 	if (p->server == NULL || inet_pton(AF_INET, p->server, &a) != 1) {
-		set_err(err, errlen, "server '%s' is not an IPv4 address",
+		client_set_err(err, errlen, "server '%s' is not an IPv4 address",
 				p->server != NULL ? p->server : "(null)");
 		return -EINVAL;
 	}
 	if (p->bind_addr != NULL && inet_pton(AF_INET, p->bind_addr, &a) != 1) {
-		set_err(err, errlen, "bind_addr '%s' is not an IPv4 address", p->bind_addr);
+		client_set_err(err, errlen, "bind_addr '%s' is not an IPv4 address", p->bind_addr);
 		return -EINVAL;
 	}
 	if (p->job == NULL || p->job[0] == '\0' || strlen(p->job) >= PHUB_WIRE_JOB_NAME_LEN) {
-		set_err(err, errlen, "job name must have 1 to %d bytes",
+		client_set_err(err, errlen, "job name must have 1 to %d bytes",
 				PHUB_WIRE_JOB_NAME_LEN - 1);
 		return -EINVAL;
 	}
 	for (const char *c = p->job; *c != '\0'; c++) {
 		if (*c < 0x21 || *c > 0x7e) {
-			set_err(err, errlen, "job name '%s' is not printable ASCII", p->job);
+			client_set_err(err, errlen, "job name '%s' is not printable ASCII", p->job);
 			return -EINVAL;
 		}
 	}
 	if (p->world_size == 0 || p->rank >= p->world_size) {
-		set_err(err, errlen, "rank %u is not below world_size %u", p->rank, p->world_size);
+		client_set_err(err, errlen, "rank %u is not below world_size %u", p->rank,
+				p->world_size);
 		return -EINVAL;
 	}
 	if (p->dtype < 0 || p->dtype >= PHUB_DTYPE_COUNT) {
-		set_err(err, errlen, "dtype %d is not fp32 (0), fp16 (1) or bf16 (2)", p->dtype);
+		client_set_err(err, errlen, "dtype %d is not fp32 (0), fp16 (1) or bf16 (2)",
+				p->dtype);
 		return -EINVAL;
 	}
 	if (p->keys == NULL || p->n_keys == 0) {
-		set_err(err, errlen, "no keys");
+		client_set_err(err, errlen, "no keys");
 		return -EINVAL;
 	}
 	for (uint32_t k = 0; k < p->n_keys; k++) {
 		if (p->keys[k].n_elems == 0) {
-			set_err(err, errlen, "keys[%u] (key id %u) has no elements", k,
+			client_set_err(err, errlen, "keys[%u] (key id %u) has no elements", k,
 					p->keys[k].key_id);
 			return -EINVAL;
 		}
@@ -376,15 +374,15 @@ params_check(const struct phub_connect_params *p, char *err, size_t errlen)
 	if (!finite_nonneg(p->lr) || !finite_nonneg(p->momentum) ||
 	    !finite_nonneg(p->weight_decay) || !finite_nonneg(p->beta1) ||
 	    !finite_nonneg(p->beta2) || !finite_nonneg(p->eps)) {
-		set_err(err, errlen, "optimizer hyper-parameters must be finite and >= 0");
+		client_set_err(err, errlen, "optimizer hyper-parameters must be finite and >= 0");
 		return -EINVAL;
 	}
 	if (p->mtu != 0 && p->mtu < PHUB_WIRE_MIN_MTU) {
-		set_err(err, errlen, "mtu %u is below %d", p->mtu, PHUB_WIRE_MIN_MTU);
+		client_set_err(err, errlen, "mtu %u is below %d", p->mtu, PHUB_WIRE_MIN_MTU);
 		return -EINVAL;
 	}
 	if ((p->flags & ~(PHUB_CONNECT_F_CSUM | PHUB_CONNECT_F_DETERMINISTIC)) != 0) {
-		set_err(err, errlen, "unknown flags 0x%x",
+		client_set_err(err, errlen, "unknown flags 0x%x",
 				p->flags & ~(PHUB_CONNECT_F_CSUM | PHUB_CONNECT_F_DETERMINISTIC));
 		return -EINVAL;
 	}
@@ -407,20 +405,21 @@ socket_open(struct phub *h, const struct phub_connect_params *p, char *err, size
 
 	h->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (h->fd < 0) {
-		set_err(err, errlen, "socket: %s", strerror(errno));
+		client_set_err(err, errlen, "socket: %s", strerror(errno));
 		return -errno;
 	}
 	/* MODEL broadcasts are not windowed: give them room, the kernel caps what we ask. */
 	setsockopt(h->fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
 	setsockopt(h->fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
 	if (bind(h->fd, (struct sockaddr *)&local, sizeof(local)) != 0) {
-		set_err(err, errlen, "bind %s: %s", p->bind_addr != NULL ? p->bind_addr : "0.0.0.0",
+		client_set_err(err, errlen, "bind %s: %s",
+				p->bind_addr != NULL ? p->bind_addr : "0.0.0.0",
 				strerror(errno));
 		return -errno;
 	}
 	h->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (h->wake_fd < 0) {
-		set_err(err, errlen, "eventfd: %s", strerror(errno));
+		client_set_err(err, errlen, "eventfd: %s", strerror(errno));
 		return -errno;
 	}
 	return 0;
@@ -498,11 +497,13 @@ initial_round(struct phub *h, const struct phub_connect_params *p, char *err, si
 	}
 	rc = phub_wait_all(h, (int)h->connect_timeout_ms);
 	if (rc == -ETIMEDOUT)
-		set_err(err, errlen, "the initial-model round of job '%s' did not finish within"
+		client_set_err(err, errlen,
+				"the initial-model round of job '%s' did not finish within"
 				" %u ms: have all %u ranks joined PBox %s?", h->job_name,
 				h->connect_timeout_ms, h->world_size, h->server_name);
 	else if (rc != 0)
-		set_err(err, errlen, "the initial-model round failed: %s", phub_last_error(h));
+		client_set_err(err, errlen, "the initial-model round failed: %s",
+				phub_last_error(h));
 	return rc;
 }
 
@@ -512,7 +513,7 @@ phub_connect(const struct phub_connect_params *p, char *err, size_t errlen)
 	struct phub *h;
 	int rc;
 
-	set_err(err, errlen, "%s", "");
+	client_set_err(err, errlen, "%s", "");
 	rc = params_check(p, err, errlen);
 	if (rc != 0) {
 		errno = -rc;
@@ -520,7 +521,7 @@ phub_connect(const struct phub_connect_params *p, char *err, size_t errlen)
 	}
 	h = session_alloc();
 	if (h == NULL) {
-		set_err(err, errlen, "out of memory");
+		client_set_err(err, errlen, "out of memory");
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -548,12 +549,12 @@ phub_connect(const struct phub_connect_params *p, char *err, size_t errlen)
 	if (rc == 0) {
 		rc = client_node_init(h);
 		if (rc != 0)
-			set_err(err, errlen, "out of memory for %u segments", h->n_segs);
+			client_set_err(err, errlen, "out of memory for %u segments", h->n_segs);
 	}
 	if (rc == 0) {
 		rc = -pthread_create(&h->thread, NULL, client_node_main, h);
 		if (rc != 0)
-			set_err(err, errlen, "pthread_create: %s", strerror(-rc));
+			client_set_err(err, errlen, "pthread_create: %s", strerror(-rc));
 		else
 			h->thread_started = true;
 	}

@@ -37,21 +37,6 @@ struct client_join {
 	uint64_t token;
 };
 
-static void
-join_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void
-join_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err == NULL || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 static int
 optimizer_parse(const char *name, uint8_t *opt)
 {
@@ -76,7 +61,7 @@ join_prepare(struct phub *h, const struct phub_connect_params *p, struct client_
 
 	c->mtu = p->mtu != 0 ? p->mtu : CLIENT_MTU_DEFAULT;
 	if (optimizer_parse(p->optimizer, &j->optimizer) != 0) {
-		join_err(err, errlen, "unknown optimizer '%s'", p->optimizer);
+		client_set_err(err, errlen, "unknown optimizer '%s'", p->optimizer);
 		return -EINVAL;
 	}
 	snprintf(j->name, sizeof(j->name), "%s", p->job);
@@ -100,7 +85,7 @@ join_prepare(struct phub *h, const struct phub_connect_params *p, struct client_
 	c->tx = malloc(c->mtu);
 	c->rx = malloc(RX_MAX);
 	if (c->keys == NULL || c->tx == NULL || c->rx == NULL) {
-		join_err(err, errlen, "out of memory for %u keys", p->n_keys);
+		client_set_err(err, errlen, "out of memory for %u keys", p->n_keys);
 		return -ENOMEM;
 	}
 	for (uint32_t k = 0; k < p->n_keys; k++) {
@@ -112,7 +97,7 @@ join_prepare(struct phub *h, const struct phub_connect_params *p, struct client_
 	c->jp.flags = h->tx_flags;
 	c->n_dgrams = phub_wire_join_segments(&c->jp, c->mtu);
 	if (c->n_dgrams <= 0) {
-		join_err(err, errlen, "the layout of %u keys does not fit a JOIN at mtu %u",
+		client_set_err(err, errlen, "the layout of %u keys does not fit a JOIN at mtu %u",
 				p->n_keys, c->mtu);
 		return -EINVAL;
 	}
@@ -173,7 +158,7 @@ join_ack_take(struct phub *h, struct client_join *c, const struct phub_wire_msg 
 		c->endpoints = calloc(seg.endpoint_count, sizeof(*c->endpoints));
 		c->chunk_map = calloc(seg.total_chunks, sizeof(*c->chunk_map));
 		if (c->endpoints == NULL || c->chunk_map == NULL) {
-			join_err(err, errlen, "out of memory for a chunk map of %u chunks",
+			client_set_err(err, errlen, "out of memory for a chunk map of %u chunks",
 					seg.total_chunks);
 			return -ENOMEM;
 		}
@@ -221,14 +206,14 @@ join_receive(struct phub *h, struct client_join *c, uint64_t deadline_ns, char *
 		if (now >= deadline_ns)
 			return 0;
 		if (stopping(h)) {
-			join_err(err, errlen, "the session was closed");
+			client_set_err(err, errlen, "the session was closed");
 			return -ECANCELED;
 		}
 		/* A bounded wait, so that phub_close() is not kept waiting for long. */
 		rc = poll(&pfd, 1, (int)(wait_ms < JOIN_RTO_FIRST_MS ? wait_ms :
 				JOIN_RTO_FIRST_MS));
 		if (rc < 0 && errno != EINTR) {
-			join_err(err, errlen, "poll: %s", strerror(errno));
+			client_set_err(err, errlen, "poll: %s", strerror(errno));
 			return -errno;
 		}
 		if (rc <= 0)
@@ -247,7 +232,7 @@ join_receive(struct phub *h, struct client_join *c, uint64_t deadline_ns, char *
 
 			if (phub_wire_error_parse(msg.payload, msg.payload_len, &e) != PHUB_DROP_OK)
 				continue;
-			join_err(err, errlen, "PBox %s refused rank %u of job '%s': %s: %.*s",
+			client_set_err(err, errlen, "PBox %s refused rank %u of job '%s': %s: %.*s",
 					h->server_name, h->rank, h->job_name,
 					phub_wire_error_name(e.code), (int)e.msg_len, e.text);
 			return -refusal_errno(e.code);
@@ -282,7 +267,8 @@ layout_build(struct phub *h, const struct phub_connect_params *p, struct client_
 			"struct phub_key is struct phub_layout_key");
 	if (phub_layout_params_check(&lp, why, sizeof(why)) != 0 ||
 	    (h->layout = phub_layout_create(&lp)) == NULL) {
-		join_err(err, errlen, "PBox %s chunk map (chunk_bytes %u, segment_elems %u) does"
+		client_set_err(err, errlen,
+				"PBox %s chunk map (chunk_bytes %u, segment_elems %u) does"
 				" not fit the layout: %s", h->server_name, h->chunk_bytes,
 				h->segment_elems, why);
 		return -EPROTO;
@@ -290,7 +276,7 @@ layout_build(struct phub *h, const struct phub_connect_params *p, struct client_
 	h->n_chunks = phub_layout_chunk_count(h->layout);
 	n_segs = phub_layout_segment_count(h->layout);
 	if (h->n_chunks != c->merge.total_chunks || n_segs >= UINT32_MAX) {
-		join_err(err, errlen, "PBox %s sent a map of %u chunks, the layout has %u",
+		client_set_err(err, errlen, "PBox %s sent a map of %u chunks, the layout has %u",
 				h->server_name, c->merge.total_chunks, h->n_chunks);
 		return -EPROTO;
 	}
@@ -300,7 +286,7 @@ layout_build(struct phub *h, const struct phub_connect_params *p, struct client_
 	h->keys = calloc(p->n_keys, sizeof(*h->keys));
 	h->zeros = calloc(h->segment_elems, h->elem_size);
 	if (h->segs == NULL || h->chunk_first_seg == NULL || h->keys == NULL || h->zeros == NULL) {
-		join_err(err, errlen, "out of memory for %u segments", h->n_segs);
+		client_set_err(err, errlen, "out of memory for %u segments", h->n_segs);
 		return -ENOMEM;
 	}
 	for (uint32_t ch = 0; ch < h->n_chunks; ch++) {
@@ -350,7 +336,7 @@ endpoints_build(struct phub *h, struct client_join *c, char *err, size_t errlen)
 	h->n_endpoints = c->merge.endpoint_count;
 	h->endpoints = calloc(h->n_endpoints, sizeof(*h->endpoints));
 	if (h->endpoints == NULL) {
-		join_err(err, errlen, "out of memory");
+		client_set_err(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	for (uint32_t i = 0; i < h->n_endpoints; i++) {
@@ -408,7 +394,8 @@ join_exchange(struct phub *h, struct client_join *c, bool *retransmitted, char *
 		uint64_t now = client_now_ns();
 
 		if (now >= end) {
-			join_err(err, errlen, "no answer from PBox %s to the JOIN of rank %u of job"
+			client_set_err(err, errlen,
+					"no answer from PBox %s to the JOIN of rank %u of job"
 					" '%s' within %u ms: is the PBox running and reachable?",
 					h->server_name, h->rank, h->job_name,
 					h->connect_timeout_ms);
@@ -441,7 +428,7 @@ client_join(struct phub *h, const struct phub_connect_params *p, char *err, size
 
 	c = calloc(1, sizeof(*c));
 	if (c == NULL) {
-		join_err(err, errlen, "out of memory");
+		client_set_err(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	h->join = c;
@@ -518,7 +505,7 @@ client_rejoin(struct phub *h, char *err, size_t errlen)
 	if (c->merge.ack.seg_elems != h->segment_elems || c->merge.total_chunks != h->n_chunks ||
 	    chunk_elems(c->merge.ack.chunk_bytes, h->segment_elems) !=
 	    phub_layout_chunk_elems(h->layout)) {
-		join_err(err, errlen, "PBox %s came back with another geometry for job '%s' "
+		client_set_err(err, errlen, "PBox %s came back with another geometry for job '%s' "
 				"(chunk_bytes %u, seg_elems %u, %u chunks; the session had %u, "
 				"%u, %u)", h->server_name, h->job_name, c->merge.ack.chunk_bytes,
 				c->merge.ack.seg_elems, c->merge.total_chunks, h->chunk_bytes,
@@ -538,7 +525,8 @@ client_rejoin(struct phub *h, char *err, size_t errlen)
 	pthread_mutex_unlock(&h->lock);
 	if (rc != 0) {
 		free(order);
-		join_err(err, errlen, "out of memory for %u endpoints", c->merge.endpoint_count);
+		client_set_err(err, errlen, "out of memory for %u endpoints",
+				c->merge.endpoint_count);
 		rc = -EIO;
 		goto out;
 	}

@@ -227,6 +227,9 @@ uint64_t client_now_ns(void);
 void client_fail(struct phub *h, int error, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void client_op_finish(struct phub *h, struct op *op, int status);
+/* The caller's error text: formats into err unless it is NULL or errlen is 0. */
+void client_set_err(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* client_join.c: the JOIN and LEAVE exchanges, on the caller's thread. */
 int client_join(struct phub *h, const struct phub_connect_params *p, char *err, size_t errlen);
