@@ -17,7 +17,11 @@
 
 enum {
 	JOIN_RTO_FIRST_MS = 100,	/* first JOIN retransmission; doubles up to the next */
-	JOIN_RTO_LAST_MS = 1000,
+	/*
+	 * Not a second: on a link that loses bursts frame by frame, a JOIN_ACK a second stayed
+	 * lost for the whole connect timeout one run in ten (issue 9). A JOIN is a few datagrams.
+	 */
+	JOIN_RTO_LAST_MS = 250,
 	LEAVE_RTO_MS = 100,
 	RX_MAX = 65536,			/* any UDP payload */
 };
@@ -229,6 +233,13 @@ join_receive(struct phub *h, struct client_join *c, uint64_t deadline_ns, char *
 			continue;
 		if (msg.opcode == PHUB_WIRE_OP_ERROR) {
 			struct phub_wire_error_msg e;
+
+			/*
+			 * An ERROR about a session answers a PING of the session being replaced
+			 * (late, or one of several): not this JOIN, which has no session yet.
+			 */
+			if (msg.session_token != 0)
+				continue;
 
 			if (phub_wire_error_parse(msg.payload, msg.payload_len, &e) != PHUB_DROP_OK)
 				continue;

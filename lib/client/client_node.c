@@ -24,6 +24,15 @@ enum {
 
 /* An idle session says PING this often, so that the PBox knows it is alive (protocol §11). */
 #define KEEPALIVE_NS UINT64_C(1000000000)
+/*
+ * Once the PBox has been silent for ping_every() while we wait on it, a PING goes this often.
+ * After a PBox restart the ERROR that answers a PING is how a worker learns that its session is
+ * gone (the data path drops a PUSH of an unknown session without a word). On a link that loses
+ * bursts, and loses them frame by frame (a Gilbert-Elliott chain moves on each frame, so a link
+ * that carries only a PING a second stays in its bad state for seconds), ten answers a second
+ * apart were all lost one run in five: longer than the PBox waits for a rank (issue 9).
+ */
+#define PING_RETRY_NS UINT64_C(200000000)
 
 /* ---- indexed heaps of segment ids ---- */
 
@@ -707,6 +716,12 @@ ping_every(const struct phub *h)
 	return h->dead_ns / 8 < KEEPALIVE_NS ? h->dead_ns / 8 : KEEPALIVE_NS;
 }
 
+static uint64_t
+ping_retry(const struct phub *h)
+{
+	return ping_every(h) < PING_RETRY_NS ? ping_every(h) : PING_RETRY_NS;
+}
+
 /* Liveness: the PBox must say something within dead_ms while we wait on it. */
 static void
 liveness(struct phub *h, uint64_t now)
@@ -725,8 +740,11 @@ liveness(struct phub *h, uint64_t now)
 				h->rank, h->job_name);
 		return;
 	}
-	/* Waiting on slower workers looks like silence: a PING tells the two apart. */
-	if (now - h->last_heard_ns >= ping_every(h) && now - h->last_ping_ns >= ping_every(h))
+	/*
+	 * Waiting on slower workers looks like silence: a PING tells the two apart. Unanswered,
+	 * it goes again every ping_retry().
+	 */
+	if (now - h->last_heard_ns >= ping_every(h) && now - h->last_ping_ns >= ping_retry(h))
 		send_ping(h, now);
 }
 
@@ -740,9 +758,11 @@ sleep_ts(struct phub *h, uint64_t now, struct timespec *ts)
 	if (s != NULL)
 		next = s->deadline_ns;
 	if (h->n_active != 0 || h->n_waiting != 0) {
-		uint64_t last = h->last_heard_ns > h->last_ping_ns ? h->last_heard_ns :
-			h->last_ping_ns;
-		uint64_t t = last + ping_every(h);
+		uint64_t t = h->last_heard_ns + ping_every(h);
+
+		/* Silent already: the next PING is a retry. */
+		if (t <= now)
+			t = h->last_ping_ns + ping_retry(h) > t ? h->last_ping_ns + ping_retry(h) : t;
 
 		if (h->last_heard_ns + h->dead_ns < t)
 			t = h->last_heard_ns + h->dead_ns;

@@ -405,6 +405,41 @@ PY
 	bench_wait "$tmp/r.json" &&
 		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' 'r["reconnects"] == 3'
 	;;
+restart-twice)
+	# Issue 9: SIGKILL twice, a few seconds apart, while 4 workers train with a checkpoint
+	# every 4 iterations and rank 1's link loses bursts (Gilbert-Elliott, about 20%: bad
+	# state 20% of the time, every datagram in it lost). The second restart comes while the
+	# lossy rank may still be JOINing or rolling back from the first; every rank must JOIN
+	# again and every model end bitwise exact.
+	rack 4 --checkpoint-interval 4
+	"$vrack" netem --name "$rack" --worker 2 loss gemodel 5% 20% >/dev/null 2>"$tmp/netem.err" ||
+		{ cat "$tmp/netem.err"; fail "netem on worker 2"; }
+	bench_bg "$tmp/r.json" 4 --keys 8 --key-elems 10000 --iterations 36 --optimizer sgd \
+		--dead-ms 30000
+	for kill_no in 1 2; do
+		for ((i = 0; i < 600; i++)); do
+			[ "$(newest_ckpt)" -ge $((kill_no * 4)) ] && break
+			kill -0 "$bench_pid" 2>/dev/null || break
+			sleep 0.05
+		done
+		kill -0 "$bench_pid" 2>/dev/null || fail "phub-bench ended before kill $kill_no"
+		pid=$(cat "$state_dir/pbox.pid")
+		kill -KILL "$pid"
+		while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+		echo "PBox killed ($kill_no); newest checkpoint: iteration $(newest_ckpt)"
+		pbox_restart
+		cp "$state_dir/pbox.log" "$tmp/pbox-restart$kill_no.log"
+		# The second kill comes while the first restart's re-JOINs may be under way.
+		[ "$kill_no" -eq 1 ] && sleep 2
+	done
+	bench_wait "$tmp/r.json" &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]'
+	if [ $failed -ne 0 ]; then
+		tail -n 20 "$state_dir/pbox.log"
+		tail -n 20 "$tmp/r.json.err"
+	fi
+	[ "$(newest_ckpt)" -eq -1 ] || fail "the job ended but its checkpoints stay: $(ls "$ckpt_dir")"
+	;;
 sigterm)
 	# SIGTERM while the workers wait at an iteration boundary (after iteration 8): the PBox
 	# writes the live state of iteration 8, the restarted one restores it, and the workers
