@@ -38,7 +38,7 @@
 /* "<escaped name>.<10-digit iteration>.ckpt": the escaped name is at most 3 x 63 bytes. */
 #define CKPT_FILE_MAX 256
 
-/* What the appliance keeps per job, in the job's engine slot (job id & 0xff). */
+/* What the appliance keeps per job, by the job's engine slot (phub_engine_job_slot()). */
 struct ckpt_job {
 	struct phub_engine_job *job;
 	bool have_file;
@@ -105,7 +105,7 @@ ms_tsc(uint64_t ms)
 static struct ckpt_job *
 ckpt_job_of(const struct phub_engine_job *job)
 {
-	return &ck.jobs[phub_engine_job_id(job) & 0xff];
+	return &ck.jobs[phub_engine_job_slot(job)];
 }
 
 /* ---- file names ---- */
@@ -880,7 +880,7 @@ restore_one(struct pbox *pb, const struct found *f, char *err, size_t errlen)
 	close(fd);
 	if (rc != 0)
 		return rc;
-	pbox_control_job_charge(pb, job);
+	pbox_control_job_restored(pb, job, &info);
 	pbox_checkpoint_job_created(pb, job);
 	ckpt_job_of(job)->have_file = true;
 	ckpt_job_of(job)->written = info.iteration;

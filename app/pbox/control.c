@@ -18,6 +18,7 @@
 #include <rte_malloc.h>
 #include <rte_udp.h>
 
+#include "control/phub_control.h"
 #include "pbox.h"
 
 #define MAX_PENDING_JOINS 64
@@ -32,19 +33,6 @@
  * timeouts.join_ms. 65536 keys is 512 KB a pending JOIN; models have hundreds of tensors.
  */
 #define MAX_JOB_KEYS 65536
-
-/* A JOIN split over several datagrams, until its last one is in. */
-struct pending_join {
-	bool used;
-	uint32_t src_ip;
-	uint16_t src_udp;
-	uint16_t port_index;
-	uint16_t rank;
-	uint64_t started_tsc;
-	struct rte_ether_addr src_mac;
-	struct phub_wire_join_merge merge;
-	struct phub_wire_key *keys;
-};
 
 /* The requester of a control operation, for the answer. */
 struct requester {
@@ -71,29 +59,16 @@ struct orphan {
 	bool seen;
 };
 
-static struct pending_join pending[MAX_PENDING_JOINS];
+static struct phub_control_joins *pending;
 static uint64_t jobs_memory_bytes;
 /* The port each rank's JOIN came in on, by job slot: where an ERROR to it goes. */
 static uint16_t rank_port[PHUB_ENGINE_MAX_JOBS][PHUB_ENGINE_MAX_WORKERS];
 static struct suspect suspects[PHUB_ENGINE_MAX_JOBS];
 static struct orphan orphans[PHUB_ENGINE_MAX_JOBS];
-
-/*
- * The sessions that left last, so that a LEAVE sent again is ACKed again: enough for every
- * rank of a job of 64 workers whose LEAVE_ACKs all got lost, and the sessions' tokens are
- * random, so an old entry never answers for a new session.
- */
-#define RECENT_LEAVES 64
-struct left_session {
-	uint64_t token;
-	uint32_t job_id;
-	uint32_t ip;
-	uint16_t udp;
-	uint16_t rank;
-	bool used;
-};
-static struct left_session recent_leaves[RECENT_LEAVES];
-static unsigned int recent_leaves_next;
+/* What each job's ranks declared beyond the engine job's own fields, by job slot. */
+static struct phub_control_decl decls[PHUB_ENGINE_MAX_JOBS];
+/* The sessions that left last, so that a LEAVE sent again is ACKed again. */
+static struct phub_control_leaves recent_leaves;
 static uint64_t liveness_tsc;
 
 static void *
@@ -189,33 +164,19 @@ pbox_control_job_memory_limit(const struct pbox *pb)
 }
 
 void
-pbox_control_job_charge(struct pbox *pb, const struct phub_engine_job *job)
+pbox_control_job_restored(struct pbox *pb, const struct phub_engine_job *job,
+		const struct phub_engine_ckpt_info *ckpt)
 {
 	struct phub_engine_job_info info;
+	struct phub_control_decl *d = &decls[phub_engine_job_slot(job)];
 
 	(void)pb;
 	phub_engine_job_get_info(job, &info);
 	jobs_memory_bytes += info.memory_bytes;
-}
-
-static bool
-layout_matches(const struct phub_engine_job *job, const struct phub_wire_join *join,
-		const struct phub_wire_key *keys, uint32_t n_keys)
-{
-	const struct phub_layout *layout = phub_engine_job_layout(job);
-
-	if (join->world_size != phub_engine_job_world_size(job) ||
-	    join->dtype != (uint8_t)phub_engine_job_dtype(job) ||
-	    n_keys != phub_layout_key_count(layout))
-		return false;
-	for (uint32_t i = 0; i < n_keys; i++) {
-		struct phub_layout_key_info info;
-
-		if (phub_layout_key_get(layout, i, &info) != 0 || info.key_id != keys[i].key_id ||
-		    info.n_elems != keys[i].elem_count)
-			return false;
-	}
-	return true;
+	/* The file knows the optimizer; the first rank back declares the rest. */
+	memset(d, 0, sizeof(*d));
+	d->known = PHUB_CONTROL_DECL_OPTIMIZER;
+	d->optimizer = (uint8_t)ckpt->optimizer.type;
 }
 
 /*
@@ -246,6 +207,7 @@ job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire
 	const struct phub_config_job *declared = NULL;
 	struct phub_engine_job_info info;
 	unsigned int n_jobs = 0;
+	const char *what;
 	uint64_t limit;
 	int idx;
 
@@ -261,21 +223,16 @@ job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire
 					join->name);
 			return NULL;
 		}
-		if (!layout_matches(job, join, keys, n_keys)) {
+		/* Every field the job's ranks declare (docs/protocol.md, section 8). */
+		what = phub_control_join_mismatch(job, &decls[phub_engine_job_slot(job)], join,
+				keys, n_keys, join_wants_deterministic(pb, join));
+		if (what != NULL) {
 			send_error(pb, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
-					"job %s: rank %u declares another world size, dtype or key "
-					"layout than the job has", join->name, join->rank);
+					"job %s: rank %u declares another %s than the job has",
+					join->name, join->rank, what);
 			return NULL;
 		}
-		if (join_wants_deterministic(pb, join) != phub_engine_job_deterministic(job)) {
-			bool det = phub_engine_job_deterministic(job);
-
-			send_error(pb, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
-					"job %s sums %s; rank %u asks for %s aggregation",
-					join->name, det ? "in rank order" : "in arrival order",
-					join->rank, det ? "default" : "deterministic");
-			return NULL;
-		}
+		phub_control_decl_complete(&decls[phub_engine_job_slot(job)], join);
 		return job;
 	}
 
@@ -380,6 +337,7 @@ job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire
 	}
 	phub_engine_job_get_info(job, &info);
 	jobs_memory_bytes += info.memory_bytes;
+	phub_control_decl_from_join(&decls[phub_engine_job_slot(job)], join);
 	pbox_checkpoint_job_created(pb, job);
 	PBOX_LOG(INFO, "job %s (id %u): %u workers, %u keys, %u chunks, %" PRIu64 " elements "
 			"%s, optimizer %s, %s sums, %" PRIu64 " KB%s", info.name, info.job_id,
@@ -394,7 +352,7 @@ job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire
 
 static void
 send_join_ack(struct pbox *pb, const struct requester *to, struct phub_engine_job *job,
-		uint16_t rank, uint64_t token)
+		uint16_t rank, uint64_t token, bool csum)
 {
 	const struct phub_layout *layout = phub_engine_job_layout(job);
 	struct phub_wire_endpoint endpoints[PHUB_CONFIG_MAX_QUEUES];
@@ -433,6 +391,8 @@ send_join_ack(struct pbox *pb, const struct requester *to, struct phub_engine_jo
 	p.chunk_endpoints = map;
 	p.total_chunks = info.n_chunks;
 	p.rank = rank;
+	/* The rank asked for checksums on what the PBox sends it: the JOIN_ACK is the first. */
+	p.flags = csum ? PHUB_WIRE_F_CSUM : 0;
 	segs = phub_wire_join_ack_segments(&p, pb->ports[to->port_index].mtu);
 	for (int i = 0; i < segs; i++) {
 		int len = phub_wire_join_ack_write(buf, PHUB_WIRE_MAX_DATAGRAM, &p,
@@ -461,87 +421,96 @@ join_complete(struct pbox *pb, const struct requester *to, const struct phub_wir
 	peer.ipv4 = to->ip;
 	peer.udp_port = to->udp;
 	memcpy(peer.mac, to->mac.addr_bytes, sizeof(peer.mac));
+	/* The data lcores read it with the endpoint: CSUM on this rank's ACKs and MODELs. */
+	peer.flags = (join->join_flags & PHUB_WIRE_JOIN_F_CSUM) ? PHUB_ENGINE_PEER_F_CSUM : 0;
 	rc = phub_engine_job_join(job, join->rank, join->nonce, &peer, &token);
 	if (rc != 0) {
 		send_error(pb, to, msg, (enum phub_wire_error)-rc, "job %s: rank %u refused: %s",
 				join->name, join->rank, phub_wire_error_name((uint16_t)-rc));
 		return;
 	}
-	rank_port[phub_engine_job_id(job) & 0xff][join->rank] = to->port_index;
+	rank_port[phub_engine_job_slot(job)][join->rank] = to->port_index;
 	PBOX_LOG(INFO, "job %s: rank %u of %u joined from %u.%u.%u.%u:%u", join->name, join->rank,
 			join->world_size, to->ip >> 24, (to->ip >> 16) & 0xff, (to->ip >> 8) & 0xff,
 			to->ip & 0xff, to->udp);
-	send_join_ack(pb, to, job, join->rank, token);
+	send_join_ack(pb, to, job, join->rank, token, peer.flags & PHUB_ENGINE_PEER_F_CSUM);
 }
 
-static struct pending_join *
-pending_find(const struct requester *to, uint16_t rank)
+/* The control plane's clock for lib/control: the TSC in nanoseconds. */
+static uint64_t
+control_now(void)
 {
-	struct pending_join *free_slot = NULL;
-	uint64_t oldest = UINT64_MAX;
-	struct pending_join *victim = &pending[0];
+	return (uint64_t)((double)rte_rdtsc() * 1e9 / (double)rte_get_tsc_hz());
+}
 
+/*
+ * The MAC and port of the sources of JOINs being reassembled, for the ERROR JOIN_TIMEOUT that
+ * answers one that stays incomplete (lib/control keeps addresses, not Ethernet).
+ */
+static struct {
+	struct phub_control_addr src;
+	struct rte_ether_addr mac;
+	uint16_t port_index;
+	bool used;
+} pending_peers[MAX_PENDING_JOINS];
+static unsigned int pending_peers_next;
+
+static void
+pending_peer_note(const struct requester *to)
+{
+	for (unsigned int i = 0; i < MAX_PENDING_JOINS; i++)
+		if (pending_peers[i].used && pending_peers[i].src.ipv4 == to->ip &&
+		    pending_peers[i].src.udp_port == to->udp)
+			return;
+	pending_peers[pending_peers_next].src.ipv4 = to->ip;
+	pending_peers[pending_peers_next].src.udp_port = to->udp;
+	pending_peers[pending_peers_next].mac = to->mac;
+	pending_peers[pending_peers_next].port_index = to->port_index;
+	pending_peers[pending_peers_next].used = true;
+	pending_peers_next = (pending_peers_next + 1) % MAX_PENDING_JOINS;
+}
+
+static bool
+pending_peer(const struct phub_control_addr *src, struct phub_engine_peer *peer,
+		uint16_t *port_index)
+{
 	for (unsigned int i = 0; i < MAX_PENDING_JOINS; i++) {
-		struct pending_join *pj = &pending[i];
-
-		if (pj->used && pj->src_ip == to->ip && pj->src_udp == to->udp && pj->rank == rank)
-			return pj;
-		if (!pj->used && free_slot == NULL)
-			free_slot = pj;
-		if (pj->used && pj->started_tsc < oldest) {
-			oldest = pj->started_tsc;
-			victim = pj;
-		}
+		if (!pending_peers[i].used || pending_peers[i].src.ipv4 != src->ipv4 ||
+		    pending_peers[i].src.udp_port != src->udp_port)
+			continue;
+		memcpy(peer->mac, pending_peers[i].mac.addr_bytes, sizeof(peer->mac));
+		*port_index = pending_peers[i].port_index;
+		return true;
 	}
-	if (free_slot != NULL)
-		return free_slot;
-	/* Full: the oldest half-made JOIN gives way; its worker will send it again. */
-	free(victim->keys);
-	victim->used = false;
-	return victim;
+	return false;
 }
 
 static void
 handle_join(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
 {
-	struct phub_wire_join_seg seg;
-	struct pending_join *pj;
-	int rc;
+	struct phub_control_addr src = { .ipv4 = to->ip, .udp_port = to->udp };
+	struct phub_control_join cj;
 
-	if (phub_wire_join_parse(msg->payload, msg->payload_len, &seg) != PHUB_DROP_OK)
-		return;		/* phub_wire_parse already checked it: cannot happen */
-	if (seg.total_keys > MAX_JOB_KEYS) {
-		send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_REQUEST,
-				"job %s: a layout of %u keys; this PBox takes at most %u keys a job",
-				seg.join.name, seg.total_keys, MAX_JOB_KEYS);
+	pending_peer_note(to);
+	switch (phub_control_joins_add(pending, &src, msg, control_now(), &cj)) {
+	case PHUB_CONTROL_JOIN_MORE:
+	case PHUB_CONTROL_JOIN_NO_MEMORY:	/* the worker sends it again */
 		return;
-	}
-	pj = pending_find(to, seg.join.rank);
-	if (!pj->used) {
-		memset(pj, 0, sizeof(*pj));
-		pj->keys = calloc(seg.total_keys, sizeof(*pj->keys));
-		if (pj->keys == NULL)
-			return;
-		pj->used = true;
-		pj->src_ip = to->ip;
-		pj->src_udp = to->udp;
-		pj->rank = seg.join.rank;
-		pj->started_tsc = rte_rdtsc();
-		phub_wire_join_merge_init(&pj->merge, pj->keys, seg.total_keys);
-	}
-	rc = phub_wire_join_merge_add(&pj->merge, msg, &seg);
-	if (rc < 0) {
+	case PHUB_CONTROL_JOIN_TOO_MANY_KEYS:
+		send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_REQUEST,
+				"a layout of more keys than this PBox takes: at most %u keys a job",
+				MAX_JOB_KEYS);
+		return;
+	case PHUB_CONTROL_JOIN_CONTRADICTS:
 		send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_REQUEST,
 				"JOIN datagrams of rank %u contradict each other; start again",
-				seg.join.rank);
-	} else if (rc == 1) {
-		join_complete(pb, to, msg, &pj->merge.join, pj->keys, pj->merge.total_keys);
-	} else {
+				msg->worker_rank);
+		return;
+	case PHUB_CONTROL_JOIN_COMPLETE:
+		join_complete(pb, to, msg, cj.join, cj.keys, cj.n_keys);
+		phub_control_joins_done(pending, &src, &cj);
 		return;
 	}
-	free(pj->keys);
-	pj->keys = NULL;
-	pj->used = false;
 }
 
 static void
@@ -563,146 +532,57 @@ job_release(struct pbox *pb, struct phub_engine_job *job)
 			info.job_id, info.iteration_min, info.memory_bytes >> 10);
 }
 
-/*
- * Whether the session a LEAVE or PING names is one this PBox holds, checked as the data path
- * checks a PUSH (request_check() in lib/engine), with the same drop reasons: the job, the
- * rank, its session, the token, then the address that joined with it.
- */
-static enum phub_drop_reason
-session_check(const struct phub_engine_job *job, const struct requester *to,
-		const struct phub_wire_msg *msg)
-{
-	struct phub_engine_peer peer;
-	uint64_t token;
-
-	if (job == NULL)
-		return PHUB_DROP_UNKNOWN_JOB;
-	if (msg->worker_rank >= phub_engine_job_world_size(job))
-		return PHUB_DROP_RANK_RANGE;
-	if (!phub_engine_job_rank(job, msg->worker_rank, &peer, &token))
-		return PHUB_DROP_NOT_JOINED;
-	if (token != msg->session_token)
-		return PHUB_DROP_BAD_TOKEN;
-	if (peer.ipv4 != to->ip || peer.udp_port != to->udp)
-		return PHUB_DROP_WRONG_SOURCE;
-	return PHUB_DROP_OK;
-}
-
-static void
-send_leave_ack(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
-{
-	uint8_t buf[PHUB_WIRE_HDR_LEN];
-	struct phub_wire_msg ack;
-	int len;
-
-	phub_wire_msg_init(&ack, PHUB_WIRE_OP_LEAVE_ACK);
-	ack.job_id = msg->job_id;
-	ack.session_token = msg->session_token;
-	ack.worker_rank = msg->worker_rank;
-	ack.iteration = msg->iteration;
-	len = phub_wire_encode(buf, sizeof(buf), &ack);
-	if (len > 0)
-		control_send(pb, to, buf, (uint16_t)len);
-}
-
-/* Whether msg is a LEAVE sent again for a session that left lately, from the same address. */
-static bool
-leave_is_repeat(const struct requester *to, const struct phub_wire_msg *msg)
-{
-	for (unsigned int i = 0; i < RECENT_LEAVES; i++) {
-		const struct left_session *ls = &recent_leaves[i];
-
-		if (ls->used && ls->token == msg->session_token && ls->job_id == msg->job_id &&
-		    ls->rank == msg->worker_rank && ls->ip == to->ip && ls->udp == to->udp)
-			return true;
-	}
-	return false;
-}
-
-static void
-leave_remember(const struct requester *to, const struct phub_wire_msg *msg)
-{
-	recent_leaves[recent_leaves_next] = (struct left_session){
-		.token = msg->session_token, .job_id = msg->job_id, .ip = to->ip,
-		.udp = to->udp, .rank = msg->worker_rank, .used = true };
-	recent_leaves_next = (recent_leaves_next + 1) % RECENT_LEAVES;
-}
-
 static void
 handle_leave(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
 {
 	struct phub_engine_job *job = phub_engine_job_lookup(pb->engine, msg->job_id);
-	enum phub_drop_reason why = session_check(job, to, msg);
-	int left;
+	struct phub_control_addr src = { .ipv4 = to->ip, .udp_port = to->udp };
+	struct phub_control_leave_verdict v;
+	uint8_t buf[PHUB_WIRE_HDR_LEN];
+	struct phub_wire_msg ack;
+	int len;
 
-	/*
-	 * Only the address that joined may end its session. A LEAVE refused is counted like a
-	 * PUSH refused, so that LEAVEs of guessed sessions show in /phub/stats. A worker's LEAVE
-	 * sent again because its LEAVE_ACK was lost or late is no drop: it is ACKed again, as
-	 * TCP's TIME_WAIT answers a FIN sent again.
-	 */
-	if (why != PHUB_DROP_OK) {
-		if (leave_is_repeat(to, msg))
-			send_leave_ack(pb, to, msg);
-		else
-			pb->control_drops[why]++;
+	/* A LEAVE refused is counted like a PUSH refused: LEAVEs of guessed sessions show. */
+	phub_control_leave(&recent_leaves, job, &src, msg, &v);
+	if (!v.ack) {
+		pb->control_drops[v.drop]++;
 		return;
 	}
-	left = phub_engine_job_leave(job, msg->worker_rank, msg->session_token);
-	if (left < 0) {
-		pb->control_drops[PHUB_DROP_BAD_TOKEN]++;	/* checked above: cannot happen */
+	phub_control_leave_ack(msg, &ack);
+	len = phub_wire_encode(buf, sizeof(buf), &ack);
+	if (len > 0)
+		control_send(pb, to, buf, (uint16_t)len);
+	if (!v.left)
 		return;
-	}
-	send_leave_ack(pb, to, msg);
-	leave_remember(to, msg);
 	PBOX_LOG(INFO, "job id %u: rank %u left, %d still joined", msg->job_id, msg->worker_rank,
-			left);
-	if (left == 0)
+			v.remaining);
+	if (v.remaining == 0)
 		job_release(pb, job);
-}
-
-/*
- * A PING that names a session this PBox does not hold is answered with the ERROR that makes
- * the worker JOIN again: unknown_job when the job or the rank's session is gone (the PBox
- * restarted, the job ended), bad_session when the rank has another session now.
- */
-static bool
-ping_session_known(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
-{
-	if (msg->session_token == 0)
-		return true;
-	switch (session_check(phub_engine_job_lookup(pb->engine, msg->job_id), to, msg)) {
-	case PHUB_DROP_OK:
-		return true;
-	case PHUB_DROP_BAD_TOKEN:
-	case PHUB_DROP_WRONG_SOURCE:
-		send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_SESSION, "rank %u of job id %u has "
-				"another session now", msg->worker_rank, msg->job_id);
-		return false;
-	default:
-		send_error(pb, to, msg, PHUB_WIRE_ERR_UNKNOWN_JOB, "no session of rank %u in job "
-				"id %u here (the PBox restarted, or the job ended): JOIN again",
-				msg->worker_rank, msg->job_id);
-		return false;
-	}
 }
 
 static void
 handle_ping(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
 {
 	struct phub_engine_job *job = phub_engine_job_lookup(pb->engine, msg->job_id);
+	struct phub_control_addr src = { .ipv4 = to->ip, .udp_port = to->udp };
 	uint8_t buf[PHUB_WIRE_MAX_DATAGRAM];
-	struct phub_wire_msg pong = *msg;
+	struct phub_wire_msg pong;
+	uint16_t code;
 	int len;
 
-	if (!ping_session_known(pb, to, msg))
+	code = phub_control_ping(job, &src, msg);
+	if (code == PHUB_WIRE_ERR_BAD_SESSION) {
+		send_error(pb, to, msg, code, "rank %u of job id %u has another session now",
+				msg->worker_rank, msg->job_id);
 		return;
-	/* A worker's keep-alive: alive, even while it computes and pushes nothing. */
-	if (job != NULL)
-		phub_engine_job_heard(job, msg->worker_rank, msg->session_token, to->ip, to->udp);
-
-	pong.opcode = PHUB_WIRE_OP_PONG;
-	pong.flags &= (uint8_t)~(PHUB_WIRE_F_CSUM | PHUB_WIRE_F_RETRANSMIT);
+	}
+	if (code != 0) {
+		send_error(pb, to, msg, code, "no session of rank %u in job id %u here (the PBox "
+				"restarted, or the job ended): JOIN again", msg->worker_rank,
+				msg->job_id);
+		return;
+	}
+	phub_control_pong(msg, &pong);
 	len = phub_wire_encode(buf, sizeof(buf), &pong);
 	if (len > 0)
 		control_send(pb, to, buf, (uint16_t)len);
@@ -746,20 +626,29 @@ handle_control(struct pbox *pb, struct rte_mbuf *m)
 	}
 }
 
-/* Half-made JOINs older than timeouts.join_ms are dropped; their workers retry. */
+/* ERROR JOIN_TIMEOUT to the source of a JOIN that stayed incomplete. */
+static void
+join_timed_out(void *ctx, const struct phub_control_addr *src, const struct phub_wire_msg *about)
+{
+	struct pbox *pb = ctx;
+	struct requester to = { .ip = src->ipv4, .udp = src->udp_port };
+	struct phub_engine_peer peer;
+
+	/* The MAC and port of the address: any lcore's ARP-free reply path needs them. */
+	if (!pending_peer(src, &peer, &to.port_index))
+		return;
+	memcpy(to.mac.addr_bytes, peer.mac, sizeof(peer.mac));
+	send_error(pb, &to, about, PHUB_WIRE_ERR_JOIN_TIMEOUT, "JOIN of rank %u: datagrams "
+			"missing for more than %u ms (timeouts.join_ms); send it whole again",
+			about->worker_rank, pb->cfg.timeouts.join_ms);
+}
+
+/* Half-made JOINs older than timeouts.join_ms are dropped with ERROR JOIN_TIMEOUT. */
 static void
 expire_pending(struct pbox *pb)
 {
-	uint64_t limit = rte_get_tsc_hz() / 1000 * pb->cfg.timeouts.join_ms;
-	uint64_t now = rte_rdtsc();
-
-	for (unsigned int i = 0; i < MAX_PENDING_JOINS; i++) {
-		if (pending[i].used && now - pending[i].started_tsc > limit) {
-			free(pending[i].keys);
-			pending[i].keys = NULL;
-			pending[i].used = false;
-		}
-	}
+	phub_control_joins_expire(pending, control_now(),
+			(uint64_t)pb->cfg.timeouts.join_ms * 1000000u, join_timed_out, pb);
 }
 
 /*
@@ -771,7 +660,7 @@ static void
 job_timeout(struct pbox *pb, struct phub_engine_job *job, uint16_t dead, uint64_t silent_ms,
 		uint32_t iteration)
 {
-	uint32_t slot = phub_engine_job_id(job) & 0xff;
+	uint32_t slot = phub_engine_job_slot(job);
 	struct phub_engine_job_info info;
 	struct phub_engine_rank_status st;
 	const char *why = "";
@@ -866,7 +755,7 @@ job_has_session(const struct phub_engine_job *job)
 static bool
 orphan_expired(struct pbox *pb, struct phub_engine_job *job, uint64_t now)
 {
-	struct orphan *o = &orphans[phub_engine_job_id(job) & 0xff];
+	struct orphan *o = &orphans[phub_engine_job_slot(job)];
 	uint64_t limit = rte_get_tsc_hz() / 1000 * pb->cfg.timeouts.worker_dead_ms;
 	struct phub_engine_job_info info;
 
@@ -939,7 +828,7 @@ check_liveness(struct pbox *pb)
 		return;
 	liveness_tsc = now;
 	for (job = phub_engine_job_next(pb->engine, NULL); job != NULL; job = next) {
-		struct suspect *sus = &suspects[phub_engine_job_id(job) & 0xff];
+		struct suspect *sus = &suspects[phub_engine_job_slot(job)];
 		uint64_t silent_ns;
 		uint32_t iteration;
 		uint16_t dead;
@@ -965,11 +854,15 @@ int
 pbox_control_init(struct pbox *pb)
 {
 	(void)pb;
-	memset(pending, 0, sizeof(pending));
+	pending = phub_control_joins_create(MAX_PENDING_JOINS, MAX_JOB_KEYS);
+	if (pending == NULL)
+		return -ENOMEM;
 	memset(suspects, 0, sizeof(suspects));
 	memset(orphans, 0, sizeof(orphans));
-	memset(recent_leaves, 0, sizeof(recent_leaves));
-	recent_leaves_next = 0;
+	memset(decls, 0, sizeof(decls));
+	memset(&recent_leaves, 0, sizeof(recent_leaves));
+	memset(pending_peers, 0, sizeof(pending_peers));
+	pending_peers_next = 0;
 	jobs_memory_bytes = 0;
 	liveness_tsc = rte_rdtsc();
 	return 0;
@@ -999,6 +892,6 @@ pbox_control_fini(struct pbox *pb)
 
 	while (rte_ring_dequeue(pb->control_ring, (void **)&m) == 0)
 		rte_pktmbuf_free(m);
-	for (unsigned int i = 0; i < MAX_PENDING_JOINS; i++)
-		free(pending[i].keys);
+	phub_control_joins_free(pending);
+	pending = NULL;
 }

@@ -193,8 +193,20 @@ reply_in_place(struct pbox_lcore *lc, struct rx_frame *f, uint16_t tx_port,
 	tx_enqueue(lc, tx_port, m);
 }
 
+/* Whether rank asked in its JOIN for CSUM on what the PBox sends it (JOIN flag CSUM). */
+static inline bool
+rank_wants_csum(const struct phub_engine_job *job, uint16_t rank)
+{
+	struct phub_engine_peer peer;
+	uint64_t token;
+
+	return phub_engine_job_rank(job, rank, &peer, &token) &&
+		(peer.flags & PHUB_ENGINE_PEER_F_CSUM) != 0;
+}
+
 static void
-send_ack(struct pbox_lcore *lc, struct rx_frame *f, uint16_t tx_port)
+send_ack(struct pbox_lcore *lc, const struct phub_engine_job *job, struct rx_frame *f,
+		uint16_t tx_port)
 {
 	struct phub_wire_msg ack;
 
@@ -210,6 +222,8 @@ send_ack(struct pbox_lcore *lc, struct rx_frame *f, uint16_t tx_port)
 	ack.seg_count = f->msg.seg_count;
 	ack.aux = f->msg.aux;
 	ack.flags = f->msg.flags & PHUB_WIRE_F_LAST;
+	if (rank_wants_csum(job, f->msg.worker_rank))
+		ack.flags |= PHUB_WIRE_F_CSUM;	/* phub_wire_encode() computes it */
 	lc->stats.acks_sent++;
 	reply_in_place(lc, f, tx_port, &ack);
 }
@@ -218,7 +232,7 @@ send_ack(struct pbox_lcore *lc, struct rx_frame *f, uint16_t tx_port)
 static struct rte_mbuf *
 model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_peer *peer,
 		const struct phub_wire_msg *hdr, struct rte_mbuf *shared, const void *payload,
-		uint32_t payload_sum)
+		uint32_t payload_sum, uint32_t payload_crc)
 {
 	const struct pbox_port *port = &pbox.ports[tx_port];
 	uint16_t head = (uint16_t)(L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN);
@@ -232,7 +246,8 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 		goto err;
 	pbox_build_udp(m, port, (const struct rte_ether_addr *)peer->mac, peer->ipv4,
 			lc->udp_port, peer->udp_port, (uint16_t)(PHUB_WIRE_HDR_LEN + hdr->payload_len));
-	if (unlikely(phub_wire_hdr_encode(p + L2_L3_L4_LEN, PHUB_WIRE_HDR_LEN, hdr, 0) < 0)) {
+	if (unlikely(phub_wire_hdr_encode(p + L2_L3_L4_LEN, PHUB_WIRE_HDR_LEN, hdr,
+			payload_crc) < 0)) {
 		lc->stats.encode_errors++;
 		goto err;
 	}
@@ -272,6 +287,8 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct rx_f
 	struct rte_mbuf *shared = NULL;
 	struct phub_wire_msg hdr;
 	uint32_t payload_sum;
+	uint32_t payload_crc = 0;
+	bool crc_done = false;
 	uint16_t first = all ? 0 : f->msg.worker_rank;
 	uint16_t end = all ? phub_engine_job_world_size(job) : f->msg.worker_rank + 1;
 
@@ -317,7 +334,17 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct rx_f
 			continue;
 		hdr.worker_rank = r;
 		hdr.session_token = token;
-		m = model_frame(lc, tx_port, &peer, &hdr, shared, reply->model, payload_sum);
+		hdr.flags &= (uint8_t)~PHUB_WIRE_F_CSUM;
+		if (peer.flags & PHUB_ENGINE_PEER_F_CSUM) {
+			/* The payload's CRC once, finished with each rank's header. */
+			if (!crc_done)
+				payload_crc = phub_wire_csum_payload(reply->model,
+						reply->model_bytes);
+			crc_done = true;
+			hdr.flags |= PHUB_WIRE_F_CSUM;
+		}
+		m = model_frame(lc, tx_port, &peer, &hdr, shared, reply->model, payload_sum,
+				payload_crc);
 		if (unlikely(m == NULL)) {
 			lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
 			continue;
@@ -402,13 +429,13 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 		 * so without the ACK a job of one rank had no RTT sample and no evidence of loss,
 		 * and recovered each lost segment by a lone probe per RTO (200 ms).
 		 */
-		send_ack(lc, f, tx_port);
+		send_ack(lc, job, f, tx_port);
 		send_model(lc, job, f, &reply, tx_port, true);
 	} else if (reply.actions & PHUB_ENGINE_MODEL_ONE) {
 		send_model(lc, job, f, &reply, tx_port, false);
 		rte_pktmbuf_free(f->m);
 	} else {
-		send_ack(lc, f, tx_port);
+		send_ack(lc, job, f, tx_port);
 	}
 }
 

@@ -162,7 +162,9 @@ void pbox_control_fini(struct pbox *pb);
 /* control.c: what job creation needs, for jobs restored from checkpoints too */
 uint32_t pbox_control_segment_elems(const struct pbox *pb, enum phub_dtype dtype);
 uint64_t pbox_control_job_memory_limit(const struct pbox *pb);
-void pbox_control_job_charge(struct pbox *pb, const struct phub_engine_job *job);
+/* A job restored from a checkpoint: its memory counts, its first rank back declares it. */
+void pbox_control_job_restored(struct pbox *pb, const struct phub_engine_job *job,
+		const struct phub_engine_ckpt_info *ckpt);
 
 /* memif_gate.c: the interrupt thread's net_memif handlers and the lcores take turns. */
 extern atomic_bool pbox_memif_gate_open;

@@ -198,7 +198,7 @@ engine_claim_slot(struct phub_engine *engine, struct phub_engine_job *job)
 		 * of a job that ended) miss a new job in the same slot.
 		 */
 		engine->generation[i]++;
-		job->id = ((uint32_t)engine->generation[i] << 8) | i;
+		job->id = ((uint32_t)engine->generation[i] << ENGINE_SLOT_BITS) | i;
 		if (atomic_compare_exchange_strong(&engine->jobs[i], &expected, job))
 			return 0;
 	}
@@ -275,7 +275,7 @@ phub_engine_job_unpublish(struct phub_engine *engine, struct phub_engine_job *jo
 {
 	struct phub_engine_job *expected = job;
 
-	atomic_compare_exchange_strong(&engine->jobs[job->id & 0xff], &expected, NULL);
+	atomic_compare_exchange_strong(&engine->jobs[ENGINE_SLOT(job->id)], &expected, NULL);
 }
 
 void
@@ -289,7 +289,7 @@ struct phub_engine_job *
 phub_engine_job_lookup(const struct phub_engine *engine, uint32_t job_id)
 {
 	struct phub_engine_job *job;
-	uint32_t index = job_id & 0xff;
+	uint32_t index = ENGINE_SLOT(job_id);
 
 	if (index >= PHUB_ENGINE_MAX_JOBS)
 		return NULL;
@@ -314,7 +314,7 @@ phub_engine_job_find(const struct phub_engine *engine, const char *name)
 struct phub_engine_job *
 phub_engine_job_next(const struct phub_engine *engine, const struct phub_engine_job *prev)
 {
-	unsigned int start = prev == NULL ? 0 : (prev->id & 0xff) + 1;
+	unsigned int start = prev == NULL ? 0 : ENGINE_SLOT(prev->id) + 1;
 
 	for (unsigned int i = start; i < PHUB_ENGINE_MAX_JOBS; i++) {
 		struct phub_engine_job *job = atomic_load(&engine->jobs[i]);
@@ -344,6 +344,53 @@ peer_key(uint32_t ipv4, uint16_t udp_port)
 	return ((uint64_t)ipv4 << 16) | udp_port;
 }
 
+static uint64_t
+mac_flags_pack(const struct phub_engine_peer *peer)
+{
+	uint64_t v = (uint64_t)peer->flags << 48;
+
+	for (unsigned int i = 0; i < 6; i++)
+		v |= (uint64_t)peer->mac[i] << (8 * i);
+	return v;
+}
+
+/* The control thread, alone, writes a rank's endpoint (the seqlock of struct rank_session). */
+static void
+endpoint_publish(struct rank_session *s, uint64_t key, const struct phub_engine_peer *peer)
+{
+	uint32_t seq = atomic_load_explicit(&s->ep_seq, memory_order_relaxed);
+
+	atomic_store_explicit(&s->ep_seq, seq + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	atomic_store_explicit(&s->mac_flags, mac_flags_pack(peer), memory_order_relaxed);
+	atomic_store_explicit(&s->peer, key, memory_order_relaxed);
+	atomic_store_explicit(&s->ep_seq, seq + 2, memory_order_release);
+}
+
+/* Any thread: the endpoint as one record, never half of an old one and half of a new one. */
+static void
+endpoint_read(const struct rank_session *s, struct phub_engine_peer *peer)
+{
+	uint64_t key, mf;
+	uint32_t seq;
+
+	for (;;) {
+		seq = atomic_load_explicit(&s->ep_seq, memory_order_acquire);
+		if (seq & 1)
+			continue;	/* the control thread is writing: a few stores */
+		key = atomic_load_explicit(&s->peer, memory_order_relaxed);
+		mf = atomic_load_explicit(&s->mac_flags, memory_order_relaxed);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&s->ep_seq, memory_order_relaxed) == seq)
+			break;
+	}
+	peer->ipv4 = (uint32_t)(key >> 16);
+	peer->udp_port = (uint16_t)key;
+	for (unsigned int i = 0; i < 6; i++)
+		peer->mac[i] = (uint8_t)(mf >> (8 * i));
+	peer->flags = (uint8_t)(mf >> 48);
+}
+
 bool
 phub_engine_job_nonce_matches(const struct phub_engine_job *job, uint64_t nonce)
 {
@@ -366,6 +413,8 @@ phub_engine_job_join(struct phub_engine_job *job, uint16_t rank, uint64_t nonce,
 	key = peer_key(peer->ipv4, peer->udp_port);
 	if (atomic_load(&s->token) != 0 && atomic_load(&s->peer) == key) {
 		atomic_store_explicit(&s->heard_ns, engine_now_ns(), memory_order_relaxed);
+		/* The same session: what it asks for may change (a worker restarted in place). */
+		endpoint_publish(s, key, peer);
 		*token = atomic_load(&s->token);
 		return 0;
 	}
@@ -376,8 +425,7 @@ phub_engine_job_join(struct phub_engine_job *job, uint16_t rank, uint64_t nonce,
 	 * so that no data thread sees the new address with the old token.
 	 */
 	atomic_store_explicit(&s->token, 0, memory_order_release);
-	memcpy(s->mac, peer->mac, sizeof(s->mac));
-	atomic_store_explicit(&s->peer, key, memory_order_release);
+	endpoint_publish(s, key, peer);
 	atomic_store_explicit(&s->heard_ns, engine_now_ns(), memory_order_relaxed);
 	*token = new_token();
 	atomic_store_explicit(&s->token, *token, memory_order_release);
@@ -433,19 +481,24 @@ phub_engine_job_rank(const struct phub_engine_job *job, uint16_t rank,
 		struct phub_engine_peer *peer, uint64_t *token)
 {
 	const struct rank_session *s;
-	uint64_t key;
 
 	if (rank >= job->world_size)
 		return false;
 	s = &job->ranks[rank];
-	*token = atomic_load_explicit(&s->token, memory_order_acquire);
-	if (*token == 0)
-		return false;
-	key = atomic_load_explicit(&s->peer, memory_order_acquire);
-	peer->ipv4 = (uint32_t)(key >> 16);
-	peer->udp_port = (uint16_t)key;
-	memcpy(peer->mac, s->mac, sizeof(peer->mac));
+	/* A token read on both sides of the endpoint: the endpoint is that session's. */
+	do {
+		*token = atomic_load_explicit(&s->token, memory_order_acquire);
+		if (*token == 0)
+			return false;
+		endpoint_read(s, peer);
+	} while (atomic_load_explicit(&s->token, memory_order_acquire) != *token);
 	return true;
+}
+
+uint32_t
+phub_engine_job_slot(const struct phub_engine_job *job)
+{
+	return ENGINE_SLOT(job->id);
 }
 
 void

@@ -51,12 +51,22 @@ struct rank_cell {
 	_Atomic uint32_t pushed;		/* 1 once the rank pushed through this server */
 };
 
-/* One rank's session: written by the control thread, read by data threads. */
+/* The slot of a job in the table: the low bits of its id (the generation is above them). */
+#define ENGINE_SLOT_BITS 8
+#define ENGINE_SLOT(job_id) ((job_id) & ((1u << ENGINE_SLOT_BITS) - 1))
+
+/*
+ * One rank's session: written by the control thread, read by data threads. The endpoint
+ * (peer, and mac with the rank's flags above its 48 bits) is read whole or not at all: a
+ * seqlock whose writer is the control thread alone (seq odd while it writes), so that a MODEL
+ * built during a re-JOIN never leaves with one session's address and another's MAC.
+ */
 struct rank_session {
 	_Atomic uint64_t token;		/* 0: not joined */
 	_Atomic uint64_t peer;		/* ipv4 << 16 | udp port */
 	_Atomic uint64_t heard_ns;	/* JOIN or keep-alive, written by the control thread */
-	uint8_t mac[6];
+	_Atomic uint32_t ep_seq;	/* endpoint seqlock */
+	_Atomic uint64_t mac_flags;	/* MAC in the low 48 bits, PHUB_ENGINE_PEER_F_* << 48 */
 };
 
 /*

@@ -35,11 +35,15 @@ enum {
 
 #define PHUB_ENGINE_BITMAP_WORDS (PHUB_ENGINE_MAX_WORKERS / 64)
 
+/* What a rank asked for in its JOIN, kept with its endpoint for the data path. */
+#define PHUB_ENGINE_PEER_F_CSUM 0x01	/* set CSUM (CRC32C) on what the PBox sends it */
+
 /* A worker's network identity: where its packets come from and MODEL goes. */
 struct phub_engine_peer {
 	uint32_t ipv4;		/* host byte order */
 	uint16_t udp_port;	/* host byte order */
 	uint8_t mac[6];		/* learnt from the JOIN, for the reply path */
+	uint8_t flags;		/* PHUB_ENGINE_PEER_F_* */
 };
 
 /* Optional allocator so that the appliance puts job memory on a NUMA node. */
@@ -197,10 +201,19 @@ struct phub_engine_job_info {
 
 void phub_engine_job_get_info(const struct phub_engine_job *job, struct phub_engine_job_info *info);
 uint32_t phub_engine_job_id(const struct phub_engine_job *job);
+/*
+ * The job's slot in the job table, < PHUB_ENGINE_MAX_JOBS: an index for the caller's own
+ * per-job arrays, stable for the job's life. Job ids are not slots: never derive one.
+ */
+uint32_t phub_engine_job_slot(const struct phub_engine_job *job);
 uint16_t phub_engine_job_world_size(const struct phub_engine_job *job);
 enum phub_dtype phub_engine_job_dtype(const struct phub_engine_job *job);
 const struct phub_layout *phub_engine_job_layout(const struct phub_engine_job *job);
-/* The peer and token of a joined rank; false when the rank has not joined. */
+/*
+ * The peer (address, MAC and flags, one consistent record even while the control thread
+ * re-JOINs the rank) and token of a joined rank; false when the rank has not joined. Any
+ * thread.
+ */
 bool phub_engine_job_rank(const struct phub_engine_job *job, uint16_t rank,
 		struct phub_engine_peer *peer, uint64_t *token);
 /* The fp32 model (n_elems floats); for tests and checkpoints. */

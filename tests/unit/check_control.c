@@ -1,0 +1,487 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* lib/control: JOIN reassembly and timeout, the JOIN checks, LEAVE, PING, and the endpoint race. */
+
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "control/phub_control.h"
+
+#define NONCE 0x1122334455667788ull
+
+static const struct phub_layout_key lkeys[] = {
+	{ .key_id = 10, .n_elems = 7 },
+	{ .key_id = 11, .n_elems = 300 },
+	{ .key_id = 12, .n_elems = 1000 },
+};
+#define N_KEYS 3
+
+static const struct phub_wire_key wkeys[N_KEYS] = {
+	{ .key_id = 10, .elem_count = 7 },
+	{ .key_id = 11, .elem_count = 300 },
+	{ .key_id = 12, .elem_count = 1000 },
+};
+
+static struct phub_engine *engine;
+static struct phub_engine_job *job;
+
+static void
+job_setup(void)
+{
+	struct phub_engine_job_params p = {
+		.name = "job", .nonce = NONCE, .world_size = 2, .dtype = PHUB_DTYPE_FP32,
+		.optimizer = { .type = PHUB_OPT_SGD, .lr = 0.5f },
+		.keys = lkeys, .n_keys = N_KEYS, .chunk_bytes = 1024, .segment_elems = 64,
+	};
+
+	engine = phub_engine_create();
+	ck_assert_ptr_nonnull(engine);
+	job = phub_engine_job_create(engine, &p);
+	ck_assert_ptr_nonnull(job);
+}
+
+static void
+job_teardown(void)
+{
+	phub_engine_job_unpublish(engine, job);
+	phub_engine_job_free(job);
+	phub_engine_free(engine);
+}
+
+static struct phub_wire_join
+join_of(uint16_t rank)
+{
+	struct phub_wire_join j;
+
+	memset(&j, 0, sizeof(j));
+	strcpy(j.name, "job");
+	j.nonce = NONCE;
+	j.rank = rank;
+	j.world_size = 2;
+	j.dtype = (uint8_t)PHUB_DTYPE_FP32;
+	j.optimizer = (uint8_t)PHUB_OPT_SGD;
+	j.hyper.lr = 0.5f;
+	j.chunk_bytes = 1024;
+	return j;
+}
+
+/* ---- the JOIN checks ---- */
+
+START_TEST(test_join_matching_the_first_rank_passes)
+{
+	struct phub_wire_join first = join_of(0), later = join_of(1);
+	struct phub_control_decl d;
+
+	phub_control_decl_from_join(&d, &first);
+	ck_assert_ptr_null(phub_control_join_mismatch(job, &d, &later, wkeys, N_KEYS, false));
+}
+END_TEST
+
+START_TEST(test_join_mismatch_names_every_declared_field)
+{
+	struct phub_wire_join first = join_of(0);
+	struct phub_control_decl d;
+	struct phub_wire_key other_keys[N_KEYS];
+	struct {
+		const char *what;
+		struct phub_wire_join j;
+	} cases[7];
+	unsigned int n = 0;
+
+	phub_control_decl_from_join(&d, &first);
+	cases[n].what = "world size"; cases[n].j = join_of(1); cases[n++].j.world_size = 3;
+	cases[n].what = "dtype"; cases[n].j = join_of(1); cases[n++].j.dtype = (uint8_t)PHUB_DTYPE_FP16;
+	cases[n].what = "optimizer"; cases[n].j = join_of(1);
+	cases[n++].j.optimizer = (uint8_t)PHUB_OPT_ADAM;
+	cases[n].what = "hyper-parameters"; cases[n].j = join_of(1); cases[n++].j.hyper.lr = 0.25f;
+	cases[n].what = "hyper-parameters"; cases[n].j = join_of(1);
+	cases[n++].j.hyper.weight_decay = 1e-4f;
+	cases[n].what = "chunk size"; cases[n].j = join_of(1); cases[n++].j.chunk_bytes = 2048;
+	for (unsigned int i = 0; i < n; i++) {
+		const char *got = phub_control_join_mismatch(job, &d, &cases[i].j, wkeys, N_KEYS,
+				false);
+
+		ck_assert_msg(got != NULL && strcmp(got, cases[i].what) == 0,
+				"case %u: expected %s, got %s", i, cases[i].what, got ? got : "none");
+	}
+	/* The summing order, and the keys. */
+	ck_assert_str_eq(phub_control_join_mismatch(job, &d, &first, wkeys, N_KEYS, true),
+			"summing order (deterministic flag)");
+	memcpy(other_keys, wkeys, sizeof(other_keys));
+	other_keys[2].elem_count = 999;
+	ck_assert_str_eq(phub_control_join_mismatch(job, &d, &first, other_keys, N_KEYS, false),
+			"key layout");
+	ck_assert_str_eq(phub_control_join_mismatch(job, &d, &first, wkeys, N_KEYS - 1, false),
+			"key layout");
+}
+END_TEST
+
+START_TEST(test_restored_job_takes_its_declaration_from_the_first_rank_back)
+{
+	struct phub_control_decl d = { .known = PHUB_CONTROL_DECL_OPTIMIZER,
+		.optimizer = (uint8_t)PHUB_OPT_SGD };
+	struct phub_wire_join back = join_of(1), other = join_of(0);
+
+	back.hyper.lr = 0.125f;
+	back.chunk_bytes = 0;
+	/* Unknown fields pass; the known optimizer does not. */
+	ck_assert_ptr_null(phub_control_join_mismatch(job, &d, &back, wkeys, N_KEYS, false));
+	other.optimizer = (uint8_t)PHUB_OPT_NESTEROV;
+	ck_assert_str_eq(phub_control_join_mismatch(job, &d, &other, wkeys, N_KEYS, false),
+			"optimizer");
+	phub_control_decl_complete(&d, &back);
+	ck_assert_uint_eq(d.known, PHUB_CONTROL_DECL_ALL);
+	/* The next rank must repeat what the first one back declared. */
+	other = join_of(0);
+	ck_assert_str_eq(phub_control_join_mismatch(job, &d, &other, wkeys, N_KEYS, false),
+			"hyper-parameters");
+	other.hyper.lr = 0.125f;
+	ck_assert_str_eq(phub_control_join_mismatch(job, &d, &other, wkeys, N_KEYS, false),
+			"chunk size");
+	other.chunk_bytes = 0;
+	ck_assert_ptr_null(phub_control_join_mismatch(job, &d, &other, wkeys, N_KEYS, false));
+}
+END_TEST
+
+/* ---- JOIN reassembly ---- */
+
+/* The JOIN of rank with n_keys keys of one element each, cut for mtu; datagram i in buf. */
+static struct phub_wire_msg
+join_dgram(uint8_t *buf, size_t cap, uint16_t rank, uint32_t n_keys, unsigned int mtu,
+		uint16_t i, struct phub_wire_key *keys, int *n_dgrams)
+{
+	struct phub_wire_join_params jp;
+	struct phub_wire_msg msg;
+	int len;
+
+	memset(&jp, 0, sizeof(jp));
+	jp.join = join_of(rank);
+	for (uint32_t k = 0; k < n_keys; k++)
+		keys[k] = (struct phub_wire_key){ .key_id = k, .elem_count = 1 };
+	jp.keys = keys;
+	jp.key_count = n_keys;
+	*n_dgrams = phub_wire_join_segments(&jp, mtu);
+	len = phub_wire_join_write(buf, cap, &jp, mtu, i);
+	ck_assert_int_gt(len, 0);
+	ck_assert_int_eq(phub_wire_parse(buf, (size_t)len, &msg), PHUB_DROP_OK);
+	return msg;
+}
+
+static struct phub_wire_key many_keys[600];
+
+START_TEST(test_split_join_completes_with_its_last_datagram)
+{
+	struct phub_control_joins *joins = phub_control_joins_create(4, 1000);
+	struct phub_control_addr src = { .ipv4 = 0x0a000002, .udp_port = 4000 };
+	struct phub_control_join out;
+	uint8_t buf[1500];
+	int n = 0;
+
+	ck_assert_ptr_nonnull(joins);
+	join_dgram(buf, sizeof(buf), 1, 600, 1500, 0, many_keys, &n);
+	ck_assert_int_gt(n, 1);
+	/* Out of order: the last first. */
+	for (int i = n - 1; i >= 0; i--) {
+		struct phub_wire_msg m = join_dgram(buf, sizeof(buf), 1, 600, 1500, (uint16_t)i,
+				many_keys, &n);
+		enum phub_control_join_result r = phub_control_joins_add(joins, &src, &m, 100,
+				&out);
+
+		ck_assert_int_eq(r, i == 0 ? PHUB_CONTROL_JOIN_COMPLETE : PHUB_CONTROL_JOIN_MORE);
+	}
+	ck_assert_uint_eq(out.n_keys, 600);
+	ck_assert_uint_eq(out.join->rank, 1);
+	ck_assert_uint_eq(out.keys[599].key_id, 599);
+	phub_control_joins_done(joins, &src, &out);
+	/* Done: nothing left to time out. */
+	ck_assert_uint_eq(phub_control_joins_expire(joins, UINT64_MAX / 2, 1, NULL, NULL), 0);
+	phub_control_joins_free(joins);
+}
+END_TEST
+
+START_TEST(test_join_of_too_many_keys_is_refused_before_any_allocation)
+{
+	struct phub_control_joins *joins = phub_control_joins_create(4, 100);
+	struct phub_control_addr src = { .ipv4 = 0x0a000002, .udp_port = 4000 };
+	struct phub_control_join out;
+	uint8_t buf[1500];
+	int n;
+	struct phub_wire_msg m = join_dgram(buf, sizeof(buf), 0, 600, 1500, 0, many_keys, &n);
+
+	ck_assert_int_eq(phub_control_joins_add(joins, &src, &m, 0, &out),
+			PHUB_CONTROL_JOIN_TOO_MANY_KEYS);
+	ck_assert_uint_eq(phub_control_joins_expire(joins, UINT64_MAX / 2, 1, NULL, NULL), 0);
+	phub_control_joins_free(joins);
+}
+END_TEST
+
+struct timeouts {
+	unsigned int n;
+	struct phub_control_addr src;
+	struct phub_wire_msg about;
+};
+
+static void
+on_timeout(void *ctx, const struct phub_control_addr *src, const struct phub_wire_msg *about)
+{
+	struct timeouts *t = ctx;
+
+	t->n++;
+	t->src = *src;
+	t->about = *about;
+}
+
+START_TEST(test_incomplete_join_times_out_once_with_its_header)
+{
+	struct phub_control_joins *joins = phub_control_joins_create(4, 1000);
+	struct phub_control_addr src = { .ipv4 = 0x0a000003, .udp_port = 4001 };
+	struct phub_control_join out;
+	struct timeouts t = { 0 };
+	uint8_t buf[1500];
+	int n;
+	struct phub_wire_msg m = join_dgram(buf, sizeof(buf), 1, 600, 1500, 0, many_keys, &n);
+
+	ck_assert_int_eq(phub_control_joins_add(joins, &src, &m, 1000, &out),
+			PHUB_CONTROL_JOIN_MORE);
+	/* The fake clock: not yet at 1000 + 500, then past it. */
+	ck_assert_uint_eq(phub_control_joins_expire(joins, 1500, 500, on_timeout, &t), 0);
+	ck_assert_uint_eq(t.n, 0);
+	ck_assert_uint_eq(phub_control_joins_expire(joins, 1501, 500, on_timeout, &t), 1);
+	ck_assert_uint_eq(t.n, 1);
+	ck_assert_uint_eq(t.src.ipv4, src.ipv4);
+	ck_assert_uint_eq(t.src.udp_port, src.udp_port);
+	ck_assert_uint_eq(t.about.opcode, PHUB_WIRE_OP_JOIN);
+	ck_assert_uint_eq(t.about.worker_rank, 1);
+	ck_assert_uint_eq(phub_control_joins_expire(joins, 99999, 500, on_timeout, &t), 0);
+	ck_assert_uint_eq(t.n, 1);
+	phub_control_joins_free(joins);
+}
+END_TEST
+
+START_TEST(test_full_table_gives_the_oldest_join_away)
+{
+	struct phub_control_joins *joins = phub_control_joins_create(2, 1000);
+	struct phub_control_join out;
+	struct timeouts t = { 0 };
+	uint8_t buf[1500];
+	int n;
+
+	for (uint16_t i = 0; i < 3; i++) {
+		struct phub_control_addr src = { .ipv4 = 0x0a000010u + i, .udp_port = 4000 };
+		struct phub_wire_msg m = join_dgram(buf, sizeof(buf), 0, 600, 1500, 0,
+				many_keys, &n);
+
+		ck_assert_int_eq(phub_control_joins_add(joins, &src, &m, 10u + i, &out),
+				PHUB_CONTROL_JOIN_MORE);
+	}
+	/* The first source's entry went to the third: two expire, neither from the first. */
+	ck_assert_uint_eq(phub_control_joins_expire(joins, 1000, 100, on_timeout, &t), 2);
+	ck_assert_uint_ne(t.src.ipv4, 0x0a000010u);
+	phub_control_joins_free(joins);
+}
+END_TEST
+
+/* ---- LEAVE and PING ---- */
+
+static uint64_t
+join_rank(uint16_t rank, uint32_t ip, uint16_t port)
+{
+	struct phub_engine_peer peer = { .ipv4 = ip, .udp_port = port };
+	uint64_t token = 0;
+
+	ck_assert_int_eq(phub_engine_job_join(job, rank, NONCE, &peer, &token), 0);
+	return token;
+}
+
+static struct phub_wire_msg
+session_msg(uint8_t opcode, uint16_t rank, uint64_t token)
+{
+	struct phub_wire_msg m;
+
+	phub_wire_msg_init(&m, opcode);
+	m.job_id = phub_engine_job_id(job);
+	m.worker_rank = rank;
+	m.session_token = token;
+	m.iteration = 7;
+	return m;
+}
+
+START_TEST(test_leave_ends_the_session_then_is_acked_again)
+{
+	struct phub_control_leaves leaves;
+	struct phub_control_addr a = { .ipv4 = 1, .udp_port = 10 };
+	uint64_t t0 = join_rank(0, 1, 10);
+	struct phub_control_leave_verdict v;
+	struct phub_wire_msg m = session_msg(PHUB_WIRE_OP_LEAVE, 0, t0), ack;
+
+	memset(&leaves, 0, sizeof(leaves));
+	join_rank(1, 2, 20);
+	phub_control_leave(&leaves, job, &a, &m, &v);
+	ck_assert(v.ack && v.left);
+	ck_assert_int_eq(v.remaining, 1);
+	/* The LEAVE_ACK was lost: the same LEAVE again is ACKed, nothing more. */
+	phub_control_leave(&leaves, job, &a, &m, &v);
+	ck_assert(v.ack && !v.left);
+	phub_control_leave_ack(&m, &ack);
+	ck_assert_uint_eq(ack.opcode, PHUB_WIRE_OP_LEAVE_ACK);
+	ck_assert_uint_eq(ack.session_token, t0);
+	ck_assert_uint_eq(ack.iteration, 7);
+}
+END_TEST
+
+START_TEST(test_leave_of_a_session_not_held_is_dropped_with_the_push_reason)
+{
+	struct phub_control_leaves leaves;
+	struct phub_control_addr a = { .ipv4 = 1, .udp_port = 10 };
+	struct phub_control_addr b = { .ipv4 = 9, .udp_port = 10 };
+	uint64_t t0 = join_rank(0, 1, 10);
+	struct phub_control_leave_verdict v;
+	struct phub_wire_msg m;
+
+	memset(&leaves, 0, sizeof(leaves));
+	m = session_msg(PHUB_WIRE_OP_LEAVE, 0, t0);
+	phub_control_leave(&leaves, NULL, &a, &m, &v);
+	ck_assert(!v.ack);
+	ck_assert_int_eq(v.drop, PHUB_DROP_UNKNOWN_JOB);
+	m = session_msg(PHUB_WIRE_OP_LEAVE, 5, t0);
+	phub_control_leave(&leaves, job, &a, &m, &v);
+	ck_assert_int_eq(v.drop, PHUB_DROP_RANK_RANGE);
+	m = session_msg(PHUB_WIRE_OP_LEAVE, 1, t0);
+	phub_control_leave(&leaves, job, &a, &m, &v);
+	ck_assert_int_eq(v.drop, PHUB_DROP_NOT_JOINED);
+	m = session_msg(PHUB_WIRE_OP_LEAVE, 0, t0 + 1);
+	phub_control_leave(&leaves, job, &a, &m, &v);
+	ck_assert_int_eq(v.drop, PHUB_DROP_BAD_TOKEN);
+	m = session_msg(PHUB_WIRE_OP_LEAVE, 0, t0);
+	phub_control_leave(&leaves, job, &b, &m, &v);
+	ck_assert(!v.ack);
+	ck_assert_int_eq(v.drop, PHUB_DROP_WRONG_SOURCE);
+	/* Still joined after all of them. */
+	ck_assert_uint_eq(phub_control_session_check(job, &a, &m), PHUB_DROP_OK);
+}
+END_TEST
+
+START_TEST(test_ping_of_a_lost_session_asks_for_a_new_join)
+{
+	struct phub_control_addr a = { .ipv4 = 1, .udp_port = 10 };
+	struct phub_control_addr b = { .ipv4 = 2, .udp_port = 10 };
+	uint64_t t0 = join_rank(0, 1, 10);
+	struct phub_wire_msg m = session_msg(PHUB_WIRE_OP_PING, 0, t0), pong;
+
+	ck_assert_uint_eq(phub_control_ping(job, &a, &m), 0);
+	phub_control_pong(&m, &pong);
+	ck_assert_uint_eq(pong.opcode, PHUB_WIRE_OP_PONG);
+	ck_assert_uint_eq(pong.session_token, t0);
+	ck_assert_uint_eq(phub_control_ping(NULL, &a, &m), PHUB_WIRE_ERR_UNKNOWN_JOB);
+	ck_assert_uint_eq(phub_control_ping(job, &b, &m), PHUB_WIRE_ERR_BAD_SESSION);
+	m = session_msg(PHUB_WIRE_OP_PING, 1, t0);
+	ck_assert_uint_eq(phub_control_ping(job, &a, &m), PHUB_WIRE_ERR_UNKNOWN_JOB);
+	/* Without a session: a path probe, answered. */
+	m = session_msg(PHUB_WIRE_OP_PING, 1, 0);
+	ck_assert_uint_eq(phub_control_ping(job, &a, &m), 0);
+}
+END_TEST
+
+/* ---- the endpoint: re-JOIN against data-path readers ---- */
+
+#define READERS 2
+#define REJOINS 20000
+
+static atomic_bool race_stop;
+static atomic_ulong torn;
+static atomic_ulong reads;
+
+/* Two endpoints whose every field differs: a mix of them is a torn read. */
+static const struct phub_engine_peer ep[2] = {
+	{ .ipv4 = 0x0a000001, .udp_port = 1111, .mac = { 1, 1, 1, 1, 1, 1 }, .flags = 0 },
+	{ .ipv4 = 0x0a000002, .udp_port = 2222, .mac = { 2, 2, 2, 2, 2, 2 },
+		.flags = PHUB_ENGINE_PEER_F_CSUM },
+};
+
+static void *
+reader(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&race_stop)) {
+		struct phub_engine_peer p;
+		uint64_t token;
+
+		if (!phub_engine_job_rank(job, 1, &p, &token))
+			continue;
+		atomic_fetch_add(&reads, 1);
+		for (unsigned int i = 0; i < 2; i++) {
+			if (p.ipv4 == ep[i].ipv4 && (p.udp_port != ep[i].udp_port ||
+			    memcmp(p.mac, ep[i].mac, 6) != 0 || p.flags != ep[i].flags))
+				atomic_fetch_add(&torn, 1);
+		}
+		if (p.ipv4 != ep[0].ipv4 && p.ipv4 != ep[1].ipv4)
+			atomic_fetch_add(&torn, 1);
+	}
+	return NULL;
+}
+
+START_TEST(test_rejoin_never_shows_a_torn_endpoint_to_the_data_path)
+{
+	pthread_t th[READERS];
+	uint64_t token;
+
+	atomic_store(&race_stop, false);
+	atomic_store(&torn, 0);
+	atomic_store(&reads, 0);
+	ck_assert_int_eq(phub_engine_job_join(job, 1, NONCE, &ep[0], &token), 0);
+	for (unsigned int i = 0; i < READERS; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, reader, NULL), 0);
+	/* The control thread: the rank comes back from one address, then the other. */
+	for (unsigned int n = 0; n < REJOINS; n++)
+		ck_assert_int_eq(phub_engine_job_join(job, 1, NONCE, &ep[n % 2 ? 0 : 1], &token),
+				0);
+	atomic_store(&race_stop, true);
+	for (unsigned int i = 0; i < READERS; i++)
+		pthread_join(th[i], NULL);
+	ck_assert_uint_gt(atomic_load(&reads), 0);
+	ck_assert_uint_eq(atomic_load(&torn), 0);
+}
+END_TEST
+
+Suite *
+phub_control_suite(void)
+{
+	Suite *s = suite_create("control");
+	TCase *tc;
+
+	tc = tcase_create("join checks");
+	tcase_add_checked_fixture(tc, job_setup, job_teardown);
+	tcase_add_test(tc, test_join_matching_the_first_rank_passes);
+	tcase_add_test(tc, test_join_mismatch_names_every_declared_field);
+	tcase_add_test(tc, test_restored_job_takes_its_declaration_from_the_first_rank_back);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("join reassembly");
+	tcase_add_test(tc, test_split_join_completes_with_its_last_datagram);
+	tcase_add_test(tc, test_join_of_too_many_keys_is_refused_before_any_allocation);
+	tcase_add_test(tc, test_full_table_gives_the_oldest_join_away);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("join timeout");
+	tcase_add_test(tc, test_incomplete_join_times_out_once_with_its_header);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("leave");
+	tcase_add_checked_fixture(tc, job_setup, job_teardown);
+	tcase_add_test(tc, test_leave_ends_the_session_then_is_acked_again);
+	tcase_add_test(tc, test_leave_of_a_session_not_held_is_dropped_with_the_push_reason);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("ping");
+	tcase_add_checked_fixture(tc, job_setup, job_teardown);
+	tcase_add_test(tc, test_ping_of_a_lost_session_asks_for_a_new_join);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("endpoint race");
+	tcase_add_checked_fixture(tc, job_setup, job_teardown);
+	tcase_add_test(tc, test_rejoin_never_shows_a_torn_endpoint_to_the_data_path);
+	suite_add_tcase(s, tc);
+	return s;
+}
