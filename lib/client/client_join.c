@@ -243,6 +243,9 @@ join_receive(struct phub *h, struct client_join *c, uint64_t deadline_ns, char *
 
 			if (phub_wire_error_parse(msg.payload, msg.payload_len, &e) != PHUB_DROP_OK)
 				continue;
+			/* Some datagrams of a split JOIN were lost: it goes again whole anyway. */
+			if (e.code == PHUB_WIRE_ERR_JOIN_TIMEOUT)
+				continue;
 			client_set_err(err, errlen, "PBox %s refused rank %u of job '%s': %s: %.*s",
 					h->server_name, h->rank, h->job_name,
 					phub_wire_error_name(e.code), (int)e.msg_len, e.text);
