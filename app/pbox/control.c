@@ -1,16 +1,13 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The control plane on the main lcore: JOIN (reassembled when split), job
- * creation within the configured limits, JOIN_ACK with the chunk map, LEAVE,
- * keep-alives, the end of a job whose worker fell silent or that no worker
- * JOINed after its restore, and the freeing of a job once no data lcore can
- * still hold it.
+ * The control plane's DPDK adapter on the main lcore: control datagrams from the data lcores'
+ * ring into lib/control, its answers out through a data lcore's TX, job memory on the port's
+ * NUMA node, and a job freed only once no data lcore can still hold it (RCU). Every decision
+ * (JOIN, job policy, LEAVE, PING, timeouts) is lib/control's, shared with the soft PBox.
  */
 
 #include <errno.h>
-#include <inttypes.h>
-#include <stdarg.h>
-#include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <rte_cycles.h>
@@ -21,55 +18,65 @@
 #include "control/phub_control.h"
 #include "pbox.h"
 
-#define MAX_PENDING_JOINS 64
 #define CONTROL_BURST 32
-/* How often the jobs are checked for a silent worker. */
-#define LIVENESS_PERIOD_MS 100
 
-/*
- * Keys of one job's layout. A split JOIN's key array is allocated when its first datagram
- * comes, sized by the total that datagram claims: without a bound one unauthenticated
- * datagram made the PBox allocate and zero 8 bytes a claimed key (800 MB for 10^8) for
- * timeouts.join_ms. 65536 keys is 512 KB a pending JOIN; models have hundreds of tensors.
- */
-#define MAX_JOB_KEYS 65536
+static struct phub_control *ctl;
+/* The data endpoint of each layout server, for JOIN_ACK. */
+static struct phub_wire_endpoint endpoints[PHUB_CONFIG_MAX_QUEUES];
+static struct phub_control_declared_job declared[PHUB_CONFIG_MAX_JOBS];
+/* Job memory on the NUMA node of the port the JOIN came in on. */
+static struct phub_engine_allocator allocators[PBOX_MAX_PORTS];
 
-/* The requester of a control operation, for the answer. */
-struct requester {
-	uint16_t port_index;
-	struct rte_ether_addr mac;
-	uint32_t ip;
-	uint16_t udp;
-};
+static uint64_t
+now_ns(void *ctx)
+{
+	(void)ctx;
+	return (uint64_t)((double)rte_rdtsc() * 1e9 / (double)rte_get_tsc_hz());
+}
 
-/*
- * A rank found silent and waited on; the job ends only when the next check
- * finds the same, so that one racy look at the slots never ends a job.
- */
-struct suspect {
-	uint32_t job_id;
-	uint16_t rank;
-	bool seen;
-};
+/* Send one built datagram through a data lcore that has a queue on the port. */
+static void
+control_send(void *ctx, const struct phub_control_peer *to, const void *payload, size_t len)
+{
+	struct pbox *pb = ctx;
+	const struct phub_config_port *cp = &pb->cfg.ports[to->port];
+	struct pbox_lcore *lc = &pb->lcores[pb->lcore_index[cp->lcores[0]]];
+	struct rte_mbuf *m = rte_pktmbuf_alloc(lc->pool);
+	uint8_t *p;
 
-/* A job without any joined rank, by job slot: since the first check that found it so. */
-struct orphan {
-	uint32_t job_id;
-	uint64_t since_tsc;
-	bool seen;
-};
+	if (m == NULL)
+		return;
+	p = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(RTE_ETHER_HDR_LEN +
+			sizeof(struct rte_ipv4_hdr) + sizeof(struct rte_udp_hdr) + len));
+	if (p == NULL) {
+		rte_pktmbuf_free(m);
+		return;
+	}
+	pbox_build_udp(m, &pb->ports[to->port], (const struct rte_ether_addr *)to->mac, to->ipv4,
+			pb->cfg.udp_base_port, to->udp_port, (uint16_t)len);
+	memcpy(p + m->l2_len + m->l3_len + sizeof(struct rte_udp_hdr), payload, len);
+	pbox_finish_udp_csum(m, (uint16_t)(sizeof(struct rte_udp_hdr) + len), 0);
+	m->hash.usr = PBOX_INBOX_TX | ((uint32_t)to->port << 8);
+	if (rte_ring_enqueue(lc->inbox, m) != 0)
+		rte_pktmbuf_free(m);
+}
 
-static struct phub_control_joins *pending;
-static uint64_t jobs_memory_bytes;
-/* The port each rank's JOIN came in on, by job slot: where an ERROR to it goes. */
-static uint16_t rank_port[PHUB_ENGINE_MAX_JOBS][PHUB_ENGINE_MAX_WORKERS];
-static struct suspect suspects[PHUB_ENGINE_MAX_JOBS];
-static struct orphan orphans[PHUB_ENGINE_MAX_JOBS];
-/* What each job's ranks declared beyond the engine job's own fields, by job slot. */
-static struct phub_control_decl decls[PHUB_ENGINE_MAX_JOBS];
-/* The sessions that left last, so that a LEAVE sent again is ACKed again. */
-static struct phub_control_leaves recent_leaves;
-static uint64_t liveness_tsc;
+static void
+control_log(void *ctx, enum phub_control_log_level level, const char *text)
+{
+	(void)ctx;
+	switch (level) {
+	case PHUB_CONTROL_LOG_ERR:
+		PBOX_LOG(ERR, "%s", text);
+		break;
+	case PHUB_CONTROL_LOG_NOTICE:
+		PBOX_LOG(NOTICE, "%s", text);
+		break;
+	default:
+		PBOX_LOG(INFO, "%s", text);
+		break;
+	}
+}
 
 static void *
 numa_alloc(size_t size, size_t align, void *ctx)
@@ -84,788 +91,136 @@ numa_free(void *ptr, void *ctx)
 	rte_free(ptr);
 }
 
-/* Send one built datagram through a data lcore that has a queue on the port. */
-static void
-control_send(struct pbox *pb, const struct requester *to, const void *payload, uint16_t len)
+static const struct phub_engine_allocator *
+job_allocator(void *ctx, uint16_t port)
 {
-	const struct phub_config_port *cp = &pb->cfg.ports[to->port_index];
-	struct pbox_lcore *lc = &pb->lcores[pb->lcore_index[cp->lcores[0]]];
-	struct rte_mbuf *m = rte_pktmbuf_alloc(lc->pool);
-	uint8_t *p;
-
-	if (m == NULL)
-		return;
-	p = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(RTE_ETHER_HDR_LEN +
-			sizeof(struct rte_ipv4_hdr) + sizeof(struct rte_udp_hdr) + len));
-	if (p == NULL) {
-		rte_pktmbuf_free(m);
-		return;
-	}
-	pbox_build_udp(m, &pb->ports[to->port_index], &to->mac, to->ip, pb->cfg.udp_base_port,
-			to->udp, len);
-	memcpy(p + m->l2_len + m->l3_len + sizeof(struct rte_udp_hdr), payload, len);
-	pbox_finish_udp_csum(m, (uint16_t)(sizeof(struct rte_udp_hdr) + len), 0);
-	m->hash.usr = PBOX_INBOX_TX | ((uint32_t)to->port_index << 8);
-	if (rte_ring_enqueue(lc->inbox, m) != 0)
-		rte_pktmbuf_free(m);
+	(void)ctx;
+	return &allocators[port];
 }
 
 static void
-send_error(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *about,
-		enum phub_wire_error code, const char *fmt, ...)
+job_created(void *ctx, struct phub_engine_job *job)
 {
-	uint8_t buf[PHUB_WIRE_HDR_LEN + sizeof(struct phub_wire_error_body) +
-		PHUB_WIRE_ERROR_MSG_MAX];
-	char text[PHUB_WIRE_ERROR_MSG_MAX];
-	va_list ap;
-	int len;
-
-	va_start(ap, fmt);
-	vsnprintf(text, sizeof(text), fmt, ap);
-	va_end(ap);
-	PBOX_LOG(NOTICE, "to %u.%u.%u.%u:%u: %s: %s", to->ip >> 24, (to->ip >> 16) & 0xff,
-			(to->ip >> 8) & 0xff, to->ip & 0xff, to->udp, phub_wire_error_name(code), text);
-	len = phub_wire_error_write(buf, sizeof(buf), about, (uint16_t)code, text);
-	if (len > 0)
-		control_send(pb, to, buf, (uint16_t)len);
+	pbox_checkpoint_job_created(ctx, job);
 }
 
-/* Segment elements for a dtype: what every port's MTU carries, within segment_bytes. */
-static uint32_t
-segment_elems(const struct pbox *pb, enum phub_dtype dtype)
+/*
+ * A job ends: the telemetry commands that read a job hold jobs_lock; every data lcore passes a
+ * quiescent point before the buffers go; its checkpoints go with it (the workers have the
+ * final model).
+ */
+static void
+job_release(void *ctx, struct phub_engine_job *job)
 {
-	uint32_t elems = pb->cfg.segment_bytes / (uint32_t)phub_dtype_size(dtype);
+	struct pbox *pb = ctx;
 
-	for (unsigned int i = 0; i < pb->n_ports; i++) {
-		int max = phub_wire_max_elems(pb->ports[i].mtu, (uint8_t)dtype);
-
-		if (max > 0 && (uint32_t)max < elems)
-			elems = (uint32_t)max;
-	}
-	return elems / PHUB_WIRE_ELEM_ALIGN * PHUB_WIRE_ELEM_ALIGN;
+	pthread_mutex_lock(&pb->jobs_lock);
+	phub_engine_job_unpublish(pb->engine, job);
+	rte_rcu_qsbr_synchronize(pb->qsbr, RTE_QSBR_THRID_INVALID);
+	pbox_checkpoint_job_end(pb, job);
+	phub_engine_job_free(job);
+	pthread_mutex_unlock(&pb->jobs_lock);
 }
+
+static const struct phub_control_ops ops = {
+	.now_ns = now_ns,
+	.send = control_send,
+	.log = control_log,
+	.allocator = job_allocator,
+	.job_created = job_created,
+	.job_release = job_release,
+};
 
 uint32_t
 pbox_control_segment_elems(const struct pbox *pb, enum phub_dtype dtype)
 {
-	return segment_elems(pb, dtype);
+	(void)pb;
+	return phub_control_segment_elems(ctl, dtype);
 }
 
-/* What the next job may take: the per-job limit, within what the others leave of the total. */
 uint64_t
 pbox_control_job_memory_limit(const struct pbox *pb)
 {
-	uint64_t limit = (uint64_t)pb->cfg.limits.total_memory_mb << 20;
-
-	limit = limit > jobs_memory_bytes ? limit - jobs_memory_bytes : 0;
-	limit = RTE_MIN((uint64_t)pb->cfg.limits.job_memory_mb << 20, limit);
-	/* 0 would mean "no limit" */
-	return limit != 0 ? limit : 1;
+	(void)pb;
+	return phub_control_job_memory_limit(ctl);
 }
 
 void
-pbox_control_job_restored(struct pbox *pb, const struct phub_engine_job *job,
+pbox_control_job_restored(struct pbox *pb, struct phub_engine_job *job,
 		const struct phub_engine_ckpt_info *ckpt)
 {
-	struct phub_engine_job_info info;
-	struct phub_control_decl *d = &decls[phub_engine_job_slot(job)];
-
 	(void)pb;
-	phub_engine_job_get_info(job, &info);
-	jobs_memory_bytes += info.memory_bytes;
-	/* The file knows the optimizer; the first rank back declares the rest. */
-	memset(d, 0, sizeof(*d));
-	d->known = PHUB_CONTROL_DECL_OPTIMIZER;
-	d->optimizer = (uint8_t)ckpt->optimizer.type;
+	phub_control_job_restored(ctl, job, ckpt);
 }
 
-/*
- * Deterministic aggregation: the config's choice for the job (declared, or the
- * global default), or the worker's JOIN flag.
- */
-static bool
-join_wants_deterministic(const struct pbox *pb, const struct phub_wire_join *join)
-{
-	int idx = phub_config_job_find(&pb->cfg, join->name);
-	bool cfg = idx >= 0 ? pb->cfg.jobs[idx].deterministic : pb->cfg.deterministic;
-
-	return cfg || (join->join_flags & PHUB_WIRE_JOIN_F_DETERMINISTIC) != 0;
-}
-
-/* The job a complete JOIN names: found, or created within the limits. */
-static struct phub_engine_job *
-job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg,
-		const struct phub_wire_join *join, const struct phub_wire_key *keys, uint32_t n_keys)
-{
-	struct phub_engine_allocator allocator = {
-		.alloc = numa_alloc, .free = numa_free,
-		.ctx = (void *)(intptr_t)pb->ports[to->port_index].socket,
-	};
-	struct phub_engine_job_params p;
-	struct phub_layout_key *lkeys;
-	struct phub_engine_job *job;
-	const struct phub_config_job *declared = NULL;
-	struct phub_engine_job_info info;
-	unsigned int n_jobs = 0;
-	const char *what;
-	uint64_t limit;
-	int idx;
-
-	job = phub_engine_job_find(pb->engine, join->name);
-	if (job != NULL) {
-		/*
-		 * The nonce before anything else, and an answer that says nothing of the job: a
-		 * layout check first told anyone without the nonce the job's world size, dtype
-		 * and keys, one LAYOUT_MISMATCH at a time.
-		 */
-		if (!phub_engine_job_nonce_matches(job, join->nonce)) {
-			send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_NONCE, "job %s: wrong nonce",
-					join->name);
-			return NULL;
-		}
-		/* Every field the job's ranks declare (docs/protocol.md, section 8). */
-		what = phub_control_join_mismatch(job, &decls[phub_engine_job_slot(job)], join,
-				keys, n_keys, join_wants_deterministic(pb, join));
-		if (what != NULL) {
-			send_error(pb, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
-					"job %s: rank %u declares another %s than the job has",
-					join->name, join->rank, what);
-			return NULL;
-		}
-		phub_control_decl_complete(&decls[phub_engine_job_slot(job)], join);
-		return job;
-	}
-
-	memset(&p, 0, sizeof(p));
-	p.name = join->name;
-	p.nonce = join->nonce;
-	p.world_size = join->world_size;
-	p.dtype = (enum phub_dtype)join->dtype;
-	p.optimizer.type = (enum phub_opt_type)join->optimizer;
-	p.optimizer.lr = join->hyper.lr;
-	p.optimizer.momentum = join->hyper.momentum;
-	p.optimizer.weight_decay = join->hyper.weight_decay;
-	p.optimizer.beta1 = join->hyper.beta1;
-	p.optimizer.beta2 = join->hyper.beta2;
-	p.optimizer.eps = join->hyper.eps;
-	p.deterministic = join_wants_deterministic(pb, join);
-
-	/* A job declared in the config fixes the nonce, size, dtype and optimizer. */
-	idx = phub_config_job_find(&pb->cfg, join->name);
-	if (idx >= 0) {
-		declared = &pb->cfg.jobs[idx];
-		if (declared->nonce != join->nonce) {
-			send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_NONCE,
-					"job %s: wrong nonce", join->name);
-			return NULL;
-		}
-		if (declared->workers != join->world_size ||
-		    (unsigned int)declared->dtype != join->dtype) {
-			send_error(pb, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
-					"job %s is configured for %u workers in %s; the JOIN says "
-					"%u in %s", join->name, declared->workers,
-					phub_config_dtype_name(declared->dtype), join->world_size,
-					phub_wire_dtype_name(join->dtype));
-			return NULL;
-		}
-		p.optimizer.type = (enum phub_opt_type)declared->optimizer.type;
-		p.optimizer.lr = (float)declared->optimizer.lr;
-		p.optimizer.momentum = (float)declared->optimizer.momentum;
-		p.optimizer.weight_decay = (float)declared->optimizer.weight_decay;
-		p.optimizer.beta1 = (float)declared->optimizer.beta1;
-		p.optimizer.beta2 = (float)declared->optimizer.beta2;
-		p.optimizer.eps = (float)declared->optimizer.eps;
-	}
-	for (job = phub_engine_job_next(pb->engine, NULL); job != NULL;
-	     job = phub_engine_job_next(pb->engine, job))
-		n_jobs++;
-	if (n_jobs >= pb->cfg.limits.max_jobs) {
-		send_error(pb, to, msg, PHUB_WIRE_ERR_JOB_LIMIT,
-				"this PBox serves at most %u jobs (limits.max_jobs)",
-				pb->cfg.limits.max_jobs);
-		return NULL;
-	}
-	if (join->world_size > pb->cfg.limits.max_workers_per_job) {
-		send_error(pb, to, msg, PHUB_WIRE_ERR_JOB_LIMIT,
-				"job %s: %u workers, this PBox allows %u (limits.max_workers_per_job)",
-				join->name, join->world_size, pb->cfg.limits.max_workers_per_job);
-		return NULL;
-	}
-
-	lkeys = calloc(n_keys, sizeof(*lkeys));
-	if (lkeys == NULL)
-		return NULL;
-	for (uint32_t i = 0; i < n_keys; i++) {
-		lkeys[i].key_id = keys[i].key_id;
-		lkeys[i].n_elems = keys[i].elem_count;
-	}
-	p.keys = lkeys;
-	p.n_keys = n_keys;
-	p.chunk_bytes = join->chunk_bytes != 0 ? join->chunk_bytes : pb->cfg.chunk_bytes;
-	p.segment_elems = segment_elems(pb, p.dtype);
-	p.servers = pb->servers;
-	p.n_servers = pb->n_servers;
-	p.allocator = &allocator;
-	limit = (uint64_t)pb->cfg.limits.total_memory_mb << 20;
-	limit = limit > jobs_memory_bytes ? limit - jobs_memory_bytes : 0;
-	p.memory_limit_bytes = pbox_control_job_memory_limit(pb);
-	/* The snapshot buffers of checkpoints count in the job's memory. */
-	p.checkpoint_shadow = pbox_checkpoint_enabled(pb);
-
-	job = phub_engine_job_create(pb->engine, &p);
-	free(lkeys);
-	if (job == NULL) {
-		int err = errno;
-
-		if (err == E2BIG)
-			send_error(pb, to, msg, PHUB_WIRE_ERR_NO_MEMORY,
-					"job %s needs more memory than this PBox allows: per job %u MB "
-					"(limits.job_memory_mb), %" PRIu64 " MB left of %u MB "
-					"(limits.total_memory_mb)", join->name,
-					pb->cfg.limits.job_memory_mb, limit >> 20,
-					pb->cfg.limits.total_memory_mb);
-		else if (err == ENOMEM)
-			send_error(pb, to, msg, PHUB_WIRE_ERR_NO_MEMORY,
-					"job %s: out of memory on NUMA node %d", join->name,
-					pb->ports[to->port_index].socket);
-		else if (err == ENOSPC)
-			send_error(pb, to, msg, PHUB_WIRE_ERR_JOB_LIMIT, "job table full");
-		else
-			send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_REQUEST,
-					"job %s: invalid parameters (%s)", join->name, strerror(err));
-		return NULL;
-	}
-	phub_engine_job_get_info(job, &info);
-	jobs_memory_bytes += info.memory_bytes;
-	phub_control_decl_from_join(&decls[phub_engine_job_slot(job)], join);
-	pbox_checkpoint_job_created(pb, job);
-	PBOX_LOG(INFO, "job %s (id %u): %u workers, %u keys, %u chunks, %" PRIu64 " elements "
-			"%s, optimizer %s, %s sums, %" PRIu64 " KB%s", info.name, info.job_id,
-			info.world_size, info.n_keys, info.n_chunks, info.n_elems,
-			phub_wire_dtype_name((uint8_t)info.dtype),
-			phub_opt_type_name(p.optimizer.type),
-			info.deterministic ? "rank-order" : "arrival-order",
-			info.memory_bytes >> 10,
-			declared != NULL ? " (declared in the config)" : "");
-	return job;
-}
-
+/* The counters telemetry reads: the main lcore alone writes them. */
 static void
-send_join_ack(struct pbox *pb, const struct requester *to, struct phub_engine_job *job,
-		uint16_t rank, uint64_t token, bool csum)
+stats_publish(struct pbox *pb)
 {
-	const struct phub_layout *layout = phub_engine_job_layout(job);
-	struct phub_wire_endpoint endpoints[PHUB_CONFIG_MAX_QUEUES];
-	struct phub_wire_join_ack_params p;
-	struct phub_engine_job_info info;
-	uint16_t *map;
-	uint8_t *buf;
-	int segs;
+	struct phub_control_stats st;
 
-	phub_engine_job_get_info(job, &info);
-	map = calloc(info.n_chunks, sizeof(*map));
-	buf = malloc(PHUB_WIRE_MAX_DATAGRAM);
-	if (map == NULL || buf == NULL)
-		goto out;
+	phub_control_get_stats(ctl, &st);
+	pb->control_msgs = st.msgs;
+	memcpy(pb->control_drops, st.drops, sizeof(pb->control_drops));
+}
+
+int
+pbox_control_init(struct pbox *pb)
+{
+	struct phub_control_params p;
+	uint16_t mtu = UINT16_MAX;
+
 	for (uint32_t s = 0; s < pb->n_servers; s++) {
 		const struct pbox_lcore *lc = &pb->lcores[pb->server_lcore_index[s]];
 
 		endpoints[s].ipv4 = pb->ports[pb->servers[s].port].ipv4;
 		endpoints[s].udp_port = lc->udp_port;
 	}
-	for (uint32_t c = 0; c < info.n_chunks; c++) {
-		uint32_t server = 0;
+	for (unsigned int i = 0; i < pb->n_ports; i++) {
+		allocators[i] = (struct phub_engine_allocator){ .alloc = numa_alloc,
+			.free = numa_free, .ctx = (void *)(intptr_t)pb->ports[i].socket };
+		if (pb->ports[i].mtu < mtu)
+			mtu = pb->ports[i].mtu;
+	}
+	for (unsigned int i = 0; i < pb->cfg.n_jobs; i++) {
+		const struct phub_config_job *j = &pb->cfg.jobs[i];
 
-		phub_layout_chunk_server(layout, c, &server);
-		map[c] = (uint16_t)server;
+		declared[i] = (struct phub_control_declared_job){
+			.name = j->name, .nonce = j->nonce, .workers = j->workers,
+			.dtype = (enum phub_dtype)j->dtype, .deterministic = j->deterministic,
+			.optimizer = {
+				.type = (enum phub_opt_type)j->optimizer.type,
+				.lr = (float)j->optimizer.lr,
+				.momentum = (float)j->optimizer.momentum,
+				.weight_decay = (float)j->optimizer.weight_decay,
+				.beta1 = (float)j->optimizer.beta1,
+				.beta2 = (float)j->optimizer.beta2,
+				.eps = (float)j->optimizer.eps,
+			},
+		};
 	}
 	memset(&p, 0, sizeof(p));
-	p.ack.job_id = info.job_id;
-	/* The first iteration to push: one past what every segment finished. */
-	p.ack.iteration = info.iteration_min + 1;
-	p.ack.chunk_bytes = phub_layout_chunk_elems(layout) * PHUB_LAYOUT_MODEL_ELEM_SIZE;
-	p.ack.seg_elems = phub_layout_segment_elems(layout);
-	p.session_token = token;
+	p.engine = pb->engine;
+	p.ops = &ops;
+	p.ctx = pb;
+	p.servers = pb->servers;
 	p.endpoints = endpoints;
-	p.endpoint_count = (uint16_t)pb->n_servers;
-	p.chunk_endpoints = map;
-	p.total_chunks = info.n_chunks;
-	p.rank = rank;
-	/* The rank asked for checksums on what the PBox sends it: the JOIN_ACK is the first. */
-	p.flags = csum ? PHUB_WIRE_F_CSUM : 0;
-	segs = phub_wire_join_ack_segments(&p, pb->ports[to->port_index].mtu);
-	for (int i = 0; i < segs; i++) {
-		int len = phub_wire_join_ack_write(buf, PHUB_WIRE_MAX_DATAGRAM, &p,
-				pb->ports[to->port_index].mtu, (uint16_t)i);
-
-		if (len > 0)
-			control_send(pb, to, buf, (uint16_t)len);
-	}
-out:
-	free(map);
-	free(buf);
-}
-
-static void
-join_complete(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg,
-		const struct phub_wire_join *join, const struct phub_wire_key *keys, uint32_t n_keys)
-{
-	struct phub_engine_peer peer;
-	struct phub_engine_job *job;
-	uint64_t token;
-	int rc;
-
-	job = job_for_join(pb, to, msg, join, keys, n_keys);
-	if (job == NULL)
-		return;
-	peer.ipv4 = to->ip;
-	peer.udp_port = to->udp;
-	memcpy(peer.mac, to->mac.addr_bytes, sizeof(peer.mac));
-	/* The data lcores read it with the endpoint: CSUM on this rank's ACKs and MODELs. */
-	peer.flags = (join->join_flags & PHUB_WIRE_JOIN_F_CSUM) ? PHUB_ENGINE_PEER_F_CSUM : 0;
-	rc = phub_engine_job_join(job, join->rank, join->nonce, &peer, &token);
-	if (rc != 0) {
-		send_error(pb, to, msg, (enum phub_wire_error)-rc, "job %s: rank %u refused: %s",
-				join->name, join->rank, phub_wire_error_name((uint16_t)-rc));
-		return;
-	}
-	rank_port[phub_engine_job_slot(job)][join->rank] = to->port_index;
-	PBOX_LOG(INFO, "job %s: rank %u of %u joined from %u.%u.%u.%u:%u", join->name, join->rank,
-			join->world_size, to->ip >> 24, (to->ip >> 16) & 0xff, (to->ip >> 8) & 0xff,
-			to->ip & 0xff, to->udp);
-	send_join_ack(pb, to, job, join->rank, token, peer.flags & PHUB_ENGINE_PEER_F_CSUM);
-}
-
-/* The control plane's clock for lib/control: the TSC in nanoseconds. */
-static uint64_t
-control_now(void)
-{
-	return (uint64_t)((double)rte_rdtsc() * 1e9 / (double)rte_get_tsc_hz());
-}
-
-/*
- * The MAC and port of the sources of JOINs being reassembled, for the ERROR JOIN_TIMEOUT that
- * answers one that stays incomplete (lib/control keeps addresses, not Ethernet).
- */
-static struct {
-	struct phub_control_addr src;
-	struct rte_ether_addr mac;
-	uint16_t port_index;
-	bool used;
-} pending_peers[MAX_PENDING_JOINS];
-static unsigned int pending_peers_next;
-
-static void
-pending_peer_note(const struct requester *to)
-{
-	for (unsigned int i = 0; i < MAX_PENDING_JOINS; i++)
-		if (pending_peers[i].used && pending_peers[i].src.ipv4 == to->ip &&
-		    pending_peers[i].src.udp_port == to->udp)
-			return;
-	pending_peers[pending_peers_next].src.ipv4 = to->ip;
-	pending_peers[pending_peers_next].src.udp_port = to->udp;
-	pending_peers[pending_peers_next].mac = to->mac;
-	pending_peers[pending_peers_next].port_index = to->port_index;
-	pending_peers[pending_peers_next].used = true;
-	pending_peers_next = (pending_peers_next + 1) % MAX_PENDING_JOINS;
-}
-
-static bool
-pending_peer(const struct phub_control_addr *src, struct phub_engine_peer *peer,
-		uint16_t *port_index)
-{
-	for (unsigned int i = 0; i < MAX_PENDING_JOINS; i++) {
-		if (!pending_peers[i].used || pending_peers[i].src.ipv4 != src->ipv4 ||
-		    pending_peers[i].src.udp_port != src->udp_port)
-			continue;
-		memcpy(peer->mac, pending_peers[i].mac.addr_bytes, sizeof(peer->mac));
-		*port_index = pending_peers[i].port_index;
-		return true;
-	}
-	return false;
-}
-
-static void
-handle_join(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
-{
-	struct phub_control_addr src = { .ipv4 = to->ip, .udp_port = to->udp };
-	struct phub_control_join cj;
-
-	pending_peer_note(to);
-	switch (phub_control_joins_add(pending, &src, msg, control_now(), &cj)) {
-	case PHUB_CONTROL_JOIN_MORE:
-	case PHUB_CONTROL_JOIN_NO_MEMORY:	/* the worker sends it again */
-		return;
-	case PHUB_CONTROL_JOIN_TOO_MANY_KEYS:
-		send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_REQUEST,
-				"a layout of more keys than this PBox takes: at most %u keys a job",
-				MAX_JOB_KEYS);
-		return;
-	case PHUB_CONTROL_JOIN_CONTRADICTS:
-		send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_REQUEST,
-				"JOIN datagrams of rank %u contradict each other; start again",
-				msg->worker_rank);
-		return;
-	case PHUB_CONTROL_JOIN_COMPLETE:
-		join_complete(pb, to, msg, cj.join, cj.keys, cj.n_keys);
-		phub_control_joins_done(pending, &src, &cj);
-		return;
-	}
-}
-
-static void
-job_release(struct pbox *pb, struct phub_engine_job *job)
-{
-	struct phub_engine_job_info info;
-
-	phub_engine_job_get_info(job, &info);
-	pthread_mutex_lock(&pb->jobs_lock);
-	phub_engine_job_unpublish(pb->engine, job);
-	/* Every data lcore passes a quiescent point before the buffers go. */
-	rte_rcu_qsbr_synchronize(pb->qsbr, RTE_QSBR_THRID_INVALID);
-	/* Its checkpoints go with it: the workers have the final model. */
-	pbox_checkpoint_job_end(pb, job);
-	phub_engine_job_free(job);
-	pthread_mutex_unlock(&pb->jobs_lock);
-	jobs_memory_bytes -= RTE_MIN(jobs_memory_bytes, info.memory_bytes);
-	PBOX_LOG(INFO, "job %s (id %u) ended after iteration %u; %" PRIu64 " KB freed", info.name,
-			info.job_id, info.iteration_min, info.memory_bytes >> 10);
-}
-
-static void
-handle_leave(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
-{
-	struct phub_engine_job *job = phub_engine_job_lookup(pb->engine, msg->job_id);
-	struct phub_control_addr src = { .ipv4 = to->ip, .udp_port = to->udp };
-	struct phub_control_leave_verdict v;
-	uint8_t buf[PHUB_WIRE_HDR_LEN];
-	struct phub_wire_msg ack;
-	int len;
-
-	/* A LEAVE refused is counted like a PUSH refused: LEAVEs of guessed sessions show. */
-	phub_control_leave(&recent_leaves, job, &src, msg, &v);
-	if (!v.ack) {
-		pb->control_drops[v.drop]++;
-		return;
-	}
-	phub_control_leave_ack(msg, &ack);
-	len = phub_wire_encode(buf, sizeof(buf), &ack);
-	if (len > 0)
-		control_send(pb, to, buf, (uint16_t)len);
-	if (!v.left)
-		return;
-	PBOX_LOG(INFO, "job id %u: rank %u left, %d still joined", msg->job_id, msg->worker_rank,
-			v.remaining);
-	if (v.remaining == 0)
-		job_release(pb, job);
-}
-
-static void
-handle_ping(struct pbox *pb, const struct requester *to, const struct phub_wire_msg *msg)
-{
-	struct phub_engine_job *job = phub_engine_job_lookup(pb->engine, msg->job_id);
-	struct phub_control_addr src = { .ipv4 = to->ip, .udp_port = to->udp };
-	uint8_t buf[PHUB_WIRE_MAX_DATAGRAM];
-	struct phub_wire_msg pong;
-	uint16_t code;
-	int len;
-
-	code = phub_control_ping(job, &src, msg);
-	if (code == PHUB_WIRE_ERR_BAD_SESSION) {
-		send_error(pb, to, msg, code, "rank %u of job id %u has another session now",
-				msg->worker_rank, msg->job_id);
-		return;
-	}
-	if (code != 0) {
-		send_error(pb, to, msg, code, "no session of rank %u in job id %u here (the PBox "
-				"restarted, or the job ended): JOIN again", msg->worker_rank,
-				msg->job_id);
-		return;
-	}
-	phub_control_pong(msg, &pong);
-	len = phub_wire_encode(buf, sizeof(buf), &pong);
-	if (len > 0)
-		control_send(pb, to, buf, (uint16_t)len);
-}
-
-static void
-handle_control(struct pbox *pb, struct rte_mbuf *m)
-{
-	struct rte_ether_hdr *eth = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
-	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
-	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)((uint8_t *)ip +
-			(ip->version_ihl & RTE_IPV4_HDR_IHL_MASK) * 4);
-	struct requester to;
-	struct phub_wire_msg msg;
-	enum phub_drop_reason why;
-
-	/* The data lcore checked the frame up to the UDP header. */
-	to.port_index = (uint16_t)(m->hash.usr >> 8);
-	rte_ether_addr_copy(&eth->src_addr, &to.mac);
-	to.ip = rte_be_to_cpu_32(ip->src_addr);
-	to.udp = rte_be_to_cpu_16(udp->src_port);
-	why = phub_wire_parse(udp + 1, rte_be_to_cpu_16(udp->dgram_len) - sizeof(*udp), &msg);
-	if (why != PHUB_DROP_OK) {
-		pb->control_drops[why]++;
-		return;
-	}
-	pb->control_msgs++;
-	switch (msg.opcode) {
-	case PHUB_WIRE_OP_JOIN:
-		handle_join(pb, &to, &msg);
-		break;
-	case PHUB_WIRE_OP_LEAVE:
-		handle_leave(pb, &to, &msg);
-		break;
-	case PHUB_WIRE_OP_PING:
-		handle_ping(pb, &to, &msg);
-		break;
-	default:
-		pb->control_drops[PHUB_DROP_UNEXPECTED_OPCODE]++;
-		break;
-	}
-}
-
-/* ERROR JOIN_TIMEOUT to the source of a JOIN that stayed incomplete. */
-static void
-join_timed_out(void *ctx, const struct phub_control_addr *src, const struct phub_wire_msg *about)
-{
-	struct pbox *pb = ctx;
-	struct requester to = { .ip = src->ipv4, .udp = src->udp_port };
-	struct phub_engine_peer peer;
-
-	/* The MAC and port of the address: any lcore's ARP-free reply path needs them. */
-	if (!pending_peer(src, &peer, &to.port_index))
-		return;
-	memcpy(to.mac.addr_bytes, peer.mac, sizeof(peer.mac));
-	send_error(pb, &to, about, PHUB_WIRE_ERR_JOIN_TIMEOUT, "JOIN of rank %u: datagrams "
-			"missing for more than %u ms (timeouts.join_ms); send it whole again",
-			about->worker_rank, pb->cfg.timeouts.join_ms);
-}
-
-/* Half-made JOINs older than timeouts.join_ms are dropped with ERROR JOIN_TIMEOUT. */
-static void
-expire_pending(struct pbox *pb)
-{
-	phub_control_joins_expire(pending, control_now(),
-			(uint64_t)pb->cfg.timeouts.join_ms * 1000000u, join_timed_out, pb);
-}
-
-/*
- * End a job whose rank has been silent for worker_dead_ms while others wait
- * on it: every joined rank learns why (ERROR WORKER_TIMEOUT), then the job is
- * freed as after the last LEAVE.
- */
-static void
-job_timeout(struct pbox *pb, struct phub_engine_job *job, uint16_t dead, uint64_t silent_ms,
-		uint32_t iteration)
-{
-	uint32_t slot = phub_engine_job_slot(job);
-	struct phub_engine_job_info info;
-	struct phub_engine_rank_status st;
-	const char *why = "";
-
-	phub_engine_job_get_info(job, &info);
-	/* A rank that is not joined never came, or left before the others were done. */
-	if (phub_engine_job_rank_status(job, dead, &st) == 0 && !st.joined)
-		why = " (not joined)";
-	PBOX_LOG(ERR, "job %s (id %u): rank %u silent for %" PRIu64 " ms%s while iteration %u "
-			"waits on it (timeouts.worker_dead_ms %u): the job ends", info.name,
-			info.job_id, dead, silent_ms, why, iteration,
-			pb->cfg.timeouts.worker_dead_ms);
-	for (uint16_t r = 0; r < info.world_size; r++) {
-		struct phub_engine_peer peer;
-		struct phub_wire_msg about;
-		struct requester to;
-		uint64_t token;
-
-		if (!phub_engine_job_rank(job, r, &peer, &token))
-			continue;
-		to.port_index = rank_port[slot][r];
-		memcpy(to.mac.addr_bytes, peer.mac, sizeof(peer.mac));
-		to.ip = peer.ipv4;
-		to.udp = peer.udp_port;
-		phub_wire_msg_init(&about, PHUB_WIRE_OP_ERROR);
-		about.job_id = info.job_id;
-		about.session_token = token;
-		about.worker_rank = r;
-		about.iteration = iteration;
-		send_error(pb, &to, &about, PHUB_WIRE_ERR_WORKER_TIMEOUT,
-				"rank %u silent for %" PRIu64 " ms%s", dead, silent_ms, why);
-	}
-	job_release(pb, job);
-}
-
-/*
- * The silent rank of a job that others wait on, if any: the one silent the
- * longest among the waited-on ranks, silent for more than dead_ns.
- */
-static bool
-job_find_dead(const struct phub_engine_job *job, uint64_t dead_ns, uint16_t *dead,
-		uint64_t *silent_ns, uint32_t *iteration)
-{
-	uint64_t waiting[PHUB_ENGINE_BITMAP_WORDS];
-	uint16_t world = phub_engine_job_world_size(job);
-	bool any = false;
-
-	*silent_ns = 0;
-	/* The cheap test first: the slots are scanned only when someone is that silent. */
-	for (uint16_t r = 0; r < world && !any; r++) {
-		struct phub_engine_rank_status st;
-
-		any = phub_engine_job_rank_status(job, r, &st) == 0 && st.silent_ns > dead_ns;
-	}
-	if (!any || phub_engine_job_waiting_on(job, iteration, waiting) <= 0)
-		return false;
-	for (uint16_t r = 0; r < world; r++) {
-		struct phub_engine_rank_status st;
-
-		if (!((waiting[r / 64] >> (r % 64)) & 1) ||
-		    phub_engine_job_rank_status(job, r, &st) != 0 || st.silent_ns <= dead_ns ||
-		    st.silent_ns <= *silent_ns)
-			continue;
-		*dead = r;
-		*silent_ns = st.silent_ns;
-	}
-	return *silent_ns != 0;
-}
-
-/* Whether some rank of the job has joined: a cheap look at the sessions, no slot read. */
-static bool
-job_has_session(const struct phub_engine_job *job)
-{
-	struct phub_engine_peer peer;
-	uint64_t token;
-
-	for (uint16_t r = 0; r < phub_engine_job_world_size(job); r++)
-		if (phub_engine_job_rank(job, r, &peer, &token))
-			return true;
-	return false;
-}
-
-/*
- * Free a job that has gone worker_dead_ms without any joined rank; true when it did. Only a
- * job restored from a checkpoint is ever in that state: a job made by a JOIN has the rank that
- * sent it from the start, the last LEAVE frees it, and so does a timeout. Without this a
- * restored job whose workers never come back would keep its memory, its slot in the job table
- * and its checkpoint files for good, since no rank has a session that could time out. The clock
- * starts at the first check after the PBox is ready, not at the restore, so that restoring
- * other big jobs first does not eat into the workers' time.
- */
-static bool
-orphan_expired(struct pbox *pb, struct phub_engine_job *job, uint64_t now)
-{
-	struct orphan *o = &orphans[phub_engine_job_slot(job)];
-	uint64_t limit = rte_get_tsc_hz() / 1000 * pb->cfg.timeouts.worker_dead_ms;
-	struct phub_engine_job_info info;
-
-	if (job_has_session(job)) {
-		o->seen = false;
-		return false;
-	}
-	if (!o->seen || o->job_id != phub_engine_job_id(job)) {
-		*o = (struct orphan){ .job_id = phub_engine_job_id(job), .since_tsc = now,
-			.seen = true };
-		return false;
-	}
-	if (now - o->since_tsc <= limit)
-		return false;
-	o->seen = false;
-	phub_engine_job_get_info(job, &info);
-	PBOX_LOG(ERR, "job %s (id %u): restored from checkpoint, no worker joined within "
-			"worker_dead_ms %u ms: freed (a worker that JOINs later starts a new job)",
-			info.name, info.job_id, pb->cfg.timeouts.worker_dead_ms);
-	job_release(pb, job);
-	return true;
-}
-
-/*
- * Free a job all of whose joined ranks have been silent for more than dead_ns; true when it
- * did. Nobody waits on anybody in such a job when every worker died at an iteration boundary
- * or before its first PUSH (a training run killed as a whole), so job_find_dead() never names
- * one, and the job would keep its memory and its slot until the PBox restarts. A live libphub
- * worker is never that silent: its progress thread PINGs every second.
- */
-static bool
-job_abandoned(struct pbox *pb, struct phub_engine_job *job, uint64_t dead_ns)
-{
-	uint16_t world = phub_engine_job_world_size(job);
-	uint64_t least_silent_ns = UINT64_MAX;
-	struct phub_engine_job_info info;
-
-	for (uint16_t r = 0; r < world; r++) {
-		struct phub_engine_rank_status st;
-
-		if (phub_engine_job_rank_status(job, r, &st) != 0 || !st.joined)
-			continue;
-		if (st.silent_ns <= dead_ns)
-			return false;
-		least_silent_ns = RTE_MIN(least_silent_ns, st.silent_ns);
-	}
-	if (least_silent_ns == UINT64_MAX)
-		return false;	/* no joined rank: orphan_expired() decides */
-	phub_engine_job_get_info(job, &info);
-	PBOX_LOG(ERR, "job %s (id %u): every joined rank silent for %" PRIu64 " ms or more "
-			"(timeouts.worker_dead_ms %u) after iteration %u: the job ends",
-			info.name, info.job_id, least_silent_ns / 1000000u,
-			pb->cfg.timeouts.worker_dead_ms, info.iteration_min);
-	job_release(pb, job);
-	return true;
-}
-
-/*
- * Every LIVENESS_PERIOD_MS: end the jobs that wait on a worker that is gone and those whose
- * workers are all gone, and free the restored jobs whose workers never came back.
- */
-static void
-check_liveness(struct pbox *pb)
-{
-	uint64_t now = rte_rdtsc();
-	uint64_t dead_ns = (uint64_t)pb->cfg.timeouts.worker_dead_ms * 1000000u;
-	struct phub_engine_job *job, *next;
-
-	if (now - liveness_tsc < rte_get_tsc_hz() / 1000 * LIVENESS_PERIOD_MS)
-		return;
-	liveness_tsc = now;
-	for (job = phub_engine_job_next(pb->engine, NULL); job != NULL; job = next) {
-		struct suspect *sus = &suspects[phub_engine_job_slot(job)];
-		uint64_t silent_ns;
-		uint32_t iteration;
-		uint16_t dead;
-
-		next = phub_engine_job_next(pb->engine, job);
-		if (orphan_expired(pb, job, now) || job_abandoned(pb, job, dead_ns))
-			continue;
-		if (!job_find_dead(job, dead_ns, &dead, &silent_ns, &iteration)) {
-			sus->seen = false;
-			continue;
-		}
-		if (!sus->seen || sus->job_id != phub_engine_job_id(job) || sus->rank != dead) {
-			*sus = (struct suspect){ .job_id = phub_engine_job_id(job), .rank = dead,
-				.seen = true };
-			continue;
-		}
-		sus->seen = false;
-		job_timeout(pb, job, dead, silent_ns / 1000000u, iteration);
-	}
-}
-
-int
-pbox_control_init(struct pbox *pb)
-{
-	(void)pb;
-	pending = phub_control_joins_create(MAX_PENDING_JOINS, MAX_JOB_KEYS);
-	if (pending == NULL)
-		return -ENOMEM;
-	memset(suspects, 0, sizeof(suspects));
-	memset(orphans, 0, sizeof(orphans));
-	memset(decls, 0, sizeof(decls));
-	memset(&recent_leaves, 0, sizeof(recent_leaves));
-	memset(pending_peers, 0, sizeof(pending_peers));
-	pending_peers_next = 0;
-	jobs_memory_bytes = 0;
-	liveness_tsc = rte_rdtsc();
-	return 0;
+	p.n_servers = pb->n_servers;
+	p.mtu = mtu;
+	p.segment_bytes = pb->cfg.segment_bytes;
+	p.chunk_bytes = pb->cfg.chunk_bytes;
+	p.deterministic = pb->cfg.deterministic;
+	p.checkpoint_shadow = pb->cfg.checkpoint.dir[0] != '\0';
+	p.max_jobs = pb->cfg.limits.max_jobs;
+	p.max_workers_per_job = pb->cfg.limits.max_workers_per_job;
+	p.job_memory_bytes = (uint64_t)pb->cfg.limits.job_memory_mb << 20;
+	p.total_memory_bytes = (uint64_t)pb->cfg.limits.total_memory_mb << 20;
+	p.join_ms = pb->cfg.timeouts.join_ms;
+	p.worker_dead_ms = pb->cfg.timeouts.worker_dead_ms;
+	p.declared = declared;
+	p.n_declared = pb->cfg.n_jobs;
+	ctl = phub_control_create(&p);
+	return ctl == NULL ? -errno : 0;
 }
 
 void
@@ -876,11 +231,24 @@ pbox_control_poll(struct pbox *pb)
 
 	n = rte_ring_dequeue_burst(pb->control_ring, (void **)pkts, CONTROL_BURST, NULL);
 	for (unsigned int i = 0; i < n; i++) {
-		handle_control(pb, pkts[i]);
-		rte_pktmbuf_free(pkts[i]);
+		struct rte_mbuf *m = pkts[i];
+		struct rte_ether_hdr *eth = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
+		struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
+		struct rte_udp_hdr *udp = (struct rte_udp_hdr *)((uint8_t *)ip +
+				(ip->version_ihl & RTE_IPV4_HDR_IHL_MASK) * 4);
+		struct phub_control_peer from;
+
+		/* The data lcore checked the frame up to the UDP header. */
+		from.port = (uint16_t)(m->hash.usr >> 8);
+		memcpy(from.mac, eth->src_addr.addr_bytes, sizeof(from.mac));
+		from.ipv4 = rte_be_to_cpu_32(ip->src_addr);
+		from.udp_port = rte_be_to_cpu_16(udp->src_port);
+		phub_control_input(ctl, &from, udp + 1,
+				rte_be_to_cpu_16(udp->dgram_len) - sizeof(*udp));
+		rte_pktmbuf_free(m);
 	}
-	expire_pending(pb);
-	check_liveness(pb);
+	phub_control_poll(ctl);
+	stats_publish(pb);
 	if (n == 0)
 		rte_delay_us_sleep(200);
 }
@@ -892,6 +260,6 @@ pbox_control_fini(struct pbox *pb)
 
 	while (rte_ring_dequeue(pb->control_ring, (void **)&m) == 0)
 		rte_pktmbuf_free(m);
-	phub_control_joins_free(pending);
-	pending = NULL;
+	phub_control_free(ctl);
+	ctl = NULL;
 }

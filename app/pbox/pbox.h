@@ -163,7 +163,7 @@ void pbox_control_fini(struct pbox *pb);
 uint32_t pbox_control_segment_elems(const struct pbox *pb, enum phub_dtype dtype);
 uint64_t pbox_control_job_memory_limit(const struct pbox *pb);
 /* A job restored from a checkpoint: its memory counts, its first rank back declares it. */
-void pbox_control_job_restored(struct pbox *pb, const struct phub_engine_job *job,
+void pbox_control_job_restored(struct pbox *pb, struct phub_engine_job *job,
 		const struct phub_engine_ckpt_info *ckpt);
 
 /* memif_gate.c: the interrupt thread's net_memif handlers and the lcores take turns. */

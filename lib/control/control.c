@@ -54,13 +54,13 @@ phub_control_join_mismatch(const struct phub_engine_job *job,
 	if (deterministic != phub_engine_job_deterministic(job))
 		return "summing order (deterministic flag)";
 	if (n_keys != phub_layout_key_count(layout))
-		return "key layout";
+		return "keys";
 	for (uint32_t i = 0; i < n_keys; i++) {
 		struct phub_layout_key_info info;
 
 		if (phub_layout_key_get(layout, i, &info) != 0 || info.key_id != keys[i].key_id ||
 		    info.n_elems != keys[i].elem_count)
-			return "key layout";
+			return "keys";
 	}
 	return NULL;
 }

@@ -176,4 +176,197 @@ uint16_t phub_control_ping(struct phub_engine_job *job, const struct phub_contro
 /* Fill pong (a PONG header echoing msg) for a PING that phub_control_ping() took. */
 void phub_control_pong(const struct phub_wire_msg *msg, struct phub_wire_msg *pong);
 
+/* ---- the control plane as one object ---- */
+
+/*
+ * Where a control datagram came from and where its answer goes: the address, the MAC the
+ * appliance answers to without ARP, and the port it came in on (the appliance's port index, the
+ * soft PBox's socket), so that the answer leaves the way the question came.
+ */
+struct phub_control_peer {
+	uint32_t ipv4;			/* host byte order */
+	uint16_t udp_port;		/* host byte order */
+	uint16_t port;
+	uint8_t mac[6];
+};
+
+enum phub_control_log_level {
+	PHUB_CONTROL_LOG_ERR,
+	PHUB_CONTROL_LOG_NOTICE,
+	PHUB_CONTROL_LOG_INFO,
+};
+
+/*
+ * What the adapter gives the control plane. now_ns and send are required; the others may be
+ * NULL. Every callback runs on the thread that calls phub_control_input()/_poll().
+ */
+struct phub_control_ops {
+	/* A monotonic clock; the engine's, when the adapter can give the engine one. */
+	uint64_t (*now_ns)(void *ctx);
+	/* Send one built datagram (a whole UDP payload) to a peer. */
+	void (*send)(void *ctx, const struct phub_control_peer *to, const void *buf, size_t len);
+	/* One line of log, without a newline. NULL: silent. */
+	void (*log)(void *ctx, enum phub_control_log_level level, const char *text);
+	/* Where a new job's memory comes from, for a JOIN that came in on port. NULL: malloc. */
+	const struct phub_engine_allocator *(*allocator)(void *ctx, uint16_t port);
+	/* A job was created by a JOIN (checkpoints arm its first snapshot). */
+	void (*job_created)(void *ctx, struct phub_engine_job *job);
+	/*
+	 * A job ends: hide it, wait until no data thread can hold it, forget its checkpoints,
+	 * free it. NULL: phub_engine_job_unpublish() and phub_engine_job_free() at once (one
+	 * thread does everything).
+	 */
+	void (*job_release)(void *ctx, struct phub_engine_job *job);
+};
+
+/* A job declared in the PBox's config: its nonce, shape and optimizer are fixed. */
+struct phub_control_declared_job {
+	const char *name;
+	uint64_t nonce;
+	uint16_t workers;
+	enum phub_dtype dtype;
+	struct phub_optimizer_params optimizer;
+	bool deterministic;
+};
+
+struct phub_control_params {
+	struct phub_engine *engine;
+	const struct phub_control_ops *ops;
+	void *ctx;
+	/* Where chunks go (lib/layout) and the data endpoint of each server, for JOIN_ACK. */
+	const struct phub_layout_server *servers;
+	const struct phub_wire_endpoint *endpoints;
+	uint32_t n_servers;
+	uint16_t mtu;			/* the smallest of the ports': segments and JOIN_ACKs fit it */
+	uint32_t segment_bytes;		/* a segment's payload at most; 0: what the MTU carries */
+	uint32_t chunk_bytes;		/* for a JOIN that asks for 0 */
+	bool deterministic;		/* the PBox's default summing order (a JOIN may ask) */
+	bool checkpoint_shadow;		/* jobs get a checkpoint shadow (checkpoints are on) */
+	/* Limits; 0: the engine's own bound, or none for memory. */
+	uint32_t max_jobs;
+	uint32_t max_workers_per_job;
+	uint64_t job_memory_bytes;
+	uint64_t total_memory_bytes;
+	uint32_t max_job_keys;		/* 0: 65536 */
+	unsigned int max_pending_joins;	/* 0: 64 */
+	uint32_t join_ms;		/* an incomplete JOIN's life; 0: 2000 */
+	uint32_t worker_dead_ms;	/* a silent rank's; 0: 10000 */
+	const struct phub_control_declared_job *declared;
+	unsigned int n_declared;
+};
+
+/* What the control plane counts (its thread alone writes them). */
+struct phub_control_stats {
+	uint64_t msgs;			/* control datagrams taken */
+	uint64_t joins;			/* JOINs answered with JOIN_ACK */
+	uint64_t errors_sent;
+	uint64_t leaves;		/* LEAVE_ACKs sent */
+	uint64_t pings;
+	uint64_t join_timeouts;
+	uint64_t jobs_created;
+	uint64_t jobs_ended;
+	uint64_t drops[PHUB_DROP_REASON_MAX];
+};
+
+struct phub_control;
+
+/* NULL and errno (EINVAL, ENOMEM). The params' arrays must outlive the object. */
+struct phub_control *phub_control_create(const struct phub_control_params *params);
+/*
+ * Free the object. Its jobs stay in the engine (a PBox that stops keeps their checkpoints):
+ * the adapter frees them with the engine. ctl may be NULL.
+ */
+void phub_control_free(struct phub_control *ctl);
+
+/*
+ * One datagram for the control plane (JOIN, LEAVE, PING; anything else is counted as
+ * unexpected_opcode): parsed and validated here, answered through ops->send.
+ */
+void phub_control_input(struct phub_control *ctl, const struct phub_control_peer *from,
+		const void *dgram, size_t len);
+
+/*
+ * Timers: JOINs that stayed incomplete (ERROR JOIN_TIMEOUT) and, every 100 ms, the jobs
+ * that wait on a silent rank (ERROR WORKER_TIMEOUT to every rank, then the job ends), whose
+ * ranks are all silent, or that were restored and that no rank JOINed (both end).
+ */
+void phub_control_poll(struct phub_control *ctl);
+
+/*
+ * A job restored from a checkpoint before any datagram (lib/control's restore, or the
+ * adapter's): its memory counts in the limits, its declaration waits for its first rank back.
+ */
+void phub_control_job_restored(struct phub_control *ctl, struct phub_engine_job *job,
+		const struct phub_engine_ckpt_info *ckpt);
+
+/* End a job now (job_release), as after its last LEAVE. */
+void phub_control_job_end(struct phub_control *ctl, struct phub_engine_job *job);
+
+/* Segment elements for a dtype: what the MTU carries within segment_bytes, aligned. */
+uint32_t phub_control_segment_elems(const struct phub_control *ctl, enum phub_dtype dtype);
+/* What the next job may take: the per-job limit within what the others leave (0: none). */
+uint64_t phub_control_job_memory_limit(const struct phub_control *ctl);
+/* The number of jobs. */
+unsigned int phub_control_job_count(const struct phub_control *ctl);
+
+void phub_control_get_stats(const struct phub_control *ctl, struct phub_control_stats *stats);
+
+/*
+ * ---- checkpoint files (control_ckpt.c; docs/reliability.md) ----
+ *
+ * One directory, files "<escaped job name>.<10-digit iteration>.ckpt" written atomically
+ * (a temporary file, fsync, rename, fsync of the directory), the newest two of a job kept,
+ * every file of a job removed when it ends, and at start every job restored from its newest
+ * file that passes its checks (a damaged one set aside as .corrupt, the one before it tried).
+ * Plain POSIX: the appliance runs the writes on a thread of its own, the soft PBox inline.
+ */
+
+/* "<escaped name>.<10-digit iteration>.ckpt": the escaped name is at most 3 x 63 bytes. */
+#define PHUB_CONTROL_CKPT_FILE_MAX 256
+#define PHUB_CONTROL_CKPT_PATH_MAX 4096
+
+struct phub_control_ckpt_dir {
+	char path[PHUB_CONTROL_CKPT_PATH_MAX];
+	int fd;
+};
+
+/* mkdir -p (0700: checkpoints hold a job's nonce), open, check it is writable. 0 or -errno. */
+int phub_control_ckpt_open(struct phub_control_ckpt_dir *dir, const char *path);
+void phub_control_ckpt_close(struct phub_control_ckpt_dir *dir);
+
+/* One written checkpoint, or why not. */
+struct phub_control_ckpt_write {
+	struct phub_engine_job *job;
+	enum phub_engine_ckpt_source src;
+	uint32_t iteration;
+	int rc;				/* 0 or -errno */
+	uint64_t bytes;
+	char file[PHUB_CONTROL_CKPT_FILE_MAX];
+	char err[256];
+};
+
+/*
+ * Write w->job's checkpoint of w->iteration from w->src atomically, then keep only it and the
+ * newest older one of the job (what a restart falls back to if this one is damaged). Sets rc,
+ * bytes, file and err. Any thread, as long as the source is not written meanwhile.
+ */
+void phub_control_ckpt_write(const struct phub_control_ckpt_dir *dir,
+		struct phub_control_ckpt_write *w);
+
+/* Remove every file of a job (it ended: its workers have the model); how many went. */
+unsigned int phub_control_ckpt_remove_all(const struct phub_control_ckpt_dir *dir,
+		const char *job_name);
+
+/*
+ * Restore every job of the directory into ctl's engine, within ctl's limits: newest file
+ * first, a file refused by its checks set aside and the one before it tried; leftovers of
+ * writes cut short removed. rp gives placement and allocation (memory limit and segment bound
+ * are ctl's). For each job restored: phub_control_job_restored(), then restored(ctx, job,
+ * info, file). Logs through ctl. Returns how many jobs came back.
+ */
+unsigned int phub_control_ckpt_restore(const struct phub_control_ckpt_dir *dir,
+		struct phub_control *ctl, const struct phub_engine_ckpt_restore_params *rp,
+		void (*restored)(void *ctx, struct phub_engine_job *job,
+			const struct phub_engine_ckpt_info *info, const char *file), void *ctx);
+
 #endif /* PHUB_CONTROL_H */

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The soft PBox: lib/engine behind kernel UDP sockets, one thread, no DPDK and no root, so that
- * libphub, phub-bench and the Python binding are tested on any machine. Not for production.
+ * The soft PBox: the appliance's control plane (lib/control) and engine (lib/engine) behind
+ * kernel UDP sockets, one thread, no DPDK and no root, so that libphub, phub-bench and the Python
+ * binding are tested on any machine against the appliance's own protocol logic. Not for
+ * production.
  */
 
 #ifndef PHUB_SOFT_PBOX_H
@@ -31,6 +33,11 @@ struct soft_pbox_params {
 	 * restarted phub-pbox does; soft_pbox_checkpoint() saves there. NULL: none.
 	 */
 	const char *checkpoint_dir;
+	/*
+	 * lib/control's timeouts.worker_dead_ms: a job that waits this long on a silent rank ends
+	 * with ERROR WORKER_TIMEOUT, as on the appliance. 0: 10000.
+	 */
+	uint32_t worker_dead_ms;
 };
 
 /* One PUSH as it arrived (after receive loss), in arrival order. */

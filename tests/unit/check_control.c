@@ -112,9 +112,9 @@ START_TEST(test_join_mismatch_names_every_declared_field)
 	memcpy(other_keys, wkeys, sizeof(other_keys));
 	other_keys[2].elem_count = 999;
 	ck_assert_str_eq(phub_control_join_mismatch(job, &d, &first, other_keys, N_KEYS, false),
-			"key layout");
+			"keys");
 	ck_assert_str_eq(phub_control_join_mismatch(job, &d, &first, wkeys, N_KEYS - 1, false),
-			"key layout");
+			"keys");
 }
 END_TEST
 

@@ -1,0 +1,895 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The control plane as one object (phub_control.h): JOIN (reassembled when split), job creation
+ * within the limits, JOIN_ACK with the chunk map, LEAVE, keep-alives, and the end of a job whose
+ * worker fell silent or that no worker JOINed after its restore. The appliance and the soft PBox
+ * are adapters around it: they bring datagrams in, send what it builds, and free jobs safely.
+ */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "control_priv.h"
+
+#define LIVENESS_PERIOD_NS (100 * 1000000ull)
+#define MAX_JOB_KEYS_DEFAULT 65536
+#define MAX_PENDING_DEFAULT 64
+#define JOIN_MS_DEFAULT 2000
+#define WORKER_DEAD_MS_DEFAULT 10000
+
+/*
+ * What the control plane keeps per job, by engine slot (phub_engine_job_slot()). A rank found
+ * silent is waited on: the job ends only when the next check finds the same, so that one racy
+ * look at the slots never ends a job. A job without any joined rank is an orphan since the
+ * first check that found it so.
+ */
+struct cjob {
+	struct phub_engine_job *job;
+	struct phub_control_decl decl;
+	uint64_t memory_bytes;
+	uint16_t rank_port[PHUB_ENGINE_MAX_WORKERS];	/* where each rank's JOIN came in */
+	uint8_t rank_mac[PHUB_ENGINE_MAX_WORKERS][6];
+	bool suspect_seen;
+	uint16_t suspect_rank;
+	bool orphan_seen;
+	uint64_t orphan_since_ns;
+};
+
+/* The MAC and port of recent JOIN sources, for the ERROR JOIN_TIMEOUT of one left incomplete. */
+struct join_source {
+	struct phub_control_peer peer;
+	bool used;
+};
+
+struct phub_control {
+	struct phub_control_params p;
+	struct phub_control_joins *joins;
+	struct join_source *sources;
+	unsigned int sources_next;
+	struct phub_control_leaves leaves;
+	struct cjob jobs[PHUB_ENGINE_MAX_JOBS];
+	uint64_t memory_bytes;
+	uint64_t liveness_ns;
+	struct phub_control_stats stats;
+	uint8_t buf[PHUB_WIRE_MAX_DATAGRAM];
+};
+
+static uint64_t
+now_ns(const struct phub_control *ctl)
+{
+	return ctl->p.ops->now_ns(ctl->p.ctx);
+}
+
+void
+control_log(struct phub_control *ctl, enum phub_control_log_level level, const char *fmt, ...)
+{
+	char text[512];
+	va_list ap;
+
+	if (ctl->p.ops->log == NULL)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	ctl->p.ops->log(ctl->p.ctx, level, text);
+}
+
+const struct phub_control_params *
+control_params(const struct phub_control *ctl)
+{
+	return &ctl->p;
+}
+
+uint64_t
+control_now_ns(const struct phub_control *ctl)
+{
+	return now_ns(ctl);
+}
+
+static void
+ctl_send(struct phub_control *ctl, const struct phub_control_peer *to, const void *buf, size_t len)
+{
+	ctl->p.ops->send(ctl->p.ctx, to, buf, len);
+}
+
+static void send_error(struct phub_control *ctl, const struct phub_control_peer *to,
+		const struct phub_wire_msg *about, uint16_t code, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+static void
+send_error(struct phub_control *ctl, const struct phub_control_peer *to,
+		const struct phub_wire_msg *about, uint16_t code, const char *fmt, ...)
+{
+	char text[PHUB_WIRE_ERROR_MSG_MAX + 1];
+	va_list ap;
+	int len;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	control_log(ctl, PHUB_CONTROL_LOG_NOTICE, "to %u.%u.%u.%u:%u: %s: %s", to->ipv4 >> 24,
+			(to->ipv4 >> 16) & 0xff, (to->ipv4 >> 8) & 0xff, to->ipv4 & 0xff,
+			to->udp_port, phub_wire_error_name(code), text);
+	len = phub_wire_error_write(ctl->buf, sizeof(ctl->buf), about, code, text);
+	if (len > 0) {
+		ctl_send(ctl, to, ctl->buf, (size_t)len);
+		ctl->stats.errors_sent++;
+	}
+}
+
+static struct cjob *
+cjob_of(struct phub_control *ctl, const struct phub_engine_job *job)
+{
+	return &ctl->jobs[phub_engine_job_slot(job)];
+}
+
+/* ---- limits ---- */
+
+uint32_t
+phub_control_segment_elems(const struct phub_control *ctl, enum phub_dtype dtype)
+{
+	int max = phub_wire_max_elems(ctl->p.mtu, (uint8_t)dtype);
+	uint32_t elems = max > 0 ? (uint32_t)max : 0;
+
+	if (ctl->p.segment_bytes != 0 &&
+	    ctl->p.segment_bytes / (uint32_t)phub_dtype_size(dtype) < elems)
+		elems = ctl->p.segment_bytes / (uint32_t)phub_dtype_size(dtype);
+	return elems / PHUB_WIRE_ELEM_ALIGN * PHUB_WIRE_ELEM_ALIGN;
+}
+
+uint64_t
+phub_control_job_memory_limit(const struct phub_control *ctl)
+{
+	uint64_t limit = ctl->p.job_memory_bytes;
+
+	if (ctl->p.total_memory_bytes != 0) {
+		uint64_t left = ctl->p.total_memory_bytes > ctl->memory_bytes ?
+			ctl->p.total_memory_bytes - ctl->memory_bytes : 0;
+
+		if (limit == 0 || left < limit)
+			limit = left;
+		/* 0 would mean "no limit" */
+		if (limit == 0)
+			limit = 1;
+	}
+	return limit;
+}
+
+unsigned int
+phub_control_job_count(const struct phub_control *ctl)
+{
+	unsigned int n = 0;
+
+	for (unsigned int i = 0; i < PHUB_ENGINE_MAX_JOBS; i++)
+		n += ctl->jobs[i].job != NULL;
+	return n;
+}
+
+/* ---- jobs come and go ---- */
+
+static void
+cjob_start(struct phub_control *ctl, struct phub_engine_job *job)
+{
+	struct cjob *cj = cjob_of(ctl, job);
+	struct phub_engine_job_info info;
+
+	phub_engine_job_get_info(job, &info);
+	memset(cj, 0, sizeof(*cj));
+	cj->job = job;
+	cj->memory_bytes = info.memory_bytes;
+	ctl->memory_bytes += info.memory_bytes;
+	ctl->stats.jobs_created++;
+}
+
+void
+phub_control_job_restored(struct phub_control *ctl, struct phub_engine_job *job,
+		const struct phub_engine_ckpt_info *ckpt)
+{
+	struct cjob *cj;
+
+	cjob_start(ctl, job);
+	cj = cjob_of(ctl, job);
+	/* The file knows the optimizer; the first rank back declares the rest. */
+	cj->decl.known = PHUB_CONTROL_DECL_OPTIMIZER;
+	cj->decl.optimizer = (uint8_t)ckpt->optimizer.type;
+}
+
+void
+phub_control_job_end(struct phub_control *ctl, struct phub_engine_job *job)
+{
+	struct cjob *cj = cjob_of(ctl, job);
+	struct phub_engine_job_info info;
+
+	phub_engine_job_get_info(job, &info);
+	ctl->memory_bytes -= cj->memory_bytes < ctl->memory_bytes ? cj->memory_bytes :
+		ctl->memory_bytes;
+	memset(cj, 0, sizeof(*cj));
+	ctl->stats.jobs_ended++;
+	if (ctl->p.ops->job_release != NULL) {
+		ctl->p.ops->job_release(ctl->p.ctx, job);
+	} else {
+		phub_engine_job_unpublish(ctl->p.engine, job);
+		phub_engine_job_free(job);
+	}
+	control_log(ctl, PHUB_CONTROL_LOG_INFO, "job %s (id %u) ended after iteration %u; %" PRIu64
+			" KB freed", info.name, info.job_id, info.iteration_min,
+			info.memory_bytes >> 10);
+}
+
+/* ---- JOIN ---- */
+
+static const struct phub_control_declared_job *
+declared_find(const struct phub_control *ctl, const char *name)
+{
+	for (unsigned int i = 0; i < ctl->p.n_declared; i++)
+		if (strcmp(ctl->p.declared[i].name, name) == 0)
+			return &ctl->p.declared[i];
+	return NULL;
+}
+
+/* The summing order: the config's for the job (declared, or the default), or the JOIN's flag. */
+static bool
+join_wants_deterministic(const struct phub_control *ctl, const struct phub_wire_join *join)
+{
+	const struct phub_control_declared_job *d = declared_find(ctl, join->name);
+	bool cfg = d != NULL ? d->deterministic : ctl->p.deterministic;
+
+	return cfg || (join->join_flags & PHUB_WIRE_JOIN_F_DETERMINISTIC) != 0;
+}
+
+static void
+job_create_error(struct phub_control *ctl, const struct phub_control_peer *to,
+		const struct phub_wire_msg *msg, const struct phub_wire_join *join, int err,
+		uint64_t limit)
+{
+	uint64_t left = ctl->p.total_memory_bytes > ctl->memory_bytes ?
+		ctl->p.total_memory_bytes - ctl->memory_bytes : 0;
+
+	(void)limit;
+	/* The appliance's config keys by name, so that an operator knows what to raise. */
+	if (err == E2BIG)
+		send_error(ctl, to, msg, PHUB_WIRE_ERR_NO_MEMORY, "job %s needs more memory than "
+				"this PBox allows: per job %" PRIu64 " MB (limits.job_memory_mb), %"
+				PRIu64 " MB left of %" PRIu64 " MB (limits.total_memory_mb)",
+				join->name, ctl->p.job_memory_bytes >> 20, left >> 20,
+				ctl->p.total_memory_bytes >> 20);
+	else if (err == ENOMEM)
+		send_error(ctl, to, msg, PHUB_WIRE_ERR_NO_MEMORY, "job %s: out of memory",
+				join->name);
+	else if (err == ENOSPC)
+		send_error(ctl, to, msg, PHUB_WIRE_ERR_JOB_LIMIT, "job table full");
+	else
+		send_error(ctl, to, msg, PHUB_WIRE_ERR_BAD_REQUEST,
+				"job %s: invalid parameters (%s)", join->name, strerror(err));
+}
+
+/* A new job from its first JOIN, within the limits; NULL after an ERROR. */
+static struct phub_engine_job *
+job_create(struct phub_control *ctl, const struct phub_control_peer *to,
+		const struct phub_wire_msg *msg, const struct phub_wire_join *join,
+		const struct phub_wire_key *keys, uint32_t n_keys)
+{
+	const struct phub_control_declared_job *declared = declared_find(ctl, join->name);
+	struct phub_engine_job_params p;
+	struct phub_layout_key *lkeys;
+	struct phub_engine_job_info info;
+	struct phub_engine_job *job;
+	uint64_t limit;
+
+	memset(&p, 0, sizeof(p));
+	p.name = join->name;
+	p.nonce = join->nonce;
+	p.world_size = join->world_size;
+	p.dtype = (enum phub_dtype)join->dtype;
+	p.optimizer.type = (enum phub_opt_type)join->optimizer;
+	p.optimizer.lr = join->hyper.lr;
+	p.optimizer.momentum = join->hyper.momentum;
+	p.optimizer.weight_decay = join->hyper.weight_decay;
+	p.optimizer.beta1 = join->hyper.beta1;
+	p.optimizer.beta2 = join->hyper.beta2;
+	p.optimizer.eps = join->hyper.eps;
+	p.deterministic = join_wants_deterministic(ctl, join);
+	/* A job declared in the config fixes the nonce, size, dtype and optimizer. */
+	if (declared != NULL) {
+		if (declared->nonce != join->nonce) {
+			send_error(ctl, to, msg, PHUB_WIRE_ERR_BAD_NONCE, "job %s: wrong nonce",
+					join->name);
+			return NULL;
+		}
+		if (declared->workers != join->world_size ||
+		    (uint8_t)declared->dtype != join->dtype) {
+			send_error(ctl, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
+					"job %s is configured for %u workers in %s; the JOIN says "
+					"%u in %s", join->name, declared->workers,
+					phub_wire_dtype_name((uint8_t)declared->dtype),
+					join->world_size, phub_wire_dtype_name(join->dtype));
+			return NULL;
+		}
+		p.optimizer = declared->optimizer;
+	}
+	if (ctl->p.max_jobs != 0 && phub_control_job_count(ctl) >= ctl->p.max_jobs) {
+		send_error(ctl, to, msg, PHUB_WIRE_ERR_JOB_LIMIT,
+				"this PBox serves at most %u jobs (limits.max_jobs)", ctl->p.max_jobs);
+		return NULL;
+	}
+	if (ctl->p.max_workers_per_job != 0 && join->world_size > ctl->p.max_workers_per_job) {
+		send_error(ctl, to, msg, PHUB_WIRE_ERR_JOB_LIMIT,
+				"job %s: %u workers, this PBox allows %u (limits.max_workers_per_job)",
+				join->name, join->world_size, ctl->p.max_workers_per_job);
+		return NULL;
+	}
+	lkeys = calloc(n_keys != 0 ? n_keys : 1, sizeof(*lkeys));
+	if (lkeys == NULL)
+		return NULL;
+	for (uint32_t i = 0; i < n_keys; i++) {
+		lkeys[i].key_id = keys[i].key_id;
+		lkeys[i].n_elems = keys[i].elem_count;
+	}
+	p.keys = lkeys;
+	p.n_keys = n_keys;
+	p.chunk_bytes = join->chunk_bytes != 0 ? join->chunk_bytes : ctl->p.chunk_bytes;
+	p.segment_elems = phub_control_segment_elems(ctl, p.dtype);
+	p.servers = ctl->p.servers;
+	p.n_servers = ctl->p.n_servers;
+	p.allocator = ctl->p.ops->allocator != NULL ?
+		ctl->p.ops->allocator(ctl->p.ctx, to->port) : NULL;
+	limit = phub_control_job_memory_limit(ctl);
+	p.memory_limit_bytes = limit;
+	/* The snapshot buffers of checkpoints count in the job's memory. */
+	p.checkpoint_shadow = ctl->p.checkpoint_shadow;
+	job = phub_engine_job_create(ctl->p.engine, &p);
+	free(lkeys);
+	if (job == NULL) {
+		job_create_error(ctl, to, msg, join, errno, limit);
+		return NULL;
+	}
+	cjob_start(ctl, job);
+	phub_control_decl_from_join(&cjob_of(ctl, job)->decl, join);
+	if (ctl->p.ops->job_created != NULL)
+		ctl->p.ops->job_created(ctl->p.ctx, job);
+	phub_engine_job_get_info(job, &info);
+	control_log(ctl, PHUB_CONTROL_LOG_INFO, "job %s (id %u): %u workers, %u keys, %u chunks, %"
+			PRIu64 " elements %s, optimizer %s, %s sums, %" PRIu64 " KB%s", info.name,
+			info.job_id, info.world_size, info.n_keys, info.n_chunks, info.n_elems,
+			phub_wire_dtype_name((uint8_t)info.dtype),
+			phub_opt_type_name(p.optimizer.type),
+			info.deterministic ? "rank-order" : "arrival-order",
+			info.memory_bytes >> 10,
+			declared != NULL ? " (declared in the config)" : "");
+	return job;
+}
+
+/* The job a complete JOIN names: found and checked, or created. NULL after an ERROR. */
+static struct phub_engine_job *
+job_for_join(struct phub_control *ctl, const struct phub_control_peer *to,
+		const struct phub_wire_msg *msg, const struct phub_wire_join *join,
+		const struct phub_wire_key *keys, uint32_t n_keys, bool *created)
+{
+	struct phub_engine_job *job = phub_engine_job_find(ctl->p.engine, join->name);
+	const char *what;
+
+	*created = false;
+	if (job == NULL) {
+		job = job_create(ctl, to, msg, join, keys, n_keys);
+		*created = job != NULL;
+		return job;
+	}
+	/*
+	 * The nonce before anything else, and an answer that says nothing of the job: a layout
+	 * check first told anyone without the nonce the job's shape, one LAYOUT_MISMATCH at a time.
+	 */
+	if (!phub_engine_job_nonce_matches(job, join->nonce)) {
+		send_error(ctl, to, msg, PHUB_WIRE_ERR_BAD_NONCE, "job %s: wrong nonce", join->name);
+		return NULL;
+	}
+	/* Every field the job's ranks declare (docs/protocol.md, section 8). */
+	what = phub_control_join_mismatch(job, &cjob_of(ctl, job)->decl, join, keys, n_keys,
+			join_wants_deterministic(ctl, join));
+	if (what != NULL) {
+		send_error(ctl, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
+				"job %s: rank %u declares another %s than the job has", join->name,
+				join->rank, what);
+		return NULL;
+	}
+	phub_control_decl_complete(&cjob_of(ctl, job)->decl, join);
+	return job;
+}
+
+static void
+send_join_ack(struct phub_control *ctl, const struct phub_control_peer *to,
+		struct phub_engine_job *job, uint16_t rank, uint64_t token, uint8_t flags)
+{
+	const struct phub_layout *layout = phub_engine_job_layout(job);
+	struct phub_wire_join_ack_params p;
+	struct phub_engine_job_info info;
+	uint16_t *map;
+	int segs;
+
+	phub_engine_job_get_info(job, &info);
+	map = calloc(info.n_chunks != 0 ? info.n_chunks : 1, sizeof(*map));
+	if (map == NULL)
+		return;		/* the worker sends its JOIN again */
+	for (uint32_t c = 0; c < info.n_chunks; c++) {
+		uint32_t server = 0;
+
+		phub_layout_chunk_server(layout, c, &server);
+		map[c] = (uint16_t)server;
+	}
+	memset(&p, 0, sizeof(p));
+	p.ack.job_id = info.job_id;
+	/* The first iteration to push: one past what every segment finished (0: a new job). */
+	p.ack.iteration = info.iteration_min + 1;
+	p.ack.chunk_bytes = phub_layout_chunk_elems(layout) * PHUB_LAYOUT_MODEL_ELEM_SIZE;
+	p.ack.seg_elems = phub_layout_segment_elems(layout);
+	p.session_token = token;
+	p.endpoints = ctl->p.endpoints;
+	p.endpoint_count = (uint16_t)ctl->p.n_servers;
+	p.chunk_endpoints = map;
+	p.total_chunks = info.n_chunks;
+	p.rank = rank;
+	p.flags = flags;
+	segs = phub_wire_join_ack_segments(&p, ctl->p.mtu);
+	for (int i = 0; i < segs; i++) {
+		int len = phub_wire_join_ack_write(ctl->buf, sizeof(ctl->buf), &p, ctl->p.mtu,
+				(uint16_t)i);
+
+		if (len > 0)
+			ctl_send(ctl, to, ctl->buf, (size_t)len);
+	}
+	ctl->stats.joins++;
+	free(map);
+}
+
+static void
+join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
+		const struct phub_wire_msg *msg, const struct phub_control_join *cj)
+{
+	const struct phub_wire_join *join = cj->join;
+	struct phub_engine_peer peer, old;
+	struct phub_engine_job *job;
+	uint64_t token, old_token;
+	bool created, replay;
+	struct cjob *c;
+	int rc;
+
+	job = job_for_join(ctl, to, msg, join, cj->keys, cj->n_keys, &created);
+	if (job == NULL)
+		return;
+	memset(&peer, 0, sizeof(peer));
+	peer.ipv4 = to->ipv4;
+	peer.udp_port = to->udp_port;
+	memcpy(peer.mac, to->mac, sizeof(peer.mac));
+	/* The data path reads it with the endpoint: CSUM on this rank's ACKs and MODELs. */
+	peer.flags = (join->join_flags & PHUB_WIRE_JOIN_F_CSUM) ? PHUB_ENGINE_PEER_F_CSUM : 0;
+	/* The same rank from the same source again: its JOIN_ACK was lost, this is a replay. */
+	replay = phub_engine_job_rank(job, join->rank, &old, &old_token) &&
+		old.ipv4 == peer.ipv4 && old.udp_port == peer.udp_port;
+	rc = phub_engine_job_join(job, join->rank, join->nonce, &peer, &token);
+	if (rc != 0) {
+		send_error(ctl, to, msg, (uint16_t)-rc, "job %s: rank %u refused: %s", join->name,
+				join->rank, -rc == PHUB_WIRE_ERR_BAD_NONCE ? "wrong nonce" :
+				phub_wire_error_name((uint16_t)-rc));
+		if (created)
+			phub_control_job_end(ctl, job);
+		return;
+	}
+	c = cjob_of(ctl, job);
+	c->rank_port[join->rank] = to->port;
+	memcpy(c->rank_mac[join->rank], to->mac, 6);
+	if (!replay)
+		control_log(ctl, PHUB_CONTROL_LOG_INFO, "job %s: rank %u of %u joined from "
+				"%u.%u.%u.%u:%u", join->name, join->rank, join->world_size,
+				to->ipv4 >> 24, (to->ipv4 >> 16) & 0xff, (to->ipv4 >> 8) & 0xff,
+				to->ipv4 & 0xff, to->udp_port);
+	send_join_ack(ctl, to, job, join->rank, token,
+			(uint8_t)(((peer.flags & PHUB_ENGINE_PEER_F_CSUM) ? PHUB_WIRE_F_CSUM : 0) |
+				(replay ? PHUB_WIRE_F_REPLAY : 0)));
+}
+
+static void
+source_note(struct phub_control *ctl, const struct phub_control_peer *from)
+{
+	unsigned int cap = ctl->p.max_pending_joins;
+
+	for (unsigned int i = 0; i < cap; i++)
+		if (ctl->sources[i].used && ctl->sources[i].peer.ipv4 == from->ipv4 &&
+		    ctl->sources[i].peer.udp_port == from->udp_port) {
+			ctl->sources[i].peer = *from;
+			return;
+		}
+	ctl->sources[ctl->sources_next].peer = *from;
+	ctl->sources[ctl->sources_next].used = true;
+	ctl->sources_next = (ctl->sources_next + 1) % cap;
+}
+
+static void
+handle_join(struct phub_control *ctl, const struct phub_control_peer *from,
+		const struct phub_wire_msg *msg)
+{
+	struct phub_control_addr src = { .ipv4 = from->ipv4, .udp_port = from->udp_port };
+	struct phub_control_join cj;
+
+	source_note(ctl, from);
+	switch (phub_control_joins_add(ctl->joins, &src, msg, now_ns(ctl), &cj)) {
+	case PHUB_CONTROL_JOIN_MORE:
+	case PHUB_CONTROL_JOIN_NO_MEMORY:	/* the worker sends it again */
+		return;
+	case PHUB_CONTROL_JOIN_TOO_MANY_KEYS:
+		send_error(ctl, from, msg, PHUB_WIRE_ERR_BAD_REQUEST, "a layout of more keys than "
+				"this PBox takes: at most %u keys a job", ctl->p.max_job_keys);
+		return;
+	case PHUB_CONTROL_JOIN_CONTRADICTS:
+		send_error(ctl, from, msg, PHUB_WIRE_ERR_BAD_REQUEST, "JOIN datagrams of rank %u "
+				"contradict each other; start again", msg->worker_rank);
+		return;
+	case PHUB_CONTROL_JOIN_COMPLETE:
+		join_complete(ctl, from, msg, &cj);
+		phub_control_joins_done(ctl->joins, &src, &cj);
+		return;
+	}
+}
+
+/* ---- LEAVE, PING ---- */
+
+static void
+handle_leave(struct phub_control *ctl, const struct phub_control_peer *from,
+		const struct phub_wire_msg *msg)
+{
+	struct phub_engine_job *job = phub_engine_job_lookup(ctl->p.engine, msg->job_id);
+	struct phub_control_addr src = { .ipv4 = from->ipv4, .udp_port = from->udp_port };
+	struct phub_control_leave_verdict v;
+	struct phub_wire_msg ack;
+	int len;
+
+	/* A LEAVE refused is counted like a PUSH refused: LEAVEs of guessed sessions show. */
+	phub_control_leave(&ctl->leaves, job, &src, msg, &v);
+	if (!v.ack) {
+		ctl->stats.drops[v.drop]++;
+		return;
+	}
+	if (v.left) {
+		control_log(ctl, PHUB_CONTROL_LOG_INFO, "job id %u: rank %u left, %d still joined",
+				msg->job_id, msg->worker_rank, v.remaining);
+		/* Before the answer: a worker that has its LEAVE_ACK finds the job gone. */
+		if (v.remaining == 0)
+			phub_control_job_end(ctl, job);
+	}
+	phub_control_leave_ack(msg, &ack);
+	if (!v.left)
+		ack.flags |= PHUB_WIRE_F_REPLAY;	/* the first LEAVE_ACK was lost */
+	len = phub_wire_encode(ctl->buf, sizeof(ctl->buf), &ack);
+	if (len > 0)
+		ctl_send(ctl, from, ctl->buf, (size_t)len);
+	ctl->stats.leaves++;
+}
+
+static void
+handle_ping(struct phub_control *ctl, const struct phub_control_peer *from,
+		const struct phub_wire_msg *msg)
+{
+	struct phub_engine_job *job = phub_engine_job_lookup(ctl->p.engine, msg->job_id);
+	struct phub_control_addr src = { .ipv4 = from->ipv4, .udp_port = from->udp_port };
+	struct phub_wire_msg pong;
+	uint16_t code;
+	int len;
+
+	ctl->stats.pings++;
+	code = phub_control_ping(job, &src, msg);
+	if (code == PHUB_WIRE_ERR_BAD_SESSION) {
+		send_error(ctl, from, msg, code, "rank %u of job id %u has another session now",
+				msg->worker_rank, msg->job_id);
+		return;
+	}
+	if (code != 0) {
+		send_error(ctl, from, msg, code, "no session of rank %u in job id %u here (the PBox "
+				"restarted, or the job ended): JOIN again", msg->worker_rank,
+				msg->job_id);
+		return;
+	}
+	phub_control_pong(msg, &pong);
+	len = phub_wire_encode(ctl->buf, sizeof(ctl->buf), &pong);
+	if (len > 0)
+		ctl_send(ctl, from, ctl->buf, (size_t)len);
+}
+
+void
+phub_control_input(struct phub_control *ctl, const struct phub_control_peer *from,
+		const void *dgram, size_t len)
+{
+	struct phub_wire_msg msg;
+	enum phub_drop_reason why;
+
+	why = phub_wire_parse(dgram, len, &msg);
+	if (why != PHUB_DROP_OK) {
+		ctl->stats.drops[why]++;
+		return;
+	}
+	ctl->stats.msgs++;
+	switch (msg.opcode) {
+	case PHUB_WIRE_OP_JOIN:
+		handle_join(ctl, from, &msg);
+		break;
+	case PHUB_WIRE_OP_LEAVE:
+		handle_leave(ctl, from, &msg);
+		break;
+	case PHUB_WIRE_OP_PING:
+		handle_ping(ctl, from, &msg);
+		break;
+	default:
+		ctl->stats.drops[PHUB_DROP_UNEXPECTED_OPCODE]++;
+		break;
+	}
+}
+
+/* ---- timers ---- */
+
+/* ERROR JOIN_TIMEOUT to the source of a JOIN that stayed incomplete. */
+static void
+join_timed_out(void *arg, const struct phub_control_addr *src, const struct phub_wire_msg *about)
+{
+	struct phub_control *ctl = arg;
+
+	ctl->stats.join_timeouts++;
+	for (unsigned int i = 0; i < ctl->p.max_pending_joins; i++) {
+		const struct join_source *s = &ctl->sources[i];
+
+		if (s->used && s->peer.ipv4 == src->ipv4 && s->peer.udp_port == src->udp_port) {
+			send_error(ctl, &s->peer, about, PHUB_WIRE_ERR_JOIN_TIMEOUT, "JOIN of rank "
+					"%u: datagrams missing for more than %u ms; send it whole "
+					"again", about->worker_rank, ctl->p.join_ms);
+			return;
+		}
+	}
+}
+
+/*
+ * End a job whose rank has been silent for worker_dead_ms while others wait on it: every
+ * joined rank learns why (ERROR WORKER_TIMEOUT), then the job ends as after the last LEAVE.
+ */
+static void
+job_timeout(struct phub_control *ctl, struct phub_engine_job *job, uint16_t dead,
+		uint64_t silent_ms, uint32_t iteration)
+{
+	struct cjob *cj = cjob_of(ctl, job);
+	struct phub_engine_job_info info;
+	struct phub_engine_rank_status st;
+	const char *why = "";
+
+	phub_engine_job_get_info(job, &info);
+	/* A rank that is not joined never came, or left before the others were done. */
+	if (phub_engine_job_rank_status(job, dead, &st) == 0 && !st.joined)
+		why = " (not joined)";
+	control_log(ctl, PHUB_CONTROL_LOG_ERR, "job %s (id %u): rank %u silent for %" PRIu64 " ms%s "
+			"while iteration %u waits on it (timeouts.worker_dead_ms %u): the job ends",
+			info.name, info.job_id, dead, silent_ms, why, iteration,
+			ctl->p.worker_dead_ms);
+	for (uint16_t r = 0; r < info.world_size; r++) {
+		struct phub_control_peer to;
+		struct phub_engine_peer peer;
+		struct phub_wire_msg about;
+		uint64_t token;
+
+		if (!phub_engine_job_rank(job, r, &peer, &token))
+			continue;
+		to.ipv4 = peer.ipv4;
+		to.udp_port = peer.udp_port;
+		to.port = cj->rank_port[r];
+		memcpy(to.mac, peer.mac, sizeof(to.mac));
+		phub_wire_msg_init(&about, PHUB_WIRE_OP_ERROR);
+		about.job_id = info.job_id;
+		about.session_token = token;
+		about.worker_rank = r;
+		about.iteration = iteration;
+		send_error(ctl, &to, &about, PHUB_WIRE_ERR_WORKER_TIMEOUT,
+				"rank %u silent for %" PRIu64 " ms%s", dead, silent_ms, why);
+	}
+	phub_control_job_end(ctl, job);
+}
+
+/* The silent rank others wait on, if any: the one silent the longest, for more than dead_ns. */
+static bool
+job_find_dead(const struct phub_engine_job *job, uint64_t dead_ns, uint16_t *dead,
+		uint64_t *silent_ns, uint32_t *iteration)
+{
+	uint64_t waiting[PHUB_ENGINE_BITMAP_WORDS];
+	uint16_t world = phub_engine_job_world_size(job);
+	bool any = false;
+
+	*silent_ns = 0;
+	/* The cheap test first: the slots are scanned only when someone is that silent. */
+	for (uint16_t r = 0; r < world && !any; r++) {
+		struct phub_engine_rank_status st;
+
+		any = phub_engine_job_rank_status(job, r, &st) == 0 && st.silent_ns > dead_ns;
+	}
+	if (!any || phub_engine_job_waiting_on(job, iteration, waiting) <= 0)
+		return false;
+	for (uint16_t r = 0; r < world; r++) {
+		struct phub_engine_rank_status st;
+
+		if (!((waiting[r / 64] >> (r % 64)) & 1) ||
+		    phub_engine_job_rank_status(job, r, &st) != 0 || st.silent_ns <= dead_ns ||
+		    st.silent_ns <= *silent_ns)
+			continue;
+		*dead = r;
+		*silent_ns = st.silent_ns;
+	}
+	return *silent_ns != 0;
+}
+
+static bool
+job_has_session(const struct phub_engine_job *job)
+{
+	struct phub_engine_peer peer;
+	uint64_t token;
+
+	for (uint16_t r = 0; r < phub_engine_job_world_size(job); r++)
+		if (phub_engine_job_rank(job, r, &peer, &token))
+			return true;
+	return false;
+}
+
+/*
+ * End a job that has gone worker_dead_ms without any joined rank; true when it did. Only a job
+ * restored from a checkpoint is ever in that state (a job made by a JOIN has its rank from the
+ * start, and the last LEAVE or a timeout ends it); without this its memory, table slot and
+ * checkpoint files would stay for good. The clock starts at the first check that finds it so.
+ */
+static bool
+orphan_expired(struct phub_control *ctl, struct phub_engine_job *job, uint64_t now)
+{
+	struct cjob *cj = cjob_of(ctl, job);
+	struct phub_engine_job_info info;
+
+	if (job_has_session(job)) {
+		cj->orphan_seen = false;
+		return false;
+	}
+	if (!cj->orphan_seen) {
+		cj->orphan_seen = true;
+		cj->orphan_since_ns = now;
+		return false;
+	}
+	if (now - cj->orphan_since_ns <= (uint64_t)ctl->p.worker_dead_ms * 1000000u)
+		return false;
+	phub_engine_job_get_info(job, &info);
+	control_log(ctl, PHUB_CONTROL_LOG_ERR, "job %s (id %u): restored from checkpoint, no worker "
+			"joined within worker_dead_ms %u ms: freed (a worker that JOINs later starts "
+			"a new job)", info.name, info.job_id, ctl->p.worker_dead_ms);
+	phub_control_job_end(ctl, job);
+	return true;
+}
+
+/*
+ * End a job all of whose joined ranks have been silent for more than dead_ns; true when it
+ * did. Nobody waits on anybody when every worker died at an iteration boundary, so
+ * job_find_dead() never names one. A live libphub worker is never that silent: it PINGs.
+ */
+static bool
+job_abandoned(struct phub_control *ctl, struct phub_engine_job *job, uint64_t dead_ns)
+{
+	uint16_t world = phub_engine_job_world_size(job);
+	uint64_t least_silent_ns = UINT64_MAX;
+	struct phub_engine_job_info info;
+
+	for (uint16_t r = 0; r < world; r++) {
+		struct phub_engine_rank_status st;
+
+		if (phub_engine_job_rank_status(job, r, &st) != 0 || !st.joined)
+			continue;
+		if (st.silent_ns <= dead_ns)
+			return false;
+		if (st.silent_ns < least_silent_ns)
+			least_silent_ns = st.silent_ns;
+	}
+	if (least_silent_ns == UINT64_MAX)
+		return false;	/* no joined rank: orphan_expired() decides */
+	phub_engine_job_get_info(job, &info);
+	control_log(ctl, PHUB_CONTROL_LOG_ERR, "job %s (id %u): every joined rank silent for %" PRIu64
+			" ms or more (timeouts.worker_dead_ms %u) after iteration %u: the job ends",
+			info.name, info.job_id, least_silent_ns / 1000000u, ctl->p.worker_dead_ms,
+			info.iteration_min);
+	phub_control_job_end(ctl, job);
+	return true;
+}
+
+static void
+check_liveness(struct phub_control *ctl, uint64_t now)
+{
+	uint64_t dead_ns = (uint64_t)ctl->p.worker_dead_ms * 1000000u;
+
+	for (unsigned int i = 0; i < PHUB_ENGINE_MAX_JOBS; i++) {
+		struct cjob *cj = &ctl->jobs[i];
+		struct phub_engine_job *job = cj->job;
+		uint64_t silent_ns;
+		uint32_t iteration;
+		uint16_t dead;
+
+		if (job == NULL || orphan_expired(ctl, job, now) ||
+		    job_abandoned(ctl, job, dead_ns))
+			continue;
+		if (!job_find_dead(job, dead_ns, &dead, &silent_ns, &iteration)) {
+			cj->suspect_seen = false;
+			continue;
+		}
+		if (!cj->suspect_seen || cj->suspect_rank != dead) {
+			cj->suspect_seen = true;
+			cj->suspect_rank = dead;
+			continue;
+		}
+		cj->suspect_seen = false;
+		job_timeout(ctl, job, dead, silent_ns / 1000000u, iteration);
+	}
+}
+
+void
+phub_control_poll(struct phub_control *ctl)
+{
+	uint64_t now = now_ns(ctl);
+
+	phub_control_joins_expire(ctl->joins, now, (uint64_t)ctl->p.join_ms * 1000000u,
+			join_timed_out, ctl);
+	if (now - ctl->liveness_ns < LIVENESS_PERIOD_NS)
+		return;
+	ctl->liveness_ns = now;
+	check_liveness(ctl, now);
+}
+
+/* ---- the object ---- */
+
+struct phub_control *
+phub_control_create(const struct phub_control_params *params)
+{
+	struct phub_control *ctl;
+
+	if (params == NULL || params->engine == NULL || params->ops == NULL ||
+	    params->ops->now_ns == NULL || params->ops->send == NULL || params->n_servers == 0 ||
+	    params->servers == NULL || params->endpoints == NULL ||
+	    params->mtu < PHUB_WIRE_MIN_MTU) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ctl = calloc(1, sizeof(*ctl));
+	if (ctl == NULL)
+		return NULL;
+	ctl->p = *params;
+	if (ctl->p.max_job_keys == 0)
+		ctl->p.max_job_keys = MAX_JOB_KEYS_DEFAULT;
+	if (ctl->p.max_pending_joins == 0)
+		ctl->p.max_pending_joins = MAX_PENDING_DEFAULT;
+	if (ctl->p.join_ms == 0)
+		ctl->p.join_ms = JOIN_MS_DEFAULT;
+	if (ctl->p.worker_dead_ms == 0)
+		ctl->p.worker_dead_ms = WORKER_DEAD_MS_DEFAULT;
+	if (ctl->p.chunk_bytes == 0)
+		ctl->p.chunk_bytes = PHUB_LAYOUT_CHUNK_BYTES_DEFAULT;
+	ctl->joins = phub_control_joins_create(ctl->p.max_pending_joins, ctl->p.max_job_keys);
+	ctl->sources = calloc(ctl->p.max_pending_joins, sizeof(*ctl->sources));
+	if (ctl->joins == NULL || ctl->sources == NULL) {
+		phub_control_free(ctl);
+		errno = ENOMEM;
+		return NULL;
+	}
+	ctl->liveness_ns = now_ns(ctl);
+	return ctl;
+}
+
+void
+phub_control_free(struct phub_control *ctl)
+{
+	if (ctl == NULL)
+		return;
+	phub_control_joins_free(ctl->joins);
+	free(ctl->sources);
+	free(ctl);
+}
+
+void
+phub_control_get_stats(const struct phub_control *ctl, struct phub_control_stats *stats)
+{
+	*stats = ctl->stats;
+}
