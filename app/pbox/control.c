@@ -131,26 +131,14 @@ static const struct phub_control_ops ops = {
 	.job_release = job_release,
 };
 
-uint32_t
-pbox_control_segment_elems(const struct pbox *pb, enum phub_dtype dtype)
+unsigned int
+pbox_control_restore(struct pbox *pb, const struct phub_control_ckpt_dir *dir,
+		const struct phub_engine_ckpt_restore_params *rp,
+		void (*restored)(void *ctx, struct phub_engine_job *job,
+			const struct phub_engine_ckpt_info *info, const char *file), void *ctx)
 {
 	(void)pb;
-	return phub_control_segment_elems(ctl, dtype);
-}
-
-uint64_t
-pbox_control_job_memory_limit(const struct pbox *pb)
-{
-	(void)pb;
-	return phub_control_job_memory_limit(ctl);
-}
-
-void
-pbox_control_job_restored(struct pbox *pb, struct phub_engine_job *job,
-		const struct phub_engine_ckpt_info *ckpt)
-{
-	(void)pb;
-	phub_control_job_restored(ctl, job, ckpt);
+	return phub_control_ckpt_restore(dir, ctl, rp, restored, ctx);
 }
 
 /* The counters telemetry reads: the main lcore alone writes them. */

@@ -159,12 +159,13 @@ int pbox_control_init(struct pbox *pb);
 void pbox_control_poll(struct pbox *pb);
 void pbox_control_fini(struct pbox *pb);
 
-/* control.c: what job creation needs, for jobs restored from checkpoints too */
-uint32_t pbox_control_segment_elems(const struct pbox *pb, enum phub_dtype dtype);
-uint64_t pbox_control_job_memory_limit(const struct pbox *pb);
-/* A job restored from a checkpoint: its memory counts, its first rank back declares it. */
-void pbox_control_job_restored(struct pbox *pb, struct phub_engine_job *job,
-		const struct phub_engine_ckpt_info *ckpt);
+/* control.c: the checkpoints' restore goes through the control plane */
+/* Every job of the checkpoint directory back, within the control plane's limits. */
+struct phub_control_ckpt_dir;
+unsigned int pbox_control_restore(struct pbox *pb, const struct phub_control_ckpt_dir *dir,
+		const struct phub_engine_ckpt_restore_params *rp,
+		void (*restored)(void *ctx, struct phub_engine_job *job,
+			const struct phub_engine_ckpt_info *info, const char *file), void *ctx);
 
 /* memif_gate.c: the interrupt thread's net_memif handlers and the lcores take turns. */
 extern atomic_bool pbox_memif_gate_open;

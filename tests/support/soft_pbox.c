@@ -6,9 +6,7 @@
  */
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -661,61 +659,40 @@ fail:
 
 /* ---- checkpoints ---- */
 
-/* Every <...>.ckpt of the directory becomes a job again; a file that does not is an error. */
+/*
+ * Every job of the directory back (lib/control's restore, the appliance's): newest file first,
+ * a damaged one set aside and the one before it tried. A directory that is not there is none.
+ */
 static int
 restore_dir(struct soft_pbox *sp)
 {
-	struct phub_layout_server servers[SOFT_PBOX_MAX_LCORES];
 	struct phub_engine_ckpt_restore_params rp;
-	struct dirent *e;
-	int rc = 0;
-	DIR *d = opendir(sp->p.checkpoint_dir);
+	struct phub_control_ckpt_dir dir;
+	int rc;
 
-	if (d == NULL)
-		return errno == ENOENT ? 0 : -errno;
-	for (unsigned int k = 0; k < sp->p.n_lcores; k++)
-		servers[k] = (struct phub_layout_server){
-			.lcore = k, .port = 0, .port_numa = PHUB_LAYOUT_NUMA_ANY, .lcore_numa = 0,
-		};
+	rc = phub_control_ckpt_open(&dir, sp->p.checkpoint_dir);
+	if (rc != 0)
+		return rc;
 	memset(&rp, 0, sizeof(rp));
-	rp.servers = servers;
+	rp.servers = sp->servers;
 	rp.n_servers = sp->p.n_lcores;
-	while (rc == 0 && (e = readdir(d)) != NULL) {
-		struct phub_engine_ckpt_info info;
-		struct phub_engine_job *job;
-		size_t n = strlen(e->d_name);
-		char err[256];
-		int fd;
-
-		if (n < 5 || strcmp(e->d_name + n - 5, ".ckpt") != 0)
-			continue;
-		fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC);
-		if (fd < 0) {
-			rc = -errno;
-			break;
-		}
-		job = phub_engine_ckpt_restore(sp->engine, fd, &rp, &info, err, sizeof(err));
-		close(fd);
-		if (job == NULL) {
-			fprintf(stderr, "soft PBox: %s/%s: %s\n", sp->p.checkpoint_dir,
-					e->d_name, err);
-			rc = -errno;
-			break;
-		}
-		phub_control_job_restored(sp->ctl, job, &info);
-	}
-	closedir(d);
-	return rc;
+	phub_control_ckpt_restore(&dir, sp->ctl, &rp, NULL, NULL);
+	phub_control_ckpt_close(&dir);
+	return 0;
 }
 
 int
 soft_pbox_checkpoint(struct soft_pbox *sp)
 {
+	struct phub_control_ckpt_dir dir;
 	struct phub_engine_job *job;
-	int saved = 0, rc = 0;
+	int saved = 0, rc;
 
 	if (sp->p.checkpoint_dir == NULL)
 		return -EINVAL;
+	rc = phub_control_ckpt_open(&dir, sp->p.checkpoint_dir);
+	if (rc != 0)
+		return rc;
 	soft_pbox_pause(sp, true);
 	for (job = phub_engine_job_next(sp->engine, NULL); job != NULL && rc == 0;
 	     job = phub_engine_job_next(sp->engine, job)) {
@@ -727,25 +704,18 @@ soft_pbox_checkpoint(struct soft_pbox *sp)
 	}
 	for (job = phub_engine_job_next(sp->engine, NULL); job != NULL && rc == 0;
 	     job = phub_engine_job_next(sp->engine, job)) {
-		char path[4096], tmp[4096 + 8], err[256];
-		int fd;
+		struct phub_control_ckpt_write w = { .job = job, .src = PHUB_ENGINE_CKPT_LIVE };
+		struct phub_engine_job_info info;
 
-		snprintf(path, sizeof(path), "%s/%u.ckpt", sp->p.checkpoint_dir,
-				phub_engine_job_id(job));
-		snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-		if (fd < 0) {
-			rc = -errno;
-			break;
-		}
-		rc = phub_engine_ckpt_write(job, PHUB_ENGINE_CKPT_LIVE, 0, fd, err, sizeof(err));
-		close(fd);
-		if (rc == 0 && rename(tmp, path) != 0)
-			rc = -errno;
+		phub_engine_job_get_info(job, &info);
+		w.iteration = info.iteration_min;
+		phub_control_ckpt_write(&dir, &w);
+		rc = w.rc;
 		if (rc == 0)
 			saved++;
 	}
 	soft_pbox_pause(sp, false);
+	phub_control_ckpt_close(&dir);
 	return rc != 0 ? rc : saved;
 }
 

@@ -29,8 +29,8 @@ struct soft_pbox_params {
 	uint64_t seed;			/* of the loss draws; 0: 1 */
 	uint32_t log_cap;		/* PUSH arrivals kept for soft_pbox_arrivals(); 0: 65536 */
 	/*
-	 * Checkpoints (lib/engine's files): every job saved here is restored at start, as a
-	 * restarted phub-pbox does; soft_pbox_checkpoint() saves there. NULL: none.
+	 * Checkpoints (the appliance's files, lib/control): every job saved here is restored at
+	 * start, as a restarted phub-pbox does; soft_pbox_checkpoint() saves there. NULL: none.
 	 */
 	const char *checkpoint_dir;
 	/*
@@ -91,10 +91,10 @@ void soft_pbox_pause(struct soft_pbox *sp, bool paused);
 size_t soft_pbox_arrivals(struct soft_pbox *sp, struct soft_pbox_arrival *out, size_t cap);
 
 /*
- * Save the live state of every job into params.checkpoint_dir (<job id>.ckpt, replaced), the
- * thread paused meanwhile: a test makes the checkpoint a restarted soft PBox restores. The
- * number of jobs saved, or -errno: -EINVAL without a directory, -EAGAIN when a job is in the
- * middle of an iteration (nothing is saved then).
+ * Save the live state of every job into params.checkpoint_dir as the appliance names and writes
+ * its files (lib/control), the thread paused meanwhile: a test makes the checkpoint a restarted
+ * soft PBox restores. The number of jobs saved, or -errno: -EINVAL without a directory, -EAGAIN
+ * when a job is in the middle of an iteration (nothing is saved then).
  */
 int soft_pbox_checkpoint(struct soft_pbox *sp);
 
