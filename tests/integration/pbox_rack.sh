@@ -14,7 +14,7 @@
 # restart and sigterm stop the PBox in the middle of the run (SIGKILL, SIGTERM at an
 # iteration boundary) and start it again on its checkpoints in $STATE_ROOT/R/checkpoints.
 #
-# usage: pbox_rack.sh VIRTUAL_RACK PHUB_PBOX PHUB_BENCH SCENARIO
+# usage: pbox_rack.sh VIRTUAL_RACK PHUB_PBOX PHUB_BENCH SCENARIO [PHUB_HOSTILE]
 # Exits 77 with the reason when it cannot run here (not root, no /dev/net/tun).
 set -uo pipefail
 
@@ -22,6 +22,7 @@ vrack=$1
 pbox_bin=$2
 bench_bin=$3
 scenario=$4
+hostile_bin=${5:-}
 
 if [ "$(id -u)" -ne 0 ]; then
 	echo "SKIP: the virtual rack needs root (network namespaces)"
@@ -446,6 +447,36 @@ restart-twice)
 		tail -n 20 "$tmp/r.json.err"
 	fi
 	[ "$(newest_ckpt)" -eq -1 ] || fail "the job ended but its checkpoints stay: $(ls "$ckpt_dir")"
+	;;
+csum)
+	# CRC32C both ways (issue 9): a worker that asks for it in its JOIN gets CSUM on its
+	# JOIN_ACK, ACKs and MODELs, checked on arrival; a PUSH damaged after its CRC was computed
+	# (a valid UDP checksum: only the CRC can tell) is dropped and counted as bad_csum, and the
+	# same PUSH intact is ACKed. Then 2 workers with --csum train on, bitwise exact.
+	rack 2
+	telemetry /phub/stats >"$tmp/stats0.txt"
+	ip netns exec "$rack-w1" "$hostile_bin" --server "$server" --csum >"$tmp/csum.json" \
+		2>"$tmp/csum.err" || { cat "$tmp/csum.err"; fail "phub-hostile --csum failed"; }
+	telemetry /phub/stats >"$tmp/stats1.txt"
+	cat "$tmp/csum.json"
+	expect "$tmp/csum.json" 'r["join_ack_csum"]' 'r["acks_csum"] >= r["segments"]' \
+		'r["acks_plain"] == 0' 'r["models_csum"] >= r["segments"]' 'r["models_plain"] == 0' \
+		'r["bad_received"] == 0' 'r["initial_acked"] == r["segments"]' \
+		'r["damaged_acked"] == 0' 'r["intact_acked"] == 1'
+	python3 - "$tmp/stats0.txt" "$tmp/stats1.txt" <<'PY' || fail "the damaged PUSH was not counted as bad_csum"
+import json, sys
+def drops(path):
+    for line in open(path):
+        if line.strip().startswith("{"):
+            return json.loads(line)["/phub/stats"].get("drops", {})
+    return {}
+a, b = drops(sys.argv[1]), drops(sys.argv[2])
+d = b.get("bad_csum", 0) - a.get("bad_csum", 0)
+print("PBox: bad_csum +%d" % d)
+assert d == 1
+PY
+	bench "$tmp/r.json" 2 --layout "$mixed_layout" --iterations 4 --csum &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]'
 	;;
 sigterm)
 	# SIGTERM while the workers wait at an iteration boundary (after iteration 8): the PBox

@@ -9,6 +9,7 @@
  *
  *   phub-hostile --server IP [--port 47000] [--victim JOB_ID]... [--victim-name NAME]
  *                [--victim-world N] [--repeat N] [--guesses N] [--ping] [--join-keys N]
+ *                [--csum]
  *
  * --victim: a job that runs beside (the test reads its id from /phub/jobs; an attacker would
  * scan the 2^32 ids, this tries the right ones with guessed tokens, the worst case).
@@ -17,7 +18,11 @@
  * when the test says so), and with one rank more and a key of 999 elements (never the job's).
  * Both must get bad_nonce with a text that says nothing of the job's shape. --ping: only check
  * that the PBox answers a PING (exit 0) and stop. --join-keys N: only send one JOIN that claims
- * a layout of N keys (and carries one), print the PBox's answer as JSON, and stop.
+ * a layout of N keys (and carries one), print the PBox's answer as JSON, and stop. --csum: only
+ * JOIN a job of its own asking for CRC32C (JOIN flag CSUM), PUSH its three segments with CSUM,
+ * then one PUSH whose payload was changed after its CRC was computed (the UDP checksum is the
+ * kernel's, so only the CRC can tell), then that PUSH intact; print as JSON whether the JOIN_ACK,
+ * the ACKs and the MODELs carried a valid CSUM and which PUSHes were ACKed, and stop.
  *
  * JSON on stdout: "expect" (reason -> count, exact), "at_least" (reason -> count: reasons that
  * real workers beside may also cause), "sent", "foreign_models" (MODELs of other jobs received:
@@ -58,6 +63,7 @@ struct hostile_params {
 	unsigned int guesses;
 	bool ping_only;
 	uint32_t join_keys;		/* --join-keys: one JOIN claiming this many keys */
+	bool csum;			/* --csum: the checksum exchange alone */
 };
 
 /* The legitimate session of the hostile's own job. */
@@ -66,6 +72,7 @@ struct own_session {
 	uint64_t token;
 	uint32_t seg_elems;
 	struct sockaddr_in data;	/* the endpoint of chunk 0 */
+	bool ack_csum;			/* the JOIN_ACK carried a (valid) CSUM */
 };
 
 struct tally {
@@ -183,6 +190,31 @@ send_malformed(struct tally *t, int fd, const struct sockaddr_in *to, const uint
 
 /* A well-formed PUSH of segment 0 of chunk 0 (1000-element fp32 layout: 3 segments). */
 static int
+push_segment(uint8_t *buf, size_t cap, uint32_t job_id, uint64_t token, uint16_t rank,
+		uint32_t seg_elems, uint32_t iteration, uint16_t seg, uint8_t flags)
+{
+	uint16_t n_segs = (uint16_t)((OWN_ELEMS + seg_elems - 1) / seg_elems);
+	uint32_t off = seg * seg_elems;
+	struct phub_wire_msg m;
+
+	phub_wire_msg_init(&m, PHUB_WIRE_OP_PUSH);
+	m.job_id = job_id;
+	m.session_token = token;
+	m.worker_rank = rank;
+	m.chunk_id = 0;
+	m.iteration = iteration;
+	m.elem_offset = off;
+	m.elem_count = OWN_ELEMS - off < seg_elems ? OWN_ELEMS - off : seg_elems;
+	m.seg_index = seg;
+	m.seg_count = n_segs;
+	m.flags = (uint8_t)(flags | (seg + 1 == n_segs ? PHUB_WIRE_F_LAST : 0));
+	m.dtype = PHUB_WIRE_DTYPE_FP32;
+	m.payload = (const uint8_t *)zeros;
+	m.payload_len = (uint16_t)(m.elem_count * sizeof(float));
+	return phub_wire_encode(buf, cap, &m);
+}
+
+static int
 push_datagram(uint8_t *buf, size_t cap, uint32_t job_id, uint64_t token, uint16_t rank,
 		uint32_t seg_elems, uint32_t iteration)
 {
@@ -237,6 +269,10 @@ join_own(const struct hostile_params *hp, struct tally *t, int fd, struct own_se
 
 	snprintf(name, sizeof(name), "hostile-%d", (int)getpid());
 	join_params(&jp, &key, name, random_u64(), 1);
+	if (hp->csum) {
+		jp.join.join_flags = PHUB_WIRE_JOIN_F_CSUM;
+		jp.flags = PHUB_WIRE_F_CSUM;
+	}
 	len = phub_wire_join_write(buf, sizeof(buf), &jp, 1500, 0);
 	if (len <= 0)
 		return -EINVAL;
@@ -269,6 +305,8 @@ join_own(const struct hostile_params *hp, struct tally *t, int fd, struct own_se
 			own->data.sin_addr.s_addr = ep.ipv4 != 0 ? htonl(ep.ipv4) :
 					hp->ctrl.sin_addr.s_addr;
 			own->data.sin_port = htons(ep.udp_port);
+			/* phub_wire_parse() checked the CRC when the flag is set. */
+			own->ack_csum = (msg.flags & PHUB_WIRE_F_CSUM) != 0;
 			return 0;
 		}
 		len = phub_wire_join_write(buf, sizeof(buf), &jp, 1500, 0);
@@ -649,12 +687,105 @@ join_claim(const struct hostile_params *hp, uint32_t n)
 	return 0;
 }
 
+/* What came back during the checksum exchange. */
+struct csum_tally {
+	unsigned int acks_csum, acks_plain, models_csum, models_plain, bad;
+	unsigned int acked[2][8];	/* ACKs by iteration (0, 1) and segment */
+};
+
+static void
+csum_drain(struct csum_tally *c, const struct own_session *own, int fd, int ms)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	uint8_t buf[PHUB_WIRE_MAX_DATAGRAM];
+
+	while (poll(&pfd, 1, ms) > 0) {
+		struct phub_wire_msg msg;
+		ssize_t n = recv(fd, buf, sizeof(buf), 0);
+		bool csum;
+
+		if (n <= 0)
+			continue;
+		if (phub_wire_parse(buf, (size_t)n, &msg) != PHUB_DROP_OK) {
+			c->bad++;	/* among them a CRC that does not match */
+			continue;
+		}
+		if (msg.job_id != own->job_id)
+			continue;
+		csum = (msg.flags & PHUB_WIRE_F_CSUM) != 0;
+		if (msg.opcode == PHUB_WIRE_OP_ACK) {
+			*(csum ? &c->acks_csum : &c->acks_plain) += 1;
+			if (msg.iteration < 2 && msg.seg_index < 8)
+				c->acked[msg.iteration][msg.seg_index]++;
+		} else if (msg.opcode == PHUB_WIRE_OP_MODEL) {
+			*(csum ? &c->models_csum : &c->models_plain) += 1;
+		}
+	}
+}
+
+static int
+csum_exchange(const struct hostile_params *hp)
+{
+	struct tally t = { 0 };
+	struct csum_tally c = { 0 };
+	struct own_session own;
+	uint8_t buf[PHUB_WIRE_MAX_DATAGRAM];
+	int fd = udp_socket();
+	uint16_t n_segs;
+	int len, rc;
+
+	rc = join_own(hp, &t, fd, &own);
+	if (rc != 0) {
+		fprintf(stderr, "phub-hostile: cannot join: %s\n", strerror(-rc));
+		return 1;
+	}
+	n_segs = (uint16_t)((OWN_ELEMS + own.seg_elems - 1) / own.seg_elems);
+	/* The initial-model round of a job of one: each segment ACKed and its MODEL sent. */
+	for (uint16_t s = 0; s < n_segs; s++) {
+		len = push_segment(buf, sizeof(buf), own.job_id, own.token, 0, own.seg_elems, 0, s,
+				PHUB_WIRE_F_CSUM);
+		send_raw(&t, fd, &own.data, buf, len);
+	}
+	csum_drain(&c, &own, fd, 300);
+	/* Iteration 1, segment 0, damaged after its CRC: the PBox must drop it as bad_csum. */
+	len = push_segment(buf, sizeof(buf), own.job_id, own.token, 0, own.seg_elems, 1, 0,
+			PHUB_WIRE_F_CSUM);
+	buf[PHUB_WIRE_HDR_LEN + 5] ^= 0x10;
+	send_raw(&t, fd, &own.data, buf, len);
+	csum_drain(&c, &own, fd, 300);
+	printf("{\"join_ack_csum\": %s, \"acks_csum\": %u, \"acks_plain\": %u, "
+			"\"models_csum\": %u, \"models_plain\": %u, \"bad_received\": %u, "
+			"\"segments\": %u, \"initial_acked\": %u, \"damaged_acked\": %u, ",
+			own.ack_csum ? "true" : "false", c.acks_csum, c.acks_plain, c.models_csum,
+			c.models_plain, c.bad, n_segs,
+			c.acked[0][0] > 0 && c.acked[0][1] > 0 && c.acked[0][2] > 0 ? 3u : 0u,
+			c.acked[1][0]);
+	/* The same PUSH intact: the path works, only the damage was refused. */
+	buf[PHUB_WIRE_HDR_LEN + 5] ^= 0x10;
+	send_raw(&t, fd, &own.data, buf, len);
+	csum_drain(&c, &own, fd, 300);
+	printf("\"intact_acked\": %u}\n", c.acked[1][0]);
+	/* The job ends with its only rank. */
+	{
+		struct phub_wire_msg m;
+
+		phub_wire_msg_init(&m, PHUB_WIRE_OP_LEAVE);
+		m.job_id = own.job_id;
+		m.session_token = own.token;
+		len = phub_wire_encode(buf, sizeof(buf), &m);
+		send_raw(&t, fd, &hp->ctrl, buf, len);
+		drain(&t, &own, fd, 200);
+	}
+	close(fd);
+	return 0;
+}
+
 static void
 usage(void)
 {
 	fprintf(stderr, "usage: phub-hostile --server IP [--port P] [--victim JOB_ID]... "
 			"[--victim-name NAME] [--victim-world N] [--repeat N] [--guesses N] [--ping] "
-			"[--join-keys N]\n");
+			"[--join-keys N] [--csum]\n");
 	exit(2);
 }
 
@@ -673,6 +804,10 @@ main(int argc, char **argv)
 
 		if (strcmp(argv[i], "--ping") == 0) {
 			hp.ping_only = true;
+			continue;
+		}
+		if (strcmp(argv[i], "--csum") == 0) {
+			hp.csum = true;
 			continue;
 		}
 		if (v == NULL)
@@ -705,6 +840,8 @@ main(int argc, char **argv)
 		return ping(&hp);
 	if (hp.join_keys != 0)
 		return join_claim(&hp, hp.join_keys);
+	if (hp.csum)
+		return csum_exchange(&hp);
 
 	fd = udp_socket();
 	fd2 = udp_socket();
