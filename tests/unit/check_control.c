@@ -2,10 +2,14 @@
 /* lib/control: JOIN reassembly and timeout, the JOIN checks, LEAVE, PING, and the endpoint race. */
 
 #include <check.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "control/phub_control.h"
 
@@ -445,6 +449,536 @@ START_TEST(test_rejoin_never_shows_a_torn_endpoint_to_the_data_path)
 }
 END_TEST
 
+
+/* ---- the control plane object: a fake clock and captured sends ---- */
+
+#define MAX_SENT 64
+
+struct fake {
+	uint64_t now;
+	unsigned int n_sent;
+	struct phub_control_peer to[MAX_SENT];
+	uint8_t dgram[MAX_SENT][PHUB_WIRE_MAX_DATAGRAM];
+	size_t len[MAX_SENT];
+	unsigned int created, released;
+};
+
+static struct fake fk;
+static struct phub_control *ctl;
+static const struct phub_layout_server one_server[1] = {
+	{ .lcore = 0, .port = 0, .port_numa = PHUB_LAYOUT_NUMA_ANY, .lcore_numa = 0 },
+};
+static const struct phub_wire_endpoint one_endpoint[1] = { { .ipv4 = 0, .udp_port = 47001 } };
+
+static uint64_t
+fake_now(void *ctx)
+{
+	return ((struct fake *)ctx)->now;
+}
+
+static void
+fake_send(void *ctx, const struct phub_control_peer *to, const void *buf, size_t len)
+{
+	struct fake *f = ctx;
+
+	ck_assert_uint_lt(f->n_sent, MAX_SENT);
+	ck_assert_uint_le(len, sizeof(f->dgram[0]));
+	f->to[f->n_sent] = *to;
+	memcpy(f->dgram[f->n_sent], buf, len);
+	f->len[f->n_sent] = len;
+	f->n_sent++;
+}
+
+static void
+fake_created(void *ctx, struct phub_engine_job *job)
+{
+	(void)job;
+	((struct fake *)ctx)->created++;
+}
+
+static void
+fake_release(void *ctx, struct phub_engine_job *job)
+{
+	((struct fake *)ctx)->released++;
+	phub_engine_job_unpublish(engine, job);
+	phub_engine_job_free(job);
+}
+
+static const struct phub_control_ops fake_ops = {
+	.now_ns = fake_now, .send = fake_send, .job_created = fake_created,
+	.job_release = fake_release,
+};
+
+static struct phub_control_params
+ctl_params(void)
+{
+	struct phub_control_params p = {
+		.engine = engine, .ops = &fake_ops, .ctx = &fk, .servers = one_server,
+		.endpoints = one_endpoint, .n_servers = 1, .mtu = 1500, .chunk_bytes = 1024,
+		.join_ms = 2000, .worker_dead_ms = 1000,
+	};
+	return p;
+}
+
+static void
+ctl_setup(void)
+{
+	struct phub_control_params p;
+
+	memset(&fk, 0, sizeof(fk));
+	fk.now = 1000000000ull;
+	engine = phub_engine_create();
+	ck_assert_ptr_nonnull(engine);
+	p = ctl_params();
+	ctl = phub_control_create(&p);
+	ck_assert_ptr_nonnull(ctl);
+}
+
+static void
+ctl_teardown(void)
+{
+	struct phub_engine_job *j;
+
+	phub_control_free(ctl);
+	while ((j = phub_engine_job_next(engine, NULL)) != NULL) {
+		phub_engine_job_unpublish(engine, j);
+		phub_engine_job_free(j);
+	}
+	phub_engine_free(engine);
+}
+
+static const struct phub_control_peer worker[3] = {
+	{ .ipv4 = 0x0a000065, .udp_port = 5000, .port = 0, .mac = { 2, 0, 0, 0, 0, 1 } },
+	{ .ipv4 = 0x0a000066, .udp_port = 5001, .port = 0, .mac = { 2, 0, 0, 0, 0, 2 } },
+	{ .ipv4 = 0x0a000067, .udp_port = 5002, .port = 0, .mac = { 2, 0, 0, 0, 0, 3 } },
+};
+
+/* Send rank's JOIN (every datagram) from worker[rank]; join_flags and world as given. */
+static void
+send_join(uint16_t rank, uint16_t world, uint16_t join_flags, float lr)
+{
+	struct phub_wire_join_params jp;
+	uint8_t buf[1500];
+	int n;
+
+	memset(&jp, 0, sizeof(jp));
+	jp.join = join_of(rank);
+	jp.join.world_size = world;
+	jp.join.join_flags = join_flags;
+	jp.join.hyper.lr = lr;
+	jp.keys = wkeys;
+	jp.key_count = N_KEYS;
+	n = phub_wire_join_segments(&jp, 1500);
+	for (int i = 0; i < n; i++) {
+		int len = phub_wire_join_write(buf, sizeof(buf), &jp, 1500, (uint16_t)i);
+
+		ck_assert_int_gt(len, 0);
+		phub_control_input(ctl, &worker[rank], buf, (size_t)len);
+	}
+}
+
+/* The i-th datagram sent, parsed. */
+static struct phub_wire_msg
+sent(unsigned int i)
+{
+	struct phub_wire_msg m;
+
+	ck_assert_uint_lt(i, fk.n_sent);
+	ck_assert_int_eq(phub_wire_parse(fk.dgram[i], fk.len[i], &m), PHUB_DROP_OK);
+	return m;
+}
+
+static uint16_t
+error_code(unsigned int i, char *text, size_t cap)
+{
+	struct phub_wire_msg m = sent(i);
+	struct phub_wire_error_msg e;
+
+	ck_assert_uint_eq(m.opcode, PHUB_WIRE_OP_ERROR);
+	ck_assert_int_eq(phub_wire_error_parse(m.payload, m.payload_len, &e), PHUB_DROP_OK);
+	snprintf(text, cap, "%.*s", (int)e.msg_len, e.text);
+	return e.code;
+}
+
+START_TEST(test_first_join_creates_the_job_and_answers_join_ack)
+{
+	struct phub_wire_join_ack_seg seg;
+	struct phub_engine_peer peer;
+	struct phub_wire_msg m;
+	uint64_t token;
+
+	send_join(0, 2, 0, 0.5f);
+	ck_assert_uint_eq(fk.n_sent, 1);
+	m = sent(0);
+	ck_assert_uint_eq(m.opcode, PHUB_WIRE_OP_JOIN_ACK);
+	ck_assert_uint_ne(m.session_token, 0);
+	ck_assert_uint_eq(m.flags & (PHUB_WIRE_F_CSUM | PHUB_WIRE_F_REPLAY), 0);
+	ck_assert_int_eq(phub_wire_join_ack_parse(m.payload, m.payload_len, &seg), PHUB_DROP_OK);
+	ck_assert_uint_eq(seg.ack.iteration, 0);
+	ck_assert_uint_eq(seg.endpoint_count, 1);
+	ck_assert_uint_eq(phub_wire_join_ack_seg_endpoint(&seg, 0).udp_port, 47001);
+	ck_assert_uint_eq(fk.to[0].ipv4, worker[0].ipv4);
+	ck_assert_uint_eq(fk.to[0].udp_port, worker[0].udp_port);
+	ck_assert_uint_eq(fk.created, 1);
+	ck_assert_uint_eq(phub_control_job_count(ctl), 1);
+	job = phub_engine_job_lookup(engine, m.job_id);
+	ck_assert_ptr_nonnull(job);
+	ck_assert(phub_engine_job_rank(job, 0, &peer, &token));
+	ck_assert_uint_eq(token, m.session_token);
+	ck_assert_mem_eq(peer.mac, worker[0].mac, 6);
+	/* The same JOIN again (its JOIN_ACK lost): the same token, marked REPLAY. */
+	send_join(0, 2, 0, 0.5f);
+	ck_assert_uint_eq(fk.n_sent, 2);
+	ck_assert_uint_eq(sent(1).session_token, m.session_token);
+	ck_assert_uint_eq(sent(1).flags & PHUB_WIRE_F_REPLAY, PHUB_WIRE_F_REPLAY);
+	ck_assert_uint_eq(fk.created, 1);
+}
+END_TEST
+
+START_TEST(test_later_join_with_other_hyper_parameters_gets_layout_mismatch)
+{
+	char text[PHUB_WIRE_ERROR_MSG_MAX + 1];
+
+	send_join(0, 2, 0, 0.5f);
+	send_join(1, 2, 0, 0.25f);
+	ck_assert_uint_eq(fk.n_sent, 2);
+	ck_assert_uint_eq(error_code(1, text, sizeof(text)), PHUB_WIRE_ERR_LAYOUT_MISMATCH);
+	ck_assert_msg(strstr(text, "hyper-parameters") != NULL, "%s", text);
+	ck_assert_uint_eq(fk.to[1].udp_port, worker[1].udp_port);
+	/* With the same ones it joins. */
+	send_join(1, 2, 0, 0.5f);
+	ck_assert_uint_eq(sent(2).opcode, PHUB_WIRE_OP_JOIN_ACK);
+}
+END_TEST
+
+START_TEST(test_csum_join_gets_csum_on_join_ack_and_in_the_endpoint)
+{
+	struct phub_engine_peer peer;
+	struct phub_wire_msg m;
+	uint64_t token;
+
+	send_join(0, 2, PHUB_WIRE_JOIN_F_CSUM, 0.5f);
+	send_join(1, 2, 0, 0.5f);
+	m = sent(0);
+	ck_assert_uint_eq(m.flags & PHUB_WIRE_F_CSUM, PHUB_WIRE_F_CSUM);
+	ck_assert_uint_eq(sent(1).flags & PHUB_WIRE_F_CSUM, 0);
+	job = phub_engine_job_lookup(engine, m.job_id);
+	ck_assert(phub_engine_job_rank(job, 0, &peer, &token));
+	ck_assert_uint_eq(peer.flags & PHUB_ENGINE_PEER_F_CSUM, PHUB_ENGINE_PEER_F_CSUM);
+	ck_assert(phub_engine_job_rank(job, 1, &peer, &token));
+	ck_assert_uint_eq(peer.flags & PHUB_ENGINE_PEER_F_CSUM, 0);
+}
+END_TEST
+
+START_TEST(test_incomplete_join_is_answered_join_timeout_on_the_fake_clock)
+{
+	struct phub_wire_join_params jp;
+	char text[PHUB_WIRE_ERROR_MSG_MAX + 1];
+	uint8_t buf[1500];
+	int len;
+
+	memset(&jp, 0, sizeof(jp));
+	jp.join = join_of(1);
+	for (uint32_t k = 0; k < 600; k++)
+		many_keys[k] = (struct phub_wire_key){ .key_id = k, .elem_count = 1 };
+	jp.keys = many_keys;
+	jp.key_count = 600;
+	ck_assert_int_gt(phub_wire_join_segments(&jp, 1500), 1);
+	len = phub_wire_join_write(buf, sizeof(buf), &jp, 1500, 0);
+	phub_control_input(ctl, &worker[1], buf, (size_t)len);
+	ck_assert_uint_eq(fk.n_sent, 0);
+	fk.now += 2000ull * 1000000u;		/* join_ms: not yet */
+	phub_control_poll(ctl);
+	ck_assert_uint_eq(fk.n_sent, 0);
+	fk.now += 1;
+	phub_control_poll(ctl);
+	ck_assert_uint_eq(fk.n_sent, 1);
+	ck_assert_uint_eq(error_code(0, text, sizeof(text)), PHUB_WIRE_ERR_JOIN_TIMEOUT);
+	ck_assert_uint_eq(fk.to[0].udp_port, worker[1].udp_port);
+	ck_assert_mem_eq(fk.to[0].mac, worker[1].mac, 6);
+	ck_assert_uint_eq(sent(0).worker_rank, 1);
+	phub_control_poll(ctl);
+	ck_assert_uint_eq(fk.n_sent, 1);
+}
+END_TEST
+
+static struct phub_wire_msg
+leave_msg(const struct phub_wire_msg *ack)
+{
+	struct phub_wire_msg m;
+
+	phub_wire_msg_init(&m, PHUB_WIRE_OP_LEAVE);
+	m.job_id = ack->job_id;
+	m.session_token = ack->session_token;
+	m.worker_rank = ack->worker_rank;
+	return m;
+}
+
+static void
+input_msg(const struct phub_control_peer *from, const struct phub_wire_msg *m)
+{
+	uint8_t buf[PHUB_WIRE_HDR_LEN];
+	int len = phub_wire_encode(buf, sizeof(buf), m);
+
+	ck_assert_int_gt(len, 0);
+	phub_control_input(ctl, from, buf, (size_t)len);
+}
+
+START_TEST(test_last_leave_ends_the_job_and_a_repeat_is_acked_again)
+{
+	struct phub_control_stats st;
+	struct phub_wire_msg ack, l;
+
+	send_join(0, 1, 0, 0.5f);
+	ack = sent(0);
+	l = leave_msg(&ack);
+	/* Another token: dropped, counted, unanswered. */
+	l.session_token ^= 1;
+	input_msg(&worker[0], &l);
+	ck_assert_uint_eq(fk.n_sent, 1);
+	phub_control_get_stats(ctl, &st);
+	ck_assert_uint_eq(st.drops[PHUB_DROP_BAD_TOKEN], 1);
+	l.session_token ^= 1;
+	input_msg(&worker[0], &l);
+	ck_assert_uint_eq(fk.n_sent, 2);
+	ck_assert_uint_eq(sent(1).opcode, PHUB_WIRE_OP_LEAVE_ACK);
+	ck_assert_uint_eq(sent(1).flags & PHUB_WIRE_F_REPLAY, 0);
+	ck_assert_uint_eq(fk.released, 1);
+	ck_assert_uint_eq(phub_control_job_count(ctl), 0);
+	input_msg(&worker[0], &l);
+	ck_assert_uint_eq(fk.n_sent, 3);
+	ck_assert_uint_eq(sent(2).opcode, PHUB_WIRE_OP_LEAVE_ACK);
+	ck_assert_uint_eq(sent(2).flags & PHUB_WIRE_F_REPLAY, PHUB_WIRE_F_REPLAY);
+	ck_assert_uint_eq(fk.released, 1);
+}
+END_TEST
+
+START_TEST(test_ping_of_a_session_the_pbox_lost_gets_unknown_job)
+{
+	char text[PHUB_WIRE_ERROR_MSG_MAX + 1];
+	struct phub_wire_msg ack, ping;
+
+	send_join(0, 2, 0, 0.5f);
+	ack = sent(0);
+	phub_wire_msg_init(&ping, PHUB_WIRE_OP_PING);
+	ping.job_id = ack.job_id;
+	ping.session_token = ack.session_token;
+	ping.worker_rank = 0;
+	ping.aux = 77;
+	input_msg(&worker[0], &ping);
+	ck_assert_uint_eq(sent(1).opcode, PHUB_WIRE_OP_PONG);
+	ck_assert_uint_eq(sent(1).aux, 77);
+	ping.worker_rank = 1;
+	input_msg(&worker[1], &ping);
+	ck_assert_uint_eq(error_code(2, text, sizeof(text)), PHUB_WIRE_ERR_UNKNOWN_JOB);
+	ck_assert_msg(strstr(text, "JOIN again") != NULL, "%s", text);
+}
+END_TEST
+
+START_TEST(test_job_limits_refuse_with_the_reason)
+{
+	struct phub_control_params p = ctl_params();
+	char text[PHUB_WIRE_ERROR_MSG_MAX + 1];
+	struct phub_wire_join_params jp;
+	uint8_t buf[1500];
+	int len;
+
+	phub_control_free(ctl);
+	p.max_jobs = 1;
+	p.job_memory_bytes = 1 << 20;
+	ctl = phub_control_create(&p);
+	send_join(0, 1, 0, 0.5f);
+	ck_assert_uint_eq(sent(0).opcode, PHUB_WIRE_OP_JOIN_ACK);
+	/* A second job: the table of this PBox is full. */
+	memset(&jp, 0, sizeof(jp));
+	jp.join = join_of(0);
+	strcpy(jp.join.name, "other");
+	jp.join.world_size = 1;
+	jp.keys = wkeys;
+	jp.key_count = N_KEYS;
+	len = phub_wire_join_write(buf, sizeof(buf), &jp, 1500, 0);
+	phub_control_input(ctl, &worker[1], buf, (size_t)len);
+	ck_assert_uint_eq(error_code(1, text, sizeof(text)), PHUB_WIRE_ERR_JOB_LIMIT);
+	ck_assert_msg(strstr(text, "limits.max_jobs") != NULL, "%s", text);
+	/* A job bigger than a job may be, once the first is gone. */
+	phub_control_job_end(ctl, phub_engine_job_next(engine, NULL));
+	many_keys[0] = (struct phub_wire_key){ .key_id = 1, .elem_count = 1u << 20 };
+	jp.keys = many_keys;
+	jp.key_count = 1;
+	len = phub_wire_join_write(buf, sizeof(buf), &jp, 1500, 0);
+	phub_control_input(ctl, &worker[1], buf, (size_t)len);
+	ck_assert_uint_eq(error_code(2, text, sizeof(text)), PHUB_WIRE_ERR_NO_MEMORY);
+	ck_assert_msg(strstr(text, "limits.job_memory_mb") != NULL, "%s", text);
+}
+END_TEST
+
+START_TEST(test_restored_job_nobody_joins_ends_after_worker_dead_ms)
+{
+	struct phub_engine_job_params p = {
+		.name = "restored", .nonce = NONCE, .world_size = 2, .dtype = PHUB_DTYPE_FP32,
+		.optimizer = { .type = PHUB_OPT_SGD, .lr = 0.5f },
+		.keys = lkeys, .n_keys = N_KEYS, .chunk_bytes = 1024, .segment_elems = 64,
+	};
+	struct phub_engine_ckpt_info info = { .optimizer = { .type = PHUB_OPT_SGD } };
+
+	job = phub_engine_job_create(engine, &p);
+	ck_assert_ptr_nonnull(job);
+	phub_control_job_restored(ctl, job, &info);
+	ck_assert_uint_eq(phub_control_job_count(ctl), 1);
+	/* The first check finds it without a rank; the clock starts there. */
+	fk.now += 200ull * 1000000u;
+	phub_control_poll(ctl);
+	fk.now += 1000ull * 1000000u;		/* worker_dead_ms: not yet */
+	phub_control_poll(ctl);
+	ck_assert_uint_eq(fk.released, 0);
+	fk.now += 200ull * 1000000u;
+	phub_control_poll(ctl);
+	ck_assert_uint_eq(fk.released, 1);
+	ck_assert_uint_eq(phub_control_job_count(ctl), 0);
+}
+END_TEST
+
+START_TEST(test_restored_job_is_kept_once_a_rank_joins)
+{
+	struct phub_engine_job_params p = {
+		.name = "job", .nonce = NONCE, .world_size = 2, .dtype = PHUB_DTYPE_FP32,
+		.optimizer = { .type = PHUB_OPT_SGD, .lr = 0.5f },
+		.keys = lkeys, .n_keys = N_KEYS, .chunk_bytes = 1024, .segment_elems = 64,
+	};
+	struct phub_engine_ckpt_info info = { .optimizer = { .type = PHUB_OPT_SGD } };
+
+	job = phub_engine_job_create(engine, &p);
+	phub_control_job_restored(ctl, job, &info);
+	fk.now += 200ull * 1000000u;
+	phub_control_poll(ctl);
+	/* Rank 0 comes back with hyper-parameters of its own: the restored job takes them. */
+	send_join(0, 2, 0, 0.125f);
+	ck_assert_uint_eq(sent(0).opcode, PHUB_WIRE_OP_JOIN_ACK);
+	fk.now += 5000ull * 1000000u;
+	phub_control_poll(ctl);
+	ck_assert_uint_eq(fk.released, 0);
+	/* Rank 1 must repeat what rank 0 declared. */
+	send_join(1, 2, 0, 0.5f);
+	ck_assert_uint_eq(sent(1).opcode, PHUB_WIRE_OP_ERROR);
+	send_join(1, 2, 0, 0.125f);
+	ck_assert_uint_eq(sent(2).opcode, PHUB_WIRE_OP_JOIN_ACK);
+}
+END_TEST
+
+/* ---- checkpoint files ---- */
+
+/* Every segment of iteration 0 of a one-rank job pushed: the job has a model to save. */
+static void
+finish_initial_round(struct phub_engine_job *j, uint64_t token)
+{
+	const struct phub_layout *layout = phub_engine_job_layout(j);
+	static float zeros[1024];
+	struct phub_engine_stats st;
+
+	memset(&st, 0, sizeof(st));
+	for (uint32_t c = 0; c < phub_layout_chunk_count(layout); c++) {
+		struct phub_layout_chunk ci;
+
+		phub_layout_chunk_get(layout, c, &ci);
+		for (uint32_t sg = 0; sg < ci.n_segments; sg++) {
+			struct phub_layout_segment si;
+			struct phub_engine_request req;
+			struct phub_engine_reply reply;
+
+			phub_layout_segment_get(layout, c, sg, &si);
+			memset(&req, 0, sizeof(req));
+			req.session_token = token;
+			req.chunk_id = c;
+			req.elem_offset = si.elem_offset;
+			req.elem_count = si.n_elems;
+			req.seg_index = (uint16_t)sg;
+			req.seg_count = (uint16_t)ci.n_segments;
+			req.dtype = (uint8_t)PHUB_DTYPE_FP32;
+			req.src_ipv4 = worker[0].ipv4;
+			req.src_udp_port = worker[0].udp_port;
+			req.payload = zeros;
+			req.payload_len = si.n_elems * sizeof(float);
+			phub_engine_push(j, &req, &reply, &st);
+			ck_assert_uint_ne(reply.actions, PHUB_ENGINE_DROP);
+		}
+	}
+}
+
+static unsigned int n_restored;
+
+static void
+on_restored(void *ctx, struct phub_engine_job *j, const struct phub_engine_ckpt_info *info,
+		const char *file)
+{
+	(void)ctx;
+	(void)j;
+	ck_assert_uint_eq(info->iteration, 0);
+	ck_assert_str_eq(file, "job.0000000000.ckpt");
+	n_restored++;
+}
+
+START_TEST(test_checkpoint_written_restored_and_a_damaged_one_set_aside)
+{
+	char dirpath[] = "/tmp/phub-control-test.XXXXXX";
+	char path[256];
+	struct phub_control_ckpt_dir dir;
+	struct phub_control_ckpt_write w;
+	struct phub_engine_ckpt_restore_params rp = { .servers = one_server, .n_servers = 1 };
+	struct phub_control_params p;
+	struct phub_wire_msg ack;
+	struct stat sb;
+	int fd;
+	uint8_t b;
+
+	ck_assert_ptr_nonnull(mkdtemp(dirpath));
+	ck_assert_int_eq(phub_control_ckpt_open(&dir, dirpath), 0);
+	send_join(0, 1, 0, 0.5f);
+	ack = sent(0);
+	job = phub_engine_job_lookup(engine, ack.job_id);
+	finish_initial_round(job, ack.session_token);
+	memset(&w, 0, sizeof(w));
+	w.job = job;
+	w.src = PHUB_ENGINE_CKPT_LIVE;
+	w.iteration = 0;
+	phub_control_ckpt_write(&dir, &w);
+	ck_assert_msg(w.rc == 0, "%s", w.err);
+	ck_assert_str_eq(w.file, "job.0000000000.ckpt");
+	ck_assert_uint_gt(w.bytes, 0);
+
+	/* A PBox started again on the directory: the job is back, its declaration waits. */
+	ctl_teardown();
+	ctl_setup();
+	n_restored = 0;
+	ck_assert_uint_eq(phub_control_ckpt_restore(&dir, ctl, &rp, on_restored, NULL), 1);
+	ck_assert_uint_eq(n_restored, 1);
+	ck_assert_uint_eq(phub_control_job_count(ctl), 1);
+	send_join(0, 1, 0, 0.5f);
+	ck_assert_uint_eq(sent(0).opcode, PHUB_WIRE_OP_JOIN_ACK);
+
+	/* One byte flipped: refused by its CRC, renamed .corrupt, nothing restored. */
+	snprintf(path, sizeof(path), "%s/job.0000000000.ckpt", dirpath);
+	fd = open(path, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(fd, &b, 1, 200), 1);
+	b ^= 0x40;
+	ck_assert_int_eq(pwrite(fd, &b, 1, 200), 1);
+	close(fd);
+	ctl_teardown();
+	ctl_setup();
+	p = ctl_params();
+	(void)p;
+	ck_assert_uint_eq(phub_control_ckpt_restore(&dir, ctl, &rp, NULL, NULL), 0);
+	ck_assert_uint_eq(phub_control_job_count(ctl), 0);
+	ck_assert_int_ne(stat(path, &sb), 0);
+	snprintf(path, sizeof(path), "%s/job.0000000000.ckpt.corrupt", dirpath);
+	ck_assert_int_eq(stat(path, &sb), 0);
+	unlink(path);
+	ck_assert_uint_eq(phub_control_ckpt_remove_all(&dir, "job"), 0);
+	phub_control_ckpt_close(&dir);
+	rmdir(dirpath);
+}
+END_TEST
+
 Suite *
 phub_control_suite(void)
 {
@@ -477,6 +1011,48 @@ phub_control_suite(void)
 	tc = tcase_create("ping");
 	tcase_add_checked_fixture(tc, job_setup, job_teardown);
 	tcase_add_test(tc, test_ping_of_a_lost_session_asks_for_a_new_join);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("object join");
+	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
+	tcase_add_test(tc, test_first_join_creates_the_job_and_answers_join_ack);
+	tcase_add_test(tc, test_later_join_with_other_hyper_parameters_gets_layout_mismatch);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("object csum");
+	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
+	tcase_add_test(tc, test_csum_join_gets_csum_on_join_ack_and_in_the_endpoint);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("object join timeout");
+	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
+	tcase_add_test(tc, test_incomplete_join_is_answered_join_timeout_on_the_fake_clock);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("object leave");
+	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
+	tcase_add_test(tc, test_last_leave_ends_the_job_and_a_repeat_is_acked_again);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("object ping");
+	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
+	tcase_add_test(tc, test_ping_of_a_session_the_pbox_lost_gets_unknown_job);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("object limits");
+	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
+	tcase_add_test(tc, test_job_limits_refuse_with_the_reason);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("object orphans");
+	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
+	tcase_add_test(tc, test_restored_job_nobody_joins_ends_after_worker_dead_ms);
+	tcase_add_test(tc, test_restored_job_is_kept_once_a_rank_joins);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("checkpoint files");
+	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
+	tcase_add_test(tc, test_checkpoint_written_restored_and_a_damaged_one_set_aside);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("endpoint race");
