@@ -273,8 +273,9 @@ set_aside(const struct phub_control_ckpt_dir *dir, struct phub_control *ctl, con
 
 	strf(bad, sizeof(bad), "%s" CKPT_BAD_SUFFIX, file);
 	if (renameat(dir->fd, file, dir->fd, bad) == 0)
-		control_log(ctl, PHUB_CONTROL_LOG_ERR, "checkpoint %s/%s refused: %s; renamed to %s",
-				dir->path, file, why, bad);
+		control_log(ctl, PHUB_CONTROL_LOG_ERR,
+				"checkpoint %s/%s refused: %s; renamed to %s", dir->path, file,
+				why, bad);
 	else
 		control_log(ctl, PHUB_CONTROL_LOG_ERR, "checkpoint %s/%s refused: %s", dir->path,
 				file, why);
@@ -377,7 +378,8 @@ restore_one(const struct phub_control_ckpt_dir *dir, struct phub_control *ctl,
 	int fd, rc;
 
 	if (p->max_jobs != 0 && phub_control_job_count(ctl) >= p->max_jobs) {
-		strf(err, errlen, "this PBox serves at most %u jobs (limits.max_jobs)", p->max_jobs);
+		strf(err, errlen, "this PBox serves at most %u jobs (limits.max_jobs)",
+				p->max_jobs);
 		errno = ENOSPC;
 		return NULL;
 	}
@@ -446,17 +448,17 @@ phub_control_ckpt_restore(const struct phub_control_ckpt_dir *dir, struct phub_c
 				if (restored != NULL)
 					restored(ctx, job, &info, f->file);
 				phub_engine_job_get_info(job, &ji);
-				control_log(ctl, PHUB_CONTROL_LOG_NOTICE, "job %s (id %u) restored "
-						"from %s/%s in %.1f ms: iteration %u, %u workers, %u "
-						"keys, %" PRIu64 " elements %s, optimizer %s, %" PRIu64
-						" KB; its workers resume at iteration %u once they "
-						"JOIN again", info.name, ji.job_id, dir->path, f->file,
-						(double)(control_now_ns(ctl) - t0) / 1e6,
-						info.iteration, info.world_size, info.n_keys,
-						info.n_elems,
-						phub_wire_dtype_name((uint8_t)info.dtype),
-						phub_opt_type_name(info.optimizer.type),
-						ji.memory_bytes >> 10, info.iteration + 1);
+				control_log(ctl, PHUB_CONTROL_LOG_NOTICE,
+					"job %s (id %u) restored from %s/%s in %.1f ms: "
+					"iteration %u, %u workers, %u keys, %" PRIu64
+					" elements %s, optimizer %s, %" PRIu64 " KB; its "
+					"workers resume at iteration %u once they JOIN again",
+					info.name, ji.job_id, dir->path, f->file,
+					(double)(control_now_ns(ctl) - t0) / 1e6,
+					info.iteration, info.world_size, info.n_keys,
+					info.n_elems, phub_wire_dtype_name((uint8_t)info.dtype),
+					phub_opt_type_name(info.optimizer.type),
+					ji.memory_bytes >> 10, info.iteration + 1);
 				count++;
 				break;
 			}

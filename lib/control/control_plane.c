@@ -313,13 +313,14 @@ job_create(struct phub_control *ctl, const struct phub_control_peer *to,
 	}
 	if (ctl->p.max_jobs != 0 && phub_control_job_count(ctl) >= ctl->p.max_jobs) {
 		send_error(ctl, to, msg, PHUB_WIRE_ERR_JOB_LIMIT,
-				"this PBox serves at most %u jobs (limits.max_jobs)", ctl->p.max_jobs);
+				"this PBox serves at most %u jobs (limits.max_jobs)",
+				ctl->p.max_jobs);
 		return NULL;
 	}
 	if (ctl->p.max_workers_per_job != 0 && join->world_size > ctl->p.max_workers_per_job) {
-		send_error(ctl, to, msg, PHUB_WIRE_ERR_JOB_LIMIT,
-				"job %s: %u workers, this PBox allows %u (limits.max_workers_per_job)",
-				join->name, join->world_size, ctl->p.max_workers_per_job);
+		send_error(ctl, to, msg, PHUB_WIRE_ERR_JOB_LIMIT, "job %s: %u workers, this PBox "
+				"allows %u (limits.max_workers_per_job)", join->name,
+				join->world_size, ctl->p.max_workers_per_job);
 		return NULL;
 	}
 	lkeys = calloc(n_keys != 0 ? n_keys : 1, sizeof(*lkeys));
@@ -383,7 +384,8 @@ job_for_join(struct phub_control *ctl, const struct phub_control_peer *to,
 	 * check first told anyone without the nonce the job's shape, one LAYOUT_MISMATCH at a time.
 	 */
 	if (!phub_engine_job_nonce_matches(job, join->nonce)) {
-		send_error(ctl, to, msg, PHUB_WIRE_ERR_BAD_NONCE, "job %s: wrong nonce", join->name);
+		send_error(ctl, to, msg, PHUB_WIRE_ERR_BAD_NONCE, "job %s: wrong nonce",
+				join->name);
 		return NULL;
 	}
 	/* Every field the job's ranks declare (docs/protocol.md, section 8). */
@@ -585,8 +587,8 @@ handle_ping(struct phub_control *ctl, const struct phub_control_peer *from,
 		return;
 	}
 	if (code != 0) {
-		send_error(ctl, from, msg, code, "no session of rank %u in job id %u here (the PBox "
-				"restarted, or the job ended): JOIN again", msg->worker_rank,
+		send_error(ctl, from, msg, code, "no session of rank %u in job id %u here (the "
+				"PBox restarted, or the job ended): JOIN again", msg->worker_rank,
 				msg->job_id);
 		return;
 	}
@@ -663,8 +665,9 @@ job_timeout(struct phub_control *ctl, struct phub_engine_job *job, uint16_t dead
 	/* A rank that is not joined never came, or left before the others were done. */
 	if (phub_engine_job_rank_status(job, dead, &st) == 0 && !st.joined)
 		why = " (not joined)";
-	control_log(ctl, PHUB_CONTROL_LOG_ERR, "job %s (id %u): rank %u silent for %" PRIu64 " ms%s "
-			"while iteration %u waits on it (timeouts.worker_dead_ms %u): the job ends",
+	control_log(ctl, PHUB_CONTROL_LOG_ERR, "job %s (id %u): rank %u silent for %" PRIu64
+			" ms%s while iteration %u waits on it (timeouts.worker_dead_ms %u): the "
+			"job ends",
 			info.name, info.job_id, dead, silent_ms, why, iteration,
 			ctl->p.worker_dead_ms);
 	for (uint16_t r = 0; r < info.world_size; r++) {
@@ -757,9 +760,9 @@ orphan_expired(struct phub_control *ctl, struct phub_engine_job *job, uint64_t n
 	if (now - cj->orphan_since_ns <= (uint64_t)ctl->p.worker_dead_ms * 1000000u)
 		return false;
 	phub_engine_job_get_info(job, &info);
-	control_log(ctl, PHUB_CONTROL_LOG_ERR, "job %s (id %u): restored from checkpoint, no worker "
-			"joined within worker_dead_ms %u ms: freed (a worker that JOINs later starts "
-			"a new job)", info.name, info.job_id, ctl->p.worker_dead_ms);
+	control_log(ctl, PHUB_CONTROL_LOG_ERR, "job %s (id %u): restored from checkpoint, no "
+			"worker joined within worker_dead_ms %u ms: freed (a worker that JOINs "
+			"later starts a new job)", info.name, info.job_id, ctl->p.worker_dead_ms);
 	phub_control_job_end(ctl, job);
 	return true;
 }
@@ -789,8 +792,9 @@ job_abandoned(struct phub_control *ctl, struct phub_engine_job *job, uint64_t de
 	if (least_silent_ns == UINT64_MAX)
 		return false;	/* no joined rank: orphan_expired() decides */
 	phub_engine_job_get_info(job, &info);
-	control_log(ctl, PHUB_CONTROL_LOG_ERR, "job %s (id %u): every joined rank silent for %" PRIu64
-			" ms or more (timeouts.worker_dead_ms %u) after iteration %u: the job ends",
+	control_log(ctl, PHUB_CONTROL_LOG_ERR, "job %s (id %u): every joined rank silent for %"
+			PRIu64 " ms or more (timeouts.worker_dead_ms %u) after iteration %u: the "
+			"job ends",
 			info.name, info.job_id, least_silent_ns / 1000000u, ctl->p.worker_dead_ms,
 			info.iteration_min);
 	phub_control_job_end(ctl, job);

@@ -98,8 +98,8 @@ enum phub_control_join_result {
  * sends it again). Its JOIN_TIMEOUT clock starts at its first datagram.
  */
 enum phub_control_join_result phub_control_joins_add(struct phub_control_joins *joins,
-		const struct phub_control_addr *src, const struct phub_wire_msg *msg, uint64_t now_ns,
-		struct phub_control_join *out);
+		const struct phub_control_addr *src, const struct phub_wire_msg *msg,
+		uint64_t now_ns, struct phub_control_join *out);
 
 /* The complete JOIN of the last _add() is handled: its entry is free again. */
 void phub_control_joins_done(struct phub_control_joins *joins, const struct phub_control_addr *src,
@@ -111,7 +111,8 @@ void phub_control_joins_done(struct phub_control_joins *joins, const struct phub
  * protocol.md promises. Returns how many were dropped.
  */
 unsigned int phub_control_joins_expire(struct phub_control_joins *joins, uint64_t now_ns,
-		uint64_t timeout_ns, void (*timed_out)(void *ctx, const struct phub_control_addr *src,
+		uint64_t timeout_ns,
+		void (*timed_out)(void *ctx, const struct phub_control_addr *src,
 			const struct phub_wire_msg *about), void *ctx);
 
 /* ---- LEAVE and PING ---- */
@@ -237,11 +238,11 @@ struct phub_control_params {
 	const struct phub_layout_server *servers;
 	const struct phub_wire_endpoint *endpoints;
 	uint32_t n_servers;
-	uint16_t mtu;			/* the smallest of the ports': segments and JOIN_ACKs fit it */
-	uint32_t segment_bytes;		/* a segment's payload at most; 0: what the MTU carries */
+	uint16_t mtu;			/* the ports' smallest: segments and JOIN_ACKs fit */
+	uint32_t segment_bytes;		/* a segment's payload at most; 0: what MTU carries */
 	uint32_t chunk_bytes;		/* for a JOIN that asks for 0 */
 	bool deterministic;		/* the PBox's default summing order (a JOIN may ask) */
-	bool checkpoint_shadow;		/* jobs get a checkpoint shadow (checkpoints are on) */
+	bool checkpoint_shadow;		/* jobs get a checkpoint shadow (checkpoints on) */
 	/* Limits; 0: the engine's own bound, or none for memory. */
 	uint32_t max_jobs;
 	uint32_t max_workers_per_job;

@@ -623,8 +623,8 @@ soft_pbox_start(const struct soft_pbox_params *params)
 	sp->log_cap = sp->p.log_cap;
 	sp->log = calloc(sp->log_cap, sizeof(*sp->log));
 	sp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (sp->engine == NULL || sp->ctl == NULL || sp->rbuf == NULL || sp->cbuf == NULL || sp->log == NULL ||
-	    sp->wake_fd < 0) {
+	if (sp->engine == NULL || sp->ctl == NULL || sp->rbuf == NULL || sp->cbuf == NULL ||
+	    sp->log == NULL || sp->wake_fd < 0) {
 		rc = -ENOMEM;
 		goto fail;
 	}

@@ -96,7 +96,8 @@ START_TEST(test_join_mismatch_names_every_declared_field)
 
 	phub_control_decl_from_join(&d, &first);
 	cases[n].what = "world size"; cases[n].j = join_of(1); cases[n++].j.world_size = 3;
-	cases[n].what = "dtype"; cases[n].j = join_of(1); cases[n++].j.dtype = (uint8_t)PHUB_DTYPE_FP16;
+	cases[n].what = "dtype"; cases[n].j = join_of(1);
+	cases[n++].j.dtype = (uint8_t)PHUB_DTYPE_FP16;
 	cases[n].what = "optimizer"; cases[n].j = join_of(1);
 	cases[n++].j.optimizer = (uint8_t)PHUB_OPT_ADAM;
 	cases[n].what = "hyper-parameters"; cases[n].j = join_of(1); cases[n++].j.hyper.lr = 0.25f;
@@ -108,7 +109,8 @@ START_TEST(test_join_mismatch_names_every_declared_field)
 				false);
 
 		ck_assert_msg(got != NULL && strcmp(got, cases[i].what) == 0,
-				"case %u: expected %s, got %s", i, cases[i].what, got ? got : "none");
+				"case %u: expected %s, got %s", i, cases[i].what,
+				got ? got : "none");
 	}
 	/* The summing order, and the keys. */
 	ck_assert_str_eq(phub_control_join_mismatch(job, &d, &first, wkeys, N_KEYS, true),
