@@ -269,13 +269,6 @@ pbox_checkpoint_poll(struct pbox *pb)
 
 /* ---- jobs come and go ---- */
 
-bool
-pbox_checkpoint_enabled(const struct pbox *pb)
-{
-	(void)pb;
-	return ck.enabled;
-}
-
 void
 pbox_checkpoint_job_created(struct pbox *pb, struct phub_engine_job *job)
 {

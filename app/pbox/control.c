@@ -198,6 +198,10 @@ pbox_control_init(struct pbox *pb)
 	p.segment_bytes = pb->cfg.segment_bytes;
 	p.chunk_bytes = pb->cfg.chunk_bytes;
 	p.deterministic = pb->cfg.deterministic;
+	/*
+	 * Checkpoints are always on (checkpoint.dir has a default; a PBox that cannot use it
+	 * does not start): every job gets its shadow, counted in its memory.
+	 */
 	p.checkpoint_shadow = pb->cfg.checkpoint.dir[0] != '\0';
 	p.max_jobs = pb->cfg.limits.max_jobs;
 	p.max_workers_per_job = pb->cfg.limits.max_workers_per_job;

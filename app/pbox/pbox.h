@@ -198,7 +198,6 @@ pbox_memif_gate_leave(struct pbox_lcore *lc)
 /* checkpoint.c (docs/reliability.md) */
 int pbox_checkpoint_init(struct pbox *pb);
 int pbox_checkpoint_restore(struct pbox *pb);
-bool pbox_checkpoint_enabled(const struct pbox *pb);
 void pbox_checkpoint_job_created(struct pbox *pb, struct phub_engine_job *job);
 void pbox_checkpoint_job_end(struct pbox *pb, struct phub_engine_job *job);
 void pbox_checkpoint_poll(struct pbox *pb);
