@@ -307,7 +307,7 @@ job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire
 			send_error(pb, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
 					"job %s is configured for %u workers in %s; the JOIN says "
 					"%u in %s", join->name, declared->workers,
-					phub_config_dtype_name(declared->dtype), join->world_size,
+					phub_dtype_name(declared->dtype), join->world_size,
 					phub_wire_dtype_name(join->dtype));
 			return NULL;
 		}

@@ -265,7 +265,7 @@ parse_args(int argc, char **argv, struct options *o)
 			c->warmup = (uint32_t)v;
 			break;
 		case OPT_DTYPE:
-			rc = phub_bench_dtype_parse(optarg, &c->dtype);
+			rc = phub_dtype_parse(optarg, &c->dtype);
 			break;
 		case OPT_OPTIMIZER:
 			rc = phub_opt_type_parse(optarg, &c->optimizer.type);
@@ -710,7 +710,7 @@ print_table(const struct phub_bench_run *run,
 
 	printf("phub-bench: %s, %u keys, %" PRIu64 " parameters, %.1f MB %s; %u worker(s) at"
 		" %s:%u, job '%s'\n", l->model, l->n_keys, l->total_elems,
-		(double)s->model_bytes / 1e6, phub_bench_dtype_name(run->dtype), run->world_size,
+		(double)s->model_bytes / 1e6, phub_dtype_name(run->dtype), run->world_size,
 		run->server, run->port, run->job);
 	printf("phub-bench: %s lr %g; %u iterations, the first %u not timed; %s gradients, %s"
 		" sums\n", phub_opt_type_name(run->optimizer.type), (double)run->optimizer.lr,

@@ -246,8 +246,4 @@ json_t *phub_bench_report_json(const struct phub_bench_run *run,
 		const struct phub_bench_summary *s, const struct phub_bench_worker_result *results,
 		unsigned int n, const char *error);
 
-/* "fp32", "fp16", "bf16"; parse: 0 or -EINVAL. */
-const char *phub_bench_dtype_name(enum phub_dtype dtype);
-int phub_bench_dtype_parse(const char *name, enum phub_dtype *dtype);
-
 #endif /* PHUB_BENCH_H */

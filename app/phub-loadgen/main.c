@@ -108,13 +108,12 @@ parse_ipv4(const char *s, uint32_t *out)
 static int
 parse_optimizer(const char *s, uint8_t *out)
 {
-	for (unsigned int v = 0; v <= PHUB_WIRE_OPT_ADAMW; v++) {
-		if (strcmp(s, phub_wire_optimizer_name((uint8_t)v)) == 0) {
-			*out = (uint8_t)v;
-			return 0;
-		}
-	}
-	return -EINVAL;
+	enum phub_opt_type t;
+
+	if (phub_opt_type_parse(s, &t) != 0)
+		return -EINVAL;
+	*out = (uint8_t)t;
+	return 0;
 }
 
 /* "2,4,8": the worker counts of the runs. */
@@ -193,7 +192,7 @@ parse_args(int argc, char **argv, struct lg_options *o)
 	o->repeat = 1;
 	o->base_port = 47000;
 	o->worker_udp = 40000;
-	o->optimizer = PHUB_WIRE_OPT_SGD;
+	o->optimizer = PHUB_OPT_SGD;
 	o->udp_csum = true;
 
 	optind = 1;

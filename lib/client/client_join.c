@@ -40,17 +40,12 @@ struct client_join {
 static int
 optimizer_parse(const char *name, uint8_t *opt)
 {
-	if (name == NULL)
-		name = "sgd";
-	for (unsigned int i = 0; i <= UINT8_MAX; i++) {
-		const char *n = phub_wire_optimizer_name((uint8_t)i);
+	enum phub_opt_type t;
 
-		if (strcmp(n, "unknown") != 0 && strcmp(n, name) == 0) {
-			*opt = (uint8_t)i;
-			return 0;
-		}
-	}
-	return -EINVAL;
+	if (phub_opt_type_parse(name != NULL ? name : "sgd", &t) != 0)
+		return -EINVAL;
+	*opt = (uint8_t)t;
+	return 0;
 }
 
 static int

@@ -20,8 +20,9 @@ extern "C" {
 #endif
 
 /*
- * Element types of gradients and models, as on the wire. The same definition, under the same
- * guard, is in lib/kernels/phub_kernels.h, so that both headers may be included in any order.
+ * Element types of gradients and models, as on the wire. This header must stand alone once
+ * installed, so it repeats the tree's one definition (lib/wire/phub_types.h) under the same
+ * guard; lib/client/client_priv.h checks at build time that the values agree.
  */
 #ifndef PHUB_DTYPE_DEFINED
 #define PHUB_DTYPE_DEFINED

@@ -199,7 +199,7 @@ push_datagram(uint8_t *buf, size_t cap, uint32_t job_id, uint64_t token, uint16_
 	m.seg_index = 0;
 	m.seg_count = (uint16_t)((OWN_ELEMS + seg_elems - 1) / seg_elems);
 	m.flags = 0;
-	m.dtype = PHUB_WIRE_DTYPE_FP32;
+	m.dtype = PHUB_DTYPE_FP32;
 	m.payload = (const uint8_t *)zeros;
 	m.payload_len = (uint16_t)(seg_elems * sizeof(float));
 	return phub_wire_encode(buf, cap, &m);
@@ -214,8 +214,8 @@ join_params(struct phub_wire_join_params *jp, struct phub_wire_key *key, const c
 	jp->join.nonce = nonce;
 	jp->join.rank = 0;
 	jp->join.world_size = world_size;
-	jp->join.dtype = PHUB_WIRE_DTYPE_FP32;
-	jp->join.optimizer = PHUB_WIRE_OPT_NONE;
+	jp->join.dtype = PHUB_DTYPE_FP32;
+	jp->join.optimizer = PHUB_OPT_NONE;
 	jp->join.hyper.beta1 = 0.9f;
 	jp->join.hyper.beta2 = 0.999f;
 	jp->join.hyper.eps = 1e-8f;
@@ -440,7 +440,7 @@ session_abuse(const struct hostile_params *hp, struct tally *t, int fd, int fd2,
 		/* fp16 elements in an fp32 job. */
 		len = push_datagram(buf, sizeof(buf), own->job_id, own->token, 0, seg, 0);
 		phub_wire_parse(buf, (size_t)len, &m);
-		m.dtype = PHUB_WIRE_DTYPE_FP16;
+		m.dtype = PHUB_DTYPE_FP16;
 		m.payload_len = (uint16_t)(seg * 2);
 		len = phub_wire_encode(buf, sizeof(buf), &m);
 		send_raw(t, fd, &port0, buf, len);

@@ -629,11 +629,11 @@ START_TEST(test_dtype_names_round_trip)
 {
 	enum phub_dtype d;
 
-	ck_assert_int_eq(phub_bench_dtype_parse("bf16", &d), 0);
+	ck_assert_int_eq(phub_dtype_parse("bf16", &d), 0);
 	ck_assert_int_eq(d, PHUB_DTYPE_BF16);
-	ck_assert_str_eq(phub_bench_dtype_name(PHUB_DTYPE_FP16), "fp16");
-	ck_assert_int_eq(phub_bench_dtype_parse("fp64", &d), -EINVAL);
-	ck_assert_int_eq(phub_bench_dtype_parse(NULL, &d), -EINVAL);
+	ck_assert_str_eq(phub_dtype_name(PHUB_DTYPE_FP16), "fp16");
+	ck_assert_int_eq(phub_dtype_parse("fp64", &d), -EINVAL);
+	ck_assert_int_eq(phub_dtype_parse(NULL, &d), -EINVAL);
 }
 END_TEST
 
