@@ -236,6 +236,8 @@ tx_add(struct phub *h, const struct sockaddr_in *dst, struct phub_wire_msg *msg,
 		msg->flags |= PHUB_WIRE_F_LAST;
 	if ((msg->flags & PHUB_WIRE_F_CSUM) && msg->payload_len != 0)
 		crc = phub_wire_csum_payload(payload, msg->payload_len);
+	if (msg->flags & PHUB_WIRE_F_CSUM)
+		h->stats.tx_csum++;
 	if (phub_wire_hdr_encode(tx->hdr[i], PHUB_WIRE_HDR_LEN, msg, crc) < 0) {
 		/* Only a bug of ours gets here; counting it beats sending garbage. */
 		h->stats.tx_errors++;
@@ -565,6 +567,9 @@ rx_one(struct phub *h, const uint8_t *buf, size_t len, uint64_t now)
 		h->stats.rx_dropped++;
 		return;
 	}
+	/* phub_wire_parse() has checked the CRC of every datagram that carries the flag. */
+	if (msg.flags & PHUB_WIRE_F_CSUM)
+		h->stats.rx_csum++;
 	if (msg.flags & PHUB_WIRE_F_REPLAY)
 		h->stats.replays++;
 	switch (msg.opcode) {

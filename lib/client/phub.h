@@ -131,6 +131,8 @@ struct phub_stats {
 	/* Last, so that code built against the layout before them reads the rest right. */
 	uint64_t reconnects;		/* sessions made again after a PBox restart */
 	uint64_t rollbacks;		/* of them, those that failed tickets with -ESTALE */
+	uint64_t tx_csum;		/* datagrams sent with a CRC32C (PHUB_CONNECT_F_CSUM) */
+	uint64_t rx_csum;		/* datagrams received whose CRC32C was checked and matched */
 };
 
 /* What the PBox decided at JOIN. */

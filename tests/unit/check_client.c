@@ -582,18 +582,89 @@ START_TEST(test_adam_job_matches_reference_within_1e_6)
 }
 END_TEST
 
+/*
+ * Send the soft PBox's data port a PUSH with PHUB_WIRE_F_CSUM whose payload was damaged after the
+ * CRC was computed, as a flipped bit on the link would.
+ */
+static void
+send_damaged_push(uint16_t port)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(port) };
+	float payload[4] = { 1.0f, 2.0f, 3.0f, 4.0f };
+	uint8_t buf[PHUB_WIRE_HDR_LEN + sizeof(payload)];
+	struct phub_wire_msg m;
+	int fd, len;
+
+	phub_wire_msg_init(&m, PHUB_WIRE_OP_PUSH);
+	m.flags |= PHUB_WIRE_F_CSUM;
+	m.dtype = PHUB_DTYPE_FP32;
+	m.job_id = 1;
+	m.session_token = 1;
+	m.iteration = 1;
+	m.elem_count = 4;
+	m.payload_len = sizeof(payload);
+	m.payload = (const uint8_t *)payload;
+	len = phub_wire_encode(buf, sizeof(buf), &m);
+	ck_assert_int_eq(len, (int)sizeof(buf));
+	buf[PHUB_WIRE_HDR_LEN + 5] ^= 0x10;
+	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	fd = socket(AF_INET, SOCK_DGRAM, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(sendto(fd, buf, (size_t)len, 0, (struct sockaddr *)&to, sizeof(to)), len);
+	close(fd);
+}
+
+/*
+ * CSUM both ways: every datagram a worker sends carries a CRC32C, every ACK and MODEL it takes
+ * came with one that libphub checked, and the PBox checks what it receives (a damaged copy is
+ * dropped as bad_csum while the job's own datagrams never are).
+ */
 START_TEST(test_checksummed_job_matches_reference)
 {
 	struct job_cfg c = mixed_job("csum", 2);
 	struct worker w[MAX_WORKERS];
 	struct soft_pbox *sp = pbox_start(1, 0.0);
 	struct soft_pbox_stats st;
+	uint64_t t0;
 
 	c.flags = PHUB_CONNECT_F_CSUM;
 	job_run(&c, sp, w);
 	workers_check(&c, w);
+	for (unsigned int r = 0; r < c.n_workers; r++) {
+		const struct phub_stats *ws = &w[r].stats;
+
+		ck_assert_uint_gt(ws->pushes, 0);
+		ck_assert_uint_gt(ws->models, 0);
+		/* Every datagram since JOIN: PUSH, PULL, PING, LEAVE. */
+		ck_assert_uint_eq(ws->tx_csum, ws->tx_datagrams);
+		/* Every ACK and MODEL, duplicates included, and nothing dropped. */
+		ck_assert_uint_ge(ws->rx_csum, ws->acks + ws->models);
+		ck_assert_uint_eq(ws->rx_dropped, 0);
+	}
 	soft_pbox_get_stats(sp, &st);
 	ck_assert_uint_eq(st.drops[PHUB_DROP_BAD_CSUM], 0);
+	send_damaged_push(soft_pbox_data_port(sp, 0));
+	t0 = now_ms();
+	do {
+		soft_pbox_get_stats(sp, &st);
+	} while (st.drops[PHUB_DROP_BAD_CSUM] == 0 && now_ms() - t0 < WAIT_MS);
+	ck_assert_uint_eq(st.drops[PHUB_DROP_BAD_CSUM], 1);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+/* Without PHUB_CONNECT_F_CSUM nothing carries a checksum, so the counters above can be 0. */
+START_TEST(test_job_without_csum_sends_and_takes_no_checksum)
+{
+	struct job_cfg c = mixed_job("nocsum", 1);
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = pbox_start(1, 0.0);
+
+	job_run(&c, sp, w);
+	workers_check(&c, w);
+	ck_assert_uint_gt(w[0].stats.tx_datagrams, 0);
+	ck_assert_uint_eq(w[0].stats.tx_csum, 0);
+	ck_assert_uint_eq(w[0].stats.rx_csum, 0);
 	soft_pbox_stop(sp);
 }
 END_TEST
@@ -1238,6 +1309,7 @@ phub_client_suite(void)
 	tcase_add_test(tc, test_nesterov_job_matches_reference_within_1e_6);
 	tcase_add_test(tc, test_adam_job_matches_reference_within_1e_6);
 	tcase_add_test(tc, test_checksummed_job_matches_reference);
+	tcase_add_test(tc, test_job_without_csum_sends_and_takes_no_checksum);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("loss");
