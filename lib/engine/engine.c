@@ -464,9 +464,9 @@ phub_engine_job_get_info(const struct phub_engine_job *job, struct phub_engine_j
 	info->n_segments = job->n_segments;
 	info->n_elems = job->n_elems;
 	info->memory_bytes = job->memory_bytes;
-	/* A racy snapshot on purpose: data threads own the slots. */
+	/* A snapshot, not a consistent cut: data threads own the slots and move them on meanwhile. */
 	for (uint32_t s = 0; s < job->n_segments; s++) {
-		uint32_t next = job->slots[s].next_iteration;
+		uint32_t next = __atomic_load_n(&job->slots[s].next_iteration, __ATOMIC_RELAXED);
 
 		lo = next < lo ? next : lo;
 		hi = next > hi ? next : hi;
@@ -570,10 +570,14 @@ phub_engine_job_waiting_on(const struct phub_engine_job *job, uint32_t *iteratio
 		it1 = __atomic_load_n(&slot->next_iteration, __ATOMIC_ACQUIRE);
 		if (it1 != oldest)
 			continue;
+		/*
+		 * Acquire loads, not relaxed ones and an acquire fence: the same order (the second
+		 * read of next_iteration cannot move above them), and ThreadSanitizer models loads
+		 * but not fences.
+		 */
 		for (unsigned int w = 0; w < PHUB_ENGINE_BITMAP_WORDS; w++)
-			bits[w] = __atomic_load_n(&slot->seen_bits[w], __ATOMIC_RELAXED);
-		seen = __atomic_load_n(&slot->seen, __ATOMIC_RELAXED);
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			bits[w] = __atomic_load_n(&slot->seen_bits[w], __ATOMIC_ACQUIRE);
+		seen = __atomic_load_n(&slot->seen, __ATOMIC_ACQUIRE);
 		it2 = __atomic_load_n(&slot->next_iteration, __ATOMIC_RELAXED);
 		/*
 		 * Nobody pushed this segment yet (nobody waits), or it changed while
