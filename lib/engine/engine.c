@@ -9,13 +9,21 @@
 #include "engine_priv.h"
 
 struct phub_engine *
-phub_engine_create(void)
+phub_engine_create_with(const struct phub_engine_params *params)
 {
 	struct phub_engine *engine = calloc(1, sizeof(*engine));
 
 	if (engine == NULL)
 		return NULL;
+	if (params != NULL)
+		engine->params = *params;
 	return engine;
+}
+
+struct phub_engine *
+phub_engine_create(void)
+{
+	return phub_engine_create_with(NULL);
 }
 
 void
@@ -231,7 +239,9 @@ phub_engine_job_create(struct phub_engine *engine, const struct phub_engine_job_
 	job->first_iteration = p->first_iteration;
 	job->ckpt_shadow = p->checkpoint_shadow;
 	job->deterministic = p->deterministic;
-	job->created_ns = engine_now_ns();
+	job->clock = engine->params.clock;
+	job->clock_arg = engine->params.clock_arg;
+	job->created_ns = engine_job_now_ns(job);
 	/* One row of rank cells per server, each row whole cache lines. */
 	job->n_cell_rows = p->n_servers > 0 ? p->n_servers : 1;
 	job->cell_row_len = (uint32_t)((p->world_size * sizeof(struct rank_cell) +
@@ -365,7 +375,7 @@ phub_engine_job_join(struct phub_engine_job *job, uint16_t rank, uint64_t nonce,
 	s = &job->ranks[rank];
 	key = peer_key(peer->ipv4, peer->udp_port);
 	if (atomic_load(&s->token) != 0 && atomic_load(&s->peer) == key) {
-		atomic_store_explicit(&s->heard_ns, engine_now_ns(), memory_order_relaxed);
+		atomic_store_explicit(&s->heard_ns, engine_job_now_ns(job), memory_order_relaxed);
 		*token = atomic_load(&s->token);
 		return 0;
 	}
@@ -378,7 +388,7 @@ phub_engine_job_join(struct phub_engine_job *job, uint16_t rank, uint64_t nonce,
 	atomic_store_explicit(&s->token, 0, memory_order_release);
 	memcpy(s->mac, peer->mac, sizeof(s->mac));
 	atomic_store_explicit(&s->peer, key, memory_order_release);
-	atomic_store_explicit(&s->heard_ns, engine_now_ns(), memory_order_relaxed);
+	atomic_store_explicit(&s->heard_ns, engine_job_now_ns(job), memory_order_relaxed);
 	*token = new_token();
 	atomic_store_explicit(&s->token, *token, memory_order_release);
 	return 0;
@@ -497,7 +507,7 @@ phub_engine_job_heard(struct phub_engine_job *job, uint16_t rank, uint64_t token
 	    atomic_load_explicit(&s->peer, memory_order_acquire) !=
 	    peer_key(src_ipv4, src_udp_port))
 		return -EPERM;
-	atomic_store_explicit(&s->heard_ns, engine_now_ns(), memory_order_relaxed);
+	atomic_store_explicit(&s->heard_ns, engine_job_now_ns(job), memory_order_relaxed);
 	return 0;
 }
 
@@ -529,7 +539,7 @@ phub_engine_job_rank_status(const struct phub_engine_job *job, uint16_t rank,
 		st->pushed = true;
 	}
 	/* Another thread's stamp may be a little newer than our clock reading. */
-	now = engine_now_ns();
+	now = engine_job_now_ns(job);
 	st->silent_ns = now > heard ? now - heard : 0;
 	return 0;
 }
