@@ -14,7 +14,8 @@
 # restart and sigterm stop the PBox in the middle of the run (SIGKILL, SIGTERM at an
 # iteration boundary) and start it again on its checkpoints in $STATE_ROOT/R/checkpoints.
 #
-# usage: pbox_rack.sh VIRTUAL_RACK PHUB_PBOX PHUB_BENCH SCENARIO
+# usage: pbox_rack.sh VIRTUAL_RACK PHUB_PBOX PHUB_BENCH SCENARIO [PHUB_HOSTILE]
+# (PHUB_HOSTILE, tests/integration/phub_hostile.c: for no-steering.)
 # Exits 77 with the reason when it cannot run here (not root, no /dev/net/tun).
 set -uo pipefail
 
@@ -22,6 +23,7 @@ vrack=$1
 pbox_bin=$2
 bench_bin=$3
 scenario=$4
+hostile_bin=${5:-}
 
 if [ "$(id -u)" -ne 0 ]; then
 	echo "SKIP: the virtual rack needs root (network namespaces)"
@@ -264,33 +266,44 @@ loss-1pct)
 			'r["retransmits"] + r["pulls"] > 0'
 	;;
 no-steering)
-	# Without the BPF program the tun driver spreads datagrams by flow hash: those that land
-	# on the wrong lcore are handed to the owner of their chunk, none lost, none added twice.
-	# With 3 workers that is 6 flows to 2 lcores: all of them on the right lcore by chance 1
-	# time in 64, so up to 4 runs (new sockets, new source ports, new hashes) until one is
-	# handed off.
+	# Without the BPF program the tun driver spreads datagrams by flow hash, and a PUSH sent
+	# to another lcore's UDP port (a stale map) must reach the owner of its chunk all the
+	# same: handed off, none lost, none added twice. The workers' run checks the sums; then
+	# phub-hostile sends a job's whole initial round to the wrong lcore's port on purpose
+	# and gets every MODEL back, so the hand-off is seen in every run, not by chance.
+	[ -x "$hostile_bin" ] || { echo "FAIL: no phub-hostile (5th argument)"; exit 1; }
 	pbox_args=(--no-steering)
 	rack 3
-	for run in 1 2 3 4; do
-		bench "$tmp/r.json" 3 --layout "$mixed_layout" --iterations 6 --job "spread-$run" &&
-			expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]'
-		telemetry /phub/stats /phub/ports >"$tmp/tel.json"
-		grep -q '"handed_off": [1-9]' "$tmp/tel.json" && break
-		echo "run $run: every flow hashed to its own lcore; again with new source ports"
-	done
-	python3 - "$tmp/tel.json" <<'PY' || fail "no hand-off seen, or it lost datagrams"
+	bench "$tmp/r.json" 3 --layout "$mixed_layout" --iterations 6 &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]'
+	telemetry /phub/stats >"$tmp/before.json"
+	ip netns exec "$rack-w1" "$hostile_bin" --server "$server" --misdirect >"$tmp/mis.json" ||
+		fail "phub-hostile --misdirect: not every MODEL came back: $(cat "$tmp/mis.json")"
+	telemetry /phub/stats /phub/ports >"$tmp/tel.json"
+	python3 - "$tmp/before.json" "$tmp/tel.json" "$tmp/mis.json" <<'PY' ||
 import json, sys
-out = {}
-for line in open(sys.argv[1]):
-    if line.strip().startswith("{"):
-        out.update(json.loads(line))
+def snapshot(path):
+    out = {}
+    for line in open(path):
+        if line.strip().startswith("{"):
+            out.update(json.loads(line))
+    return out
+before, out = snapshot(sys.argv[1])["/phub/stats"], snapshot(sys.argv[2])
+mis = json.load(open(sys.argv[3]))
 s = out["/phub/stats"]
-print("hand-off:", s["handed_off"], "drops:", s["drops"])
+handed = s["handed_off"] - before["handed_off"]
+print("misdirected:", mis, "handed off meanwhile:", handed, "drops:", s["drops"])
 assert all(p["steering"] == "none" for p in out["/phub/ports"].values())
-assert s["handed_off"] > 0
+assert mis["models"] == mis["segments"] > 0
+assert mis["wrong_port"] != mis["right_port"]
+# Nothing else runs now. Each misdirected PUSH is handed off once (it reached the lcore of
+# the port it was sent to, which hands it to the chunk's) or twice (the flow hash put it on
+# the chunk's own lcore, which first hands it to the port's lcore, which hands it back).
+assert mis["misdirected"] <= handed <= 2 * mis["misdirected"]
 assert s["drops"].get("wrong_lcore", 0) == s["handed_off"]
 assert set(s["drops"]) <= {"wrong_lcore", "not_for_us"}
 PY
+		fail "the misdirected PUSHes were not handed off once each, or datagrams were lost"
 	;;
 af-packet)
 	# One port per lcore (af_packet, MTU 9000): the other steering layout.
