@@ -100,7 +100,7 @@ usage(FILE *f)
 		"                       rank-order sums match the reference bit for bit (else\n"
 		"                       the check is within tolerance)\n"
 		"  --deterministic      ask the PBox to sum in rank order (JOIN flag)\n"
-		"  --connect-timeout-ms T   bound on joining (default 10000)\n"
+		"  --connect-timeout-ms T   joining fails after T ms without progress (default 10000)\n"
 		"  --dead-ms T          PBox silent this long: the worker fails (default 10000)\n"
 		"  --timeout S          stop a worker making no progress for S s (default 120)\n"
 		"  --pause-at I:MS      every worker waits MS ms after iteration I (idle at an\n"
@@ -427,7 +427,10 @@ child_take(struct child *ch, const struct bench_msg_hdr *hdr, const char *payloa
 			memcpy(&p, payload, sizeof(p));
 			/* Only a step forward is progress; counters moving while stuck are not. */
 			if (p.phase != ch->prog.phase || p.iteration != ch->prog.iteration ||
-					p.elems_verified != ch->prog.elems_verified)
+					p.elems_verified != ch->prog.elems_verified ||
+					p.join_acks != ch->prog.join_acks ||
+					p.initial_acks != ch->prog.initial_acks ||
+					p.initial_models != ch->prog.initial_models)
 				ch->last_change = bench_now();
 			ch->prog = p;
 		}
@@ -531,7 +534,7 @@ print_progress(const struct options *o, const struct child *kids, unsigned int n
 {
 	const struct bench_config *c = &o->cfg;
 	unsigned int i, joining = 0, running = 0, verifying = 0;
-	uint64_t retr = 0, pulls = 0, verified = 0;
+	uint64_t retr = 0, pulls = 0, verified = 0, init_models = UINT64_MAX, init_acks = 0;
 	uint32_t it_min = UINT32_MAX;
 	double rate = 0;
 
@@ -541,6 +544,11 @@ print_progress(const struct options *o, const struct child *kids, unsigned int n
 		if (kids[i].have_result)
 			continue;
 		joining += p->phase == BENCH_PHASE_CONNECTING;
+		if (p->phase == BENCH_PHASE_CONNECTING) {
+			init_acks += p->initial_acks;
+			if (p->initial_models < init_models)
+				init_models = p->initial_models;
+		}
 		running += p->phase == BENCH_PHASE_RUNNING;
 		verifying += p->phase == BENCH_PHASE_VERIFYING;
 		if (p->iteration < it_min)
@@ -551,9 +559,13 @@ print_progress(const struct options *o, const struct child *kids, unsigned int n
 		pulls += p->pulls;
 		verified += p->elems_verified;
 	}
-	if (joining > 0)
+	if (joining > 0 && init_acks == 0)
 		fprintf(stderr, "phub-bench: %u of %u worker(s) joining job '%s' at %s:%u\n",
 			joining, n, c->job, c->server, c->port);
+	else if (joining > 0)
+		fprintf(stderr, "phub-bench: %u of %u worker(s) in the initial-model round of job"
+			" '%s': %" PRIu64 " segment(s) of the model in at the slowest, %" PRIu64
+			" pushed segment(s) ACKed\n", joining, n, c->job, init_models, init_acks);
 	else if (running > 0)
 		fprintf(stderr, "phub-bench: iteration %u/%u%s, %.1f exchanges/s, %" PRIu64
 			" retransmits, %" PRIu64 " pulls\n", it_min, c->iterations,

@@ -479,6 +479,8 @@ rx_ack(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 		return;
 	}
 	h->stats.acks++;
+	if (msg->iteration == 0)
+		h->stats.initial_acks++;
 	seg_acked(h, s);
 	s->state = SEG_ACKED;
 	s->tries = 0;
@@ -527,6 +529,9 @@ rx_model(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 			memcpy((uint8_t *)op->out + (size_t)s->key_elem * h->elem_size,
 					msg->payload, msg->payload_len);
 		op->n_models++;
+		/* Iteration 0 is pushed by the initial round only; a PULL of it is not progress. */
+		if (op->iter == 0 && op->type == OP_PUSHPULL)
+			h->stats.initial_models++;
 	}
 	if (s->next_pending) {
 		s->next_pending = false;

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ftw.h>
+#include <inttypes.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -1176,6 +1177,132 @@ START_TEST(test_unreachable_pbox_times_out_naming_the_address)
 }
 END_TEST
 
+/* ---- the initial round's timeout measures silence ---- */
+
+enum {
+	SLOW_SEGS = 16,			/* segments of the one key, one in flight at a time */
+	SLOW_TIMEOUT_MS = 400,		/* connect_timeout_ms: a few of libphub's 100 ms looks */
+};
+
+static const struct phub_key slow_keys[] = {
+	{ .key_id = 1, .n_elems = SLOW_SEGS * 352 },	/* 352 fp32 per segment at MTU 1500 */
+};
+
+/* What phub_connect() reported through its progress callback. */
+struct connect_watch {
+	struct soft_pbox *sp;
+	bool step;			/* let the paused PBox take one step per call */
+	unsigned int calls;
+	struct phub_stats last;
+	uint64_t models_moved;		/* calls that saw initial_models grow */
+};
+
+/*
+ * The progress callback. With step set, the first call (JOIN done) pauses the soft PBox; each
+ * later one lets it read what is queued, one PUSH (the window holds one segment), and pauses it
+ * again: the initial round moves one segment or so per call, about every 100 ms.
+ */
+static void
+connect_watch_cb(void *arg, const struct phub_stats *st)
+{
+	struct connect_watch *cw = arg;
+
+	if (cw->calls > 0 && st->initial_models > cw->last.initial_models)
+		cw->models_moved++;
+	cw->last = *st;
+	if (cw->step) {
+		if (cw->calls > 0)
+			soft_pbox_pause(cw->sp, false);
+		soft_pbox_pause(cw->sp, true);
+	}
+	cw->calls++;
+}
+
+static void
+slow_params(struct phub_connect_params *p, struct job_cfg *c, uint16_t port,
+		struct connect_watch *cw)
+{
+	*c = (struct job_cfg){
+		.name = "slow", .dtype = PHUB_DTYPE_FP32, .optimizer = "none", .opt = PHUB_OPT_NONE,
+		.keys = slow_keys, .n_keys = 1, .n_workers = 1, .n_lcores = 1,
+		.window_bytes = 352 * 4,
+	};
+	params_fill(p, c, port, 0, 3);
+	p->connect_timeout_ms = SLOW_TIMEOUT_MS;
+	p->progress = connect_watch_cb;
+	p->progress_arg = cw;
+}
+
+/*
+ * An initial round that takes several times connect_timeout_ms but never stops moving for that
+ * long succeeds; the counters show its progress.
+ */
+START_TEST(test_slow_initial_round_that_moves_is_not_failed)
+{
+	struct soft_pbox *sp = pbox_start(1, 0.0);
+	struct connect_watch cw = { .sp = sp, .step = true };
+	struct phub_connect_params p;
+	struct phub_stats st;
+	struct phub_info info;
+	struct job_cfg c;
+	struct phub *h;
+	char err[256];
+	uint64_t t0, took;
+
+	slow_params(&p, &c, soft_pbox_port(sp), &cw);
+	t0 = now_ms();
+	h = phub_connect(&p, err, sizeof(err));
+	took = now_ms() - t0;
+	soft_pbox_pause(sp, false);
+	ck_assert_msg(h != NULL, "%s", err);
+	ck_assert_int_eq(phub_info(h, &info), 0);
+	ck_assert_uint_eq(info.n_segments, SLOW_SEGS);
+	/* Longer than the bound as a whole: a timeout on the total would have failed it. */
+	ck_assert_msg(took > SLOW_TIMEOUT_MS, "the round took only %" PRIu64 " ms", took);
+	ck_assert_uint_gt(cw.models_moved, 2);
+	ck_assert_int_eq(phub_stats(h, &st), 0);
+	ck_assert_uint_eq(st.initial_models, SLOW_SEGS);
+	ck_assert_uint_ge(st.join_acks, 1);
+	phub_close(h);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+/*
+ * A round in which nothing comes for connect_timeout_ms fails, however short it was: rank 0
+ * pushes, every segment is ACKed, and rank 1 never comes.
+ */
+START_TEST(test_silent_initial_round_fails_after_the_bound)
+{
+	struct soft_pbox *sp = pbox_start(1, 0.0);
+	struct connect_watch cw = { .sp = sp };
+	struct phub_connect_params p;
+	struct job_cfg c;
+	struct phub *h;
+	char err[256];
+	uint64_t t0, took;
+
+	slow_params(&p, &c, soft_pbox_port(sp), &cw);
+	p.world_size = 2;
+	p.window_bytes = 0;
+	t0 = now_ms();
+	h = phub_connect(&p, err, sizeof(err));
+	took = now_ms() - t0;
+	ck_assert_ptr_null(h);
+	ck_assert_int_eq(errno, ETIMEDOUT);
+	ck_assert_msg(strstr(err, "stalled") != NULL && strstr(err, "0 of 16 segments") != NULL,
+		      "%s", err);
+	ck_assert_uint_ge(took, SLOW_TIMEOUT_MS);
+	ck_assert_uint_lt(took, 10 * SLOW_TIMEOUT_MS);
+	/* Progress was visible: every push ACKed, no MODEL. */
+	ck_assert_uint_ge(cw.calls, 3);
+	ck_assert_uint_eq(cw.last.initial_acks, SLOW_SEGS);
+	ck_assert_uint_eq(cw.last.initial_models, 0);
+	ck_assert_uint_eq(cw.models_moved, 0);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
 START_TEST(test_bad_arguments_are_refused)
 {
 	struct soft_pbox *sp = pbox_start(1, 0.0);
@@ -1326,6 +1453,8 @@ phub_client_suite(void)
 	tcase_add_test(tc, test_join_with_other_layout_is_refused);
 	tcase_add_test(tc, test_unreachable_pbox_times_out_naming_the_address);
 	tcase_add_test(tc, test_bad_arguments_are_refused);
+	tcase_add_test(tc, test_slow_initial_round_that_moves_is_not_failed);
+	tcase_add_test(tc, test_silent_initial_round_fails_after_the_bound);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("restart");
