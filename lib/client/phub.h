@@ -239,7 +239,8 @@ int phub_wait_all(struct phub *h, int timeout_ms);
  * A PBox restart (docs/client.md, "When the PBox restarts"). A restarted PBox restores each job
  * from its checkpoint of some iteration K and answers the old session with ERROR unknown_job;
  * libphub JOINs again by itself (same job, nonce and rank, until connect_timeout_ms pass
- * without an answer) and learns from JOIN_ACK the iteration to resume at, r = K + 1 (phub_info().first_iteration). Then:
+ * without an answer) and learns from JOIN_ACK the iteration to resume at, r = K + 1
+ * (phub_info().first_iteration). Then:
  *
  * - If the application has seen nothing of iteration r or later (no ticket of an iteration
  *   >= r completed), every operation in progress starts again from its beginning with the
