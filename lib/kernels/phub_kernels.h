@@ -25,9 +25,9 @@ enum phub_isa {
 #define PHUB_ISA_COUNT 3
 
 /*
- * Optimizers (enum phub_opt_type, in wire/phub_types.h). With g the mean gradient (sum times grad_scale) and w the fp32
- * weight, each element is updated as below; docs/kernels.md has the same
- * formulas and the exact order of operations.
+ * Optimizers (enum phub_opt_type, in wire/phub_types.h). With g the mean gradient (sum
+ * times grad_scale) and w the fp32 weight, each element is updated as below; docs/kernels.md
+ * has the same formulas and the exact order of operations.
  *
  *   NONE      w = g                                    (the model buffer holds the mean)
  *   SGD       g += wd*w;  w -= lr*g
