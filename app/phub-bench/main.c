@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "model/phub_model.h"
 #include "phub.h"
 #include "bench_priv.h"
 
@@ -65,7 +66,7 @@ usage(FILE *f)
 	unsigned int i;
 
 	fprintf(f,
-		"usage: phub-bench --server IP --workers N (--model NAME | --layout FILE |\n"
+		"usage: phub-bench --server IP --workers N (--model NAME|FILE | --layout FILE |\n"
 		"                  --keys N --key-elems E) [options]\n"
 		"  Emulated workers with zero compute (PHub 4.4): every worker pushes a whole\n"
 		"  model of gradients and pulls the model back, --iterations times, then checks\n"
@@ -75,11 +76,21 @@ usage(FILE *f)
 		"  --workers N          workers in the job (world size)\n"
 		"  --rank I             run only rank I of the N (by hand, e.g. in a namespace)\n"
 		"  --netns-prefix P     rank i joins from network namespace /run/netns/<P><i+1>\n"
-		"  --model NAME         a built-in layout:",
+		"  --model NAME|FILE    a model by its name, as phub-plan takes it, in any case:\n"
+		"                      ",
 		PHUB_DEFAULT_PORT);
+	for (i = 0; i < phub_model_preset_count(); i++)
+		fprintf(f, " %s%s", phub_model_preset_at(i)->name,
+			i == 4 ? "\n                      " : "");
+	fprintf(f, "\n"
+		"                       or the paper's abbreviation (RN50, V19, ...): torchvision's\n"
+		"                       tensors for");
 	for (i = 0; i < phub_bench_preset_count(); i++)
 		fprintf(f, " %s", phub_bench_preset_name(i));
-	fprintf(f, "\n"
+	fprintf(f, ",\n"
+		"                       the others Table 3's size (--list-models). A FILE that is\n"
+		"                       not a name: as --layout\n"
+		"  --list-models        the models, with their keys and elements, and exit\n"
 		"  --layout FILE        a JSON list of key sizes in elements: [1024, 3, 9408]\n"
 		"  --keys N --key-elems E   N keys of E elements\n"
 		"  --iterations K       exchanges per worker (default 10)\n"
@@ -148,7 +159,7 @@ enum {
 	OPT_KEYS, OPT_KEY_ELEMS, OPT_ITERATIONS, OPT_WARMUP, OPT_DTYPE, OPT_OPTIMIZER, OPT_LR,
 	OPT_MOMENTUM, OPT_WD, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_JOB, OPT_NONCE, OPT_BIND,
 	OPT_MTU, OPT_WINDOW, OPT_CHUNK, OPT_CSUM, OPT_CONNECT_TIMEOUT, OPT_DEAD, OPT_TIMEOUT,
-	OPT_JSON, OPT_QUIET, OPT_PRINT_LAYOUT, OPT_HELP, OPT_PAUSE_AT, OPT_GRADIENTS,
+	OPT_JSON, OPT_QUIET, OPT_PRINT_LAYOUT, OPT_LIST_MODELS, OPT_HELP, OPT_PAUSE_AT, OPT_GRADIENTS,
 	OPT_DETERMINISTIC,
 };
 
@@ -188,11 +199,30 @@ static const struct option long_opts[] = {
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "quiet", no_argument, NULL, OPT_QUIET },
 	{ "print-layout", no_argument, NULL, OPT_PRINT_LAYOUT },
+	{ "list-models", no_argument, NULL, OPT_LIST_MODELS },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
 
 /* Parse argv into o; 0, 1 for --help (exit 0), or -EINVAL after saying why. */
+/* --list-models: the names every command takes, and what phub-bench makes of each. */
+static void
+list_models(void)
+{
+	printf("name\tabbr\tkeys\telements\tlayout\n");
+	for (size_t i = 0; i < phub_model_preset_count(); i++) {
+		const struct phub_model_preset *p = phub_model_preset_at(i);
+		struct phub_bench_layout *l = phub_bench_layout_preset(p->name);
+
+		if (l == NULL)
+			continue;
+		printf("%s\t%s\t%u\t%" PRIu64 "\t%s\n", p->name, p->abbr, l->n_keys,
+			l->total_elems, phub_bench_model_has_layers(p->name) ?
+			"torchvision tensors" : "Table 3 size, equal keys");
+		phub_bench_layout_free(l);
+	}
+}
+
 static int
 parse_args(int argc, char **argv, struct options *o)
 {
@@ -361,6 +391,9 @@ parse_args(int argc, char **argv, struct options *o)
 		case OPT_PRINT_LAYOUT:
 			o->print_layout = true;
 			break;
+		case OPT_LIST_MODELS:
+			list_models();
+			return 1;
 		case OPT_HELP:
 			usage(stdout);
 			return 1;
@@ -774,22 +807,27 @@ mismatched(const struct phub_bench_worker_result *r, unsigned int n)
 static int
 build_layout(const struct options *o, struct phub_bench_layout **out)
 {
+	const char *file = o->layout_file;
 	char err[512] = "";
 
 	if (o->model != NULL) {
 		*out = phub_bench_layout_preset(o->model);
-		if (*out == NULL && errno == ENOENT) {
-			fprintf(stderr, "phub-bench: unknown model '%s' (--help lists them)\n",
-				o->model);
+		/* Not a name: a layout file, as phub-plan takes a model file by the same option. */
+		if (*out == NULL && errno == ENOENT && access(o->model, R_OK) == 0) {
+			file = o->model;
+		} else if (*out == NULL && errno == ENOENT) {
+			fprintf(stderr, "phub-bench: unknown model '%s': not a model name"
+				" (--list-models) nor a readable layout file\n", o->model);
 			return -EINVAL;
 		}
-	} else if (o->layout_file != NULL) {
-		*out = phub_bench_layout_load(o->layout_file, err, sizeof(err));
+	}
+	if (file != NULL) {
+		*out = phub_bench_layout_load(file, err, sizeof(err));
 		if (*out == NULL && errno != ENOMEM) {
 			fprintf(stderr, "phub-bench: %s\n", err);
 			return -EINVAL;
 		}
-	} else {
+	} else if (o->model == NULL) {
 		*out = phub_bench_layout_synthetic(o->keys, o->key_elems);
 	}
 	if (*out == NULL) {
