@@ -1,0 +1,26 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The PBox's telemetry as dpdk-telemetry.py prints it: one JSON object per command."""
+
+import json
+
+
+def merge(lines):
+    """One dict of every JSON object in lines (dpdk-telemetry.py's banner lines are skipped):
+    {"/phub/stats": {...}, "/phub/jobs": {...}}. A later answer to the same command wins."""
+    out = {}
+    for line in lines:
+        line = line.strip()
+        if line.startswith("{"):
+            out.update(json.loads(line))
+    return out
+
+
+def load(path):
+    """The merged answers in a file: either dpdk-telemetry.py's raw output or merge()'s."""
+    with open(path) as f:
+        return merge(f)
+
+
+def delta(before, after, key):
+    """after[key] - before[key] for a counter of /phub/stats (0 where a snapshot lacks it)."""
+    return after.get(key, 0) - before.get(key, 0)
