@@ -10,12 +10,14 @@
   holds EXPR [FILE]...      exit 0 when EXPR holds; t is FILE's telemetry, and with several
                             files t0, t1, ... are theirs (r0, r1, ... when a file is a report)
   config-edit FILE STMTS    run Python statements on the PBox config c in FILE, write it back
+  netem-plan ARGS...        virtual-rack's netem fallback: the netem arguments as shell
+                            assignments (loss=... dup=...), or exit 1 saying what it lacks
 """
 
 import json
 import sys
 
-from . import config, report, telemetry
+from . import config, netem, report, telemetry
 
 
 def usage():
@@ -101,6 +103,15 @@ def cmd_config_edit(args):
     return 0
 
 
+def cmd_netem_plan(args):
+    try:
+        print(netem.shell(netem.plan(args)))
+    except netem.NetemError as e:
+        sys.stderr.write("virtual-rack: %s\n" % e)
+        return 1
+    return 0
+
+
 def main(argv):
     if not argv:
         return usage()
@@ -119,6 +130,8 @@ def main(argv):
         return cmd_holds(args)
     if cmd == "config-edit":
         return cmd_config_edit(args)
+    if cmd == "netem-plan":
+        return cmd_netem_plan(args)
     return usage()
 
 

@@ -9,7 +9,7 @@ import sys
 import tempfile
 import unittest
 
-from phubrack import config, report, telemetry
+from phubrack import config, netem, report, telemetry
 
 PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -83,6 +83,69 @@ class ConfigTest(unittest.TestCase):
         self.assertEqual(c, {"limits": {"max_jobs": 2}, "ports": [], "deterministic": True})
 
 
+class NetemTest(unittest.TestCase):
+    def test_percentages_and_times(self):
+        self.assertEqual(netem.percent_to_ppm("loss", "1%"), 10000)
+        self.assertEqual(netem.percent_to_ppm("loss", "0.5"), 5000)
+        self.assertEqual(netem.percent_to_ppm("loss", ".25%"), 2500)
+        self.assertEqual(netem.percent_to_ppm("loss", "100%"), 1000000)
+        self.assertEqual(netem.time_to_us("delay", "1.5ms"), 1500)
+        self.assertEqual(netem.time_to_us("delay", "250us"), 250)
+        self.assertEqual(netem.time_to_us("delay", "2s"), 2000000)
+        self.assertEqual(netem.time_to_us("delay", "40"), 40)
+        for bad in ("", "1%%", "x", "101%", "-1"):
+            with self.assertRaises(netem.NetemError):
+                netem.percent_to_ppm("loss", bad)
+        for bad in ("10 ms", "10m", "61s", ""):
+            with self.assertRaises(netem.NetemError):
+                netem.time_to_us("delay", bad)
+
+    def test_plain_loss_duplicate_corrupt_rate(self):
+        p = netem.plan("loss random 1% duplicate 5% corrupt 0.1% rate 100mbit".split())
+        self.assertEqual((p["loss"], p["dup"], p["corrupt"], p["rate"]),
+                         (10000, 50000, 1000, "100mbit"))
+        self.assertIsNone(p["ge"])
+        self.assertEqual(p["delay_ppm"], 0)
+
+    def test_gemodel_defaults_and_given_parameters(self):
+        self.assertEqual(netem.plan("loss gemodel 2%".split())["ge"],
+                         [20000, 980000, 1000000, 0])
+        p = netem.plan("loss gemodel 2% 20% 80% 1% duplicate 1%".split())
+        self.assertEqual(p["ge"], [20000, 200000, 800000, 10000])
+        self.assertEqual(p["dup"], 10000)
+        with self.assertRaises(netem.NetemError):
+            netem.plan("loss gemodel 0%".split())
+
+    def test_delay_jitter_and_reorder(self):
+        p = netem.plan("delay 2ms 500us reorder 90%".split())
+        self.assertEqual((p["delay_us"], p["jitter_us"], p["reorder"], p["delay_ppm"]),
+                         (2000, 500, 900000, 100000))
+        self.assertEqual(netem.plan(["delay", "30ms"])["delay_ppm"], 1000000)
+
+    def test_what_the_fallback_cannot_do_is_refused_with_the_reason(self):
+        cases = {
+            "reorder 50%": "reorder needs a delay",
+            "delay 10ms 1ms 25%": "delay correlation needs sch_netem",
+            "delay 10ms reorder 25% 50%": "reorder correlation needs sch_netem",
+            "slot 10ms": "netem 'slot' needs sch_netem",
+            "rate": "no rate given",
+            "rate 1;rm": "expected a rate",
+        }
+        for args, why in cases.items():
+            with self.assertRaises(netem.NetemError) as e:
+                netem.plan(args.split())
+            self.assertIn(why, str(e.exception), args)
+
+    def test_shell_assignments(self):
+        out = netem.shell(netem.plan("loss gemodel 1% 10% delay 1ms".split()))
+        lines = dict(line.split("=", 1) for line in out.splitlines())
+        self.assertEqual(lines["ge"], "-ge10000-100000-1000000-0")
+        self.assertEqual(lines["ge_r"], "100000")
+        self.assertEqual(lines["delay_us"], "1000")
+        self.assertEqual(lines["rate"], "")
+        self.assertEqual(netem.shell(netem.plan([])).splitlines()[0], "loss=0")
+
+
 class CommandLineTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
@@ -127,6 +190,14 @@ class CommandLineTest(unittest.TestCase):
     def test_summary_and_brief(self):
         self.assertIn("NOT EXACT", run_cli("summary", "lbl", self.report)[1])
         self.assertTrue(run_cli("brief", "lbl", self.report)[1].startswith("lbl: 3 workers"))
+
+    def test_netem_plan_prints_assignments_or_refuses(self):
+        rc, out, _ = run_cli("netem-plan", "loss", "1%")
+        self.assertEqual(rc, 0)
+        self.assertIn("loss=10000\n", out)
+        rc, out, err = run_cli("netem-plan", "reorder", "5%")
+        self.assertEqual((rc, out), (1, ""))
+        self.assertTrue(err.startswith("virtual-rack: reorder needs a delay"))
 
     def test_unknown_command_is_a_usage_error(self):
         rc, _, err = run_cli("frobnicate")
