@@ -9,11 +9,16 @@
                             --default V before EXPR: print V when EXPR cannot be evaluated
   holds EXPR [FILE]...      exit 0 when EXPR holds; t is FILE's telemetry, and with several
                             files t0, t1, ... are theirs (r0, r1, ... when a file is a report)
+  stats-delta BEFORE AFTER [COND...]
+                            print the /phub/stats counters that moved between two telemetry
+                            snapshots; exit 1 unless every condition on d (the deltas, drop
+                            reasons as d["drops.<reason>"], 0 where nothing moved) holds
   config-edit FILE STMTS    run Python statements on the PBox config c in FILE, write it back
   netem-plan ARGS...        virtual-rack's netem fallback: the netem arguments as shell
                             assignments (loss=... dup=...), or exit 1 saying what it lacks
 """
 
+import collections
 import json
 import sys
 
@@ -96,6 +101,19 @@ def cmd_holds(args):
         return 1
 
 
+def cmd_stats_delta(args):
+    if len(args) < 2:
+        return usage()
+    moved = telemetry.stats_delta(read_json_or_telemetry(args[0]),
+                                  read_json_or_telemetry(args[1]))
+    print("PBox counters that moved:", {k: v for k, v in moved.items() if v != 0})
+    d = collections.defaultdict(int, moved)
+    bad = [c for c in args[2:] if not eval(c, {"d": d})]
+    for cond in bad[:1]:
+        print("  not true:", cond)
+    return 1 if bad else 0
+
+
 def cmd_config_edit(args):
     if len(args) != 2:
         return usage()
@@ -128,6 +146,8 @@ def main(argv):
         return cmd_query(args)
     if cmd == "holds":
         return cmd_holds(args)
+    if cmd == "stats-delta":
+        return cmd_stats_delta(args)
     if cmd == "config-edit":
         return cmd_config_edit(args)
     if cmd == "netem-plan":

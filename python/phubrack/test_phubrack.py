@@ -47,6 +47,14 @@ class TelemetryTest(unittest.TestCase):
         self.assertEqual(telemetry.delta({"a": 5}, {"a": 7}, "a"), 2)
 
 
+    def test_stats_delta_flattens_drop_reasons(self):
+        a = {"/phub/stats": {"pushes": 10, "drops": {"bad_csum": 1}}}
+        b = {"/phub/stats": {"pushes": 25, "drops": {"bad_csum": 1, "wrong_lcore": 4}},
+             "/phub/jobs": {}}
+        self.assertEqual(telemetry.stats_delta(a, b),
+                         {"pushes": 15, "drops.bad_csum": 0, "drops.wrong_lcore": 4})
+
+
 class ReportTest(unittest.TestCase):
     def test_failed_names_the_conditions_that_do_not_hold(self):
         self.assertEqual(report.failed(REPORT, ['r["verified"]', 'r["workers"] == 3']), [])
@@ -186,6 +194,19 @@ class CommandLineTest(unittest.TestCase):
         self.assertEqual(run_cli("holds", 't1["workers"] == 3 and t0["/phub/stats"]',
                                  self.tel, self.report)[0], 0)
         self.assertEqual(run_cli("holds", 't["/phub/nothing"]["x"]', self.tel)[0], 1)
+
+    def test_stats_delta_prints_what_moved_and_checks_conditions(self):
+        before = os.path.join(self.dir.name, "before.json")
+        with open(before, "w") as f:
+            json.dump({"/phub/stats": {"pushes": 100, "handed_off": 3, "drops": {}}}, f)
+        rc, out, _ = run_cli("stats-delta", before, self.tel, 'd["pushes"] == 5',
+                             'd["drops.wrong_lcore"] == 3', 'd["acks_sent"] == 0')
+        self.assertEqual(rc, 0)
+        self.assertIn("'pushes': 5", out)
+        self.assertNotIn("handed_off", out)
+        rc, out, _ = run_cli("stats-delta", before, self.tel, 'd["duplicates"] > 0')
+        self.assertEqual(rc, 1)
+        self.assertIn('not true: d["duplicates"] > 0', out)
 
     def test_summary_and_brief(self):
         self.assertIn("NOT EXACT", run_cli("summary", "lbl", self.report)[1])
