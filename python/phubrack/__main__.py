@@ -14,6 +14,7 @@
                             snapshots; exit 1 unless every condition on d (the deltas, drop
                             reasons as d["drops.<reason>"], 0 where nothing moved) holds
   config-edit FILE STMTS    run Python statements on the PBox config c in FILE, write it back
+                            (json-edit: the same for any JSON document)
   netem-plan ARGS...        virtual-rack's netem fallback: the netem arguments as shell
                             assignments (loss=... dup=...), or exit 1 saying what it lacks
 """
@@ -148,7 +149,7 @@ def main(argv):
         return cmd_holds(args)
     if cmd == "stats-delta":
         return cmd_stats_delta(args)
-    if cmd == "config-edit":
+    if cmd in ("config-edit", "json-edit"):
         return cmd_config_edit(args)
     if cmd == "netem-plan":
         return cmd_netem_plan(args)

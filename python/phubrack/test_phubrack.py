@@ -220,6 +220,11 @@ class CommandLineTest(unittest.TestCase):
         self.assertEqual((rc, out), (1, ""))
         self.assertTrue(err.startswith("virtual-rack: reorder needs a delay"))
 
+    def test_json_edit_sets_a_field(self):
+        self.assertEqual(run_cli("json-edit", self.report, 'c["rss_kb"] = int("512")')[0], 0)
+        with open(self.report) as f:
+            self.assertEqual(json.load(f)["rss_kb"], 512)
+
     def test_unknown_command_is_a_usage_error(self):
         rc, _, err = run_cli("frobnicate")
         self.assertEqual(rc, 2)
