@@ -15,6 +15,8 @@
                             reasons as d["drops.<reason>"], 0 where nothing moved) holds
   config-edit FILE STMTS    run Python statements on the PBox config c in FILE, write it back
                             (json-edit: the same for any JSON document)
+  test-summary DIR...       "N passed, N failed, N skipped" over the build dirs' meson test
+                            logs; exit 1 when any failed
   netem-plan ARGS...        virtual-rack's netem fallback: the netem arguments as shell
                             assignments (loss=... dup=...), or exit 1 saying what it lacks
 """
@@ -23,7 +25,7 @@ import collections
 import json
 import sys
 
-from . import config, netem, report, telemetry
+from . import config, netem, report, telemetry, testlog
 
 
 def usage():
@@ -122,6 +124,12 @@ def cmd_config_edit(args):
     return 0
 
 
+def cmd_test_summary(args):
+    passed, failed, skipped = testlog.count(args)
+    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
+    return 1 if failed else 0
+
+
 def cmd_netem_plan(args):
     try:
         print(netem.shell(netem.plan(args)))
@@ -151,6 +159,8 @@ def main(argv):
         return cmd_stats_delta(args)
     if cmd in ("config-edit", "json-edit"):
         return cmd_config_edit(args)
+    if cmd == "test-summary":
+        return cmd_test_summary(args)
     if cmd == "netem-plan":
         return cmd_netem_plan(args)
     return usage()

@@ -225,6 +225,23 @@ class CommandLineTest(unittest.TestCase):
         with open(self.report) as f:
             self.assertEqual(json.load(f)["rss_kb"], 512)
 
+    def test_test_summary_counts_every_build_dir(self):
+        dirs = []
+        for name, results in (("a", ["OK", "EXPECTEDFAIL", "SKIP"]), ("b", ["OK", "FAIL"]),
+                              ("c", None)):
+            d = os.path.join(self.dir.name, name)
+            os.makedirs(os.path.join(d, "meson-logs"))
+            dirs.append(d)
+            if results is None:
+                continue
+            with open(os.path.join(d, "meson-logs", "testlog.json"), "w") as f:
+                for r in results:
+                    f.write(json.dumps({"name": "t", "result": r}) + "\n")
+        self.assertEqual(run_cli("test-summary", *dirs)[:2],
+                         (1, "3 passed, 1 failed, 1 skipped\n"))
+        self.assertEqual(run_cli("test-summary", dirs[0])[:2],
+                         (0, "2 passed, 0 failed, 1 skipped\n"))
+
     def test_unknown_command_is_a_usage_error(self):
         rc, _, err = run_cli("frobnicate")
         self.assertEqual(rc, 2)
