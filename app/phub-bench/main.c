@@ -83,8 +83,8 @@ usage(FILE *f)
 		fprintf(f, " %s%s", phub_model_preset_at(i)->name,
 			i == 4 ? "\n                      " : "");
 	fprintf(f, "\n"
-		"                       or the paper's abbreviation (RN50, V19, ...): torchvision's\n"
-		"                       tensors for");
+		"                       or the paper's abbreviation (RN50, V19, ...):\n"
+		"                       torchvision's tensors for");
 	for (i = 0; i < phub_bench_preset_count(); i++)
 		fprintf(f, " %s", phub_bench_preset_name(i));
 	fprintf(f, ",\n"
@@ -111,7 +111,8 @@ usage(FILE *f)
 		"                       rank-order sums match the reference bit for bit (else\n"
 		"                       the check is within tolerance)\n"
 		"  --deterministic      ask the PBox to sum in rank order (JOIN flag)\n"
-		"  --connect-timeout-ms T   joining fails after T ms without progress (default 10000)\n"
+		"  --connect-timeout-ms T   joining fails after T ms without progress\n"
+		"                       (default 10000)\n"
 		"  --dead-ms T          PBox silent this long: the worker fails (default 10000)\n"
 		"  --timeout S          stop a worker making no progress for S s (default 120)\n"
 		"  --pause-at I:MS      every worker waits MS ms after iteration I (idle at an\n"
@@ -159,7 +160,8 @@ enum {
 	OPT_KEYS, OPT_KEY_ELEMS, OPT_ITERATIONS, OPT_WARMUP, OPT_DTYPE, OPT_OPTIMIZER, OPT_LR,
 	OPT_MOMENTUM, OPT_WD, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_JOB, OPT_NONCE, OPT_BIND,
 	OPT_MTU, OPT_WINDOW, OPT_CHUNK, OPT_CSUM, OPT_CONNECT_TIMEOUT, OPT_DEAD, OPT_TIMEOUT,
-	OPT_JSON, OPT_QUIET, OPT_PRINT_LAYOUT, OPT_LIST_MODELS, OPT_HELP, OPT_PAUSE_AT, OPT_GRADIENTS,
+	OPT_JSON, OPT_QUIET, OPT_PRINT_LAYOUT, OPT_LIST_MODELS, OPT_HELP, OPT_PAUSE_AT,
+	OPT_GRADIENTS,
 	OPT_DETERMINISTIC,
 };
 
@@ -596,9 +598,9 @@ print_progress(const struct options *o, const struct child *kids, unsigned int n
 		fprintf(stderr, "phub-bench: %u of %u worker(s) joining job '%s' at %s:%u\n",
 			joining, n, c->job, c->server, c->port);
 	else if (joining > 0)
-		fprintf(stderr, "phub-bench: %u of %u worker(s) in the initial-model round of job"
-			" '%s': %" PRIu64 " segment(s) of the model in at the slowest, %" PRIu64
-			" pushed segment(s) ACKed\n", joining, n, c->job, init_models, init_acks);
+		fprintf(stderr, "phub-bench: initial round, %u of %u worker(s): %" PRIu64
+			" model segments in (slowest), %" PRIu64 " pushes ACKed\n", joining, n,
+			init_models, init_acks);
 	else if (running > 0)
 		fprintf(stderr, "phub-bench: iteration %u/%u%s, %.1f exchanges/s, %" PRIu64
 			" retransmits, %" PRIu64 " pulls\n", it_min, c->iterations,

@@ -257,7 +257,8 @@ model-names)
 	for o in --model --layout; do
 		"$bench" "$o" "$layout_file" --print-layout >"$tmp/layout.out" 2>&1 ||
 			fail "$o FILE: exit $?"
-		[ "$(tail -n 1 "$tmp/layout.out")" = "# test_layout.json: 12 keys, 596521 elements" ] ||
+		want="# test_layout.json: 12 keys, 596521 elements"
+		[ "$(tail -n 1 "$tmp/layout.out")" = "$want" ] ||
 			fail "$o FILE: $(tail -n 1 "$tmp/layout.out")"
 	done
 	"$bench" --model resnet9000 --print-layout >"$tmp/layout.out" 2>&1
@@ -266,8 +267,8 @@ model-names)
 	grep -q "unknown model 'resnet9000'" "$tmp/layout.out" || fail "no clear error"
 	"$bench" --list-models >"$tmp/list.out" || fail "--list-models: exit $?"
 	[ "$(wc -l <"$tmp/list.out")" = 10 ] || fail "--list-models: not 9 models and a header"
-	grep -q "^resnet50	RN50	161	25557032	torchvision tensors$" "$tmp/list.out" ||
-		fail "--list-models: no resnet50 row"
+	grep -q "^resnet50	RN50	161	25557032	torchvision tensors$" \
+		"$tmp/list.out" || fail "--list-models: no resnet50 row"
 	;;
 *)
 	fail "unknown case"

@@ -58,7 +58,8 @@ usage(FILE *f, const char *prog)
 		"      --pbox-ip A        the PBox port's address (default 10.77.0.1)\n"
 		"      --worker-ip A      worker 0's address, worker i's is A + i (10.77.0.101)\n"
 		"      --port P           the PBox's control UDP port, its udp_base_port, as in\n"
-		"                         phub-bench (default 47000; --base-port: the old spelling)\n"
+		"                         phub-bench (default 47000; --base-port: the old\n"
+		"                         spelling)\n"
 		"      --worker-port P    worker 0's UDP port; worker i has P + i (default 40000)\n"
 		"      --mtu M            for splitting JOIN and sizing mbufs (default 9000)\n"
 		"      --window N         PUSH segments in flight per worker (default 32); 0: no\n"
@@ -167,7 +168,7 @@ parse_args(int argc, char **argv, struct lg_options *o)
 		{ "optimizer", required_argument, NULL, OPT_OPTIMIZER },
 		{ "chunk-bytes", required_argument, NULL, OPT_CHUNK },
 		{ "no-udp-csum", no_argument, NULL, OPT_NO_CSUM },
-		/* --port as in phub-bench: the PBox's control port; --base-port the old spelling. */
+		/* --port as in phub-bench: the PBox's control port (--base-port: old spelling). */
 		{ "port", required_argument, NULL, OPT_BASE_PORT },
 		{ "dpdk-port", required_argument, NULL, OPT_DPDK_PORT },
 		{ "json", no_argument, NULL, OPT_JSON },
@@ -241,8 +242,9 @@ parse_args(int argc, char **argv, struct lg_options *o)
 			rc = parse_u64(optarg, 1, 65535 - 1024, &v);
 			/* --port N used to be the DPDK port id: say so rather than send to it. */
 			if (rc == 0 && v < RTE_MAX_ETHPORTS) {
-				fprintf(stderr, "--port %s: --port is the PBox's control UDP port, as "
-					"in phub-bench; the DPDK port id is --dpdk-port\n", optarg);
+				fprintf(stderr, "--port %s: --port is the PBox's control UDP "
+					"port, as in phub-bench; the DPDK port id is "
+					"--dpdk-port\n", optarg);
 				rc = -EINVAL;
 			}
 			o->base_port = (uint16_t)v;

@@ -168,11 +168,13 @@ plan_model_load(const char *cmd, const struct plan_model_opts *m, bool need_comp
 	if (m->preset != NULL) {
 		if (!isnan(m->compute_s))
 			return plan_fail(cmd, PLAN_EXIT_USAGE,
-					"--compute-s goes with --model-bytes, not with a model name");
+					"--compute-s goes with --model-bytes, not with a model"
+					" name");
 		p = phub_model_preset_find(m->preset);
 		if (p == NULL)
 			return plan_fail(cmd, PLAN_EXIT_VALUE,
-					"unknown model '%s' (phub-plan bandwidth --list-models shows them)",
+					"unknown model '%s' (phub-plan bandwidth --list-models"
+					" shows them)",
 					m->preset);
 		if (phub_model_job_from_preset(p, m->units, job, err, sizeof(err)) != 0)
 			return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);

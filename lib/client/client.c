@@ -533,7 +533,8 @@ initial_round(struct phub *h, const struct phub_connect_params *p, char *err, si
 				"the initial-model round of job '%s' stalled: nothing for %u ms"
 				" (%" PRIu64 " of %" PRIu64 " segments in); have all %u ranks"
 				" joined PBox %s?", h->job_name, h->connect_timeout_ms,
-				st.initial_models, (uint64_t)h->n_segs, h->world_size, h->server_name);
+				st.initial_models, (uint64_t)h->n_segs, h->world_size,
+				h->server_name);
 	else if (rc != 0)
 		client_set_err(err, errlen, "the initial-model round failed: %s",
 				phub_last_error(h));

@@ -35,7 +35,7 @@ struct client_join {
 	struct phub_wire_endpoint *endpoints;
 	uint16_t *chunk_map;
 	uint64_t token;
-	uint64_t progress_ns;		/* when the JOIN began or a JOIN_ACK last added to the map */
+	uint64_t progress_ns;		/* JOIN began, or a JOIN_ACK last added to the map */
 };
 
 static int

@@ -38,7 +38,7 @@ enum {
 	CLIENT_RTO_MAX_MS = 1000,
 	CLIENT_DEAD_MS = 10000,
 	CLIENT_CONNECT_TIMEOUT_MS = 10000,
-	CLIENT_CONNECT_SLICE_MS = 100,	/* phub_connect() looks at the initial round's progress */
+	CLIENT_CONNECT_SLICE_MS = 100,	/* phub_connect() looks at the initial round */
 	CLIENT_SOCKET_BUFFER = 4 << 20,	/* asked of the kernel; it may give less */
 	CLIENT_BATCH = 32,		/* datagrams per sendmmsg/recvmmsg */
 	CLIENT_TICKET_BUCKETS = 1024,

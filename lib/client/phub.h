@@ -146,7 +146,7 @@ struct phub_stats {
 	uint64_t reconnects;		/* sessions made again after a PBox restart */
 	uint64_t rollbacks;		/* of them, those that failed tickets with -ESTALE */
 	uint64_t tx_csum;		/* datagrams sent with a CRC32C (PHUB_CONNECT_F_CSUM) */
-	uint64_t rx_csum;		/* datagrams received whose CRC32C was checked and matched */
+	uint64_t rx_csum;		/* datagrams received with a CRC32C, checked, matching */
 	/* What phub_connect() waited for: progress, which its timeout measures. */
 	uint64_t join_acks;		/* JOIN_ACK datagrams that added to the chunk map */
 	uint64_t initial_acks;		/* initial-round (iteration 0) segments ACKed */

@@ -474,7 +474,7 @@ phub_engine_job_get_info(const struct phub_engine_job *job, struct phub_engine_j
 	info->n_segments = job->n_segments;
 	info->n_elems = job->n_elems;
 	info->memory_bytes = job->memory_bytes;
-	/* A snapshot, not a consistent cut: data threads own the slots and move them on meanwhile. */
+	/* A snapshot, not a consistent cut: data threads own the slots and move them on. */
 	for (uint32_t s = 0; s < job->n_segments; s++) {
 		uint32_t next = __atomic_load_n(&job->slots[s].next_iteration, __ATOMIC_RELAXED);
 

@@ -100,7 +100,7 @@ struct phub_engine_job {
 	bool deterministic;
 	struct phub_optimizer_params optimizer;
 	struct phub_layout *layout;
-	phub_engine_clock_fn clock;	/* the engine's, copied at create; NULL: CLOCK_MONOTONIC */
+	phub_engine_clock_fn clock;	/* the engine's, copied; NULL: CLOCK_MONOTONIC */
 	void *clock_arg;
 	struct rank_session ranks[PHUB_ENGINE_MAX_WORKERS];
 

@@ -104,7 +104,7 @@ struct __attribute__((packed)) phub_wire_hdr {
 	uint8_t opcode;			/* enum phub_wire_opcode */
 	uint8_t flags;			/* PHUB_WIRE_F_* */
 	uint8_t hdr_len;		/* bytes before the payload, >= 56 */
-	uint8_t dtype;			/* enum phub_dtype of the payload, or PHUB_WIRE_DTYPE_NONE */
+	uint8_t dtype;			/* enum phub_dtype of the payload, or ..._NONE */
 	uint8_t priority;		/* P3: lower is needed sooner, 0 first */
 	phub_be32_t job_id;		/* handed out in JOIN_ACK; 0 in JOIN */
 	phub_be16_t worker_rank;	/* sender's or addressee's rank in the job */

@@ -185,8 +185,8 @@ wait_job_iterations()
 {
 	local i reached
 	for i in $(seq 300); do
-		reached=$(telemetry "/phub/job,$1" |
-			phubrack query --default 0 't["/phub/job"].get("iterations_done", 0)' 2>/dev/null)
+		reached=$(telemetry "/phub/job,$1" | phubrack query --default 0 \
+			't["/phub/job"].get("iterations_done", 0)' 2>/dev/null)
 		[ "${reached:-0}" -ge "$2" ] && return 0
 		sleep 0.1
 	done
@@ -271,7 +271,8 @@ no-steering)
 	ip netns exec "$rack-w1" "$hostile_bin" --server "$server" --misdirect >"$tmp/mis.json" ||
 		fail "phub-hostile --misdirect: not every MODEL came back: $(cat "$tmp/mis.json")"
 	telemetry /phub/stats /phub/ports >"$tmp/tel.json"
-	PYTHONPATH=$python_dir python3 - "$tmp/before.json" "$tmp/tel.json" "$tmp/mis.json" <<'PY' ||
+	PYTHONPATH=$python_dir python3 - "$tmp/before.json" "$tmp/tel.json" "$tmp/mis.json" \
+		<<'PY' ||
 import json, sys
 from phubrack import telemetry
 before, out = telemetry.load(sys.argv[1])["/phub/stats"], telemetry.load(sys.argv[2])

@@ -63,7 +63,7 @@ struct hostile_params {
 	unsigned int guesses;
 	bool ping_only;
 	uint32_t join_keys;		/* --join-keys: one JOIN claiming this many keys */
-	bool misdirect;			/* --misdirect: the initial round to the wrong lcore */
+	bool misdirect;			/* --misdirect: initial round to the wrong lcore */
 };
 
 /* The legitimate session of the hostile's own job. */
@@ -684,7 +684,8 @@ misdirect(const struct hostile_params *hp)
 
 		for (unsigned int sgi = 0; sgi < n_segs; sgi++) {
 			uint32_t off = sgi * own.seg_elems;
-			uint32_t cnt = OWN_ELEMS - off < own.seg_elems ? OWN_ELEMS - off : own.seg_elems;
+			uint32_t cnt = OWN_ELEMS - off < own.seg_elems ? OWN_ELEMS - off :
+				own.seg_elems;
 
 			if (got[sgi])
 				continue;

@@ -1180,8 +1180,8 @@ END_TEST
 /* ---- the initial round's timeout measures silence ---- */
 
 enum {
-	SLOW_SEGS = 16,			/* segments of the one key, one in flight at a time */
-	SLOW_TIMEOUT_MS = 400,		/* connect_timeout_ms: a few of libphub's 100 ms looks */
+	SLOW_SEGS = 16,			/* segments of the one key, one in flight */
+	SLOW_TIMEOUT_MS = 400,		/* connect_timeout_ms: a few 100 ms looks */
 };
 
 static const struct phub_key slow_keys[] = {

@@ -761,7 +761,8 @@ START_TEST(test_every_kernel_accepts_an_empty_segment_with_null_pointers)
 				all[v]->last(&real, 0, &test_params[t], &step);
 			}
 			for (i = 0; i < N_BUFS; i++)
-				ck_assert_msg(canary_intact(bufs[i]), "%s dtype %d: buffer %u written",
+				ck_assert_msg(canary_intact(bufs[i]),
+					      "%s dtype %d: buffer %u written",
 					      phub_kernels_isa_name(all[v]->isa), (int)dt, i);
 		}
 	}
