@@ -214,8 +214,13 @@ tx_flush(struct phub *h)
 			continue;
 		}
 		for (int i = 0; i < n; i++) {
+			uint8_t flags = tx->hdr[done + i][offsetof(struct phub_wire_hdr, flags)];
+
 			h->stats.tx_datagrams++;
 			h->stats.tx_bytes += tx->msgs[done + i].msg_len;
+			/* Counted when sent, with tx_datagrams: one snapshot has both alike. */
+			if (flags & PHUB_WIRE_F_CSUM)
+				h->stats.tx_csum++;
 		}
 		done += (unsigned int)n;
 	}
@@ -236,8 +241,6 @@ tx_add(struct phub *h, const struct sockaddr_in *dst, struct phub_wire_msg *msg,
 		msg->flags |= PHUB_WIRE_F_LAST;
 	if ((msg->flags & PHUB_WIRE_F_CSUM) && msg->payload_len != 0)
 		crc = phub_wire_csum_payload(payload, msg->payload_len);
-	if (msg->flags & PHUB_WIRE_F_CSUM)
-		h->stats.tx_csum++;
 	if (phub_wire_hdr_encode(tx->hdr[i], PHUB_WIRE_HDR_LEN, msg, crc) < 0) {
 		/* Only a bug of ours gets here; counting it beats sending garbage. */
 		h->stats.tx_errors++;
