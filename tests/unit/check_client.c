@@ -1180,8 +1180,8 @@ END_TEST
 /* ---- the initial round's timeout measures silence ---- */
 
 enum {
-	SLOW_SEGS = 16,			/* segments of the one key, one in flight */
-	SLOW_TIMEOUT_MS = 400,		/* connect_timeout_ms: a few 100 ms looks */
+	SLOW_SEGS = 24,			/* segments of the one key, one in flight */
+	SLOW_TIMEOUT_MS = 600,		/* connect_timeout_ms: six 100 ms looks */
 };
 
 static const struct phub_key slow_keys[] = {
@@ -1290,7 +1290,7 @@ START_TEST(test_silent_initial_round_fails_after_the_bound)
 	took = now_ms() - t0;
 	ck_assert_ptr_null(h);
 	ck_assert_int_eq(errno, ETIMEDOUT);
-	ck_assert_msg(strstr(err, "stalled") != NULL && strstr(err, "0 of 16 segments") != NULL,
+	ck_assert_msg(strstr(err, "stalled") != NULL && strstr(err, "0 of 24 segments") != NULL,
 		      "%s", err);
 	ck_assert_uint_ge(took, SLOW_TIMEOUT_MS);
 	ck_assert_uint_lt(took, 10 * SLOW_TIMEOUT_MS);
