@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -988,6 +990,120 @@ START_TEST(test_rank_status_tells_when_each_rank_was_last_heard)
 }
 END_TEST
 
+/* ---- the control thread's reads against a data lcore ---- */
+
+enum { RACE_RANKS = 2, RACE_ITERATIONS = 40, RACE_MAX_REQS = 64 };
+
+struct race {
+	struct phub_engine_job *job;
+	struct phub_engine_request reqs[RACE_RANKS][RACE_MAX_REQS];
+	unsigned int n_reqs;
+	atomic_bool done;
+	/* What the control thread saw. */
+	unsigned int looks;
+	unsigned int waiting_went_back;	/* the oldest iteration moved backwards */
+	unsigned int too_many_waiting;
+	unsigned int info_went_back;
+};
+
+/* A data lcore: every rank's every segment, iteration after iteration. */
+static void *
+race_data_lcore(void *arg)
+{
+	struct race *x = arg;
+	struct phub_engine_stats stats;
+	struct phub_engine_reply reply;
+
+	memset(&stats, 0, sizeof(stats));
+	for (uint32_t it = 0; it <= RACE_ITERATIONS; it++)
+		for (unsigned int k = 0; k < RACE_RANKS; k++)
+			for (unsigned int i = 0; i < x->n_reqs; i++) {
+				struct phub_engine_request r = x->reqs[k][i];
+
+				r.iteration = it;
+				phub_engine_push(x->job, &r, &reply, &stats);
+			}
+	atomic_store(&x->done, true);
+	return NULL;
+}
+
+/* The control thread: telemetry and liveness reads while the slots move. */
+static void *
+race_control(void *arg)
+{
+	struct race *x = arg;
+	uint32_t oldest = 0, info_max = 0;
+
+	do {
+		uint64_t waiting[PHUB_ENGINE_BITMAP_WORDS];
+		struct phub_engine_rank_status st;
+		struct phub_engine_job_info info;
+		uint32_t it;
+		int n;
+
+		n = phub_engine_job_waiting_on(x->job, &it, waiting);
+		x->too_many_waiting += n < 0 || n > RACE_RANKS;
+		x->waiting_went_back += x->looks > 0 && (int32_t)(it - oldest) < 0;
+		oldest = it;
+		phub_engine_job_get_info(x->job, &info);
+		x->info_went_back += (int32_t)(info.iteration_max - info_max) < 0 &&
+			info_max != 0;
+		info_max = info.iteration_max;
+		phub_engine_job_rank_status(x->job, 1, &st);
+		x->looks++;
+	} while (!atomic_load(&x->done));
+	return NULL;
+}
+
+/*
+ * The engine is lock-free between a data lcore and the control thread: what the control
+ * thread reads (waiting_on, job info, rank status) while the data lcore completes segments
+ * only moves forward, and the ThreadSanitizer build (suite threads) reports no race.
+ */
+START_TEST(test_control_reads_race_the_data_path_cleanly)
+{
+	struct phub_engine *engine = phub_engine_create();
+	struct phub_engine_job_params p = test_params(RACE_RANKS, PHUB_DTYPE_FP32, PHUB_OPT_SGD);
+	static const float zeros[SEG_ELEMS];
+	struct phub_engine_job_info info;
+	pthread_t data, control;
+	struct race *x = calloc(1, sizeof(*x));
+	const struct phub_layout *layout;
+
+	ck_assert_ptr_nonnull(x);
+	x->job = phub_engine_job_create(engine, &p);
+	ck_assert_ptr_nonnull(x->job);
+	layout = phub_engine_job_layout(x->job);
+	for (uint16_t k = 0; k < RACE_RANKS; k++) {
+		uint64_t token = join(x->job, k);
+
+		x->n_reqs = 0;
+		for (uint32_t c = 0; c < phub_layout_chunk_count(layout); c++) {
+			struct phub_layout_chunk ci;
+
+			phub_layout_chunk_get(layout, c, &ci);
+			for (uint16_t g = 0; g < ci.n_segments; g++) {
+				ck_assert_uint_lt(x->n_reqs, RACE_MAX_REQS);
+				x->reqs[k][x->n_reqs++] = request(x->job, k, token, c, g, 0, zeros);
+			}
+		}
+	}
+	ck_assert_int_eq(pthread_create(&control, NULL, race_control, x), 0);
+	ck_assert_int_eq(pthread_create(&data, NULL, race_data_lcore, x), 0);
+	pthread_join(data, NULL);
+	pthread_join(control, NULL);
+	phub_engine_job_get_info(x->job, &info);
+	ck_assert_uint_eq(info.iteration_min, RACE_ITERATIONS);
+	ck_assert_uint_eq(info.iteration_max, RACE_ITERATIONS);
+	ck_assert_uint_gt(x->looks, 0);
+	ck_assert_uint_eq(x->too_many_waiting, 0);
+	ck_assert_uint_eq(x->waiting_went_back, 0);
+	ck_assert_uint_eq(x->info_went_back, 0);
+	free(x);
+	phub_engine_free(engine);
+}
+END_TEST
+
 START_TEST(test_waiting_on_names_the_ranks_the_oldest_iteration_lacks)
 {
 	struct phub_engine *engine = phub_engine_create();
@@ -1065,6 +1181,11 @@ phub_engine_suite(void)
 	tc = tcase_create("liveness");
 	tcase_add_test(tc, test_rank_status_tells_when_each_rank_was_last_heard);
 	tcase_add_test(tc, test_waiting_on_names_the_ranks_the_oldest_iteration_lacks);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("races");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_control_reads_race_the_data_path_cleanly);
 	suite_add_tcase(s, tc);
 	return s;
 }
