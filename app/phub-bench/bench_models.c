@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/phub_model.h"
 #include "phub_bench.h"
 
 /*
@@ -316,9 +317,46 @@ phub_bench_preset_name(unsigned int i)
 	return i < N_PRESETS ? presets[i].name : NULL;
 }
 
+/*
+ * A network of Table 3 that has no layer list here: its size in equal keys of at most
+ * TABLE3_KEY_ELEMS, the paper's MB (2^20 bytes) of fp32, as phub-plan reads the same name.
+ */
+#define TABLE3_KEY_ELEMS (UINT32_C(1) << 22)
+
+static struct phub_bench_layout *
+layout_table3(const struct phub_model_preset *mp)
+{
+	uint64_t total = (uint64_t)(phub_model_preset_bytes(mp, PHUB_MODEL_UNITS_PAPER) / 4);
+	uint32_t n_keys = (uint32_t)((total + TABLE3_KEY_ELEMS - 1) / TABLE3_KEY_ELEMS);
+	struct phub_bench_layout *l;
+
+	l = layout_alloc(mp->name, n_keys, false);
+	if (l == NULL)
+		return NULL;
+	for (uint32_t i = 0; i < n_keys; i++) {
+		uint64_t left = total - (uint64_t)i * TABLE3_KEY_ELEMS;
+
+		l->n_elems[i] = left < TABLE3_KEY_ELEMS ? (uint32_t)left : TABLE3_KEY_ELEMS;
+	}
+	layout_sum(l);
+	return l;
+}
+
+bool
+phub_bench_model_has_layers(const char *name)
+{
+	const struct phub_model_preset *mp = name != NULL ? phub_model_preset_find(name) : NULL;
+
+	for (unsigned int i = 0; mp != NULL && i < N_PRESETS; i++)
+		if (strcmp(mp->name, presets[i].name) == 0)
+			return true;
+	return false;
+}
+
 struct phub_bench_layout *
 phub_bench_layout_preset(const char *model)
 {
+	const struct phub_model_preset *mp;
 	const struct preset *p = NULL;
 	struct phub_bench_layout *l;
 	const char *suffix[3];
@@ -327,13 +365,17 @@ phub_bench_layout_preset(const char *model)
 	unsigned int i, j, n;
 	size_t k;
 
-	for (i = 0; i < N_PRESETS; i++)
-		if (model != NULL && strcmp(model, presets[i].name) == 0)
-			p = &presets[i];
-	if (p == NULL) {
+	/* Every name of the tree's model table (lib/model), in any case: "resnet50", "RN50". */
+	mp = model != NULL ? phub_model_preset_find(model) : NULL;
+	if (mp == NULL) {
 		errno = ENOENT;
 		return NULL;
 	}
+	for (i = 0; i < N_PRESETS; i++)
+		if (strcmp(mp->name, presets[i].name) == 0)
+			p = &presets[i];
+	if (p == NULL)
+		return layout_table3(mp);
 	for (k = 0; k < p->n_layers; k++)
 		n_keys += layer_expand(&p->layers[k], sizes, suffix);
 	l = layout_alloc(p->name, n_keys, true);

@@ -69,6 +69,10 @@ struct bench_progress {
 	double timed_s;		/* time since the warm-up ended */
 	uint64_t retransmits;
 	uint64_t pulls;
+	/* While connecting: libphub's progress (struct phub_stats). */
+	uint64_t join_acks;
+	uint64_t initial_acks;
+	uint64_t initial_models;
 };
 
 /* Run worker rank to the end and report on fd; returns the process's exit status. */

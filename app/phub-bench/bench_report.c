@@ -9,32 +9,6 @@
 
 #include "phub_bench.h"
 
-static const char *const dtype_names[PHUB_DTYPE_COUNT] = {
-	[PHUB_DTYPE_FP32] = "fp32",
-	[PHUB_DTYPE_FP16] = "fp16",
-	[PHUB_DTYPE_BF16] = "bf16",
-};
-
-const char *
-phub_bench_dtype_name(enum phub_dtype dtype)
-{
-	return (unsigned int)dtype < PHUB_DTYPE_COUNT ? dtype_names[dtype] : "unknown";
-}
-
-int
-phub_bench_dtype_parse(const char *name, enum phub_dtype *dtype)
-{
-	unsigned int i;
-
-	for (i = 0; i < PHUB_DTYPE_COUNT; i++) {
-		if (name != NULL && strcmp(name, dtype_names[i]) == 0) {
-			*dtype = (enum phub_dtype)i;
-			return 0;
-		}
-	}
-	return -EINVAL;
-}
-
 static int
 cmp_double(const void *a, const void *b)
 {
@@ -249,7 +223,7 @@ phub_bench_report_json(const struct phub_bench_run *run, const struct phub_bench
 	set(root, "model", ascii_string(run->layout->model), &ok);
 	set(root, "keys", json_integer(run->layout->n_keys), &ok);
 	set(root, "params", json_integer((json_int_t)run->layout->total_elems), &ok);
-	set(root, "dtype", json_string(phub_bench_dtype_name(run->dtype)), &ok);
+	set(root, "dtype", json_string(phub_dtype_name(run->dtype)), &ok);
 	set(root, "model_bytes", json_integer((json_int_t)s->model_bytes), &ok);
 	set(root, "exchange_bytes", json_integer((json_int_t)xbytes), &ok);
 	set(root, "iterations", json_integer(run->iterations), &ok);

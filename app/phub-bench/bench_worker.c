@@ -397,6 +397,18 @@ verify(struct worker *w, const char *model)
 			(double)vr.first_bad_got, (double)vr.first_bad_want);
 }
 
+/* phub_connect()'s progress callback: the parent shows it and counts it as progress. */
+static void
+connect_progress(void *arg, const struct phub_stats *st)
+{
+	struct worker *w = arg;
+
+	w->prog.join_acks = st->join_acks;
+	w->prog.initial_acks = st->initial_acks;
+	w->prog.initial_models = st->initial_models;
+	progress(w, false);
+}
+
 int
 bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 {
@@ -458,6 +470,8 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 	p.connect_timeout_ms = cfg->connect_timeout_ms;
 	p.dead_ms = cfg->dead_ms;
 	p.flags = cfg->connect_flags;
+	p.progress = connect_progress;
+	p.progress_arg = &w;
 	t0 = bench_now();
 	h = phub_connect(&p, err, sizeof(err));
 	w.res.connect_s = bench_now() - t0;

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "model/phub_model.h"
 #include "phub.h"
 #include "bench_priv.h"
 
@@ -65,7 +66,7 @@ usage(FILE *f)
 	unsigned int i;
 
 	fprintf(f,
-		"usage: phub-bench --server IP --workers N (--model NAME | --layout FILE |\n"
+		"usage: phub-bench --server IP --workers N (--model NAME|FILE | --layout FILE |\n"
 		"                  --keys N --key-elems E) [options]\n"
 		"  Emulated workers with zero compute (PHub 4.4): every worker pushes a whole\n"
 		"  model of gradients and pulls the model back, --iterations times, then checks\n"
@@ -75,11 +76,21 @@ usage(FILE *f)
 		"  --workers N          workers in the job (world size)\n"
 		"  --rank I             run only rank I of the N (by hand, e.g. in a namespace)\n"
 		"  --netns-prefix P     rank i joins from network namespace /run/netns/<P><i+1>\n"
-		"  --model NAME         a built-in layout:",
+		"  --model NAME|FILE    a model by its name, as phub-plan takes it, in any case:\n"
+		"                      ",
 		PHUB_DEFAULT_PORT);
+	for (i = 0; i < phub_model_preset_count(); i++)
+		fprintf(f, " %s%s", phub_model_preset_at(i)->name,
+			i == 4 ? "\n                      " : "");
+	fprintf(f, "\n"
+		"                       or the paper's abbreviation (RN50, V19, ...):\n"
+		"                       torchvision's tensors for");
 	for (i = 0; i < phub_bench_preset_count(); i++)
 		fprintf(f, " %s", phub_bench_preset_name(i));
-	fprintf(f, "\n"
+	fprintf(f, ",\n"
+		"                       the others Table 3's size (--list-models). A FILE that is\n"
+		"                       not a name: as --layout\n"
+		"  --list-models        the models, with their keys and elements, and exit\n"
 		"  --layout FILE        a JSON list of key sizes in elements: [1024, 3, 9408]\n"
 		"  --keys N --key-elems E   N keys of E elements\n"
 		"  --iterations K       exchanges per worker (default 10)\n"
@@ -100,7 +111,8 @@ usage(FILE *f)
 		"                       rank-order sums match the reference bit for bit (else\n"
 		"                       the check is within tolerance)\n"
 		"  --deterministic      ask the PBox to sum in rank order (JOIN flag)\n"
-		"  --connect-timeout-ms T   bound on joining (default 10000)\n"
+		"  --connect-timeout-ms T   joining fails after T ms without progress\n"
+		"                       (default 10000)\n"
 		"  --dead-ms T          PBox silent this long: the worker fails (default 10000)\n"
 		"  --timeout S          stop a worker making no progress for S s (default 120)\n"
 		"  --pause-at I:MS      every worker waits MS ms after iteration I (idle at an\n"
@@ -148,7 +160,8 @@ enum {
 	OPT_KEYS, OPT_KEY_ELEMS, OPT_ITERATIONS, OPT_WARMUP, OPT_DTYPE, OPT_OPTIMIZER, OPT_LR,
 	OPT_MOMENTUM, OPT_WD, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_JOB, OPT_NONCE, OPT_BIND,
 	OPT_MTU, OPT_WINDOW, OPT_CHUNK, OPT_CSUM, OPT_CONNECT_TIMEOUT, OPT_DEAD, OPT_TIMEOUT,
-	OPT_JSON, OPT_QUIET, OPT_PRINT_LAYOUT, OPT_HELP, OPT_PAUSE_AT, OPT_GRADIENTS,
+	OPT_JSON, OPT_QUIET, OPT_PRINT_LAYOUT, OPT_LIST_MODELS, OPT_HELP, OPT_PAUSE_AT,
+	OPT_GRADIENTS,
 	OPT_DETERMINISTIC,
 };
 
@@ -188,11 +201,30 @@ static const struct option long_opts[] = {
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "quiet", no_argument, NULL, OPT_QUIET },
 	{ "print-layout", no_argument, NULL, OPT_PRINT_LAYOUT },
+	{ "list-models", no_argument, NULL, OPT_LIST_MODELS },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
 
 /* Parse argv into o; 0, 1 for --help (exit 0), or -EINVAL after saying why. */
+/* --list-models: the names every command takes, and what phub-bench makes of each. */
+static void
+list_models(void)
+{
+	printf("name\tabbr\tkeys\telements\tlayout\n");
+	for (size_t i = 0; i < phub_model_preset_count(); i++) {
+		const struct phub_model_preset *p = phub_model_preset_at(i);
+		struct phub_bench_layout *l = phub_bench_layout_preset(p->name);
+
+		if (l == NULL)
+			continue;
+		printf("%s\t%s\t%u\t%" PRIu64 "\t%s\n", p->name, p->abbr, l->n_keys,
+			l->total_elems, phub_bench_model_has_layers(p->name) ?
+			"torchvision tensors" : "Table 3 size, equal keys");
+		phub_bench_layout_free(l);
+	}
+}
+
 static int
 parse_args(int argc, char **argv, struct options *o)
 {
@@ -265,7 +297,7 @@ parse_args(int argc, char **argv, struct options *o)
 			c->warmup = (uint32_t)v;
 			break;
 		case OPT_DTYPE:
-			rc = phub_bench_dtype_parse(optarg, &c->dtype);
+			rc = phub_dtype_parse(optarg, &c->dtype);
 			break;
 		case OPT_OPTIMIZER:
 			rc = phub_opt_type_parse(optarg, &c->optimizer.type);
@@ -361,6 +393,9 @@ parse_args(int argc, char **argv, struct options *o)
 		case OPT_PRINT_LAYOUT:
 			o->print_layout = true;
 			break;
+		case OPT_LIST_MODELS:
+			list_models();
+			return 1;
 		case OPT_HELP:
 			usage(stdout);
 			return 1;
@@ -427,7 +462,10 @@ child_take(struct child *ch, const struct bench_msg_hdr *hdr, const char *payloa
 			memcpy(&p, payload, sizeof(p));
 			/* Only a step forward is progress; counters moving while stuck are not. */
 			if (p.phase != ch->prog.phase || p.iteration != ch->prog.iteration ||
-					p.elems_verified != ch->prog.elems_verified)
+					p.elems_verified != ch->prog.elems_verified ||
+					p.join_acks != ch->prog.join_acks ||
+					p.initial_acks != ch->prog.initial_acks ||
+					p.initial_models != ch->prog.initial_models)
 				ch->last_change = bench_now();
 			ch->prog = p;
 		}
@@ -531,7 +569,7 @@ print_progress(const struct options *o, const struct child *kids, unsigned int n
 {
 	const struct bench_config *c = &o->cfg;
 	unsigned int i, joining = 0, running = 0, verifying = 0;
-	uint64_t retr = 0, pulls = 0, verified = 0;
+	uint64_t retr = 0, pulls = 0, verified = 0, init_models = UINT64_MAX, init_acks = 0;
 	uint32_t it_min = UINT32_MAX;
 	double rate = 0;
 
@@ -541,6 +579,11 @@ print_progress(const struct options *o, const struct child *kids, unsigned int n
 		if (kids[i].have_result)
 			continue;
 		joining += p->phase == BENCH_PHASE_CONNECTING;
+		if (p->phase == BENCH_PHASE_CONNECTING) {
+			init_acks += p->initial_acks;
+			if (p->initial_models < init_models)
+				init_models = p->initial_models;
+		}
 		running += p->phase == BENCH_PHASE_RUNNING;
 		verifying += p->phase == BENCH_PHASE_VERIFYING;
 		if (p->iteration < it_min)
@@ -551,9 +594,13 @@ print_progress(const struct options *o, const struct child *kids, unsigned int n
 		pulls += p->pulls;
 		verified += p->elems_verified;
 	}
-	if (joining > 0)
+	if (joining > 0 && init_acks == 0)
 		fprintf(stderr, "phub-bench: %u of %u worker(s) joining job '%s' at %s:%u\n",
 			joining, n, c->job, c->server, c->port);
+	else if (joining > 0)
+		fprintf(stderr, "phub-bench: initial round, %u of %u worker(s): %" PRIu64
+			" model segments in (slowest), %" PRIu64 " pushes ACKed\n", joining, n,
+			init_models, init_acks);
 	else if (running > 0)
 		fprintf(stderr, "phub-bench: iteration %u/%u%s, %.1f exchanges/s, %" PRIu64
 			" retransmits, %" PRIu64 " pulls\n", it_min, c->iterations,
@@ -710,7 +757,7 @@ print_table(const struct phub_bench_run *run,
 
 	printf("phub-bench: %s, %u keys, %" PRIu64 " parameters, %.1f MB %s; %u worker(s) at"
 		" %s:%u, job '%s'\n", l->model, l->n_keys, l->total_elems,
-		(double)s->model_bytes / 1e6, phub_bench_dtype_name(run->dtype), run->world_size,
+		(double)s->model_bytes / 1e6, phub_dtype_name(run->dtype), run->world_size,
 		run->server, run->port, run->job);
 	printf("phub-bench: %s lr %g; %u iterations, the first %u not timed; %s gradients, %s"
 		" sums\n", phub_opt_type_name(run->optimizer.type), (double)run->optimizer.lr,
@@ -762,22 +809,27 @@ mismatched(const struct phub_bench_worker_result *r, unsigned int n)
 static int
 build_layout(const struct options *o, struct phub_bench_layout **out)
 {
+	const char *file = o->layout_file;
 	char err[512] = "";
 
 	if (o->model != NULL) {
 		*out = phub_bench_layout_preset(o->model);
-		if (*out == NULL && errno == ENOENT) {
-			fprintf(stderr, "phub-bench: unknown model '%s' (--help lists them)\n",
-				o->model);
+		/* Not a name: a layout file, as phub-plan takes a model file by the same option. */
+		if (*out == NULL && errno == ENOENT && access(o->model, R_OK) == 0) {
+			file = o->model;
+		} else if (*out == NULL && errno == ENOENT) {
+			fprintf(stderr, "phub-bench: unknown model '%s': not a model name"
+				" (--list-models) nor a readable layout file\n", o->model);
 			return -EINVAL;
 		}
-	} else if (o->layout_file != NULL) {
-		*out = phub_bench_layout_load(o->layout_file, err, sizeof(err));
+	}
+	if (file != NULL) {
+		*out = phub_bench_layout_load(file, err, sizeof(err));
 		if (*out == NULL && errno != ENOMEM) {
 			fprintf(stderr, "phub-bench: %s\n", err);
 			return -EINVAL;
 		}
-	} else {
+	} else if (o->model == NULL) {
 		*out = phub_bench_layout_synthetic(o->keys, o->key_elems);
 	}
 	if (*out == NULL) {

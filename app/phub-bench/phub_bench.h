@@ -28,11 +28,21 @@ struct phub_bench_layout {
 	uint32_t max_key_elems;
 };
 
-/* Number of built-in models and the name of the i-th ("resnet18", ...), NULL past the end. */
+/*
+ * Models with torchvision's layer list here, and the name of the i-th ("resnet18", ...), NULL
+ * past the end. Every network of lib/model's table (phub-plan's) is a model of phub-bench too.
+ */
 unsigned int phub_bench_preset_count(void);
 const char *phub_bench_preset_name(unsigned int i);
 
-/* A built-in model's layout; NULL and errno ENOENT (unknown name) or ENOMEM. */
+/* Whether a model name (any name of lib/model's table) has its layers here. */
+bool phub_bench_model_has_layers(const char *name);
+
+/*
+ * A model's layout by any of its names in lib/model's table, in any case ("resnet50", "RN50"):
+ * torchvision's tensors for the models with a layer list, else the Table 3 size (the paper's
+ * MB) in equal keys of at most 2^22 elements. NULL and errno ENOENT (unknown name) or ENOMEM.
+ */
 struct phub_bench_layout *phub_bench_layout_preset(const char *model);
 
 /*
@@ -245,9 +255,5 @@ void phub_bench_summarize(const struct phub_bench_run *run,
 json_t *phub_bench_report_json(const struct phub_bench_run *run,
 		const struct phub_bench_summary *s, const struct phub_bench_worker_result *results,
 		unsigned int n, const char *error);
-
-/* "fp32", "fp16", "bf16"; parse: 0 or -EINVAL. */
-const char *phub_bench_dtype_name(enum phub_dtype dtype);
-int phub_bench_dtype_parse(const char *name, enum phub_dtype *dtype);
 
 #endif /* PHUB_BENCH_H */

@@ -16,6 +16,8 @@
 #   pbox-dies    the PBox is killed mid-run: the workers fail and the parent exits 1
 #   fault        PHUB_BENCH_FAULT=ulp (rank 0's model one ulp off): SGD fails the check with
 #                the key and element named; Nesterov accepts it as rounding (not bitwise)
+#   model-names  --model takes phub-plan's names in any case and the paper's abbreviations, or a
+#                layout file; --list-models lists them; an unknown one is a usage error (no PBox)
 #   netns        the worker (rank 0) enters /run/netns/<prefix>1, where the soft PBox listens on its
 #                own loopback (root only; skipped otherwise); a missing namespace is an error
 # Exit 77 (skipped) when the soft PBox has not been built.
@@ -238,6 +240,35 @@ netns)
 	[ "$rc" = 1 ] || fail "exit $rc with a missing namespace, expected 1"
 	grep -q "cannot open network namespace /run/netns/nonexistent-$$-1" "$tmp/bench.err" ||
 		fail "the missing namespace is not named"
+	;;
+model-names)
+	layout_file=$(dirname "$0")/test_layout.json
+	for m in resnet50 RN50 Resnet50 rn50; do
+		"$bench" --model "$m" --print-layout >"$tmp/layout.out" 2>&1 ||
+			fail "--model $m: exit $?"
+		[ "$(tail -n 1 "$tmp/layout.out")" = "# resnet50: 161 keys, 25557032 elements" ] ||
+			fail "--model $m: $(tail -n 1 "$tmp/layout.out")"
+	done
+	# A network of phub-plan's table without a layer list here: its Table 3 size.
+	"$bench" --model GN --print-layout >"$tmp/layout.out" 2>&1 || fail "--model GN: exit $?"
+	[ "$(tail -n 1 "$tmp/layout.out")" = "# googlenet: 3 keys, 9961472 elements" ] ||
+		fail "--model GN: $(tail -n 1 "$tmp/layout.out")"
+	# A file: --model FILE as --layout FILE.
+	for o in --model --layout; do
+		"$bench" "$o" "$layout_file" --print-layout >"$tmp/layout.out" 2>&1 ||
+			fail "$o FILE: exit $?"
+		want="# test_layout.json: 12 keys, 596521 elements"
+		[ "$(tail -n 1 "$tmp/layout.out")" = "$want" ] ||
+			fail "$o FILE: $(tail -n 1 "$tmp/layout.out")"
+	done
+	"$bench" --model resnet9000 --print-layout >"$tmp/layout.out" 2>&1
+	rc=$?
+	[ "$rc" = 2 ] || fail "--model resnet9000: exit $rc, expected 2"
+	grep -q "unknown model 'resnet9000'" "$tmp/layout.out" || fail "no clear error"
+	"$bench" --list-models >"$tmp/list.out" || fail "--list-models: exit $?"
+	[ "$(wc -l <"$tmp/list.out")" = 10 ] || fail "--list-models: not 9 models and a header"
+	grep -q "^resnet50	RN50	161	25557032	torchvision tensors$" \
+		"$tmp/list.out" || fail "--list-models: no resnet50 row"
 	;;
 *)
 	fail "unknown case"

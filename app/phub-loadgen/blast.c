@@ -55,7 +55,7 @@ lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 	hdr.chunk_id = 0;
 	hdr.iteration = 1;
 	hdr.elem_count = elems;
-	hdr.dtype = PHUB_WIRE_DTYPE_FP32;
+	hdr.dtype = PHUB_DTYPE_FP32;
 	hdr.payload_len = (uint16_t)lg->opt.payload_bytes;
 	hdr.payload = rte_pktmbuf_mtod(lg->payload, const uint8_t *);
 

@@ -55,7 +55,7 @@ struct lg_options {
 	uint16_t base_port;		/* PBox control port; data lcore k is base + 1 + k */
 	uint16_t worker_udp;		/* worker i sends from worker_udp + i */
 	uint16_t port_id;
-	uint8_t optimizer;		/* enum phub_wire_optimizer */
+	uint8_t optimizer;		/* enum phub_opt_type */
 	bool blast;
 	bool udp_csum;			/* full UDP checksum, as a kernel sender would */
 	bool json;

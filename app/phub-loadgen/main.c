@@ -57,7 +57,9 @@ usage(FILE *f, const char *prog)
 		"      --payload-bytes B  --blast: element bytes per frame (default 8192)\n"
 		"      --pbox-ip A        the PBox port's address (default 10.77.0.1)\n"
 		"      --worker-ip A      worker 0's address, worker i's is A + i (10.77.0.101)\n"
-		"      --base-port P      the PBox's udp_base_port (default 47000)\n"
+		"      --port P           the PBox's control UDP port, its udp_base_port, as in\n"
+		"                         phub-bench (default 47000; --base-port: the old\n"
+		"                         spelling)\n"
 		"      --worker-port P    worker 0's UDP port; worker i has P + i (default 40000)\n"
 		"      --mtu M            for splitting JOIN and sizing mbufs (default 9000)\n"
 		"      --window N         PUSH segments in flight per worker (default 32); 0: no\n"
@@ -68,7 +70,7 @@ usage(FILE *f, const char *prog)
 		"      --optimizer NAME   none, sgd, momentum, nesterov, adam, adamw (sgd)\n"
 		"      --chunk-bytes B    chunk size asked for in JOIN (default 0: the PBox's)\n"
 		"      --no-udp-csum      send UDP checksum 0 instead of a full checksum\n"
-		"      --port N           DPDK port id (default 0)\n"
+		"      --dpdk-port N      DPDK port id (default 0)\n"
 		"      --json             one JSON object per run on stdout instead of text\n"
 		"  -h, --help             this text\n", prog, LG_MAX_WORKERS);
 }
@@ -108,13 +110,12 @@ parse_ipv4(const char *s, uint32_t *out)
 static int
 parse_optimizer(const char *s, uint8_t *out)
 {
-	for (unsigned int v = 0; v <= PHUB_WIRE_OPT_ADAMW; v++) {
-		if (strcmp(s, phub_wire_optimizer_name((uint8_t)v)) == 0) {
-			*out = (uint8_t)v;
-			return 0;
-		}
-	}
-	return -EINVAL;
+	enum phub_opt_type t;
+
+	if (phub_opt_type_parse(s, &t) != 0)
+		return -EINVAL;
+	*out = (uint8_t)t;
+	return 0;
 }
 
 /* "2,4,8": the worker counts of the runs. */
@@ -140,7 +141,7 @@ parse_workers(const char *s, struct lg_options *o)
 enum {
 	OPT_KEYS = 256, OPT_KEY_ELEMS, OPT_BLAST, OPT_PAYLOAD, OPT_PBOX_IP, OPT_WORKER_IP,
 	OPT_BASE_PORT, OPT_WORKER_PORT, OPT_MTU, OPT_WINDOW, OPT_RTO, OPT_JOB, OPT_NONCE,
-	OPT_OPTIMIZER, OPT_CHUNK, OPT_NO_CSUM, OPT_PORT, OPT_JSON, OPT_REPEAT,
+	OPT_OPTIMIZER, OPT_CHUNK, OPT_NO_CSUM, OPT_DPDK_PORT, OPT_JSON, OPT_REPEAT,
 };
 
 static int
@@ -167,7 +168,9 @@ parse_args(int argc, char **argv, struct lg_options *o)
 		{ "optimizer", required_argument, NULL, OPT_OPTIMIZER },
 		{ "chunk-bytes", required_argument, NULL, OPT_CHUNK },
 		{ "no-udp-csum", no_argument, NULL, OPT_NO_CSUM },
-		{ "port", required_argument, NULL, OPT_PORT },
+		/* --port as in phub-bench: the PBox's control port (--base-port: old spelling). */
+		{ "port", required_argument, NULL, OPT_BASE_PORT },
+		{ "dpdk-port", required_argument, NULL, OPT_DPDK_PORT },
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -193,7 +196,7 @@ parse_args(int argc, char **argv, struct lg_options *o)
 	o->repeat = 1;
 	o->base_port = 47000;
 	o->worker_udp = 40000;
-	o->optimizer = PHUB_WIRE_OPT_SGD;
+	o->optimizer = PHUB_OPT_SGD;
 	o->udp_csum = true;
 
 	optind = 1;
@@ -237,6 +240,13 @@ parse_args(int argc, char **argv, struct lg_options *o)
 			break;
 		case OPT_BASE_PORT:
 			rc = parse_u64(optarg, 1, 65535 - 1024, &v);
+			/* --port N used to be the DPDK port id: say so rather than send to it. */
+			if (rc == 0 && v < RTE_MAX_ETHPORTS) {
+				fprintf(stderr, "--port %s: --port is the PBox's control UDP "
+					"port, as in phub-bench; the DPDK port id is "
+					"--dpdk-port\n", optarg);
+				rc = -EINVAL;
+			}
 			o->base_port = (uint16_t)v;
 			break;
 		case OPT_WORKER_PORT:
@@ -272,7 +282,7 @@ parse_args(int argc, char **argv, struct lg_options *o)
 		case OPT_NO_CSUM:
 			o->udp_csum = false;
 			break;
-		case OPT_PORT:
+		case OPT_DPDK_PORT:
 			rc = parse_u64(optarg, 0, RTE_MAX_ETHPORTS - 1, &v);
 			o->port_id = (uint16_t)v;
 			break;

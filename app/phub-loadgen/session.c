@@ -46,18 +46,18 @@ join_params(const struct lg *lg, const struct phub_wire_key *keys,
 	snprintf(p->join.name, sizeof(p->join.name), "%.50s-%u", lg->opt.job, lg->run);
 	p->join.nonce = lg->opt.nonce;
 	p->join.world_size = lg->n_workers;
-	p->join.dtype = PHUB_WIRE_DTYPE_FP32;
+	p->join.dtype = PHUB_DTYPE_FP32;
 	p->join.optimizer = lg->opt.optimizer;
 	p->join.chunk_bytes = lg->opt.chunk_bytes;
 	/* Only the hyper-parameters the optimizer uses are sent; the others must be 0. */
 	switch (lg->opt.optimizer) {
-	case PHUB_WIRE_OPT_NONE:
+	case PHUB_OPT_NONE:
 		break;
-	case PHUB_WIRE_OPT_SGD:
+	case PHUB_OPT_SGD:
 		p->join.hyper.lr = 0.01f;
 		break;
-	case PHUB_WIRE_OPT_MOMENTUM:
-	case PHUB_WIRE_OPT_NESTEROV:
+	case PHUB_OPT_MOMENTUM:
+	case PHUB_OPT_NESTEROV:
 		p->join.hyper.lr = 0.01f;
 		p->join.hyper.momentum = 0.9f;
 		break;
@@ -321,7 +321,7 @@ send_segment(struct lg *lg, struct lg_worker *w, uint32_t si, bool pull, bool ag
 	if (again)
 		hdr.flags |= PHUB_WIRE_F_RETRANSMIT;
 	if (!pull) {
-		hdr.dtype = PHUB_WIRE_DTYPE_FP32;
+		hdr.dtype = PHUB_DTYPE_FP32;
 		hdr.payload_len = (uint16_t)(s->elem_count * sizeof(float));
 		hdr.payload = rte_pktmbuf_mtod(lg->payload, const uint8_t *);
 	}

@@ -11,19 +11,20 @@
 static const char *const cmd = "bandwidth";
 
 static const char usage_text[] =
-	"usage: phub-plan bandwidth (--preset NAME | --model FILE\n"
-	"                           | --model-bytes B --compute-s S)\n"
+	"usage: phub-plan bandwidth (--model NAME|FILE | --model-bytes B --compute-s S)\n"
 	"                           [--workers N] [--servers S] [--interfaces I]\n"
 	"                           [--units si|paper] [--json]\n"
 	"       phub-plan bandwidth --table2 [--units si|paper] [--json]\n"
-	"       phub-plan bandwidth --list-presets [--json]\n\n"
+	"       phub-plan bandwidth --list-models [--json]\n\n"
 	"Minimum per-host bandwidth (send + receive, Gbit/s) that hides communication when\n"
 	"N workers exchange a model of M bytes every T seconds of compute (PHub §2.3.1,\n"
 	"Figure 4), for the four PS configurations CC, CS, NCC, NCS and for a PBox.\n\n"
-	"  --preset NAME       a network of Table 3: AN V11 V19 GN I3 RN18 RN50 RN269 RX269, or\n"
-	"                      alexnet vgg11 vgg19 googlenet inception3 resnet18 resnet50\n"
-	"                      resnet269 resnext269\n"
-	"  --model FILE        JSON {\"layer_bytes\": [...], \"compute_s\": T}\n"
+	"  --model NAME|FILE   a network of Table 3 by name, as phub-bench takes it, in any\n"
+	"                      case: alexnet vgg11 vgg19 googlenet inception3 resnet18\n"
+	"                      resnet50 resnet269 resnext269, or AN V11 V19 GN I3 RN18 RN50\n"
+	"                      RN269 RX269; anything else is a model file, JSON\n"
+	"                      {\"layer_bytes\": [...], \"compute_s\": T} (--preset NAME: the\n"
+	"                      old spelling, names only)\n"
 	"  --model-bytes B     model size in bytes (K, M, G suffixes are powers of 1024)\n"
 	"  --compute-s S       compute time per batch in seconds (--compute-ms: in ms)\n"
 	"  --workers N         worker machines (default 8, Table 2's setup)\n"
@@ -31,11 +32,11 @@ static const char usage_text[] =
 	"  --interfaces I      PBox interfaces (default 10, §3.3)\n"
 	"  --units si|paper    si: MB = 10^6 B, Gbit = 10^9 bit; paper: MB = 2^20 B,\n"
 	"                      Gbit = 2^30 bit, the reading that reproduces Table 2 (default:\n"
-	"                      paper with --preset and --table2, si otherwise)\n"
+	"                      paper with a model name and --table2, si otherwise)\n"
 	"  --table2            Table 2 beside the model, with the residual of every cell\n"
-	"  --list-presets      the networks of Table 3\n"
+	"  --list-models       the networks of Table 3 (--list-presets: the old spelling)\n"
 	"  --json              one JSON object: CC, CS, NCC, NCS, PBOX, each in Gbit/s\n\n"
-	"Exit status: 0 done, 1 bad value (size <= 0, workers < 2, unknown preset), 2 usage.\n";
+	"Exit status: 0 done, 1 bad value (size <= 0, workers < 2, unknown model), 2 usage.\n";
 
 static void
 usage(void)
@@ -134,6 +135,7 @@ plan_bandwidth(int argc, char **argv)
 		{ "units", required_argument, NULL, PLAN_OPT_UNITS },
 		{ "table2", no_argument, NULL, O_TABLE2 },
 		{ "list-presets", no_argument, NULL, O_LIST },
+		{ "list-models", no_argument, NULL, O_LIST },
 		{ "json", no_argument, NULL, PLAN_OPT_JSON },
 		{ "help", no_argument, NULL, PLAN_OPT_HELP },
 		{ NULL, 0, NULL, 0 },

@@ -13,7 +13,7 @@ static const char *const cmd = "hierarchy";
 static const char usage_text[] =
 	"usage: phub-plan hierarchy --racks R --workers-per-rack N --core-gbps B\n"
 	"                          [--pbox-gbps B] [--worker-gbps B] [--formula 000|001|both]\n"
-	"                          [--preset NAME | --model FILE | --model-bytes B]\n"
+	"                          [--model NAME|FILE | --model-bytes B]\n"
 	"                          [--units si|paper] [--json]\n\n"
 	"Should a job whose workers span R racks of N workers reduce hierarchically (each rack's\n"
 	"PBox first, then the PBoxes across racks)? PHub §3.4:\n"
@@ -29,8 +29,10 @@ static const char usage_text[] =
 	"  --pbox-gbps B          B_PBox (default 560: 10 x 56 Gbit/s, §3.3)\n"
 	"  --worker-gbps B        B_Wkr (default 56, §4.1)\n"
 	"  --formula V            000, 001 or both (default 000)\n"
-	"  --preset, --model, --model-bytes   the model whose exchange is timed\n"
-	"  --units si|paper       reading of a preset's MB (default si)\n"
+	"  --model NAME|FILE, --model-bytes   the model whose exchange is timed: a network\n"
+	"                         by name (phub-plan bandwidth --list-models) or a model\n"
+	"                         file (--preset NAME: the old spelling)\n"
+	"  --units si|paper       reading of a named network's MB (default si)\n"
 	"  --json                 one JSON object\n\n"
 	"Exit status: 0 done, 1 bad value (racks < 2, bandwidth <= 0), 2 usage.\n";
 

@@ -13,7 +13,7 @@ static const char *const cmd = "optimize";
 #define TOP_MAX 50
 
 static const char usage_text[] =
-	"usage: phub-plan optimize (--preset NAME | --model FILE | --model-bytes B --compute-s S)\n"
+	"usage: phub-plan optimize (--model NAME|FILE | --model-bytes B --compute-s S)\n"
 	"                         [--budget N] [search options] [hardware options]\n"
 	"                         [--top K] [--json]\n\n"
 	"Searches PBoxes per rack, racks and workers (so workers per rack), flat or hierarchical\n"
@@ -41,9 +41,9 @@ static const char usage_text[] =
 	"  --calibration FILE    constants from phub-plan calibrate --json (applied before the\n"
 	"                        options above)\n"
 	"model:\n"
-	"  --batch N             samples per worker batch (presets: Table 3's)\n"
+	"  --batch N             samples per worker batch (named networks: Table 3's)\n"
 	"  --overlap F           fraction of compute that communication can overlap [0.667]\n"
-	"  --units si|paper      reading of a preset's MB (default si)\n\n"
+	"  --units si|paper      reading of a named network's MB (default si)\n\n"
 	"Exit status: 0 done, 1 bad value (budget too small, bandwidth <= 0), 2 usage.\n";
 
 static void

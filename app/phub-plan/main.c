@@ -25,7 +25,7 @@ static const char usage_head[] =
 	"PHub's performance and cost models as a planning tool. Every command takes --json.\n\n"
 	"commands:\n";
 static const char usage_tail[] =
-	"\nexit status: 0 done, 1 a value is wrong (bad size, unknown preset, bad file),\n"
+	"\nexit status: 0 done, 1 a value is wrong (bad size, unknown model, bad file),\n"
 	"2 the command line is not understood (unknown option, missing argument).\n";
 
 static void

@@ -108,10 +108,19 @@ plan_common_option(const char *cmd, int c, char **argv, struct plan_model_opts *
 		return plan_bad_option(cmd, argv);
 	switch (c) {
 	case PLAN_OPT_PRESET:
-		m->preset = optarg;
-		break;
 	case PLAN_OPT_MODEL:
-		m->file = optarg;
+		if (m->preset != NULL || m->file != NULL)
+			return plan_fail(cmd, PLAN_EXIT_USAGE, "give the model once (--model or"
+					" its old spelling --preset)");
+		/*
+		 * --model NAME|FILE, as phub-bench takes it: a name of the model table (any case,
+		 * "resnet50" or "RN50") is that network; anything else is a model file. --preset,
+		 * the old spelling, takes names only.
+		 */
+		if (c == PLAN_OPT_PRESET || phub_model_preset_find(optarg) != NULL)
+			m->preset = optarg;
+		else
+			m->file = optarg;
 		break;
 	case PLAN_OPT_MODEL_BYTES:
 		rc = plan_bytes(cmd, "model-bytes", optarg, &m->model_bytes);
@@ -152,18 +161,20 @@ plan_model_load(const char *cmd, const struct plan_model_opts *m, bool need_comp
 
 	if (sources == 0)
 		return plan_fail(cmd, PLAN_EXIT_USAGE,
-				"give a model: --preset NAME, --model FILE or --model-bytes B (see --help)");
+				"give a model: --model NAME|FILE or --model-bytes B (see --help)");
 	if (sources > 1)
 		return plan_fail(cmd, PLAN_EXIT_USAGE,
-				"--preset, --model and --model-bytes exclude each other");
+				"--model (or --preset) and --model-bytes exclude each other");
 	if (m->preset != NULL) {
 		if (!isnan(m->compute_s))
 			return plan_fail(cmd, PLAN_EXIT_USAGE,
-					"--compute-s goes with --model-bytes, not with --preset");
+					"--compute-s goes with --model-bytes, not with a model"
+					" name");
 		p = phub_model_preset_find(m->preset);
 		if (p == NULL)
 			return plan_fail(cmd, PLAN_EXIT_VALUE,
-					"unknown preset '%s' (phub-plan bandwidth --list-presets shows them)",
+					"unknown model '%s' (phub-plan bandwidth --list-models"
+					" shows them)",
 					m->preset);
 		if (phub_model_job_from_preset(p, m->units, job, err, sizeof(err)) != 0)
 			return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);

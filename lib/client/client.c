@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -478,13 +479,25 @@ thread_stop(struct phub *h)
 	h->thread_started = false;
 }
 
+/* The initial round's progress: what moves when it does. */
+static uint64_t
+initial_progress(const struct phub_stats *st)
+{
+	return st->initial_acks + st->initial_models;
+}
+
 /*
  * Iteration 0 of a new job: every rank pushes its initial weights and waits for the model, so
- * that phub_connect() returns once all ranks are in (rank 0's weights are the model).
+ * that phub_connect() returns once all ranks are in (rank 0's weights are the model). It fails
+ * when nothing moves (no ACK, no MODEL of iteration 0) for connect_timeout_ms, not when it
+ * merely takes long: a large model on a slow link, or ranks that come one by one.
  */
 static int
 initial_round(struct phub *h, const struct phub_connect_params *p, char *err, size_t errlen)
 {
+	uint64_t bound = (uint64_t)h->connect_timeout_ms * 1000000u;
+	struct phub_stats st;
+	uint64_t seen, moved_ns;
 	int rc;
 
 	for (uint32_t k = 0; k < h->n_keys; k++) {
@@ -495,12 +508,33 @@ initial_round(struct phub *h, const struct phub_connect_params *p, char *err, si
 		if (rc < 0)
 			break;
 	}
-	rc = phub_wait_all(h, (int)h->connect_timeout_ms);
+	phub_stats(h, &st);
+	seen = initial_progress(&st);
+	moved_ns = client_now_ns();
+	for (;;) {
+		uint64_t now;
+
+		rc = phub_wait_all(h, CLIENT_CONNECT_SLICE_MS);
+		if (rc != -ETIMEDOUT)
+			break;
+		now = client_now_ns();
+		phub_stats(h, &st);
+		if (initial_progress(&st) != seen) {
+			seen = initial_progress(&st);
+			moved_ns = now;
+		}
+		if (p->progress != NULL)
+			p->progress(p->progress_arg, &st);
+		if (now - moved_ns >= bound)
+			break;
+	}
 	if (rc == -ETIMEDOUT)
 		client_set_err(err, errlen,
-				"the initial-model round of job '%s' did not finish within"
-				" %u ms: have all %u ranks joined PBox %s?", h->job_name,
-				h->connect_timeout_ms, h->world_size, h->server_name);
+				"the initial-model round of job '%s' stalled: nothing for %u ms"
+				" (%" PRIu64 " of %" PRIu64 " segments in); have all %u ranks"
+				" joined PBox %s?", h->job_name, h->connect_timeout_ms,
+				st.initial_models, (uint64_t)h->n_segs, h->world_size,
+				h->server_name);
 	else if (rc != 0)
 		client_set_err(err, errlen, "the initial-model round failed: %s",
 				phub_last_error(h));
@@ -557,6 +591,12 @@ phub_connect(const struct phub_connect_params *p, char *err, size_t errlen)
 			client_set_err(err, errlen, "pthread_create: %s", strerror(-rc));
 		else
 			h->thread_started = true;
+	}
+	if (rc == 0 && p->progress != NULL) {
+		struct phub_stats st;
+
+		phub_stats(h, &st);
+		p->progress(p->progress_arg, &st);
 	}
 	if (rc == 0 && h->first_iteration == 0)
 		rc = initial_round(h, p, err, errlen);

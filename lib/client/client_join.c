@@ -39,22 +39,18 @@ struct client_join {
 	struct phub_wire_endpoint *endpoints;
 	uint16_t *chunk_map;
 	uint64_t token;
+	uint64_t progress_ns;		/* JOIN began, or a JOIN_ACK last added to the map */
 };
 
 static int
 optimizer_parse(const char *name, uint8_t *opt)
 {
-	if (name == NULL)
-		name = "sgd";
-	for (unsigned int i = 0; i <= UINT8_MAX; i++) {
-		const char *n = phub_wire_optimizer_name((uint8_t)i);
+	enum phub_opt_type t;
 
-		if (strcmp(n, "unknown") != 0 && strcmp(n, name) == 0) {
-			*opt = (uint8_t)i;
-			return 0;
-		}
-	}
-	return -EINVAL;
+	if (phub_opt_type_parse(name != NULL ? name : "sgd", &t) != 0)
+		return -EINVAL;
+	*opt = (uint8_t)t;
+	return 0;
 }
 
 static int
@@ -144,6 +140,7 @@ join_ack_take(struct phub *h, struct client_join *c, const struct phub_wire_msg 
 		size_t errlen)
 {
 	struct phub_wire_join_ack_seg seg;
+	uint32_t filled;
 	int rc;
 
 	if (msg->worker_rank != h->rank)
@@ -170,9 +167,15 @@ join_ack_take(struct phub *h, struct client_join *c, const struct phub_wire_msg 
 				c->chunk_map, seg.total_chunks);
 		c->token = msg->session_token;
 	}
+	filled = c->merge.chunks_filled;
 	rc = phub_wire_join_ack_merge_add(&c->merge, msg, &seg);
 	if (rc < 0)
 		return 0;
+	/* A datagram that told us more of the map: progress, which the timeout measures. */
+	if (c->merge.chunks_filled != filled || rc == 1) {
+		h->stats.join_acks++;
+		c->progress_ns = client_now_ns();
+	}
 	return rc;
 }
 
@@ -392,31 +395,45 @@ merge_reset(struct client_join *c)
 }
 
 /*
- * Send the JOIN until the chunk map is complete, with back-off, for at most connect_timeout_ms.
- * 0, -ETIMEDOUT, or -errno of a refusal or a failure (err says which).
+ * Send the JOIN until the chunk map is complete, with back-off, until connect_timeout_ms pass
+ * without a JOIN_ACK datagram that adds to the map: a map of many datagrams on a slow link takes
+ * as long as it takes. 0, -ETIMEDOUT, or -errno of a refusal or a failure (err says which).
  */
 static int
 join_exchange(struct phub *h, struct client_join *c, bool *retransmitted, char *err,
 		size_t errlen)
 {
-	uint64_t end = client_now_ns() + (uint64_t)h->connect_timeout_ms * 1000000u;
+	uint64_t bound = (uint64_t)h->connect_timeout_ms * 1000000u;
 	uint64_t rto = (uint64_t)JOIN_RTO_FIRST_MS * 1000000u;
 	bool retransmit = false;
+	uint64_t end;
 	int rc;
 
+	c->progress_ns = client_now_ns();
 	for (;;) {
 		uint64_t now = client_now_ns();
 
-		if (now >= end) {
+		end = c->progress_ns + bound;
+		if (now >= end && c->merge.chunks_filled == 0) {
 			client_set_err(err, errlen,
 					"no answer from PBox %s to the JOIN of rank %u of job"
-					" '%s' within %u ms: is the PBox running and reachable?",
+					" '%s' for %u ms: is the PBox running and reachable?",
 					h->server_name, h->rank, h->job_name,
 					h->connect_timeout_ms);
 			rc = -ETIMEDOUT;
 			break;
 		}
+		if (now >= end) {
+			client_set_err(err, errlen,
+					"the JOIN_ACK of rank %u of job '%s' from PBox %s stopped"
+					" at %u of %u chunks: nothing more for %u ms", h->rank,
+					h->job_name, h->server_name, c->merge.chunks_filled,
+					c->merge.total_chunks, h->connect_timeout_ms);
+			rc = -ETIMEDOUT;
+			break;
+		}
 		join_send(h, c, retransmit);
+		/* Progress while receiving moves the bound on: the wait ends at the RTO. */
 		rc = join_receive(h, c, now + rto < end ? now + rto : end, err, errlen);
 		if (rc == 1) {
 			rc = 0;

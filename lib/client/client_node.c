@@ -223,8 +223,13 @@ tx_flush(struct phub *h)
 			continue;
 		}
 		for (int i = 0; i < n; i++) {
+			uint8_t flags = tx->hdr[done + i][offsetof(struct phub_wire_hdr, flags)];
+
 			h->stats.tx_datagrams++;
 			h->stats.tx_bytes += tx->msgs[done + i].msg_len;
+			/* Counted when sent, with tx_datagrams: one snapshot has both alike. */
+			if (flags & PHUB_WIRE_F_CSUM)
+				h->stats.tx_csum++;
 		}
 		done += (unsigned int)n;
 	}
@@ -486,6 +491,8 @@ rx_ack(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 		return;
 	}
 	h->stats.acks++;
+	if (msg->iteration == 0)
+		h->stats.initial_acks++;
 	seg_acked(h, s);
 	s->state = SEG_ACKED;
 	s->tries = 0;
@@ -534,6 +541,9 @@ rx_model(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 			memcpy((uint8_t *)op->out + (size_t)s->key_elem * h->elem_size,
 					msg->payload, msg->payload_len);
 		op->n_models++;
+		/* Iteration 0 is pushed by the initial round only; a PULL of it is not progress. */
+		if (op->iter == 0 && op->type == OP_PUSHPULL)
+			h->stats.initial_models++;
 	}
 	if (s->next_pending) {
 		s->next_pending = false;
@@ -574,6 +584,9 @@ rx_one(struct phub *h, const uint8_t *buf, size_t len, uint64_t now)
 		h->stats.rx_dropped++;
 		return;
 	}
+	/* phub_wire_parse() has checked the CRC of every datagram that carries the flag. */
+	if (msg.flags & PHUB_WIRE_F_CSUM)
+		h->stats.rx_csum++;
 	if (msg.flags & PHUB_WIRE_F_REPLAY)
 		h->stats.replays++;
 	switch (msg.opcode) {

@@ -4,6 +4,7 @@
 #ifndef PHUB_CLIENT_PRIV_H
 #define PHUB_CLIENT_PRIV_H
 
+#include <assert.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -11,10 +12,23 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+/*
+ * phub.h first: its copy of enum phub_dtype is then the one compiled into libphub, and the
+ * static_asserts below hold it to the tree's definition, PHUB_FOREACH_DTYPE of wire/phub_types.h.
+ */
+#include "phub.h"
+
 #include "layout/phub_layout.h"
 #include "wire/phub_wire.h"
 
-#include "phub.h"
+#define CLIENT_DTYPE_SAME_(n, v, sz, s) \
+	static_assert(PHUB_DTYPE_##n == (v), "phub.h: PHUB_DTYPE_" #n " differs from phub_types.h");
+PHUB_FOREACH_DTYPE(CLIENT_DTYPE_SAME_)
+#undef CLIENT_DTYPE_SAME_
+#define CLIENT_DTYPE_ONE_(n, v, sz, s) +1
+static_assert(PHUB_DTYPE_COUNT == 0 PHUB_FOREACH_DTYPE(CLIENT_DTYPE_ONE_),
+	      "phub.h: PHUB_DTYPE_COUNT differs from phub_types.h");
+#undef CLIENT_DTYPE_ONE_
 
 /* Defaults and limits of struct phub_connect_params. */
 enum {
@@ -24,6 +38,7 @@ enum {
 	CLIENT_RTO_MAX_MS = 1000,
 	CLIENT_DEAD_MS = 10000,
 	CLIENT_CONNECT_TIMEOUT_MS = 10000,
+	CLIENT_CONNECT_SLICE_MS = 100,	/* phub_connect() looks at the initial round */
 	CLIENT_SOCKET_BUFFER = 4 << 20,	/* asked of the kernel; it may give less */
 	CLIENT_BATCH = 32,		/* datagrams per sendmmsg/recvmmsg */
 	CLIENT_TICKET_BUCKETS = 1024,

@@ -20,8 +20,9 @@ extern "C" {
 #endif
 
 /*
- * Element types of gradients and models, as on the wire. The same definition, under the same
- * guard, is in lib/kernels/phub_kernels.h, so that both headers may be included in any order.
+ * Element types of gradients and models, as on the wire. This header must stand alone once
+ * installed, so it repeats the tree's one definition (lib/wire/phub_types.h) under the same
+ * guard; lib/client/client_priv.h checks at build time that the values agree.
  */
 #ifndef PHUB_DTYPE_DEFINED
 #define PHUB_DTYPE_DEFINED
@@ -70,6 +71,15 @@ struct phub_key {
 	uint32_t n_elems;	/* >= 1 */
 };
 
+struct phub_stats;
+
+/*
+ * Called by phub_connect() on its own thread while it waits, about every 100 ms and whenever
+ * JOIN or the initial round moves on, with the session's counters so far (join_acks,
+ * initial_acks, initial_models): a progress display for a join that takes long.
+ */
+typedef void (*phub_connect_progress_fn)(void *arg, const struct phub_stats *stats);
+
 /*
  * What phub_connect() needs. Zero-initialise it and set what matters: every numeric field that
  * is 0 takes the default given beside it.
@@ -102,8 +112,13 @@ struct phub_connect_params {
 	uint32_t rto_min_ms;		/* retransmission timeout bounds; 0: 5 ms ... */
 	uint32_t rto_max_ms;		/* ... 0: 1000 ms */
 	uint32_t dead_ms;		/* PBox silent this long, work pending: failed; 0: 10 s */
-	uint32_t connect_timeout_ms;	/* bound on JOIN and the initial round each; 0: 10 s */
+	uint32_t connect_timeout_ms;	/* JOIN, then the initial round, fails after this long
+					 * without progress (a JOIN_ACK datagram; an ACK or
+					 * MODEL of iteration 0), however long it takes as a
+					 * whole; 0: 10 s */
 	unsigned int flags;		/* PHUB_CONNECT_F_* */
+	phub_connect_progress_fn progress;	/* NULL: none */
+	void *progress_arg;		/* passed to progress */
 };
 
 /* Counters of one session since phub_connect(), for monitoring and tests. */
@@ -130,6 +145,13 @@ struct phub_stats {
 	/* Last, so that code built against the layout before them reads the rest right. */
 	uint64_t reconnects;		/* sessions made again after a PBox restart */
 	uint64_t rollbacks;		/* of them, those that failed tickets with -ESTALE */
+	uint64_t tx_csum;		/* datagrams sent with a CRC32C (PHUB_CONNECT_F_CSUM) */
+	uint64_t rx_csum;		/* datagrams received with a CRC32C, checked, matching */
+	/* What phub_connect() waited for: progress, which its timeout measures. */
+	uint64_t join_acks;		/* JOIN_ACK datagrams that added to the chunk map */
+	uint64_t initial_acks;		/* initial-round (iteration 0) segments ACKed */
+	uint64_t initial_models;	/* initial-round MODEL segments taken, of phub_info's
+					 * n_segments */
 };
 
 /* What the PBox decided at JOIN. */
@@ -164,8 +186,9 @@ struct phub;
  * initial weights as iteration 0, rank 0's become the model. Returns when the model of
  * iteration 0 is in at this worker, i.e. once every rank has joined (a barrier); phub_pull()
  * then gives rank 0's weights. On failure returns NULL, sets errno and writes a one-line reason
- * into err (when err is not NULL): EINVAL bad parameters, ETIMEDOUT the PBox did not answer or
- * not every rank came within connect_timeout_ms, EACCES wrong nonce, EBUSY rank taken or job
+ * into err (when err is not NULL): EINVAL bad parameters, ETIMEDOUT nothing moved for
+ * connect_timeout_ms (the PBox did not answer the JOIN, or the initial round stalled: a rank
+ * did not come), EACCES wrong nonce, EBUSY rank taken or job
  * full, ENOMEM, EPROTO any other refusal (the PBox's text is in err), ECONNRESET or EIO when
  * the PBox fell silent or sent an ERROR during the initial round.
  */
@@ -215,8 +238,9 @@ int phub_wait_all(struct phub *h, int timeout_ms);
 /*
  * A PBox restart (docs/client.md, "When the PBox restarts"). A restarted PBox restores each job
  * from its checkpoint of some iteration K and answers the old session with ERROR unknown_job;
- * libphub JOINs again by itself (same job, nonce and rank, within connect_timeout_ms) and learns
- * from JOIN_ACK the iteration to resume at, r = K + 1 (phub_info().first_iteration). Then:
+ * libphub JOINs again by itself (same job, nonce and rank, until connect_timeout_ms pass
+ * without an answer) and learns from JOIN_ACK the iteration to resume at, r = K + 1
+ * (phub_info().first_iteration). Then:
  *
  * - If the application has seen nothing of iteration r or later (no ticket of an iteration
  *   >= r completed), every operation in progress starts again from its beginning with the

@@ -19,8 +19,6 @@ static const char *const driver_names[] = { PHUB_CONFIG_FOREACH_DRIVER(NAME_) };
 static const char *const steering_names[] = { PHUB_CONFIG_FOREACH_STEERING(NAME_) };
 static const char *const bus_names[] = { PHUB_CONFIG_FOREACH_BUS(NAME_) };
 static const char *const idle_names[] = { PHUB_CONFIG_FOREACH_IDLE(NAME_) };
-static const char *const dtype_names[] = { PHUB_CONFIG_FOREACH_DTYPE(NAME_) };
-static const char *const optimizer_names[] = { PHUB_CONFIG_FOREACH_OPTIMIZER(NAME_) };
 #undef NAME_
 
 #define ENUM_NAME(table, v) \
@@ -48,18 +46,6 @@ const char *
 phub_config_idle_name(enum phub_config_idle_policy policy)
 {
 	return ENUM_NAME(idle_names, policy);
-}
-
-const char *
-phub_config_dtype_name(enum phub_config_dtype dtype)
-{
-	return ENUM_NAME(dtype_names, dtype);
-}
-
-const char *
-phub_config_optimizer_name(enum phub_config_optimizer_type type)
-{
-	return ENUM_NAME(optimizer_names, type);
 }
 
 void

@@ -104,19 +104,19 @@ dump_optimizer(const struct phub_config_optimizer *o, FILE *f)
 		double value;
 		bool used;
 	} params[] = {
-		{ "lr", o->lr, o->type != PHUB_CONFIG_OPTIMIZER_NONE },
-		{ "momentum", o->momentum, o->type == PHUB_CONFIG_OPTIMIZER_MOMENTUM ||
-					   o->type == PHUB_CONFIG_OPTIMIZER_NESTEROV },
-		{ "weight_decay", o->weight_decay, o->type != PHUB_CONFIG_OPTIMIZER_NONE },
-		{ "beta1", o->beta1, o->type == PHUB_CONFIG_OPTIMIZER_ADAM ||
-				     o->type == PHUB_CONFIG_OPTIMIZER_ADAMW },
-		{ "beta2", o->beta2, o->type == PHUB_CONFIG_OPTIMIZER_ADAM ||
-				     o->type == PHUB_CONFIG_OPTIMIZER_ADAMW },
-		{ "eps", o->eps, o->type == PHUB_CONFIG_OPTIMIZER_ADAM ||
-				 o->type == PHUB_CONFIG_OPTIMIZER_ADAMW },
+		{ "lr", o->lr, o->type != PHUB_OPT_NONE },
+		{ "momentum", o->momentum, o->type == PHUB_OPT_MOMENTUM ||
+					   o->type == PHUB_OPT_NESTEROV },
+		{ "weight_decay", o->weight_decay, o->type != PHUB_OPT_NONE },
+		{ "beta1", o->beta1, o->type == PHUB_OPT_ADAM ||
+				     o->type == PHUB_OPT_ADAMW },
+		{ "beta2", o->beta2, o->type == PHUB_OPT_ADAM ||
+				     o->type == PHUB_OPT_ADAMW },
+		{ "eps", o->eps, o->type == PHUB_OPT_ADAM ||
+				 o->type == PHUB_OPT_ADAMW },
 	};
 
-	fprintf(f, "      \"optimizer\": { \"type\": \"%s\"", phub_config_optimizer_name(o->type));
+	fprintf(f, "      \"optimizer\": { \"type\": \"%s\"", phub_opt_type_name(o->type));
 	for (size_t i = 0; i < sizeof(params) / sizeof(params[0]); i++) {
 		if (!params[i].used)
 			continue;
@@ -138,7 +138,7 @@ dump_jobs(const struct phub_config *cfg, FILE *f)
 		fprintf(f, ",\n      \"nonce\": \"0x%016llx\",\n      \"workers\": %u,\n"
 			"      \"dtype\": \"%s\",\n      \"deterministic\": %s,\n",
 			(unsigned long long)job->nonce, job->workers,
-			phub_config_dtype_name(job->dtype), job->deterministic ? "true" : "false");
+			phub_dtype_name(job->dtype), job->deterministic ? "true" : "false");
 		dump_optimizer(&job->optimizer, f);
 		fprintf(f, "    }");
 	}

@@ -6,6 +6,7 @@
  */
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -38,9 +39,16 @@
 #define NAME_(id, name) name,
 static const char *const driver_names[] = { PHUB_CONFIG_FOREACH_DRIVER(NAME_) NULL };
 static const char *const idle_names[] = { PHUB_CONFIG_FOREACH_IDLE(NAME_) NULL };
-static const char *const dtype_names[] = { PHUB_CONFIG_FOREACH_DTYPE(NAME_) NULL };
-static const char *const optimizer_names[] = { PHUB_CONFIG_FOREACH_OPTIMIZER(NAME_) NULL };
 #undef NAME_
+/* Indexed by value: the dtype and optimizer values run from 0 without a hole. */
+#define DTYPE_NAME_(id, v, sz, name) [PHUB_DTYPE_##id] = name,
+static const char *const dtype_names[] = { PHUB_FOREACH_DTYPE(DTYPE_NAME_) NULL };
+#undef DTYPE_NAME_
+#define OPT_NAME_(id, v, name) [PHUB_OPT_##id] = name,
+static const char *const optimizer_names[] = { PHUB_FOREACH_OPT(OPT_NAME_) NULL };
+#undef OPT_NAME_
+static_assert(sizeof(dtype_names) / sizeof(dtype_names[0]) == PHUB_DTYPE_COUNT + 1, "dtypes");
+static_assert(sizeof(optimizer_names) / sizeof(optimizer_names[0]) == PHUB_OPT_COUNT + 1, "opts");
 
 static int
 expect_array(struct cfg_ctx *ctx, const json_t *v, size_t min, size_t max)
@@ -482,19 +490,19 @@ enum {
 	OPT_EPS = 1u << 6,
 };
 
-static const unsigned int optimizer_uses[PHUB_CONFIG_OPTIMIZER_COUNT] = {
-	[PHUB_CONFIG_OPTIMIZER_NONE] = 0,
-	[PHUB_CONFIG_OPTIMIZER_SGD] = OPT_LR | OPT_WEIGHT_DECAY,
-	[PHUB_CONFIG_OPTIMIZER_MOMENTUM] = OPT_LR | OPT_MOMENTUM | OPT_WEIGHT_DECAY,
-	[PHUB_CONFIG_OPTIMIZER_NESTEROV] = OPT_LR | OPT_MOMENTUM | OPT_WEIGHT_DECAY,
-	[PHUB_CONFIG_OPTIMIZER_ADAM] = OPT_LR | OPT_BETA1 | OPT_BETA2 | OPT_EPS | OPT_WEIGHT_DECAY,
-	[PHUB_CONFIG_OPTIMIZER_ADAMW] = OPT_LR | OPT_BETA1 | OPT_BETA2 | OPT_EPS | OPT_WEIGHT_DECAY,
+static const unsigned int optimizer_uses[PHUB_OPT_COUNT] = {
+	[PHUB_OPT_NONE] = 0,
+	[PHUB_OPT_SGD] = OPT_LR | OPT_WEIGHT_DECAY,
+	[PHUB_OPT_MOMENTUM] = OPT_LR | OPT_MOMENTUM | OPT_WEIGHT_DECAY,
+	[PHUB_OPT_NESTEROV] = OPT_LR | OPT_MOMENTUM | OPT_WEIGHT_DECAY,
+	[PHUB_OPT_ADAM] = OPT_LR | OPT_BETA1 | OPT_BETA2 | OPT_EPS | OPT_WEIGHT_DECAY,
+	[PHUB_OPT_ADAMW] = OPT_LR | OPT_BETA1 | OPT_BETA2 | OPT_EPS | OPT_WEIGHT_DECAY,
 };
 
 /* The field order matches the OPT_* bits: field i is bit i. */
 const struct cfg_field cfg_optimizer_fields[] = {
 	F_ENUM("type", struct phub_config_optimizer, type, optimizer_names,
-	       PHUB_CONFIG_OPTIMIZER_SGD, 0),
+	       PHUB_OPT_SGD, 0),
 	F_REAL("lr", struct phub_config_optimizer, lr, 0.0, 10.0, CFG_RMIN_OPEN),
 	F_REAL("momentum", struct phub_config_optimizer, momentum, 0.0, 1.0, CFG_RMAX_OPEN),
 	F_REAL("weight_decay", struct phub_config_optimizer, weight_decay, 0.0, 1.0, 0),
@@ -506,30 +514,28 @@ const struct cfg_field cfg_optimizer_fields[] = {
 
 /* Defaults per type, as the frameworks' own (PyTorch's SGD, Adam, AdamW). */
 static void
-optimizer_defaults(struct phub_config_optimizer *o, enum phub_config_optimizer_type type)
+optimizer_defaults(struct phub_config_optimizer *o, enum phub_opt_type type)
 {
 	memset(o, 0, sizeof(*o));
 	o->type = type;
 	switch (type) {
-	case PHUB_CONFIG_OPTIMIZER_NONE:
+	case PHUB_OPT_NONE:
 		break;
-	case PHUB_CONFIG_OPTIMIZER_SGD:
+	case PHUB_OPT_SGD:
 		o->lr = 0.01;
 		break;
-	case PHUB_CONFIG_OPTIMIZER_MOMENTUM:
-	case PHUB_CONFIG_OPTIMIZER_NESTEROV:
+	case PHUB_OPT_MOMENTUM:
+	case PHUB_OPT_NESTEROV:
 		o->lr = 0.01;
 		o->momentum = 0.9;
 		break;
-	case PHUB_CONFIG_OPTIMIZER_ADAM:
-	case PHUB_CONFIG_OPTIMIZER_ADAMW:
+	case PHUB_OPT_ADAM:
+	case PHUB_OPT_ADAMW:
 		o->lr = 0.001;
 		o->beta1 = 0.9;
 		o->beta2 = 0.999;
 		o->eps = 1e-8;
-		o->weight_decay = type == PHUB_CONFIG_OPTIMIZER_ADAMW ? 0.01 : 0.0;
-		break;
-	case PHUB_CONFIG_OPTIMIZER_COUNT:
+		o->weight_decay = type == PHUB_OPT_ADAMW ? 0.01 : 0.0;
 		break;
 	}
 }
@@ -542,7 +548,7 @@ static int
 parse_optimizer(struct cfg_ctx *ctx, const json_t *obj, void *target)
 {
 	struct phub_config_optimizer *o = target;
-	struct phub_config_optimizer parsed = { .type = PHUB_CONFIG_OPTIMIZER_SGD };
+	struct phub_config_optimizer parsed = { .type = PHUB_OPT_SGD };
 	const json_t *type;
 	const char *key;
 	json_t *v;
@@ -574,7 +580,7 @@ parse_optimizer(struct cfg_ctx *ctx, const json_t *obj, void *target)
 			rc = cfg_unknown_key(ctx, cfg_optimizer_fields, 0);
 		else if (!(optimizer_uses[o->type] & (1u << (f - cfg_optimizer_fields))))
 			rc = cfg_error(ctx, CFG_AT_KEY, "optimizer \"%s\" does not use %s",
-				       phub_config_optimizer_name(o->type), key);
+				       phub_opt_type_name(o->type), key);
 		else
 			rc = cfg_parse_value(ctx, f, v, o);
 		cfg_pop(ctx);
@@ -600,7 +606,7 @@ static const struct cfg_field job_fields[] = {
 	      CFG_CS_PRINTABLE, NULL, CFG_REQUIRED),
 	F_CUSTOM("nonce", offsetof(struct phub_config_job, nonce), parse_nonce, CFG_REQUIRED),
 	F_INT("workers", struct phub_config_job, workers, 1, 1024, 1, CFG_REQUIRED),
-	F_ENUM("dtype", struct phub_config_job, dtype, dtype_names, PHUB_CONFIG_DTYPE_FP32, 0),
+	F_ENUM("dtype", struct phub_config_job, dtype, dtype_names, PHUB_DTYPE_FP32, 0),
 	F_CUSTOM("deterministic", offsetof(struct phub_config_job, deterministic), parse_job_bool,
 		 0),
 	F_CUSTOM("optimizer", offsetof(struct phub_config_job, optimizer), parse_optimizer, 0),
@@ -630,7 +636,7 @@ parse_jobs(struct cfg_ctx *ctx, const json_t *arr, void *target)
 
 		v = json_array_get(arr, i);
 		job->deterministic = deterministic;
-		optimizer_defaults(&job->optimizer, PHUB_CONFIG_OPTIMIZER_SGD);
+		optimizer_defaults(&job->optimizer, PHUB_OPT_SGD);
 		cfg_push_index(ctx, i);
 		rc = cfg_parse_object(ctx, v, job_fields, job);
 		cfg_pop(ctx);

@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "wire/phub_types.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -78,19 +80,6 @@ extern "C" {
 	_(POLL, "poll") \
 	_(ADAPTIVE, "adaptive")
 
-#define PHUB_CONFIG_FOREACH_DTYPE(_) \
-	_(FP32, "fp32") \
-	_(FP16, "fp16") \
-	_(BF16, "bf16")
-
-#define PHUB_CONFIG_FOREACH_OPTIMIZER(_) \
-	_(NONE, "none") \
-	_(SGD, "sgd") \
-	_(MOMENTUM, "momentum") \
-	_(NESTEROV, "nesterov") \
-	_(ADAM, "adam") \
-	_(ADAMW, "adamw")
-
 #define PHUB_CONFIG_ENUM_DRIVER_(id, name) PHUB_CONFIG_DRIVER_##id,
 enum phub_config_driver_id {
 	PHUB_CONFIG_FOREACH_DRIVER(PHUB_CONFIG_ENUM_DRIVER_)
@@ -118,20 +107,6 @@ enum phub_config_idle_policy {
 	PHUB_CONFIG_IDLE_COUNT
 };
 #undef PHUB_CONFIG_ENUM_IDLE_
-
-#define PHUB_CONFIG_ENUM_DTYPE_(id, name) PHUB_CONFIG_DTYPE_##id,
-enum phub_config_dtype {
-	PHUB_CONFIG_FOREACH_DTYPE(PHUB_CONFIG_ENUM_DTYPE_)
-	PHUB_CONFIG_DTYPE_COUNT
-};
-#undef PHUB_CONFIG_ENUM_DTYPE_
-
-#define PHUB_CONFIG_ENUM_OPTIMIZER_(id, name) PHUB_CONFIG_OPTIMIZER_##id,
-enum phub_config_optimizer_type {
-	PHUB_CONFIG_FOREACH_OPTIMIZER(PHUB_CONFIG_ENUM_OPTIMIZER_)
-	PHUB_CONFIG_OPTIMIZER_COUNT
-};
-#undef PHUB_CONFIG_ENUM_OPTIMIZER_
 
 /* One driver profile, drivers-cfg/<driver>.json. */
 struct phub_config_driver {
@@ -214,7 +189,7 @@ struct phub_config_limits {
 
 /* Hyper-parameters the type does not use are 0. */
 struct phub_config_optimizer {
-	enum phub_config_optimizer_type type;
+	enum phub_opt_type type;
 	double lr;
 	double momentum;
 	double weight_decay;
@@ -226,7 +201,7 @@ struct phub_config_optimizer {
 struct phub_config_job {
 	uint64_t nonce;
 	uint16_t workers;
-	enum phub_config_dtype dtype;
+	enum phub_dtype dtype;
 	bool deterministic;
 	struct phub_config_optimizer optimizer;
 	char name[PHUB_CONFIG_JOB_NAME_MAX];
@@ -363,10 +338,6 @@ const char *
 phub_config_bus_name(enum phub_config_bus bus);
 const char *
 phub_config_idle_name(enum phub_config_idle_policy policy);
-const char *
-phub_config_dtype_name(enum phub_config_dtype dtype);
-const char *
-phub_config_optimizer_name(enum phub_config_optimizer_type type);
 
 #ifdef __cplusplus
 }

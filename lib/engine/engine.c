@@ -9,13 +9,21 @@
 #include "engine_priv.h"
 
 struct phub_engine *
-phub_engine_create(void)
+phub_engine_create_with(const struct phub_engine_params *params)
 {
 	struct phub_engine *engine = calloc(1, sizeof(*engine));
 
 	if (engine == NULL)
 		return NULL;
+	if (params != NULL)
+		engine->params = *params;
 	return engine;
+}
+
+struct phub_engine *
+phub_engine_create(void)
+{
+	return phub_engine_create_with(NULL);
 }
 
 void
@@ -231,7 +239,9 @@ phub_engine_job_create(struct phub_engine *engine, const struct phub_engine_job_
 	job->first_iteration = p->first_iteration;
 	job->ckpt_shadow = p->checkpoint_shadow;
 	job->deterministic = p->deterministic;
-	job->created_ns = engine_now_ns();
+	job->clock = engine->params.clock;
+	job->clock_arg = engine->params.clock_arg;
+	job->created_ns = engine_job_now_ns(job);
 	/* One row of rank cells per server, each row whole cache lines. */
 	job->n_cell_rows = p->n_servers > 0 ? p->n_servers : 1;
 	job->cell_row_len = (uint32_t)((p->world_size * sizeof(struct rank_cell) +
@@ -415,7 +425,7 @@ phub_engine_job_join(struct phub_engine_job *job, uint16_t rank, uint64_t nonce,
 	s = &job->ranks[rank];
 	key = peer_key(peer->ipv4, peer->udp_port);
 	if (atomic_load(&s->token) != 0 && atomic_load(&s->peer) == key) {
-		atomic_store_explicit(&s->heard_ns, engine_now_ns(), memory_order_relaxed);
+		atomic_store_explicit(&s->heard_ns, engine_job_now_ns(job), memory_order_relaxed);
 		/* The same session: what it asks for may change (a worker restarted in place). */
 		endpoint_publish(s, key, peer);
 		*token = atomic_load(&s->token);
@@ -429,7 +439,7 @@ phub_engine_job_join(struct phub_engine_job *job, uint16_t rank, uint64_t nonce,
 	 */
 	atomic_store_explicit(&s->token, 0, memory_order_release);
 	endpoint_publish(s, key, peer);
-	atomic_store_explicit(&s->heard_ns, engine_now_ns(), memory_order_relaxed);
+	atomic_store_explicit(&s->heard_ns, engine_job_now_ns(job), memory_order_relaxed);
 	*token = new_token();
 	atomic_store_explicit(&s->token, *token, memory_order_release);
 	return 0;
@@ -520,9 +530,9 @@ phub_engine_job_get_info(const struct phub_engine_job *job, struct phub_engine_j
 	info->n_segments = job->n_segments;
 	info->n_elems = job->n_elems;
 	info->memory_bytes = job->memory_bytes;
-	/* A racy snapshot on purpose: data threads own the slots. */
+	/* A snapshot, not a consistent cut: data threads own the slots and move them on. */
 	for (uint32_t s = 0; s < job->n_segments; s++) {
-		uint32_t next = job->slots[s].next_iteration;
+		uint32_t next = __atomic_load_n(&job->slots[s].next_iteration, __ATOMIC_RELAXED);
 
 		lo = next < lo ? next : lo;
 		hi = next > hi ? next : hi;
@@ -553,7 +563,7 @@ phub_engine_job_heard(struct phub_engine_job *job, uint16_t rank, uint64_t token
 	    atomic_load_explicit(&s->peer, memory_order_acquire) !=
 	    peer_key(src_ipv4, src_udp_port))
 		return -EPERM;
-	atomic_store_explicit(&s->heard_ns, engine_now_ns(), memory_order_relaxed);
+	atomic_store_explicit(&s->heard_ns, engine_job_now_ns(job), memory_order_relaxed);
 	return 0;
 }
 
@@ -585,7 +595,7 @@ phub_engine_job_rank_status(const struct phub_engine_job *job, uint16_t rank,
 		st->pushed = true;
 	}
 	/* Another thread's stamp may be a little newer than our clock reading. */
-	now = engine_now_ns();
+	now = engine_job_now_ns(job);
 	st->silent_ns = now > heard ? now - heard : 0;
 	return 0;
 }
@@ -626,10 +636,14 @@ phub_engine_job_waiting_on(const struct phub_engine_job *job, uint32_t *iteratio
 		it1 = __atomic_load_n(&slot->next_iteration, __ATOMIC_ACQUIRE);
 		if (it1 != oldest)
 			continue;
+		/*
+		 * Acquire loads, not relaxed ones and an acquire fence: the same order (the second
+		 * read of next_iteration cannot move above them), and ThreadSanitizer models loads
+		 * but not fences.
+		 */
 		for (unsigned int w = 0; w < PHUB_ENGINE_BITMAP_WORDS; w++)
-			bits[w] = __atomic_load_n(&slot->seen_bits[w], __ATOMIC_RELAXED);
-		seen = __atomic_load_n(&slot->seen, __ATOMIC_RELAXED);
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			bits[w] = __atomic_load_n(&slot->seen_bits[w], __ATOMIC_ACQUIRE);
+		seen = __atomic_load_n(&slot->seen, __ATOMIC_ACQUIRE);
 		it2 = __atomic_load_n(&slot->next_iteration, __ATOMIC_RELAXED);
 		/*
 		 * Nobody pushed this segment yet (nobody waits), or it changed while

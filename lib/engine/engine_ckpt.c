@@ -287,10 +287,14 @@ phub_engine_job_ckpt_status(const struct phub_engine_job *job, bool scan,
 		collect = atomic_load_explicit(&job->ckpt.collect, memory_order_acquire);
 		target = (uint32_t)(collect >> 32);
 		all_past = true;
-		/* A racy read on purpose, as in get_info: only the owning lcores write slots. */
+		/*
+		 * Only the owning lcores write slots. An acquire load that sees a slot past the
+		 * target synchronises with its lcore's release store, made after that lcore
+		 * counted its copy, so the count read below includes the copy.
+		 */
 		for (uint32_t s = 0; s < job->n_segments && all_past; s++)
-			all_past = (int32_t)(job->slots[s].next_iteration - target) > 0;
-		atomic_thread_fence(memory_order_seq_cst);
+			all_past = (int32_t)(__atomic_load_n(&job->slots[s].next_iteration,
+							     __ATOMIC_ACQUIRE) - target) > 0;
 	}
 	collect = atomic_load_explicit(&job->ckpt.collect, memory_order_acquire);
 	st->armed = (collect & CKPT_ARMED) != 0;

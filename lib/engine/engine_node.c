@@ -277,14 +277,14 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 {
 	struct segment_slot *slot;
 	struct rank_cell *cell;
-	uint64_t elem, now;
+	uint64_t elem, now, t0;
 	int32_t ahead;
 	bool last;
 
 	slot = request_check(job, req, &elem, &cell, reply, stats);
 	if (slot == NULL)
 		return;
-	now = engine_now_ns();
+	now = engine_job_now_ns(job);
 	cell_heard(cell, now);
 	/* The payload must be the job's dtype and exactly the segment. */
 	if (req->dtype != job->dtype) {
@@ -326,12 +326,14 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 	}
 
 	last = slot->seen + 1 == job->world_size;
+	/* The profiling counters measure the CPU: CLOCK_MONOTONIC whatever clock the job has. */
+	t0 = job->clock == NULL ? now : engine_now_ns();
 	if (req->iteration == 0)
 		push_initial(job, req, elem, stats);
 	else if (job->deterministic)
-		push_ordered(job, slot, req, elem, last, now, stats);
+		push_ordered(job, slot, req, elem, last, t0, stats);
 	else
-		push_gradient(job, slot, req, elem, last, now, stats);
+		push_gradient(job, slot, req, elem, last, t0, stats);
 	stats->pushes++;
 	stats->push_bytes += req->payload_len;
 	/* The bit before the count: a reader that sees them agree saw one state. */
@@ -360,7 +362,7 @@ phub_engine_pull(struct phub_engine_job *job, const struct phub_engine_request *
 	slot = request_check(job, req, &elem, &cell, reply, stats);
 	if (slot == NULL)
 		return;
-	cell_heard(cell, engine_now_ns());
+	cell_heard(cell, engine_job_now_ns(job));
 	if (req->retransmit)
 		stats->retransmits_seen++;
 	/* Only a finished iteration has a model to give. */

@@ -12,7 +12,11 @@
 
 #define PHUB_ENGINE_ALIGN 64
 
-/* CLOCK_MONOTONIC in nanoseconds: the clock of every engine timestamp (vDSO, no system call). */
+/*
+ * CLOCK_MONOTONIC in nanoseconds (vDSO, no system call): the default clock of the engine's
+ * timestamps, and always the clock of its profiling counters (agg_ns, opt_ns), which measure the
+ * CPU, not the protocol.
+ */
 static inline uint64_t
 engine_now_ns(void)
 {
@@ -106,6 +110,8 @@ struct phub_engine_job {
 	bool deterministic;
 	struct phub_optimizer_params optimizer;
 	struct phub_layout *layout;
+	phub_engine_clock_fn clock;	/* the engine's, copied; NULL: CLOCK_MONOTONIC */
+	void *clock_arg;
 	struct rank_session ranks[PHUB_ENGINE_MAX_WORKERS];
 
 	/* Control only. */
@@ -124,7 +130,15 @@ struct phub_engine_job {
 struct phub_engine {
 	struct phub_engine_job *_Atomic jobs[PHUB_ENGINE_MAX_JOBS];
 	uint32_t generation[PHUB_ENGINE_MAX_JOBS];
+	struct phub_engine_params params;	/* read-only after create */
 };
+
+/* The job's clock (its engine's): a timestamp to store or compare with stored ones. */
+static inline uint64_t
+engine_job_now_ns(const struct phub_engine_job *job)
+{
+	return job->clock != NULL ? job->clock(job->clock_arg) : engine_now_ns();
+}
 
 /* engine_ckpt.c: the shadow's memory, with the job's allocator. */
 uint64_t engine_ckpt_memory(const struct phub_engine_job *job);

@@ -135,8 +135,22 @@ struct phub_engine_request {
 struct phub_engine;
 struct phub_engine_job;
 
-/* The job table. */
+/*
+ * The clock of every timestamp the engine keeps (job creation, when each rank was last heard):
+ * nanoseconds that never go back. Tests pass one they move by hand, so that no test sleeps.
+ */
+typedef uint64_t (*phub_engine_clock_fn)(void *arg);
+
+/* What phub_engine_create_with() needs; zero-initialised, it gives phub_engine_create(). */
+struct phub_engine_params {
+	phub_engine_clock_fn clock;	/* NULL: CLOCK_MONOTONIC */
+	void *clock_arg;		/* passed to clock */
+};
+
+/* The job table, on CLOCK_MONOTONIC. NULL and errno ENOMEM. */
 struct phub_engine *phub_engine_create(void);
+/* The job table, with params (NULL: defaults). NULL and errno ENOMEM. */
+struct phub_engine *phub_engine_create_with(const struct phub_engine_params *params);
 void phub_engine_free(struct phub_engine *engine);
 
 /*

@@ -21,15 +21,6 @@ static const char *const isa_names[PHUB_ISA_COUNT] = {
 	[PHUB_ISA_AVX512] = "avx512",
 };
 
-static const char *const opt_names[PHUB_OPT_COUNT] = {
-	[PHUB_OPT_NONE] = "none",
-	[PHUB_OPT_SGD] = "sgd",
-	[PHUB_OPT_MOMENTUM] = "momentum",
-	[PHUB_OPT_NESTEROV] = "nesterov",
-	[PHUB_OPT_ADAM] = "adam",
-	[PHUB_OPT_ADAMW] = "adamw",
-};
-
 #if defined(__x86_64__)
 /*
  * clang 14 has no "f16c" for __builtin_cpu_supports, so ask CPUID directly.
@@ -142,30 +133,6 @@ phub_kernels_isa_name(enum phub_isa isa)
 	if ((unsigned int)isa >= PHUB_ISA_COUNT)
 		return "unknown";
 	return isa_names[isa];
-}
-
-const char *
-phub_opt_type_name(enum phub_opt_type type)
-{
-	if ((unsigned int)type >= PHUB_OPT_COUNT)
-		return NULL;
-	return opt_names[type];
-}
-
-int
-phub_opt_type_parse(const char *name, enum phub_opt_type *type)
-{
-	unsigned int i;
-
-	if (name == NULL)
-		return -EINVAL;
-	for (i = 0; i < PHUB_OPT_COUNT; i++) {
-		if (strcmp(name, opt_names[i]) == 0) {
-			*type = (enum phub_opt_type)i;
-			return 0;
-		}
-	}
-	return -EINVAL;
 }
 
 unsigned int

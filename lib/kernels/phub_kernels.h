@@ -8,39 +8,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wire/phub_types.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/*
- * Element types of gradient and model payloads on the wire. The values are
- * part of the wire header: never renumber them. lib/wire carries a
- * compatible definition under the same guard, so either header may come first.
- */
-#ifndef PHUB_DTYPE_DEFINED
-#define PHUB_DTYPE_DEFINED
-enum phub_dtype {
-	PHUB_DTYPE_FP32 = 0,
-	PHUB_DTYPE_FP16 = 1, /* IEEE 754 binary16 */
-	PHUB_DTYPE_BF16 = 2, /* bfloat16: the upper half of a binary32 */
-};
-
-#define PHUB_DTYPE_COUNT 3
-
-/* Bytes per element of a dtype, or 0 for a value that is not a dtype. */
-static inline size_t
-phub_dtype_size(enum phub_dtype dtype)
-{
-	switch (dtype) {
-	case PHUB_DTYPE_FP32:
-		return 4;
-	case PHUB_DTYPE_FP16:
-	case PHUB_DTYPE_BF16:
-		return 2;
-	}
-	return 0;
-}
-#endif /* PHUB_DTYPE_DEFINED */
 
 /* Instruction sets with an implementation, slowest first. */
 enum phub_isa {
@@ -52,9 +25,9 @@ enum phub_isa {
 #define PHUB_ISA_COUNT 3
 
 /*
- * Optimizers. With g the mean gradient (sum times grad_scale) and w the fp32
- * weight, each element is updated as below; docs/kernels.md has the same
- * formulas and the exact order of operations.
+ * Optimizers (enum phub_opt_type, in wire/phub_types.h). With g the mean gradient (sum
+ * times grad_scale) and w the fp32 weight, each element is updated as below; docs/kernels.md
+ * has the same formulas and the exact order of operations.
  *
  *   NONE      w = g                                    (the model buffer holds the mean)
  *   SGD       g += wd*w;  w -= lr*g
@@ -66,16 +39,6 @@ enum phub_isa {
  *
  * where c1 = 1/(1 - b1^t) and c2 = 1/sqrt(1 - b2^t) come from struct phub_opt_step.
  */
-enum phub_opt_type {
-	PHUB_OPT_NONE = 0,
-	PHUB_OPT_SGD = 1,
-	PHUB_OPT_MOMENTUM = 2,
-	PHUB_OPT_NESTEROV = 3,
-	PHUB_OPT_ADAM = 4,
-	PHUB_OPT_ADAMW = 5,
-};
-
-#define PHUB_OPT_COUNT 6
 
 /* Hyper-parameters of one job's optimizer; constant over the job. */
 struct phub_optimizer_params {
@@ -165,14 +128,6 @@ phub_kernels_isa_supported(enum phub_isa isa);
 /* "scalar", "avx2", "avx512", or "unknown". */
 const char *
 phub_kernels_isa_name(enum phub_isa isa);
-
-/* "none", "sgd", "momentum", "nesterov", "adam", "adamw", or NULL if unknown. */
-const char *
-phub_opt_type_name(enum phub_opt_type type);
-
-/* Parse a name of phub_opt_type_name(); -EINVAL if unknown. */
-int
-phub_opt_type_parse(const char *name, enum phub_opt_type *type);
 
 /* How many fp32 state arrays (m, v) the optimizer keeps per element: 0, 1 or 2. */
 unsigned int

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "phub_types.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -102,7 +104,7 @@ struct __attribute__((packed)) phub_wire_hdr {
 	uint8_t opcode;			/* enum phub_wire_opcode */
 	uint8_t flags;			/* PHUB_WIRE_F_* */
 	uint8_t hdr_len;		/* bytes before the payload, >= 56 */
-	uint8_t dtype;			/* enum phub_wire_dtype of the payload */
+	uint8_t dtype;			/* enum phub_dtype of the payload, or ..._NONE */
 	uint8_t priority;		/* P3: lower is needed sooner, 0 first */
 	phub_be32_t job_id;		/* handed out in JOIN_ACK; 0 in JOIN */
 	phub_be16_t worker_rank;	/* sender's or addressee's rank in the job */
@@ -159,21 +161,11 @@ static_assert(offsetof(struct phub_wire_hdr, csum) == 52, "csum at 52");
 	(PHUB_WIRE_F_CSUM | PHUB_WIRE_F_RETRANSMIT | PHUB_WIRE_F_LAST | PHUB_WIRE_F_REPLAY)
 
 /*
- * Payload element types: _(NAME, value, bytes per element, name). NONE marks a control body or
- * an empty payload: it is the dtype of every opcode that does not carry elements, and a numeric
- * dtype is required on every opcode that does.
+ * Payload element types: enum phub_dtype of wire/phub_types.h, or NONE. NONE marks a control body
+ * or an empty payload: it is the dtype of every opcode that does not carry elements, and a
+ * numeric dtype is required on every opcode that does.
  */
-#define PHUB_WIRE_DTYPES(_) \
-	_(FP32, 0x00, 4, "fp32") \
-	_(FP16, 0x01, 2, "fp16") \
-	_(BF16, 0x02, 2, "bf16") \
-	_(NONE, 0xff, 0, "none")
-
-enum phub_wire_dtype {
-#define PHUB_WIRE_DTYPE_ENUM(n, v, s, name) PHUB_WIRE_DTYPE_##n = (v),
-	PHUB_WIRE_DTYPES(PHUB_WIRE_DTYPE_ENUM)
-#undef PHUB_WIRE_DTYPE_ENUM
-};
+#define PHUB_WIRE_DTYPE_NONE	0xff
 
 /*
  * Which header fields an opcode uses besides the ones every opcode uses (magic, version, opcode,
@@ -392,20 +384,7 @@ enum phub_wire_error {
 #undef PHUB_WIRE_ERROR_ENUM
 };
 
-/* Optimizers named in JOIN: _(NAME, value, name). NONE: the PBox sums, the workers update. */
-#define PHUB_WIRE_OPTIMIZERS(_) \
-	_(NONE,		0, "none") \
-	_(SGD,		1, "sgd") \
-	_(MOMENTUM,	2, "momentum") \
-	_(NESTEROV,	3, "nesterov") \
-	_(ADAM,		4, "adam") \
-	_(ADAMW,	5, "adamw")
-
-enum phub_wire_optimizer {
-#define PHUB_WIRE_OPT_ENUM(n, v, s) PHUB_WIRE_OPT_##n = (v),
-	PHUB_WIRE_OPTIMIZERS(PHUB_WIRE_OPT_ENUM)
-#undef PHUB_WIRE_OPT_ENUM
-};
+/* Optimizers named in JOIN: enum phub_opt_type of wire/phub_types.h. */
 
 /*
  * JOIN flags.
@@ -451,7 +430,7 @@ struct __attribute__((packed)) phub_wire_join_body {
 	phub_be16_t rank;
 	phub_be16_t world_size;		/* >= 1 */
 	uint8_t dtype;			/* element type of every key */
-	uint8_t optimizer;		/* enum phub_wire_optimizer */
+	uint8_t optimizer;		/* enum phub_opt_type */
 	phub_be16_t join_flags;		/* PHUB_WIRE_JOIN_F_* */
 	phub_be32_t lr;			/* IEEE float32 bit patterns: finite, >= 0 */
 	phub_be32_t momentum;

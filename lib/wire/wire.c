@@ -9,6 +9,15 @@
 #include "phub_wire.h"
 #include "wire_priv.h"
 
+/* The counts beside the enums of phub_types.h cover their tables, and NONE is none of them. */
+#define ONE_DTYPE_(n, v, sz, s) +1
+#define ONE_OPT_(n, v, s) +1
+static_assert(PHUB_DTYPE_COUNT == 0 PHUB_FOREACH_DTYPE(ONE_DTYPE_), "PHUB_DTYPE_COUNT");
+static_assert(PHUB_OPT_COUNT == 0 PHUB_FOREACH_OPT(ONE_OPT_), "PHUB_OPT_COUNT");
+static_assert(PHUB_WIRE_DTYPE_NONE >= PHUB_DTYPE_COUNT, "PHUB_WIRE_DTYPE_NONE is a dtype");
+#undef ONE_DTYPE_
+#undef ONE_OPT_
+
 /* What the validator knows about one opcode value; the X-macro list is its only source. */
 struct wire_op {
 	const char *name;
@@ -50,23 +59,17 @@ phub_wire_opcode_name(uint8_t opcode)
 const char *
 phub_wire_dtype_name(uint8_t dtype)
 {
-	switch (dtype) {
-#define DTYPE_NAME(n, v, sz, s) case (v): return s;
-	PHUB_WIRE_DTYPES(DTYPE_NAME)
-#undef DTYPE_NAME
-	}
-	return "unknown";
+	const char *name = phub_dtype_name((enum phub_dtype)dtype);
+
+	if (dtype == PHUB_WIRE_DTYPE_NONE)
+		return "none";
+	return name != NULL ? name : "unknown";
 }
 
 unsigned int
 phub_wire_dtype_size(uint8_t dtype)
 {
-	switch (dtype) {
-#define DTYPE_SIZE(n, v, sz, s) case (v): return (sz);
-	PHUB_WIRE_DTYPES(DTYPE_SIZE)
-#undef DTYPE_SIZE
-	}
-	return 0;
+	return (unsigned int)phub_dtype_size((enum phub_dtype)dtype);
 }
 
 const char *
@@ -83,12 +86,9 @@ phub_wire_error_name(uint16_t code)
 const char *
 phub_wire_optimizer_name(uint8_t optimizer)
 {
-	switch (optimizer) {
-#define OPT_NAME(n, v, s) case (v): return s;
-	PHUB_WIRE_OPTIMIZERS(OPT_NAME)
-#undef OPT_NAME
-	}
-	return "unknown";
+	const char *name = phub_opt_type_name((enum phub_opt_type)optimizer);
+
+	return name != NULL ? name : "unknown";
 }
 
 int

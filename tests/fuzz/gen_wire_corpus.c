@@ -95,21 +95,21 @@ main(int argc, char **argv)
 	dir = argv[1];
 
 	/* Data opcodes, each dtype, with and without checksum. */
-	save("push_fp32.bin", buf, data_msg(buf, PHUB_WIRE_OP_PUSH, 0, PHUB_WIRE_DTYPE_FP32, 16));
+	save("push_fp32.bin", buf, data_msg(buf, PHUB_WIRE_OP_PUSH, 0, PHUB_DTYPE_FP32, 16));
 	save("push_fp32_csum.bin", buf, data_msg(buf, PHUB_WIRE_OP_PUSH, PHUB_WIRE_F_CSUM,
-			PHUB_WIRE_DTYPE_FP32, 32));
+			PHUB_DTYPE_FP32, 32));
 	save("push_fp16_retransmit.bin", buf, data_msg(buf, PHUB_WIRE_OP_PUSH,
-			PHUB_WIRE_F_RETRANSMIT, PHUB_WIRE_DTYPE_FP16, 48));
+			PHUB_WIRE_F_RETRANSMIT, PHUB_DTYPE_FP16, 48));
 	save("push_bf16_1500.bin", buf, data_msg(buf, PHUB_WIRE_OP_PUSH, PHUB_WIRE_F_CSUM,
-			PHUB_WIRE_DTYPE_BF16, 704));
+			PHUB_DTYPE_BF16, 704));
 	save("model_fp32_replay.bin", buf, data_msg(buf, PHUB_WIRE_OP_MODEL, PHUB_WIRE_F_REPLAY,
-			PHUB_WIRE_DTYPE_FP32, 16));
+			PHUB_DTYPE_FP32, 16));
 	save("model_fp32_csum.bin", buf, data_msg(buf, PHUB_WIRE_OP_MODEL, PHUB_WIRE_F_CSUM,
-			PHUB_WIRE_DTYPE_FP32, 64));
+			PHUB_DTYPE_FP32, 64));
 	save("ring_reduce.bin", buf, data_msg(buf, PHUB_WIRE_OP_RING_REDUCE, PHUB_WIRE_F_CSUM,
-			PHUB_WIRE_DTYPE_FP32, 16));
+			PHUB_DTYPE_FP32, 16));
 	save("ring_gather.bin", buf, data_msg(buf, PHUB_WIRE_OP_RING_GATHER, 0,
-			PHUB_WIRE_DTYPE_FP16, 16));
+			PHUB_DTYPE_FP16, 16));
 	save("ack.bin", buf, data_msg(buf, PHUB_WIRE_OP_ACK, 0, PHUB_WIRE_DTYPE_NONE, 352));
 	save("ack_csum.bin", buf, data_msg(buf, PHUB_WIRE_OP_ACK, PHUB_WIRE_F_CSUM,
 			PHUB_WIRE_DTYPE_NONE, 352));
@@ -145,8 +145,8 @@ main(int argc, char **argv)
 	jp.join.nonce = 0x0123456789abcdefull;
 	jp.join.rank = 2;
 	jp.join.world_size = 8;
-	jp.join.dtype = PHUB_WIRE_DTYPE_BF16;
-	jp.join.optimizer = PHUB_WIRE_OPT_ADAMW;
+	jp.join.dtype = PHUB_DTYPE_BF16;
+	jp.join.optimizer = PHUB_OPT_ADAMW;
 	jp.join.join_flags = PHUB_WIRE_JOIN_F_CSUM;
 	jp.join.hyper = (struct phub_wire_hyper){ 1e-3f, 0.0f, 0.01f, 0.9f, 0.999f, 1e-8f };
 	for (uint32_t i = 0; i < 400; i++)
@@ -200,17 +200,17 @@ main(int argc, char **argv)
 			PHUB_WIRE_ERR_BAD_NONCE, "nonce does not match the job's"));
 
 	/* A PUSH from a later version with an 8-byte header extension. */
-	len = data_msg(buf + 8, PHUB_WIRE_OP_PUSH, 0, PHUB_WIRE_DTYPE_FP32, 16);
+	len = data_msg(buf + 8, PHUB_WIRE_OP_PUSH, 0, PHUB_DTYPE_FP32, 16);
 	memmove(buf, buf + 8, PHUB_WIRE_HDR_LEN);
 	memset(buf + PHUB_WIRE_HDR_LEN, 0xee, 8);
 	buf[offsetof(struct phub_wire_hdr, hdr_len)] = PHUB_WIRE_HDR_LEN + 8;
 	save("push_hdr_ext.bin", buf, len + 8);
 
 	/* Broken packets, one defect each. */
-	len = data_msg(buf, PHUB_WIRE_OP_PUSH, PHUB_WIRE_F_CSUM, PHUB_WIRE_DTYPE_FP32, 16);
+	len = data_msg(buf, PHUB_WIRE_OP_PUSH, PHUB_WIRE_F_CSUM, PHUB_DTYPE_FP32, 16);
 	buf[PHUB_WIRE_HDR_LEN + 3] ^= 0x40;
 	save("bad_csum.bin", buf, len);
-	len = data_msg(buf, PHUB_WIRE_OP_PUSH, 0, PHUB_WIRE_DTYPE_FP32, 16);
+	len = data_msg(buf, PHUB_WIRE_OP_PUSH, 0, PHUB_DTYPE_FP32, 16);
 	save("truncated_push.bin", buf, len - 5);
 	save("truncated_header.bin", buf, 30);
 	buf[0] = 'G';
@@ -221,7 +221,7 @@ main(int argc, char **argv)
 	len = data_msg(buf, PHUB_WIRE_OP_ACK, 0, PHUB_WIRE_DTYPE_NONE, 16);
 	put32(buf, offsetof(struct phub_wire_hdr, elem_offset), 0xfffffff8u);
 	save("elem_range.bin", buf, len);
-	len = data_msg(buf, PHUB_WIRE_OP_PUSH, 0, PHUB_WIRE_DTYPE_FP32, 16);
+	len = data_msg(buf, PHUB_WIRE_OP_PUSH, 0, PHUB_DTYPE_FP32, 16);
 	put32(buf, offsetof(struct phub_wire_hdr, elem_count), 15);
 	save("elem_count_mismatch.bin", buf, len);
 	jp.key_count = 2;

@@ -15,6 +15,7 @@
 # iteration boundary) and start it again on its checkpoints in $STATE_ROOT/R/checkpoints.
 #
 # usage: pbox_rack.sh VIRTUAL_RACK PHUB_PBOX PHUB_BENCH SCENARIO [PHUB_HOSTILE]
+# (PHUB_HOSTILE, tests/integration/phub_hostile.c: for no-steering.)
 # Exits 77 with the reason when it cannot run here (not root, no /dev/net/tun).
 set -uo pipefail
 
@@ -42,6 +43,7 @@ failed=0
 pbox_args=()
 # Python statements on the rack's config c (a dict), run before the PBox starts.
 config_edit=
+python_dir=$(cd "$(dirname "$0")/../../python" && pwd)
 # Ranks run as processes of their own (start_rank), by rank.
 rank_pids=()
 
@@ -56,6 +58,13 @@ cleanup()
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
+
+# phubrack COMMAND ARGS...: the Python these tests need, python/phubrack (its __main__.py
+# lists the commands).
+phubrack()
+{
+	PYTHONPATH=$python_dir PYTHONDONTWRITEBYTECODE=1 python3 -m phubrack "$@"
+}
 
 fail()
 {
@@ -72,12 +81,7 @@ rack()
 	"$vrack" up --name "$rack" --id "$id" --workers "$workers" "$@" >"$tmp/up.log" 2>&1 ||
 		{ cat "$tmp/up.log"; echo "FAIL: the rack did not come up"; exit 1; }
 	if [ -n "$config_edit" ]; then
-		python3 - "/run/phub-vrack/$rack/pbox.json" "$config_edit" <<'PY' ||
-import json, sys
-c = json.load(open(sys.argv[1]))
-exec(sys.argv[2])
-json.dump(c, open(sys.argv[1], "w"), indent=2)
-PY
+		phubrack config-edit "/run/phub-vrack/$rack/pbox.json" "$config_edit" ||
 			{ echo "FAIL: cannot edit the rack's config"; exit 1; }
 	fi
 	"$vrack" pbox-start --name "$rack" --bin "$pbox_bin" -- "${pbox_args[@]}" \
@@ -103,17 +107,7 @@ bench()
 # expect OUT PYTHON-CONDITION...: conditions on the report r.
 expect()
 {
-	local out=$1
-	shift
-	python3 - "$out" "$@" <<'PY' || fail "report $1 does not hold: ${*:2}"
-import json, sys
-r = json.load(open(sys.argv[1]))
-for cond in sys.argv[2:]:
-    if not eval(cond):
-        print("  not true:", cond, "in", {k: r.get(k) for k in
-              ("workers", "verified", "bitwise", "max_abs_error", "retransmits", "pulls")})
-        sys.exit(1)
-PY
+	phubrack expect "$@" || fail "report $1 does not hold: ${*:2}"
 }
 
 telemetry()
@@ -191,10 +185,8 @@ wait_job_iterations()
 {
 	local i reached
 	for i in $(seq 300); do
-		reached=$(telemetry "/phub/job,$1" | python3 -c 'import json, sys
-for line in sys.stdin:
-    if line.strip().startswith("{"):
-        print(json.loads(line).get("/phub/job", {}).get("iterations_done", 0))' 2>/dev/null)
+		reached=$(telemetry "/phub/job,$1" | phubrack query --default 0 \
+			't["/phub/job"].get("iterations_done", 0)' 2>/dev/null)
 		[ "${reached:-0}" -ge "$2" ] && return 0
 		sleep 0.1
 	done
@@ -265,33 +257,40 @@ loss-1pct)
 			'r["retransmits"] + r["pulls"] > 0'
 	;;
 no-steering)
-	# Without the BPF program the tun driver spreads datagrams by flow hash: those that land
-	# on the wrong lcore are handed to the owner of their chunk, none lost, none added twice.
-	# With 3 workers that is 6 flows to 2 lcores: all of them on the right lcore by chance 1
-	# time in 64, so up to 4 runs (new sockets, new source ports, new hashes) until one is
-	# handed off.
+	# Without the BPF program the tun driver spreads datagrams by flow hash, and a PUSH sent
+	# to another lcore's UDP port (a stale map) must reach the owner of its chunk all the
+	# same: handed off, none lost, none added twice. The workers' run checks the sums; then
+	# phub-hostile sends a job's whole initial round to the wrong lcore's port on purpose
+	# and gets every MODEL back, so the hand-off is seen in every run, not by chance.
+	[ -x "$hostile_bin" ] || { echo "FAIL: no phub-hostile (5th argument)"; exit 1; }
 	pbox_args=(--no-steering)
 	rack 3
-	for run in 1 2 3 4; do
-		bench "$tmp/r.json" 3 --layout "$mixed_layout" --iterations 6 --job "spread-$run" &&
-			expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]'
-		telemetry /phub/stats /phub/ports >"$tmp/tel.json"
-		grep -q '"handed_off": [1-9]' "$tmp/tel.json" && break
-		echo "run $run: every flow hashed to its own lcore; again with new source ports"
-	done
-	python3 - "$tmp/tel.json" <<'PY' || fail "no hand-off seen, or it lost datagrams"
+	bench "$tmp/r.json" 3 --layout "$mixed_layout" --iterations 6 &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]'
+	telemetry /phub/stats >"$tmp/before.json"
+	ip netns exec "$rack-w1" "$hostile_bin" --server "$server" --misdirect >"$tmp/mis.json" ||
+		fail "phub-hostile --misdirect: not every MODEL came back: $(cat "$tmp/mis.json")"
+	telemetry /phub/stats /phub/ports >"$tmp/tel.json"
+	PYTHONPATH=$python_dir python3 - "$tmp/before.json" "$tmp/tel.json" "$tmp/mis.json" \
+		<<'PY' ||
 import json, sys
-out = {}
-for line in open(sys.argv[1]):
-    if line.strip().startswith("{"):
-        out.update(json.loads(line))
+from phubrack import telemetry
+before, out = telemetry.load(sys.argv[1])["/phub/stats"], telemetry.load(sys.argv[2])
+mis = json.load(open(sys.argv[3]))
 s = out["/phub/stats"]
-print("hand-off:", s["handed_off"], "drops:", s["drops"])
+handed = s["handed_off"] - before["handed_off"]
+print("misdirected:", mis, "handed off meanwhile:", handed, "drops:", s["drops"])
 assert all(p["steering"] == "none" for p in out["/phub/ports"].values())
-assert s["handed_off"] > 0
+assert mis["models"] == mis["segments"] > 0
+assert mis["wrong_port"] != mis["right_port"]
+# Nothing else runs now. Each misdirected PUSH is handed off once (it reached the lcore of
+# the port it was sent to, which hands it to the chunk's) or twice (the flow hash put it on
+# the chunk's own lcore, which first hands it to the port's lcore, which hands it back).
+assert mis["misdirected"] <= handed <= 2 * mis["misdirected"]
 assert s["drops"].get("wrong_lcore", 0) == s["handed_off"]
 assert set(s["drops"]) <= {"wrong_lcore", "not_for_us"}
 PY
+		fail "the misdirected PUSHes were not handed off once each, or datagrams were lost"
 	;;
 af-packet)
 	# One port per lcore (af_packet, MTU 9000): the other steering layout.
@@ -307,13 +306,10 @@ telemetry)
 		expect "$tmp/r.json" 'r["verified"]' 'r["retransmits"] == 0'
 	telemetry /phub/stats /phub/lcores /phub/ports /phub/jobs >"$tmp/tel.json" ||
 		fail "dpdk-telemetry.py failed"
-	python3 - "$tmp/tel.json" <<'PY' || fail "telemetry does not match what was sent"
-import json, sys
-out = {}
-for line in open(sys.argv[1]):
-    line = line.strip()
-    if line.startswith("{"):
-        out.update(json.loads(line))
+	PYTHONPATH=$python_dir python3 - "$tmp/tel.json" <<'PY' ||
+import sys
+from phubrack import telemetry
+out = telemetry.load(sys.argv[1])
 s, lcores, ports = out["/phub/stats"], out["/phub/lcores"], out["/phub/ports"]
 rounds, segments, workers = 7, 5, 3
 checks = {
@@ -337,6 +333,7 @@ if bad:
     print("  wrong:", bad)
     sys.exit(1)
 PY
+		fail "telemetry does not match what was sent"
 	;;
 restart)
 	# SIGKILL mid-training, once a checkpoint of iteration >= 6 is on disk: the PBox started
@@ -363,8 +360,8 @@ restart)
 	bench_wait "$tmp/r.json" &&
 		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' 'r["reconnects"] == 3' \
 			'all(w["reconnects"] == 1 for w in r["per_worker"])'
-	python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("workers went back to", [w["resumed_at"] for w in r["per_worker"]], "rollbacks", r["rollbacks"])' \
-		"$tmp/r.json" 2>/dev/null
+	phubrack query '"workers went back to %s, rollbacks %s" % ([w["resumed_at"]
+		for w in t["per_worker"]], t["rollbacks"])' "$tmp/r.json" 2>/dev/null
 	[ "$(newest_ckpt)" -eq -1 ] || fail "the job ended but its checkpoints stay: $(ls "$ckpt_dir")"
 	;;
 restart-damaged)
@@ -487,14 +484,9 @@ sigterm)
 		--lr 0.05 --pause-at 8:4000 --dead-ms 30000
 	at_boundary=0
 	for ((i = 0; i < 150; i++)); do
-		if telemetry /phub/jobs | python3 -c '
-import json, sys
-for line in sys.stdin:
-    if line.strip().startswith("{"):
-        jobs = json.loads(line)["/phub/jobs"]
-        j = [v for v in jobs.values() if v["name"] == "phub-bench"]
-        sys.exit(0 if j and j[0]["iterations_done"] == 9 == j[0]["iteration_newest"] else 1)
-sys.exit(1)'; then
+		if telemetry /phub/jobs | phubrack holds 'any(j["iterations_done"] == 9 ==
+				j["iteration_newest"] for j in t["/phub/jobs"].values()
+				if j["name"] == "phub-bench")'; then
 			at_boundary=1
 			break
 		fi
@@ -546,9 +538,8 @@ deterministic)
 	bench "$tmp/arrival.json" 3 --layout "$mixed_layout" --iterations 8 --gradients random \
 		--job arrival &&
 		expect "$tmp/arrival.json" 'r["verified"]' 'r["verify_mode"] == "tolerance"'
-	python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))
-print("arrival order: bitwise %s, max abs error %g" % (r["bitwise"], r["max_abs_error"]))' \
-		"$tmp/arrival.json"
+	phubrack query '"arrival order: bitwise %s, max abs error %g" % (t["bitwise"],
+		t["max_abs_error"])' "$tmp/arrival.json"
 	# A rank that asks otherwise than the job is refused with LAYOUT_MISMATCH.
 	start_rank "$tmp/m0.json" 0 2 --keys 2 --key-elems 100 --job mixed --deterministic \
 		--connect-timeout-ms 3000
@@ -574,12 +565,10 @@ straggler)
 		sleep 3
 		telemetry /phub/job,strag >"$tmp/tel.json"
 		kill -CONT "$victim"
-		python3 - "$tmp/tel.json" <<'PY' || fail "telemetry does not name the stopped rank"
-import json, sys
-j = {}
-for line in open(sys.argv[1]):
-    if line.strip().startswith("{"):
-        j = json.loads(line)["/phub/job"]
+		PYTHONPATH=$python_dir python3 - "$tmp/tel.json" <<'PY' ||
+import sys
+from phubrack import telemetry
+j = telemetry.load(sys.argv[1]).get("/phub/job", {})
 ranks = {r: j["rank_%d" % r] for r in range(3)}
 print("waiting_on", j["waiting_on"], "at iteration", j["waiting_iteration"],
       {r: (v["last_heard_ms"], v.get("newest_iteration"), v.get("lag")) for r, v in ranks.items()})
@@ -588,6 +577,7 @@ assert ranks[1]["last_heard_ms"] >= 2500
 assert all(ranks[r]["last_heard_ms"] < ranks[1]["last_heard_ms"] - 1000 for r in (0, 2))
 assert all(v["address"].startswith("10.") for v in ranks.values())
 PY
+			fail "telemetry does not name the stopped rank"
 	fi
 	for r in 0 1 2; do
 		wait "${rank_pids[r]}" || fail "rank $r failed: $(tail -n 2 "$tmp/s$r.json.err")"
@@ -628,12 +618,8 @@ restart-orphan)
 	# orphan_jobs: how many jobs named orphan /phub/jobs lists (-1: no answer).
 	orphan_jobs()
 	{
-		telemetry /phub/jobs | python3 -c 'import json, sys
-n = -1
-for line in sys.stdin:
-    if line.strip().startswith("{"):
-        n = sum(j["name"] == "orphan" for j in json.loads(line)["/phub/jobs"].values())
-print(n)'
+		telemetry /phub/jobs | phubrack query --default -1 \
+			'sum(j["name"] == "orphan" for j in t["/phub/jobs"].values())'
 	}
 	[ "$(orphan_jobs)" -eq 1 ] || fail "the restored job is not in /phub/jobs"
 	gone=0
@@ -761,8 +747,7 @@ esac
 log=/run/phub-vrack/$rack/pbox.log
 grep -q 'phub.pbox: stopped:' "$log" || fail "the PBox did not log its clean stop"
 if [ -f "$tmp/r.json" ]; then
-	python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%s: %d workers, %.1f exchanges/s, retransmits %d, pulls %d, verified %s" % (sys.argv[2], r["workers"], r["exchanges_per_s"], r["retransmits"], r["pulls"], r["verified"]))' \
-		"$tmp/r.json" "$scenario" 2>/dev/null
+	phubrack brief "$scenario" "$tmp/r.json" 2>/dev/null
 fi
 [ $failed -eq 0 ] && echo "PASS: $scenario"
 exit $failed

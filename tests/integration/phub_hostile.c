@@ -18,11 +18,17 @@
  * when the test says so), and with one rank more and a key of 999 elements (never the job's).
  * Both must get bad_nonce with a text that says nothing of the job's shape. --ping: only check
  * that the PBox answers a PING (exit 0) and stop. --join-keys N: only send one JOIN that claims
- * a layout of N keys (and carries one), print the PBox's answer as JSON, and stop. --csum: only
- * JOIN a job of its own asking for CRC32C (JOIN flag CSUM), PUSH its three segments with CSUM,
- * then one PUSH whose payload was changed after its CRC was computed (the UDP checksum is the
- * kernel's, so only the CRC can tell), then that PUSH intact; print as JSON whether the JOIN_ACK,
- * the ACKs and the MODELs carried a valid CSUM and which PUSHes were ACKed, and stop.
+ * a layout of N keys (and carries one), print the PBox's answer as JSON, and stop.
+ * --misdirect: only join a job of our own and push its initial round (every segment of its one
+ * chunk) to another lcore's UDP port than the JOIN_ACK named (the PBox has data ports
+ * port+1 .. port+n, n >= 2), as a stale map would; print {"misdirected": datagrams sent,
+ * "segments": of the chunk, "models": segments whose MODEL came back} and stop. A PBox hands
+ * each such datagram to the chunk's lcore (counted as wrong_lcore) and answers it as usual.
+ * --csum: only JOIN a job of its own asking for CRC32C (JOIN flag CSUM), PUSH its three
+ * segments with CSUM, then one PUSH whose payload was changed after its CRC was computed (the UDP
+ * checksum is the kernel's, so only the CRC can tell), then that PUSH intact; print as JSON
+ * whether the JOIN_ACK, the ACKs and the MODELs carried a valid CSUM and which PUSHes were ACKed,
+ * and stop.
  *
  * JSON on stdout: "expect" (reason -> count, exact), "at_least" (reason -> count: reasons that
  * real workers beside may also cause), "sent", "foreign_models" (MODELs of other jobs received:
@@ -64,6 +70,7 @@ struct hostile_params {
 	bool ping_only;
 	uint32_t join_keys;		/* --join-keys: one JOIN claiming this many keys */
 	bool csum;			/* --csum: the checksum exchange alone */
+	bool misdirect;			/* --misdirect: initial round to the wrong lcore */
 };
 
 /* The legitimate session of the hostile's own job. */
@@ -208,7 +215,7 @@ push_segment(uint8_t *buf, size_t cap, uint32_t job_id, uint64_t token, uint16_t
 	m.seg_index = seg;
 	m.seg_count = n_segs;
 	m.flags = (uint8_t)(flags | (seg + 1 == n_segs ? PHUB_WIRE_F_LAST : 0));
-	m.dtype = PHUB_WIRE_DTYPE_FP32;
+	m.dtype = PHUB_DTYPE_FP32;
 	m.payload = (const uint8_t *)zeros;
 	m.payload_len = (uint16_t)(m.elem_count * sizeof(float));
 	return phub_wire_encode(buf, cap, &m);
@@ -231,7 +238,7 @@ push_datagram(uint8_t *buf, size_t cap, uint32_t job_id, uint64_t token, uint16_
 	m.seg_index = 0;
 	m.seg_count = (uint16_t)((OWN_ELEMS + seg_elems - 1) / seg_elems);
 	m.flags = 0;
-	m.dtype = PHUB_WIRE_DTYPE_FP32;
+	m.dtype = PHUB_DTYPE_FP32;
 	m.payload = (const uint8_t *)zeros;
 	m.payload_len = (uint16_t)(seg_elems * sizeof(float));
 	return phub_wire_encode(buf, cap, &m);
@@ -246,8 +253,8 @@ join_params(struct phub_wire_join_params *jp, struct phub_wire_key *key, const c
 	jp->join.nonce = nonce;
 	jp->join.rank = 0;
 	jp->join.world_size = world_size;
-	jp->join.dtype = PHUB_WIRE_DTYPE_FP32;
-	jp->join.optimizer = PHUB_WIRE_OPT_NONE;
+	jp->join.dtype = PHUB_DTYPE_FP32;
+	jp->join.optimizer = PHUB_OPT_NONE;
 	jp->join.hyper.beta1 = 0.9f;
 	jp->join.hyper.beta2 = 0.999f;
 	jp->join.hyper.eps = 1e-8f;
@@ -478,7 +485,7 @@ session_abuse(const struct hostile_params *hp, struct tally *t, int fd, int fd2,
 		/* fp16 elements in an fp32 job. */
 		len = push_datagram(buf, sizeof(buf), own->job_id, own->token, 0, seg, 0);
 		phub_wire_parse(buf, (size_t)len, &m);
-		m.dtype = PHUB_WIRE_DTYPE_FP16;
+		m.dtype = PHUB_DTYPE_FP16;
 		m.payload_len = (uint16_t)(seg * 2);
 		len = phub_wire_encode(buf, sizeof(buf), &m);
 		send_raw(t, fd, &port0, buf, len);
@@ -780,12 +787,78 @@ csum_exchange(const struct hostile_params *hp)
 	return 0;
 }
 
+/* --misdirect: the initial round of our own job, every PUSH to the other lcore's port. */
+static int
+misdirect(const struct hostile_params *hp)
+{
+	struct tally t = { 0 };
+	struct own_session own;
+	struct sockaddr_in wrong;
+	uint8_t buf[PHUB_WIRE_MAX_DATAGRAM];
+	bool got[OWN_ELEMS] = { false };
+	unsigned int n_segs, n_got = 0;
+	uint16_t base = ntohs(hp->ctrl.sin_port);
+	uint64_t joins;
+	int fd = udp_socket();
+
+	if (join_own(hp, &t, fd, &own) != 0 || own.seg_elems == 0) {
+		fprintf(stderr, "phub-hostile: cannot join a job of its own\n");
+		return 1;
+	}
+	joins = t.sent;
+	n_segs = (OWN_ELEMS + own.seg_elems - 1) / own.seg_elems;
+	wrong = own.data;
+	wrong.sin_port = htons(ntohs(own.data.sin_port) == base + 1 ? base + 2 : base + 1);
+	/* Again for the segments whose MODEL has not come, as a worker's RTO would. */
+	for (int round = 0; round < 20 && n_got < n_segs; round++) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		struct phub_wire_msg m;
+
+		for (unsigned int sgi = 0; sgi < n_segs; sgi++) {
+			uint32_t off = sgi * own.seg_elems;
+			uint32_t cnt = OWN_ELEMS - off < own.seg_elems ? OWN_ELEMS - off :
+				own.seg_elems;
+
+			if (got[sgi])
+				continue;
+			phub_wire_msg_init(&m, PHUB_WIRE_OP_PUSH);
+			m.job_id = own.job_id;
+			m.session_token = own.token;
+			m.elem_offset = off;
+			m.elem_count = cnt;
+			m.seg_index = (uint16_t)sgi;
+			m.seg_count = (uint16_t)n_segs;
+			m.flags = (uint8_t)((sgi + 1 == n_segs ? PHUB_WIRE_F_LAST : 0) |
+					(round > 0 ? PHUB_WIRE_F_RETRANSMIT : 0));
+			m.dtype = PHUB_DTYPE_FP32;
+			m.payload = (const uint8_t *)zeros;
+			m.payload_len = (uint16_t)(cnt * sizeof(float));
+			send_raw(&t, fd, &wrong, buf, phub_wire_encode(buf, sizeof(buf), &m));
+		}
+		while (n_got < n_segs && poll(&pfd, 1, 250) > 0) {
+			ssize_t n = recv(fd, buf, sizeof(buf), 0);
+
+			if (n <= 0 || phub_wire_parse(buf, (size_t)n, &m) != PHUB_DROP_OK ||
+			    m.opcode != PHUB_WIRE_OP_MODEL || m.job_id != own.job_id ||
+			    m.iteration != 0 || m.seg_index >= n_segs || got[m.seg_index])
+				continue;
+			got[m.seg_index] = true;
+			n_got++;
+		}
+	}
+	printf("{\"misdirected\": %" PRIu64 ", \"segments\": %u, \"models\": %u, "
+			"\"wrong_port\": %u, \"right_port\": %u}\n", t.sent - joins, n_segs, n_got,
+			ntohs(wrong.sin_port), ntohs(own.data.sin_port));
+	close(fd);
+	return n_got == n_segs ? 0 : 1;
+}
+
 static void
 usage(void)
 {
 	fprintf(stderr, "usage: phub-hostile --server IP [--port P] [--victim JOB_ID]... "
 			"[--victim-name NAME] [--victim-world N] [--repeat N] [--guesses N] [--ping] "
-			"[--join-keys N] [--csum]\n");
+			"[--join-keys N] [--csum] [--misdirect]\n");
 	exit(2);
 }
 
@@ -808,6 +881,10 @@ main(int argc, char **argv)
 		}
 		if (strcmp(argv[i], "--csum") == 0) {
 			hp.csum = true;
+			continue;
+		}
+		if (strcmp(argv[i], "--misdirect") == 0) {
+			hp.misdirect = true;
 			continue;
 		}
 		if (v == NULL)
@@ -842,6 +919,8 @@ main(int argc, char **argv)
 		return join_claim(&hp, hp.join_keys);
 	if (hp.csum)
 		return csum_exchange(&hp);
+	if (hp.misdirect)
+		return misdirect(&hp);
 
 	fd = udp_socket();
 	fd2 = udp_socket();

@@ -10,6 +10,14 @@
 failed=0
 pbox_args=()
 bench_pids=()
+python_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../python" && pwd)
+
+# phubrack COMMAND ARGS...: the Python these tests need, python/phubrack (its __main__.py
+# lists the commands).
+phubrack()
+{
+	PYTHONPATH=$python_dir PYTHONDONTWRITEBYTECODE=1 python3 -m phubrack "$@"
+}
 
 # shellcheck disable=SC2317 # called by the EXIT trap
 lib_cleanup()
@@ -137,18 +145,7 @@ bench_wait()
 # expect OUT PYTHON-CONDITION...: conditions on the report r.
 expect()
 {
-	local out=$1
-	shift
-	python3 - "$out" "$@" <<'PY' || fail "report $1 does not hold: ${*:2}"
-import json, sys
-r = json.load(open(sys.argv[1]))
-for cond in sys.argv[2:]:
-    if not eval(cond):
-        print("  not true:", cond, "in", {k: r.get(k) for k in
-              ("job", "workers", "verified", "bitwise", "max_abs_error", "retransmits",
-               "pulls", "error")})
-        sys.exit(1)
-PY
+	phubrack expect "$@" || fail "report $1 does not hold: ${*:2}"
 }
 
 # exact OUT...: each report verified byte for byte.
@@ -166,15 +163,7 @@ telemetry()
 	local out=$1
 	shift
 	printf '%s\n' "$@" | ip netns exec "$rack-pbox" dpdk-telemetry.py -f "phub-$rack" \
-		2>/dev/null | python3 -c '
-import json, sys
-out = {}
-for line in sys.stdin:
-    line = line.strip()
-    if line.startswith("{"):
-        out.update(json.loads(line))
-json.dump(out, open(sys.argv[1], "w"))
-' "$out"
+		2>/dev/null | phubrack merge "$out"
 }
 
 # udp_out_datagrams W: datagrams worker W's kernel sent (UDP OutDatagrams of its namespace,
@@ -208,12 +197,5 @@ pin_arp()
 # summary LABEL OUT: one line of the report's figures, for the log and the docs.
 summary()
 {
-	python3 - "$1" "$2" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[2]))
-pw = r.get("per_worker", [])
-print("%-28s %2d workers  %7.1f exch/s  p50 %7.2f ms  retransmits %6d  pulls %6d  %s" % (
-    sys.argv[1], r["workers"], r["exchanges_per_s"], r["p50_ms"], r["retransmits"],
-    r["pulls"], "exact" if r["verified"] and r["bitwise"] else "NOT EXACT"))
-PY
+	phubrack summary "$1" "$2"
 }

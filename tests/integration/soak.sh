@@ -53,12 +53,7 @@ state()
 	telemetry "$1" /phub/stats /phub/jobs /eal/heap_info,0 || fail "dpdk-telemetry.py failed"
 	local rss
 	rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$(cat "/run/phub-vrack/$rack/pbox.pid")/status")
-	python3 - "$1" "$rss" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[1]))
-s["rss_kb"] = int(sys.argv[2])
-json.dump(s, open(sys.argv[1], "w"))
-PY
+	phubrack json-edit "$1" "c[\"rss_kb\"] = int(\"$rss\")"
 }
 
 rack_up 4
@@ -81,9 +76,7 @@ while [ "$round" -lt "$rounds" ]; do
 	# LEAVE is answered before the job is freed: give the main lcore a moment.
 	for _ in 1 2 3 4 5 6 7 8 9 10; do
 		state "$tmp/s$round.json"
-		python3 -c 'import json, sys
-sys.exit(0 if json.load(open(sys.argv[1]))["/phub/jobs"] == {} else 1)' "$tmp/s$round.json" &&
-			break
+		phubrack holds 't["/phub/jobs"] == {}' "$tmp/s$round.json" && break
 		sleep 0.2
 	done
 	python3 - "$tmp/s0.json" "$tmp/s$((round - 1)).json" "$tmp/s$round.json" "$round" \

@@ -177,8 +177,7 @@ hostile)
 	if wait_jobs 2; then
 		# shellcheck disable=SC2046 # one argument per id
 		hostile job-b 3 $(cat "$tmp/ids")
-		python3 -c 'import json, sys
-print("   refusal texts:", sorted({e["text"] for e in json.load(open(sys.argv[1]))["errors"]}))' \
+		phubrack query '"   refusal texts: %s" % sorted({e["text"] for e in t["errors"]})' \
 			"$tmp/hostile.json"
 	fi
 	# One JOIN datagram that claims 10^8 keys: refused at once, and the PBox's memory does
@@ -201,12 +200,7 @@ limits)
 	# Small limits written into the rack's config: 6 MB per job, 9 MB in all.
 	edit_config()
 	{
-		python3 - "$1" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c["limits"] = {"job_memory_mb": 6, "total_memory_mb": 9}
-json.dump(c, open(sys.argv[1], "w"), indent=2)
-PY
+		phubrack config-edit "$1" 'c["limits"] = {"job_memory_mb": 6, "total_memory_mb": 9}'
 	}
 	rack_up 4
 	# Job A: 400,000 fp32 elements with SGD, 4.9 MB (model, sums, the checkpoint snapshot

@@ -111,6 +111,40 @@ START_TEST(test_unknown_preset_is_enoent)
 }
 END_TEST
 
+/* Every name phub-plan takes, in any case: the same layout under each of a network's names. */
+START_TEST(test_model_names_are_phub_plans_in_any_case)
+{
+	static const char *const rn50[] = { "resnet50", "RN50", "rn50", "ResNet50" };
+	struct phub_bench_layout *ref = phub_bench_layout_preset("resnet50");
+	struct phub_bench_layout *gn;
+
+	ck_assert_ptr_nonnull(ref);
+	for (size_t i = 0; i < sizeof(rn50) / sizeof(rn50[0]); i++) {
+		struct phub_bench_layout *l = phub_bench_layout_preset(rn50[i]);
+
+		ck_assert_msg(l != NULL, "%s", rn50[i]);
+		ck_assert_str_eq(l->model, "resnet50");
+		ck_assert_uint_eq(l->n_keys, ref->n_keys);
+		ck_assert_uint_eq(l->total_elems, ref->total_elems);
+		ck_assert_str_eq(l->names[0], ref->names[0]);
+		phub_bench_layout_free(l);
+	}
+	ck_assert(phub_bench_model_has_layers("RN18"));
+	/* GoogleNet: no layer list, so Table 3's 38 MB (2^20 B) of fp32 in keys of 2^22. */
+	ck_assert(!phub_bench_model_has_layers("GN"));
+	gn = phub_bench_layout_preset("GN");
+	ck_assert_ptr_nonnull(gn);
+	ck_assert_str_eq(gn->model, "googlenet");
+	ck_assert_uint_eq(gn->total_elems, 38u * 1024 * 1024 / 4);
+	ck_assert_uint_eq(gn->n_keys, 3);
+	ck_assert_uint_eq(gn->n_elems[0], 1u << 22);
+	ck_assert_uint_eq(gn->n_elems[2], 38u * 1024 * 1024 / 4 - 2 * (1u << 22));
+	ck_assert_ptr_null(gn->names);
+	phub_bench_layout_free(gn);
+	phub_bench_layout_free(ref);
+}
+END_TEST
+
 /* ---- layout files and synthetic layouts ---- */
 
 START_TEST(test_layout_file_lists_key_sizes_in_order)
@@ -629,11 +663,11 @@ START_TEST(test_dtype_names_round_trip)
 {
 	enum phub_dtype d;
 
-	ck_assert_int_eq(phub_bench_dtype_parse("bf16", &d), 0);
+	ck_assert_int_eq(phub_dtype_parse("bf16", &d), 0);
 	ck_assert_int_eq(d, PHUB_DTYPE_BF16);
-	ck_assert_str_eq(phub_bench_dtype_name(PHUB_DTYPE_FP16), "fp16");
-	ck_assert_int_eq(phub_bench_dtype_parse("fp64", &d), -EINVAL);
-	ck_assert_int_eq(phub_bench_dtype_parse(NULL, &d), -EINVAL);
+	ck_assert_str_eq(phub_dtype_name(PHUB_DTYPE_FP16), "fp16");
+	ck_assert_int_eq(phub_dtype_parse("fp64", &d), -EINVAL);
+	ck_assert_int_eq(phub_dtype_parse(NULL, &d), -EINVAL);
 }
 END_TEST
 
@@ -659,6 +693,7 @@ phub_bench_suite(void)
 	suite_add_tcase(s, tcase("preset_order",
 		test_preset_keys_follow_torchvision_parameter_order));
 	suite_add_tcase(s, tcase("preset_unknown", test_unknown_preset_is_enoent));
+	suite_add_tcase(s, tcase("model_names", test_model_names_are_phub_plans_in_any_case));
 	suite_add_tcase(s, tcase("layout_file", test_layout_file_lists_key_sizes_in_order));
 	suite_add_tcase(s, tcase("layout_errors",
 		test_layout_file_errors_name_file_line_and_path));

@@ -4,9 +4,11 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ftw.h>
+#include <inttypes.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,14 +36,6 @@ now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void
-sleep_ms(unsigned int ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000 };
-
-	nanosleep(&ts, NULL);
 }
 
 /* ---- a job to run and the reference it must produce ---- */
@@ -582,18 +576,89 @@ START_TEST(test_adam_job_matches_reference_within_1e_6)
 }
 END_TEST
 
+/*
+ * Send the soft PBox's data port a PUSH with PHUB_WIRE_F_CSUM whose payload was damaged after the
+ * CRC was computed, as a flipped bit on the link would.
+ */
+static void
+send_damaged_push(uint16_t port)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(port) };
+	float payload[4] = { 1.0f, 2.0f, 3.0f, 4.0f };
+	uint8_t buf[PHUB_WIRE_HDR_LEN + sizeof(payload)];
+	struct phub_wire_msg m;
+	int fd, len;
+
+	phub_wire_msg_init(&m, PHUB_WIRE_OP_PUSH);
+	m.flags |= PHUB_WIRE_F_CSUM;
+	m.dtype = PHUB_DTYPE_FP32;
+	m.job_id = 1;
+	m.session_token = 1;
+	m.iteration = 1;
+	m.elem_count = 4;
+	m.payload_len = sizeof(payload);
+	m.payload = (const uint8_t *)payload;
+	len = phub_wire_encode(buf, sizeof(buf), &m);
+	ck_assert_int_eq(len, (int)sizeof(buf));
+	buf[PHUB_WIRE_HDR_LEN + 5] ^= 0x10;
+	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	fd = socket(AF_INET, SOCK_DGRAM, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(sendto(fd, buf, (size_t)len, 0, (struct sockaddr *)&to, sizeof(to)), len);
+	close(fd);
+}
+
+/*
+ * CSUM both ways: every datagram a worker sends carries a CRC32C, every ACK and MODEL it takes
+ * came with one that libphub checked, and the PBox checks what it receives (a damaged copy is
+ * dropped as bad_csum while the job's own datagrams never are).
+ */
 START_TEST(test_checksummed_job_matches_reference)
 {
 	struct job_cfg c = mixed_job("csum", 2);
 	struct worker w[MAX_WORKERS];
 	struct soft_pbox *sp = pbox_start(1, 0.0);
 	struct soft_pbox_stats st;
+	uint64_t t0;
 
 	c.flags = PHUB_CONNECT_F_CSUM;
 	job_run(&c, sp, w);
 	workers_check(&c, w);
+	for (unsigned int r = 0; r < c.n_workers; r++) {
+		const struct phub_stats *ws = &w[r].stats;
+
+		ck_assert_uint_gt(ws->pushes, 0);
+		ck_assert_uint_gt(ws->models, 0);
+		/* Every datagram since JOIN: PUSH, PULL, PING, LEAVE. */
+		ck_assert_uint_eq(ws->tx_csum, ws->tx_datagrams);
+		/* Every ACK and MODEL taken came with a CRC32C that matched. */
+		ck_assert_uint_ge(ws->rx_csum, ws->acks + ws->models);
+		ck_assert_uint_le(ws->rx_csum, ws->rx_datagrams);
+	}
 	soft_pbox_get_stats(sp, &st);
 	ck_assert_uint_eq(st.drops[PHUB_DROP_BAD_CSUM], 0);
+	send_damaged_push(soft_pbox_data_port(sp, 0));
+	t0 = now_ms();
+	do {
+		soft_pbox_get_stats(sp, &st);
+	} while (st.drops[PHUB_DROP_BAD_CSUM] == 0 && now_ms() - t0 < WAIT_MS);
+	ck_assert_uint_eq(st.drops[PHUB_DROP_BAD_CSUM], 1);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+/* Without PHUB_CONNECT_F_CSUM nothing carries a checksum, so the counters above can be 0. */
+START_TEST(test_job_without_csum_sends_and_takes_no_checksum)
+{
+	struct job_cfg c = mixed_job("nocsum", 1);
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = pbox_start(1, 0.0);
+
+	job_run(&c, sp, w);
+	workers_check(&c, w);
+	ck_assert_uint_gt(w[0].stats.tx_datagrams, 0);
+	ck_assert_uint_eq(w[0].stats.tx_csum, 0);
+	ck_assert_uint_eq(w[0].stats.rx_csum, 0);
 	soft_pbox_stop(sp);
 }
 END_TEST
@@ -667,15 +732,18 @@ START_TEST(test_urgent_key_overtakes_queued_segments)
 	tb = phub_pushpull(h, 200, buf[1], buf[1], 11, NULL, NULL);
 	ck_assert_int_gt(ta, 0);
 	ck_assert_int_gt(tb, 0);
-	/* The window fills with key 100's first two segments, then sending stops. */
+	/*
+	 * The window fills with key 100's first two segments, then sending stops: the window is
+	 * full, so nothing else may leave before an ACK (and had a third segment of key 100 left,
+	 * the order checked below would show it).
+	 */
 	t0 = now_ms();
 	do {
-		sleep_ms(5);
+		sched_yield();
 		phub_stats(h, &st);
-	} while (st.pushes < base + 2 && now_ms() - t0 < 5000);
-	sleep_ms(50);
-	phub_stats(h, &st);
+	} while (st.pushes < base + 2 && now_ms() - t0 < WAIT_MS);
 	ck_assert_uint_eq(st.pushes, base + 2);
+	ck_assert_uint_eq(st.inflight_bytes, p.window_bytes);
 	tc = phub_pushpull(h, 300, buf[2], buf[2], 0, NULL, NULL);
 	ck_assert_int_gt(tc, 0);
 	soft_pbox_pause(sp, false);
@@ -1109,6 +1177,132 @@ START_TEST(test_unreachable_pbox_times_out_naming_the_address)
 }
 END_TEST
 
+/* ---- the initial round's timeout measures silence ---- */
+
+enum {
+	SLOW_SEGS = 24,			/* segments of the one key, one in flight */
+	SLOW_TIMEOUT_MS = 600,		/* connect_timeout_ms: six 100 ms looks */
+};
+
+static const struct phub_key slow_keys[] = {
+	{ .key_id = 1, .n_elems = SLOW_SEGS * 352 },	/* 352 fp32 per segment at MTU 1500 */
+};
+
+/* What phub_connect() reported through its progress callback. */
+struct connect_watch {
+	struct soft_pbox *sp;
+	bool step;			/* let the paused PBox take one step per call */
+	unsigned int calls;
+	struct phub_stats last;
+	uint64_t models_moved;		/* calls that saw initial_models grow */
+};
+
+/*
+ * The progress callback. With step set, the first call (JOIN done) pauses the soft PBox; each
+ * later one lets it read what is queued, one PUSH (the window holds one segment), and pauses it
+ * again: the initial round moves one segment or so per call, about every 100 ms.
+ */
+static void
+connect_watch_cb(void *arg, const struct phub_stats *st)
+{
+	struct connect_watch *cw = arg;
+
+	if (cw->calls > 0 && st->initial_models > cw->last.initial_models)
+		cw->models_moved++;
+	cw->last = *st;
+	if (cw->step) {
+		if (cw->calls > 0)
+			soft_pbox_pause(cw->sp, false);
+		soft_pbox_pause(cw->sp, true);
+	}
+	cw->calls++;
+}
+
+static void
+slow_params(struct phub_connect_params *p, struct job_cfg *c, uint16_t port,
+		struct connect_watch *cw)
+{
+	*c = (struct job_cfg){
+		.name = "slow", .dtype = PHUB_DTYPE_FP32, .optimizer = "none", .opt = PHUB_OPT_NONE,
+		.keys = slow_keys, .n_keys = 1, .n_workers = 1, .n_lcores = 1,
+		.window_bytes = 352 * 4,
+	};
+	params_fill(p, c, port, 0, 3);
+	p->connect_timeout_ms = SLOW_TIMEOUT_MS;
+	p->progress = connect_watch_cb;
+	p->progress_arg = cw;
+}
+
+/*
+ * An initial round that takes several times connect_timeout_ms but never stops moving for that
+ * long succeeds; the counters show its progress.
+ */
+START_TEST(test_slow_initial_round_that_moves_is_not_failed)
+{
+	struct soft_pbox *sp = pbox_start(1, 0.0);
+	struct connect_watch cw = { .sp = sp, .step = true };
+	struct phub_connect_params p;
+	struct phub_stats st;
+	struct phub_info info;
+	struct job_cfg c;
+	struct phub *h;
+	char err[256];
+	uint64_t t0, took;
+
+	slow_params(&p, &c, soft_pbox_port(sp), &cw);
+	t0 = now_ms();
+	h = phub_connect(&p, err, sizeof(err));
+	took = now_ms() - t0;
+	soft_pbox_pause(sp, false);
+	ck_assert_msg(h != NULL, "%s", err);
+	ck_assert_int_eq(phub_info(h, &info), 0);
+	ck_assert_uint_eq(info.n_segments, SLOW_SEGS);
+	/* Longer than the bound as a whole: a timeout on the total would have failed it. */
+	ck_assert_msg(took > SLOW_TIMEOUT_MS, "the round took only %" PRIu64 " ms", took);
+	ck_assert_uint_gt(cw.models_moved, 2);
+	ck_assert_int_eq(phub_stats(h, &st), 0);
+	ck_assert_uint_eq(st.initial_models, SLOW_SEGS);
+	ck_assert_uint_ge(st.join_acks, 1);
+	phub_close(h);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+/*
+ * A round in which nothing comes for connect_timeout_ms fails, however short it was: rank 0
+ * pushes, every segment is ACKed, and rank 1 never comes.
+ */
+START_TEST(test_silent_initial_round_fails_after_the_bound)
+{
+	struct soft_pbox *sp = pbox_start(1, 0.0);
+	struct connect_watch cw = { .sp = sp };
+	struct phub_connect_params p;
+	struct job_cfg c;
+	struct phub *h;
+	char err[256];
+	uint64_t t0, took;
+
+	slow_params(&p, &c, soft_pbox_port(sp), &cw);
+	p.world_size = 2;
+	p.window_bytes = 0;
+	t0 = now_ms();
+	h = phub_connect(&p, err, sizeof(err));
+	took = now_ms() - t0;
+	ck_assert_ptr_null(h);
+	ck_assert_int_eq(errno, ETIMEDOUT);
+	ck_assert_msg(strstr(err, "stalled") != NULL && strstr(err, "0 of 24 segments") != NULL,
+		      "%s", err);
+	ck_assert_uint_ge(took, SLOW_TIMEOUT_MS);
+	ck_assert_uint_lt(took, 10 * SLOW_TIMEOUT_MS);
+	/* Progress was visible: every push ACKed, no MODEL. */
+	ck_assert_uint_ge(cw.calls, 3);
+	ck_assert_uint_eq(cw.last.initial_acks, SLOW_SEGS);
+	ck_assert_uint_eq(cw.last.initial_models, 0);
+	ck_assert_uint_eq(cw.models_moved, 0);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
 START_TEST(test_bad_arguments_are_refused)
 {
 	struct soft_pbox *sp = pbox_start(1, 0.0);
@@ -1238,6 +1432,7 @@ phub_client_suite(void)
 	tcase_add_test(tc, test_nesterov_job_matches_reference_within_1e_6);
 	tcase_add_test(tc, test_adam_job_matches_reference_within_1e_6);
 	tcase_add_test(tc, test_checksummed_job_matches_reference);
+	tcase_add_test(tc, test_job_without_csum_sends_and_takes_no_checksum);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("loss");
@@ -1258,6 +1453,8 @@ phub_client_suite(void)
 	tcase_add_test(tc, test_join_with_other_layout_is_refused);
 	tcase_add_test(tc, test_unreachable_pbox_times_out_naming_the_address);
 	tcase_add_test(tc, test_bad_arguments_are_refused);
+	tcase_add_test(tc, test_slow_initial_round_that_moves_is_not_failed);
+	tcase_add_test(tc, test_silent_initial_round_fails_after_the_bound);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("restart");

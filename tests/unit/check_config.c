@@ -318,18 +318,18 @@ START_TEST(test_every_key_is_read_as_written)
 	ck_assert_str_eq(j->name, "resnet 50 (v1.5)");
 	ck_assert_uint_eq(j->nonce, UINT64_C(0x5be1c2f07a9d3e64));
 	ck_assert_uint_eq(j->workers, 8);
-	ck_assert_int_eq(j->dtype, PHUB_CONFIG_DTYPE_FP16);
+	ck_assert_int_eq(j->dtype, PHUB_DTYPE_FP16);
 	ck_assert(!j->deterministic);
-	ck_assert_int_eq(j->optimizer.type, PHUB_CONFIG_OPTIMIZER_NESTEROV);
+	ck_assert_int_eq(j->optimizer.type, PHUB_OPT_NESTEROV);
 	ck_assert_double_eq(j->optimizer.lr, 0.25);
 	ck_assert_double_eq(j->optimizer.momentum, 0.8);
 	ck_assert_double_eq(j->optimizer.weight_decay, 0.0005);
 	j = &cfg.jobs[1];
 	ck_assert_uint_eq(j->nonce, UINT64_C(0xd04f7e2b91c6a835));
-	ck_assert_int_eq(j->dtype, PHUB_CONFIG_DTYPE_BF16);
+	ck_assert_int_eq(j->dtype, PHUB_DTYPE_BF16);
 	/* Not written in the job: inherited from the top-level deterministic. */
 	ck_assert(j->deterministic);
-	ck_assert_int_eq(j->optimizer.type, PHUB_CONFIG_OPTIMIZER_ADAMW);
+	ck_assert_int_eq(j->optimizer.type, PHUB_OPT_ADAMW);
 	ck_assert_double_eq(j->optimizer.beta1, 0.85);
 	ck_assert_double_eq(j->optimizer.beta2, 0.995);
 	ck_assert_double_eq(j->optimizer.eps, 1e-6);
@@ -349,9 +349,9 @@ START_TEST(test_optimizer_defaults_follow_its_type)
 	enter_data_dir();
 	ck_assert_int_eq(load_data("good_optimizers.json"), 0);
 	ck_assert_uint_eq(cfg.n_jobs, 6);
-	ck_assert_int_eq(cfg.jobs[0].optimizer.type, PHUB_CONFIG_OPTIMIZER_NONE);
+	ck_assert_int_eq(cfg.jobs[0].optimizer.type, PHUB_OPT_NONE);
 	ck_assert_double_eq(cfg.jobs[0].optimizer.lr, 0.0);
-	ck_assert_int_eq(cfg.jobs[1].optimizer.type, PHUB_CONFIG_OPTIMIZER_SGD);
+	ck_assert_int_eq(cfg.jobs[1].optimizer.type, PHUB_OPT_SGD);
 	ck_assert_double_eq(cfg.jobs[1].optimizer.lr, 0.01);
 	ck_assert_double_eq(cfg.jobs[1].optimizer.momentum, 0.0);
 	ck_assert_double_eq(cfg.jobs[2].optimizer.momentum, 0.9);
@@ -361,7 +361,7 @@ START_TEST(test_optimizer_defaults_follow_its_type)
 	ck_assert_double_eq(cfg.jobs[4].optimizer.eps, 1e-8);
 	ck_assert_double_eq(cfg.jobs[4].optimizer.weight_decay, 0.0);
 	ck_assert_double_eq(cfg.jobs[5].optimizer.weight_decay, 0.0);
-	ck_assert_int_eq(cfg.jobs[5].dtype, PHUB_CONFIG_DTYPE_FP32);
+	ck_assert_int_eq(cfg.jobs[5].dtype, PHUB_DTYPE_FP32);
 }
 END_TEST
 
@@ -432,8 +432,8 @@ START_TEST(test_lookups_find_what_the_file_names)
 			 "port_per_lcore");
 	ck_assert_str_eq(phub_config_bus_name(PHUB_CONFIG_BUS_VDEV), "vdev");
 	ck_assert_str_eq(phub_config_idle_name(PHUB_CONFIG_IDLE_ADAPTIVE), "adaptive");
-	ck_assert_str_eq(phub_config_dtype_name(PHUB_CONFIG_DTYPE_BF16), "bf16");
-	ck_assert_str_eq(phub_config_optimizer_name(PHUB_CONFIG_OPTIMIZER_ADAMW), "adamw");
+	ck_assert_str_eq(phub_dtype_name(PHUB_DTYPE_BF16), "bf16");
+	ck_assert_str_eq(phub_opt_type_name(PHUB_OPT_ADAMW), "adamw");
 	ck_assert_str_eq(phub_config_driver_name(PHUB_CONFIG_DRIVER_COUNT), "?");
 }
 END_TEST
@@ -674,7 +674,7 @@ START_TEST(test_every_shipped_profile_loads_with_the_measured_limits)
 		}
 		phub_config_free(&cfg);
 	}
-	/* DPDK-ON-THIS-MACHINE.md: af_packet mbufs of 16600 for MTU 9000; af_xdp 3506 / 3800. */
+	/* docs/dpdk-virtual-devices.md: af_packet mbufs of 16600 at MTU 9000; af_xdp 3506/3800. */
 	ck_assert_int_eq(load_driver(PHUB_CONFIG_DRIVER_AF_PACKET), 0);
 	ck_assert_uint_eq(cfg.drivers[PHUB_CONFIG_DRIVER_AF_PACKET].mbuf_size, 16600);
 	ck_assert_uint_ge(cfg.drivers[PHUB_CONFIG_DRIVER_AF_PACKET].max_mtu, 9000);

@@ -3,9 +3,10 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <check.h>
 
@@ -908,15 +909,25 @@ START_TEST(test_default_job_rounds_random_gradients_in_arrival_order)
 }
 END_TEST
 
+/* A clock the test moves by hand: the engine's timestamps without sleeping. */
+static uint64_t
+hand_clock(void *arg)
+{
+	return *(const uint64_t *)arg;
+}
+
+enum { NAP_NS = 30 * 1000 * 1000 };
+
 START_TEST(test_rank_status_tells_when_each_rank_was_last_heard)
 {
-	struct phub_engine *engine = phub_engine_create();
+	uint64_t clock_ns = 1000000000u;
+	struct phub_engine_params ep = { .clock = hand_clock, .clock_arg = &clock_ns };
+	struct phub_engine *engine = phub_engine_create_with(&ep);
 	struct phub_engine_job_params p = test_params(3, PHUB_DTYPE_FP32, PHUB_OPT_SGD);
 	struct phub_layout_server servers[2] = {
 		{ .lcore = 1, .port = 0, .port_numa = 0, .lcore_numa = 0 },
 		{ .lcore = 2, .port = 0, .port_numa = 0, .lcore_numa = 0 },
 	};
-	struct timespec nap = { .tv_nsec = 30 * 1000 * 1000 };
 	struct phub_engine_rank_status st[3];
 	struct phub_engine_stats stats;
 	struct phub_engine_reply reply;
@@ -930,16 +941,16 @@ START_TEST(test_rank_status_tells_when_each_rank_was_last_heard)
 	p.servers = servers;
 	p.n_servers = 2;
 	job = phub_engine_job_create(engine, &p);
-	nanosleep(&nap, NULL);
+	clock_ns += NAP_NS;
 	t0 = join(job, 0);
 	t1 = join(job, 1);
 	/* Rank 2 has not joined: silent since the job was made, before the nap. */
 	ck_assert_int_eq(phub_engine_job_rank_status(job, 2, &st[2]), 0);
 	ck_assert(!st[2].joined && !st[2].pushed);
-	ck_assert_uint_ge(st[2].silent_ns, 30u * 1000 * 1000);
+	ck_assert_uint_eq(st[2].silent_ns, NAP_NS);
 	ck_assert_int_eq(phub_engine_job_rank_status(job, 0, &st[0]), 0);
 	ck_assert(st[0].joined && !st[0].pushed);
-	ck_assert_uint_lt(st[0].silent_ns, st[2].silent_ns);
+	ck_assert_uint_eq(st[0].silent_ns, 0);
 	ck_assert_int_eq(phub_engine_job_rank_status(job, 3, &st[0]), -EINVAL);
 
 	push_all(job, 0, t0, 0, &stats);
@@ -968,12 +979,127 @@ START_TEST(test_rank_status_tells_when_each_rank_was_last_heard)
 	ck_assert_int_eq(phub_engine_job_heard(job, 1, t1 ^ 1, PEER_IP(1), PEER_PORT), -EPERM);
 	ck_assert_int_eq(phub_engine_job_heard(job, 1, t1, PEER_IP(2), PEER_PORT), -EPERM);
 	ck_assert_int_eq(phub_engine_job_heard(job, 2, 0, PEER_IP(2), PEER_PORT), -EPERM);
-	nanosleep(&nap, NULL);
+	clock_ns += NAP_NS;
 	ck_assert_int_eq(phub_engine_job_heard(job, 1, t1, PEER_IP(1), PEER_PORT), 0);
 	phub_engine_job_rank_status(job, 0, &st[0]);
 	phub_engine_job_rank_status(job, 1, &st[1]);
-	ck_assert_uint_ge(st[0].silent_ns, 30u * 1000 * 1000);
-	ck_assert_uint_lt(st[1].silent_ns, st[0].silent_ns);
+	/* Rank 0 last pushed before the nap; rank 1's keep-alive came after it. */
+	ck_assert_uint_eq(st[0].silent_ns, NAP_NS);
+	ck_assert_uint_eq(st[1].silent_ns, 0);
+	phub_engine_free(engine);
+}
+END_TEST
+
+/* ---- the control thread's reads against a data lcore ---- */
+
+enum { RACE_RANKS = 2, RACE_ITERATIONS = 40, RACE_MAX_REQS = 64 };
+
+struct race {
+	struct phub_engine_job *job;
+	struct phub_engine_request reqs[RACE_RANKS][RACE_MAX_REQS];
+	unsigned int n_reqs;
+	atomic_bool done;
+	/* What the control thread saw. */
+	unsigned int looks;
+	unsigned int waiting_went_back;	/* the oldest iteration moved backwards */
+	unsigned int too_many_waiting;
+	unsigned int info_went_back;
+};
+
+/* A data lcore: every rank's every segment, iteration after iteration. */
+static void *
+race_data_lcore(void *arg)
+{
+	struct race *x = arg;
+	struct phub_engine_stats stats;
+	struct phub_engine_reply reply;
+
+	memset(&stats, 0, sizeof(stats));
+	for (uint32_t it = 0; it <= RACE_ITERATIONS; it++)
+		for (unsigned int k = 0; k < RACE_RANKS; k++)
+			for (unsigned int i = 0; i < x->n_reqs; i++) {
+				struct phub_engine_request r = x->reqs[k][i];
+
+				r.iteration = it;
+				phub_engine_push(x->job, &r, &reply, &stats);
+			}
+	atomic_store(&x->done, true);
+	return NULL;
+}
+
+/* The control thread: telemetry and liveness reads while the slots move. */
+static void *
+race_control(void *arg)
+{
+	struct race *x = arg;
+	uint32_t oldest = 0, info_max = 0;
+
+	do {
+		uint64_t waiting[PHUB_ENGINE_BITMAP_WORDS];
+		struct phub_engine_rank_status st;
+		struct phub_engine_job_info info;
+		uint32_t it;
+		int n;
+
+		n = phub_engine_job_waiting_on(x->job, &it, waiting);
+		x->too_many_waiting += n < 0 || n > RACE_RANKS;
+		x->waiting_went_back += x->looks > 0 && (int32_t)(it - oldest) < 0;
+		oldest = it;
+		phub_engine_job_get_info(x->job, &info);
+		x->info_went_back += (int32_t)(info.iteration_max - info_max) < 0 &&
+			info_max != 0;
+		info_max = info.iteration_max;
+		phub_engine_job_rank_status(x->job, 1, &st);
+		x->looks++;
+	} while (!atomic_load(&x->done));
+	return NULL;
+}
+
+/*
+ * The engine is lock-free between a data lcore and the control thread: what the control
+ * thread reads (waiting_on, job info, rank status) while the data lcore completes segments
+ * only moves forward, and the ThreadSanitizer build (suite threads) reports no race.
+ */
+START_TEST(test_control_reads_race_the_data_path_cleanly)
+{
+	struct phub_engine *engine = phub_engine_create();
+	struct phub_engine_job_params p = test_params(RACE_RANKS, PHUB_DTYPE_FP32, PHUB_OPT_SGD);
+	static const float zeros[SEG_ELEMS];
+	struct phub_engine_job_info info;
+	pthread_t data, control;
+	struct race *x = calloc(1, sizeof(*x));
+	const struct phub_layout *layout;
+
+	ck_assert_ptr_nonnull(x);
+	x->job = phub_engine_job_create(engine, &p);
+	ck_assert_ptr_nonnull(x->job);
+	layout = phub_engine_job_layout(x->job);
+	for (uint16_t k = 0; k < RACE_RANKS; k++) {
+		uint64_t token = join(x->job, k);
+
+		x->n_reqs = 0;
+		for (uint32_t c = 0; c < phub_layout_chunk_count(layout); c++) {
+			struct phub_layout_chunk ci;
+
+			phub_layout_chunk_get(layout, c, &ci);
+			for (uint16_t g = 0; g < ci.n_segments; g++) {
+				ck_assert_uint_lt(x->n_reqs, RACE_MAX_REQS);
+				x->reqs[k][x->n_reqs++] = request(x->job, k, token, c, g, 0, zeros);
+			}
+		}
+	}
+	ck_assert_int_eq(pthread_create(&control, NULL, race_control, x), 0);
+	ck_assert_int_eq(pthread_create(&data, NULL, race_data_lcore, x), 0);
+	pthread_join(data, NULL);
+	pthread_join(control, NULL);
+	phub_engine_job_get_info(x->job, &info);
+	ck_assert_uint_eq(info.iteration_min, RACE_ITERATIONS);
+	ck_assert_uint_eq(info.iteration_max, RACE_ITERATIONS);
+	ck_assert_uint_gt(x->looks, 0);
+	ck_assert_uint_eq(x->too_many_waiting, 0);
+	ck_assert_uint_eq(x->waiting_went_back, 0);
+	ck_assert_uint_eq(x->info_went_back, 0);
+	free(x);
 	phub_engine_free(engine);
 }
 END_TEST
@@ -1055,6 +1181,11 @@ phub_engine_suite(void)
 	tc = tcase_create("liveness");
 	tcase_add_test(tc, test_rank_status_tells_when_each_rank_was_last_heard);
 	tcase_add_test(tc, test_waiting_on_names_the_ranks_the_oldest_iteration_lacks);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("races");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_control_reads_race_the_data_path_cleanly);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -72,7 +72,7 @@ make_push(uint8_t *buf, uint32_t n, uint8_t flags)
 		push_payload[i] = (float)i * 0.5f - 3.0f;
 	phub_wire_msg_init(&m, PHUB_WIRE_OP_PUSH);
 	m.flags |= flags;
-	m.dtype = PHUB_WIRE_DTYPE_FP32;
+	m.dtype = PHUB_DTYPE_FP32;
 	m.priority = 3;
 	m.job_id = 7;
 	m.session_token = 0x1122334455667788ull;
@@ -124,8 +124,8 @@ join_params(const struct phub_wire_key *keys, uint32_t n)
 	p.join.nonce = 0xfeedfacecafebeefull;
 	p.join.rank = 1;
 	p.join.world_size = 4;
-	p.join.dtype = PHUB_WIRE_DTYPE_FP32;
-	p.join.optimizer = PHUB_WIRE_OPT_NESTEROV;
+	p.join.dtype = PHUB_DTYPE_FP32;
+	p.join.optimizer = PHUB_OPT_NESTEROV;
 	p.join.join_flags = PHUB_WIRE_JOIN_F_DETERMINISTIC;
 	p.join.hyper.lr = 0.1f;
 	p.join.hyper.momentum = 0.9f;
@@ -228,14 +228,14 @@ START_TEST(test_opcode_dtype_error_and_optimizer_names_follow_their_lists)
 	ck_assert_str_eq(phub_wire_opcode_name(0x42), "ring_ack");
 	ck_assert_str_eq(phub_wire_opcode_name(0x43), "unknown");
 	ck_assert_str_eq(phub_wire_opcode_name(0x00), "unknown");
-	ck_assert_str_eq(phub_wire_dtype_name(PHUB_WIRE_DTYPE_BF16), "bf16");
+	ck_assert_str_eq(phub_wire_dtype_name(PHUB_DTYPE_BF16), "bf16");
 	ck_assert_str_eq(phub_wire_dtype_name(3), "unknown");
-	ck_assert_uint_eq(phub_wire_dtype_size(PHUB_WIRE_DTYPE_FP32), 4);
-	ck_assert_uint_eq(phub_wire_dtype_size(PHUB_WIRE_DTYPE_FP16), 2);
+	ck_assert_uint_eq(phub_wire_dtype_size(PHUB_DTYPE_FP32), 4);
+	ck_assert_uint_eq(phub_wire_dtype_size(PHUB_DTYPE_FP16), 2);
 	ck_assert_uint_eq(phub_wire_dtype_size(PHUB_WIRE_DTYPE_NONE), 0);
 	ck_assert_str_eq(phub_wire_error_name(PHUB_WIRE_ERR_WORKER_TIMEOUT), "worker_timeout");
 	ck_assert_str_eq(phub_wire_error_name(0), "unknown");
-	ck_assert_str_eq(phub_wire_optimizer_name(PHUB_WIRE_OPT_ADAMW), "adamw");
+	ck_assert_str_eq(phub_wire_optimizer_name(PHUB_OPT_ADAMW), "adamw");
 	ck_assert_str_eq(phub_wire_optimizer_name(6), "unknown");
 }
 END_TEST
@@ -252,14 +252,14 @@ END_TEST
 
 START_TEST(test_max_elems_rounds_down_to_sixteen)
 {
-	ck_assert_int_eq(phub_wire_max_elems(1500, PHUB_WIRE_DTYPE_FP32), 352);
-	ck_assert_int_eq(phub_wire_max_elems(1500, PHUB_WIRE_DTYPE_FP16), 704);
-	ck_assert_int_eq(phub_wire_max_elems(1500, PHUB_WIRE_DTYPE_BF16), 704);
-	ck_assert_int_eq(phub_wire_max_elems(9000, PHUB_WIRE_DTYPE_FP32), 2224);
+	ck_assert_int_eq(phub_wire_max_elems(1500, PHUB_DTYPE_FP32), 352);
+	ck_assert_int_eq(phub_wire_max_elems(1500, PHUB_DTYPE_FP16), 704);
+	ck_assert_int_eq(phub_wire_max_elems(1500, PHUB_DTYPE_BF16), 704);
+	ck_assert_int_eq(phub_wire_max_elems(9000, PHUB_DTYPE_FP32), 2224);
 	ck_assert_int_eq(phub_wire_max_elems(1500, PHUB_WIRE_DTYPE_NONE), -EINVAL);
-	ck_assert_int_eq(phub_wire_max_elems(100, PHUB_WIRE_DTYPE_FP32), -EINVAL);
+	ck_assert_int_eq(phub_wire_max_elems(100, PHUB_DTYPE_FP32), -EINVAL);
 	for (unsigned int mtu = 576; mtu <= 9216; mtu += 7) {
-		int e = phub_wire_max_elems(mtu, PHUB_WIRE_DTYPE_FP16);
+		int e = phub_wire_max_elems(mtu, PHUB_DTYPE_FP16);
 
 		ck_assert_int_eq(e % 16, 0);
 		ck_assert_int_le(e * 2, phub_wire_max_payload(mtu));
@@ -352,7 +352,7 @@ make_opcode(uint8_t *buf, uint8_t opcode, uint8_t flags)
 		case PHUB_WIRE_OP_MODEL:
 		case PHUB_WIRE_OP_RING_REDUCE:
 		case PHUB_WIRE_OP_RING_GATHER:
-			m.dtype = PHUB_WIRE_DTYPE_FP16;
+			m.dtype = PHUB_DTYPE_FP16;
 			m.payload = (const uint8_t *)payload;
 			m.payload_len = sizeof(payload);
 			break;
@@ -501,7 +501,7 @@ START_TEST(test_encoder_refuses_invalid_message_and_small_buffer)
 	uint8_t payload[8] = { 0 };
 
 	phub_wire_msg_init(&m, PHUB_WIRE_OP_PUSH);
-	m.dtype = PHUB_WIRE_DTYPE_FP32;
+	m.dtype = PHUB_DTYPE_FP32;
 	m.elem_count = 2;
 	m.payload = payload;
 	m.payload_len = 8;
@@ -664,7 +664,7 @@ static const struct defect defects[] = {
 	{ "PUSH of dtype NONE", PHUB_DROP_BAD_DTYPE, B_PUSH,
 	  { SET8(H(dtype), PHUB_WIRE_DTYPE_NONE) }, 0, 0 },
 	{ "ACK of dtype FP32", PHUB_DROP_BAD_DTYPE, B_ACK,
-	  { SET8(H(dtype), PHUB_WIRE_DTYPE_FP32) }, 0, 0 },
+	  { SET8(H(dtype), PHUB_DTYPE_FP32) }, 0, 0 },
 	{ "seg_count 0", PHUB_DROP_SEG_COUNT_ZERO, B_ACK, { SET16(H(seg_count), 0) }, 0, 0 },
 	{ "seg_index 1 of 1", PHUB_DROP_SEG_INDEX, B_ACK, { SET16(H(seg_index), 1) }, 0, 0 },
 	{ "LAST missing on the only segment", PHUB_DROP_SEG_LAST, B_ACK,
@@ -1011,7 +1011,7 @@ join_split_merge(unsigned int mtu, int want_segs)
 	ck_assert_uint_eq(mg.keys_filled, N);
 	ck_assert_mem_eq(got, keys, sizeof(keys));
 	ck_assert(mg.join.nonce == p.join.nonce);
-	ck_assert_uint_eq(mg.join.optimizer, PHUB_WIRE_OPT_NESTEROV);
+	ck_assert_uint_eq(mg.join.optimizer, PHUB_OPT_NESTEROV);
 }
 
 START_TEST(test_join_of_500_keys_splits_and_merges_at_mtu_1500)

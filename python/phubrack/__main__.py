@@ -1,0 +1,170 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The command line the rack's shell scripts call: python3 -m phubrack COMMAND ARGS.
+
+  expect REPORT COND...     exit 1 (and say which) unless every Python condition on the
+                            phub-bench report r holds
+  summary LABEL REPORT      the report's figures on one line (brief LABEL REPORT: shorter)
+  merge [OUT]               dpdk-telemetry.py's answers on stdin as one JSON object (to OUT)
+  query EXPR [FILE]         print EXPR evaluated on the merged telemetry t (FILE or stdin);
+                            --default V before EXPR: print V when EXPR cannot be evaluated
+  holds EXPR [FILE]...      exit 0 when EXPR holds; t is FILE's telemetry, and with several
+                            files t0, t1, ... are theirs (r0, r1, ... when a file is a report)
+  stats-delta BEFORE AFTER [COND...]
+                            print the /phub/stats counters that moved between two telemetry
+                            snapshots; exit 1 unless every condition on d (the deltas, drop
+                            reasons as d["drops.<reason>"], 0 where nothing moved) holds
+  config-edit FILE STMTS    run Python statements on the PBox config c in FILE, write it back
+                            (json-edit: the same for any JSON document)
+  test-summary DIR...       "N passed, N failed, N skipped" over the build dirs' meson test
+                            logs; exit 1 when any failed
+  netem-plan ARGS...        virtual-rack's netem fallback: the netem arguments as shell
+                            assignments (loss=... dup=...), or exit 1 saying what it lacks
+"""
+
+import collections
+import json
+import sys
+
+from . import config, netem, report, telemetry, testlog
+
+
+def usage():
+    sys.stderr.write(__doc__)
+    return 2
+
+
+def read_json_or_telemetry(path):
+    """A file of one JSON document, or of dpdk-telemetry.py's lines."""
+    with open(path) as f:
+        text = f.read()
+    try:
+        return json.loads(text)
+    except ValueError:
+        return telemetry.merge(text.splitlines())
+
+
+def cmd_expect(args):
+    if len(args) < 1:
+        return usage()
+    r = report.load(args[0])
+    bad = report.failed(r, args[1:])
+    for cond in bad[:1]:
+        print("  not true:", cond, "in", report.context(r))
+    return 1 if bad else 0
+
+
+def cmd_summary(args, fn):
+    if len(args) != 2:
+        return usage()
+    print(fn(args[0], report.load(args[1])))
+    return 0
+
+
+def cmd_merge(args):
+    merged = telemetry.merge(sys.stdin)
+    if args:
+        with open(args[0], "w") as f:
+            json.dump(merged, f)
+    else:
+        json.dump(merged, sys.stdout)
+        sys.stdout.write("\n")
+    return 0
+
+
+def cmd_query(args):
+    default = None
+    if args[:1] == ["--default"] and len(args) >= 3:
+        default, args = args[1], args[2:]
+    if len(args) not in (1, 2):
+        return usage()
+    t = read_json_or_telemetry(args[1]) if len(args) == 2 else telemetry.merge(sys.stdin)
+    try:
+        print(eval(args[0], {"t": t}))
+    except (KeyError, IndexError, TypeError, ValueError):
+        if default is None:
+            raise
+        print(default)
+    return 0
+
+
+def cmd_holds(args):
+    if len(args) < 1:
+        return usage()
+    env = {}
+    docs = [read_json_or_telemetry(p) for p in args[1:]]
+    if len(args) == 1:
+        docs = [telemetry.merge(sys.stdin)]
+    env["t"] = docs[0]
+    for i, d in enumerate(docs):
+        env["t%d" % i] = d
+        env["r%d" % i] = d
+    try:
+        return 0 if eval(args[0], env) else 1
+    except (KeyError, IndexError, TypeError):
+        return 1
+
+
+def cmd_stats_delta(args):
+    if len(args) < 2:
+        return usage()
+    moved = telemetry.stats_delta(read_json_or_telemetry(args[0]),
+                                  read_json_or_telemetry(args[1]))
+    print("PBox counters that moved:", {k: v for k, v in moved.items() if v != 0})
+    d = collections.defaultdict(int, moved)
+    bad = [c for c in args[2:] if not eval(c, {"d": d})]
+    for cond in bad[:1]:
+        print("  not true:", cond)
+    return 1 if bad else 0
+
+
+def cmd_config_edit(args):
+    if len(args) != 2:
+        return usage()
+    config.edit(args[0], args[1])
+    return 0
+
+
+def cmd_test_summary(args):
+    passed, failed, skipped = testlog.count(args)
+    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
+    return 1 if failed else 0
+
+
+def cmd_netem_plan(args):
+    try:
+        print(netem.shell(netem.plan(args)))
+    except netem.NetemError as e:
+        sys.stderr.write("virtual-rack: %s\n" % e)
+        return 1
+    return 0
+
+
+def main(argv):
+    if not argv:
+        return usage()
+    cmd, args = argv[0], argv[1:]
+    if cmd == "expect":
+        return cmd_expect(args)
+    if cmd == "summary":
+        return cmd_summary(args, report.summary)
+    if cmd == "brief":
+        return cmd_summary(args, report.brief)
+    if cmd == "merge":
+        return cmd_merge(args)
+    if cmd == "query":
+        return cmd_query(args)
+    if cmd == "holds":
+        return cmd_holds(args)
+    if cmd == "stats-delta":
+        return cmd_stats_delta(args)
+    if cmd in ("config-edit", "json-edit"):
+        return cmd_config_edit(args)
+    if cmd == "test-summary":
+        return cmd_test_summary(args)
+    if cmd == "netem-plan":
+        return cmd_netem_plan(args)
+    return usage()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,252 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Unit tests of phubrack (meson test phubrack, suite unit): python3 -m unittest."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from phubrack import config, netem, report, telemetry
+
+PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# What dpdk-telemetry.py prints for two commands: a banner, then one JSON line each.
+TELEMETRY_OUT = """Connecting to /var/run/dpdk/phub-r1/dpdk_telemetry.v2
+{"version": "DPDK 22.11.11", "pid": 4242, "max_output_len": 16384}
+{"/phub/stats": {"pushes": 105, "handed_off": 3, "drops": {"wrong_lcore": 3}}}
+{"/phub/jobs": {"7": {"name": "orphan", "iterations_done": 9}}}
+"""
+
+REPORT = {"job": "j", "workers": 3, "verified": True, "bitwise": False, "max_abs_error": 1e-7,
+          "retransmits": 2, "pulls": 1, "exchanges_per_s": 12.5, "p50_ms": 3.25}
+
+
+def run_cli(*args, stdin=""):
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
+    p = subprocess.run([sys.executable, "-m", "phubrack"] + list(args), input=stdin,
+                       capture_output=True, text=True, env=env)
+    return p.returncode, p.stdout, p.stderr
+
+
+class TelemetryTest(unittest.TestCase):
+    def test_merge_skips_the_banner_and_keeps_every_command(self):
+        t = telemetry.merge(io.StringIO(TELEMETRY_OUT))
+        self.assertEqual(set(t), {"version", "pid", "max_output_len", "/phub/stats", "/phub/jobs"})
+        self.assertEqual(t["/phub/stats"]["handed_off"], 3)
+        self.assertEqual(t["/phub/jobs"]["7"]["name"], "orphan")
+
+    def test_a_later_answer_to_the_same_command_wins(self):
+        t = telemetry.merge(['{"/phub/stats": {"pushes": 1}}', '{"/phub/stats": {"pushes": 2}}'])
+        self.assertEqual(t["/phub/stats"]["pushes"], 2)
+
+    def test_delta_of_a_counter_missing_before_counts_from_zero(self):
+        self.assertEqual(telemetry.delta({}, {"bad_csum": 4}, "bad_csum"), 4)
+        self.assertEqual(telemetry.delta({"a": 5}, {"a": 7}, "a"), 2)
+
+
+    def test_stats_delta_flattens_drop_reasons(self):
+        a = {"/phub/stats": {"pushes": 10, "drops": {"bad_csum": 1}}}
+        b = {"/phub/stats": {"pushes": 25, "drops": {"bad_csum": 1, "wrong_lcore": 4}},
+             "/phub/jobs": {}}
+        self.assertEqual(telemetry.stats_delta(a, b),
+                         {"pushes": 15, "drops.bad_csum": 0, "drops.wrong_lcore": 4})
+
+
+class ReportTest(unittest.TestCase):
+    def test_failed_names_the_conditions_that_do_not_hold(self):
+        self.assertEqual(report.failed(REPORT, ['r["verified"]', 'r["workers"] == 3']), [])
+        bad = report.failed(REPORT, ['r["verified"]', 'r["bitwise"]', 'r["pulls"] == 0'])
+        self.assertEqual(bad, ['r["bitwise"]', 'r["pulls"] == 0'])
+
+    def test_a_missing_field_is_a_failed_condition_not_a_crash(self):
+        bad = report.failed(REPORT, ['r["resumed_at"] == 4'])
+        self.assertEqual(len(bad), 1)
+        self.assertIn("KeyError", bad[0])
+
+    def test_summary_says_exact_only_when_verified_bitwise(self):
+        line = report.summary("two-jobs", REPORT)
+        self.assertTrue(line.startswith("two-jobs "))
+        self.assertIn(" 3 workers", line)
+        self.assertIn("12.5 exch/s", line)
+        self.assertTrue(line.endswith("NOT EXACT"))
+        self.assertTrue(report.summary("x", dict(REPORT, bitwise=True)).endswith("exact"))
+
+    def test_brief_line(self):
+        self.assertEqual(report.brief("fp16", REPORT), "fp16: 3 workers, 12.5 exchanges/s, "
+                         "retransmits 2, pulls 1, verified True")
+
+
+class ConfigTest(unittest.TestCase):
+    def test_edit_runs_statements_on_c_and_writes_it_back(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "pbox.json")
+            with open(path, "w") as f:
+                json.dump({"limits": {"max_jobs": 64}, "ports": []}, f)
+            config.edit(path, 'c["limits"]["max_jobs"] = 2\nc["deterministic"] = True')
+            with open(path) as f:
+                c = json.load(f)
+        self.assertEqual(c, {"limits": {"max_jobs": 2}, "ports": [], "deterministic": True})
+
+
+class NetemTest(unittest.TestCase):
+    def test_percentages_and_times(self):
+        self.assertEqual(netem.percent_to_ppm("loss", "1%"), 10000)
+        self.assertEqual(netem.percent_to_ppm("loss", "0.5"), 5000)
+        self.assertEqual(netem.percent_to_ppm("loss", ".25%"), 2500)
+        self.assertEqual(netem.percent_to_ppm("loss", "100%"), 1000000)
+        self.assertEqual(netem.time_to_us("delay", "1.5ms"), 1500)
+        self.assertEqual(netem.time_to_us("delay", "250us"), 250)
+        self.assertEqual(netem.time_to_us("delay", "2s"), 2000000)
+        self.assertEqual(netem.time_to_us("delay", "40"), 40)
+        for bad in ("", "1%%", "x", "101%", "-1"):
+            with self.assertRaises(netem.NetemError):
+                netem.percent_to_ppm("loss", bad)
+        for bad in ("10 ms", "10m", "61s", ""):
+            with self.assertRaises(netem.NetemError):
+                netem.time_to_us("delay", bad)
+
+    def test_plain_loss_duplicate_corrupt_rate(self):
+        p = netem.plan("loss random 1% duplicate 5% corrupt 0.1% rate 100mbit".split())
+        self.assertEqual((p["loss"], p["dup"], p["corrupt"], p["rate"]),
+                         (10000, 50000, 1000, "100mbit"))
+        self.assertIsNone(p["ge"])
+        self.assertEqual(p["delay_ppm"], 0)
+
+    def test_gemodel_defaults_and_given_parameters(self):
+        self.assertEqual(netem.plan("loss gemodel 2%".split())["ge"],
+                         [20000, 980000, 1000000, 0])
+        p = netem.plan("loss gemodel 2% 20% 80% 1% duplicate 1%".split())
+        self.assertEqual(p["ge"], [20000, 200000, 800000, 10000])
+        self.assertEqual(p["dup"], 10000)
+        with self.assertRaises(netem.NetemError):
+            netem.plan("loss gemodel 0%".split())
+
+    def test_delay_jitter_and_reorder(self):
+        p = netem.plan("delay 2ms 500us reorder 90%".split())
+        self.assertEqual((p["delay_us"], p["jitter_us"], p["reorder"], p["delay_ppm"]),
+                         (2000, 500, 900000, 100000))
+        self.assertEqual(netem.plan(["delay", "30ms"])["delay_ppm"], 1000000)
+
+    def test_what_the_fallback_cannot_do_is_refused_with_the_reason(self):
+        cases = {
+            "reorder 50%": "reorder needs a delay",
+            "delay 10ms 1ms 25%": "delay correlation needs sch_netem",
+            "delay 10ms reorder 25% 50%": "reorder correlation needs sch_netem",
+            "slot 10ms": "netem 'slot' needs sch_netem",
+            "rate": "no rate given",
+            "rate 1;rm": "expected a rate",
+        }
+        for args, why in cases.items():
+            with self.assertRaises(netem.NetemError) as e:
+                netem.plan(args.split())
+            self.assertIn(why, str(e.exception), args)
+
+    def test_shell_assignments(self):
+        out = netem.shell(netem.plan("loss gemodel 1% 10% delay 1ms".split()))
+        lines = dict(line.split("=", 1) for line in out.splitlines())
+        self.assertEqual(lines["ge"], "-ge10000-100000-1000000-0")
+        self.assertEqual(lines["ge_r"], "100000")
+        self.assertEqual(lines["delay_us"], "1000")
+        self.assertEqual(lines["rate"], "")
+        self.assertEqual(netem.shell(netem.plan([])).splitlines()[0], "loss=0")
+
+
+class CommandLineTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.report = os.path.join(self.dir.name, "r.json")
+        with open(self.report, "w") as f:
+            json.dump(REPORT, f)
+        self.tel = os.path.join(self.dir.name, "tel.txt")
+        with open(self.tel, "w") as f:
+            f.write(TELEMETRY_OUT)
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_expect_exits_1_and_shows_the_report_when_a_condition_fails(self):
+        self.assertEqual(run_cli("expect", self.report, 'r["verified"]')[0], 0)
+        rc, out, _ = run_cli("expect", self.report, 'r["verified"]', 'r["bitwise"]')
+        self.assertEqual(rc, 1)
+        self.assertIn('not true: r["bitwise"]', out)
+        self.assertIn("'retransmits': 2", out)
+
+    def test_merge_writes_one_object(self):
+        out_path = os.path.join(self.dir.name, "merged.json")
+        rc, _, _ = run_cli("merge", out_path, stdin=TELEMETRY_OUT)
+        self.assertEqual(rc, 0)
+        with open(out_path) as f:
+            self.assertEqual(json.load(f)["/phub/stats"]["pushes"], 105)
+
+    def test_query_prints_a_value_or_the_default(self):
+        expr = 'sum(j["name"] == "orphan" for j in t["/phub/jobs"].values())'
+        self.assertEqual(run_cli("query", expr, stdin=TELEMETRY_OUT)[1], "1\n")
+        self.assertEqual(run_cli("query", expr, self.tel)[1], "1\n")
+        rc, out, _ = run_cli("query", "--default", "-1", expr, stdin="no answer\n")
+        self.assertEqual((rc, out), (0, "-1\n"))
+
+    def test_holds_compares_snapshots(self):
+        self.assertEqual(run_cli("holds", 't0["/phub/stats"]["pushes"] == 105', self.tel)[0], 0)
+        self.assertEqual(run_cli("holds", 't["/phub/stats"]["pushes"] > 105', self.tel)[0], 1)
+        self.assertEqual(run_cli("holds", 't1["workers"] == 3 and t0["/phub/stats"]',
+                                 self.tel, self.report)[0], 0)
+        self.assertEqual(run_cli("holds", 't["/phub/nothing"]["x"]', self.tel)[0], 1)
+
+    def test_stats_delta_prints_what_moved_and_checks_conditions(self):
+        before = os.path.join(self.dir.name, "before.json")
+        with open(before, "w") as f:
+            json.dump({"/phub/stats": {"pushes": 100, "handed_off": 3, "drops": {}}}, f)
+        rc, out, _ = run_cli("stats-delta", before, self.tel, 'd["pushes"] == 5',
+                             'd["drops.wrong_lcore"] == 3', 'd["acks_sent"] == 0')
+        self.assertEqual(rc, 0)
+        self.assertIn("'pushes': 5", out)
+        self.assertNotIn("handed_off", out)
+        rc, out, _ = run_cli("stats-delta", before, self.tel, 'd["duplicates"] > 0')
+        self.assertEqual(rc, 1)
+        self.assertIn('not true: d["duplicates"] > 0', out)
+
+    def test_summary_and_brief(self):
+        self.assertIn("NOT EXACT", run_cli("summary", "lbl", self.report)[1])
+        self.assertTrue(run_cli("brief", "lbl", self.report)[1].startswith("lbl: 3 workers"))
+
+    def test_netem_plan_prints_assignments_or_refuses(self):
+        rc, out, _ = run_cli("netem-plan", "loss", "1%")
+        self.assertEqual(rc, 0)
+        self.assertIn("loss=10000\n", out)
+        rc, out, err = run_cli("netem-plan", "reorder", "5%")
+        self.assertEqual((rc, out), (1, ""))
+        self.assertTrue(err.startswith("virtual-rack: reorder needs a delay"))
+
+    def test_json_edit_sets_a_field(self):
+        self.assertEqual(run_cli("json-edit", self.report, 'c["rss_kb"] = int("512")')[0], 0)
+        with open(self.report) as f:
+            self.assertEqual(json.load(f)["rss_kb"], 512)
+
+    def test_test_summary_counts_every_build_dir(self):
+        dirs = []
+        for name, results in (("a", ["OK", "EXPECTEDFAIL", "SKIP"]), ("b", ["OK", "FAIL"]),
+                              ("c", None)):
+            d = os.path.join(self.dir.name, name)
+            os.makedirs(os.path.join(d, "meson-logs"))
+            dirs.append(d)
+            if results is None:
+                continue
+            with open(os.path.join(d, "meson-logs", "testlog.json"), "w") as f:
+                for r in results:
+                    f.write(json.dumps({"name": "t", "result": r}) + "\n")
+        self.assertEqual(run_cli("test-summary", *dirs)[:2],
+                         (1, "3 passed, 1 failed, 1 skipped\n"))
+        self.assertEqual(run_cli("test-summary", dirs[0])[:2],
+                         (0, "2 passed, 0 failed, 1 skipped\n"))
+
+    def test_unknown_command_is_a_usage_error(self):
+        rc, _, err = run_cli("frobnicate")
+        self.assertEqual(rc, 2)
+        self.assertIn("expect REPORT COND", err)
+
+
+if __name__ == "__main__":
+    unittest.main()
