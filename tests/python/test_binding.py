@@ -160,3 +160,27 @@ def test_fp16_bf16(soft_pbox, job, dtype):
     for out in run_ranks(2, rank):
         assert out.dtype == dtype
         assert torch.equal(out, want)
+
+
+def test_set_key_hyper(soft_pbox, job):
+    n = 1000
+    with phub.connect("127.0.0.1", job, 1, 0, 1, [n], port=soft_pbox.port, optimizer="sgd",
+                      lr=1.0) as s:
+        w = np.zeros(n, np.float32)
+        g = np.ones(n, np.float32)
+        s.set_key_hyper(0, lr=0.25, weight_decay=0.0)
+        s.wait(s.pushpull(0, g, w))
+        np.testing.assert_array_equal(w, np.full(n, -0.25, np.float32))
+        with pytest.raises(phub.PhubError) as ei:
+            s.set_key_hyper(0, lr=-1.0)
+        assert ei.value.errno == 22
+        with pytest.raises(phub.PhubError) as ei:
+            s.set_key_hyper(5, lr=0.1)
+        assert ei.value.errno == 2
+    # A worker on a 1400-byte path: a full segment (1408 bytes) plus the longer header no
+    # longer fits, and libphub says so rather than send IP fragments.
+    with phub.connect("127.0.0.1", job + "m", 1, 0, 1, [n], port=soft_pbox.port, mtu=1400,
+                      optimizer="sgd", lr=1.0) as s:
+        with pytest.raises(phub.PhubError) as ei:
+            s.set_key_hyper(0, lr=0.1)
+        assert ei.value.errno == 90 and "EMSGSIZE" not in str(ei.value)
