@@ -276,7 +276,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.synchronize()
         self.push_order_last = list(self.push_order)
         self.push_order = []
-        self.timing["first_push"] = None
         if self._local is not None:
             self._local.step()
         return loss
