@@ -171,6 +171,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._fwd_hooks = []
         self._fwd_seen = []
         self._fwd_ids = set()
+        self._synced = False
         if self._module is not None:
             for m in self._module.modules():
                 self._fwd_hooks.append(m.register_forward_pre_hook(self._on_forward))
@@ -222,6 +223,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             return
         if not g.is_contiguous():
             g = g.contiguous()
+        self._synced = False
         if not self._tickets:
             # The first gradient of this backward.
             self.timing["first_push"] = time.perf_counter()
@@ -253,6 +255,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         for p in self._params:
             if p not in self._tickets and p.grad is not None:
                 self._push(p)
+        self._synced = True
         self.timing["backward_end"] = time.perf_counter()
         t0 = time.perf_counter()
         s = self._session
@@ -273,7 +276,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self.synchronize()
+        # A synchronize() of the caller's (to clip the mean gradient before a local
+        # optimizer, say) already did the work of this step.
+        if not self._synced:
+            self.synchronize()
         self.push_order_last = list(self.push_order)
         self.push_order = []
         if self._local is not None:
@@ -284,6 +290,23 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if self._local is not None:
             self._local.zero_grad(set_to_none=set_to_none)
         super().zero_grad(set_to_none=set_to_none)
+
+    @torch.no_grad()
+    def resume(self):
+        """After step() raised phub.PhubStaleError (the PBox restarted from a checkpoint older
+        than what this worker had seen): accept the rollback, put the checkpoint's weights in
+        the parameters (PBox-side optimizers) and return the iteration the next step pushes.
+        The caller goes back to that iteration's batch. Every rank does the same."""
+        r = self._session.resume()
+        self._tickets.clear()
+        self._sent.clear()
+        if self.kind != "none":
+            for p in self._params:
+                self._session.pull(self._key[p], self._out[p])
+            self._session.wait_all()
+            for p in self._params:
+                p.copy_(self._out[p])
+        return r
 
     @property
     def session(self):
