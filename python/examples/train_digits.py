@@ -104,6 +104,11 @@ def run(args, mode, rank, world, log_path):
     else:
         net = model
         opt = torch_optimizer(args, net.parameters())
+    sched = None
+    if args.lr_step and mode != "reference":
+        # Halve the lr every lr_step epochs; with PHub the new lr reaches the PBox in the
+        # PUSHes' HYPER extension (docs/protocol.md section 14).
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=args.lr_step, gamma=0.5)
     steps, epochs = [], []
     t0 = time.perf_counter()
     for epoch in range(args.epochs):
@@ -126,6 +131,8 @@ def run(args, mode, rank, world, log_path):
             seen += len(idx)
             steps.append((time.perf_counter() - t0, loss.item()))
         rate = seen / (time.perf_counter() - te)
+        if sched is not None:
+            sched.step()
         if rank == 0:
             acc = accuracy(model, xte, yte)
             epochs.append({"epoch": epoch + 1, "time": time.perf_counter() - t0,
@@ -244,6 +251,8 @@ def main():
     ap.add_argument("--optimizer", choices=["sgd", "momentum", "adam"], default="momentum")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--lr-step", type=int, default=0,
+                    help="halve the learning rate every N epochs (a torch LR scheduler)")
     ap.add_argument("--deterministic", action="store_true",
                     help="PBox sums in rank order; torch deterministic algorithms")
     ap.add_argument("--check", action="store_true",
@@ -266,12 +275,17 @@ def main():
             ap.error("--rank runs one PHub worker: --mode phub and --server are needed")
         with tempfile.TemporaryDirectory() as tmp:
             run(args, "phub", args.rank, args.workers, os.path.join(tmp, "phub"))
+            if args.json:
+                with open(os.path.join(tmp, f"phub.{args.rank}")) as f, \
+                        open(args.json, "w") as g:
+                    g.write(f.read())
         return 0
 
     modes = ["phub", "ddp", "single"] if args.mode == "all" else [args.mode]
     if args.check:
-        if args.optimizer != "sgd" or not args.deterministic:
-            ap.error("--check compares deterministic SGD: add --optimizer sgd --deterministic")
+        if args.optimizer != "sgd" or not args.deterministic or args.lr_step:
+            ap.error("--check compares deterministic SGD at a fixed lr: add --optimizer sgd "
+                     "--deterministic, without --lr-step")
         if "phub" not in modes:
             modes.insert(0, "phub")
         modes.append("reference")
