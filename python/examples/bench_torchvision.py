@@ -40,6 +40,9 @@ def _median(xs):
 
 
 def worker(rank, args, mode, model_name, world, out):
+    if args.netns_prefix:
+        from _rack import enter_netns
+        enter_netns(f"{args.netns_prefix}{rank + 1}")
     torch.set_num_threads(args.threads)
     model = make_model(model_name)
     x = torch.randn(args.batch, 3, args.image_size, args.image_size,
@@ -154,6 +157,8 @@ def main():
     ap.add_argument("--window-bytes", type=int, default=1 << 20)
     ap.add_argument("--server", help="PBox address; default: start a soft PBox on loopback")
     ap.add_argument("--port", type=int, default=47000)
+    ap.add_argument("--netns-prefix", help="worker rank r runs in network namespace "
+                    "<prefix><r+1> (a virtual rack's workers: --netns-prefix <rack>-w)")
     ap.add_argument("--job", default="bench")
     ap.add_argument("--nonce", type=lambda s: int(s, 0), default=0xbe7c)
     ap.add_argument("--build", default=os.environ.get("PHUB_BUILD_DIR",

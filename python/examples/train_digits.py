@@ -75,6 +75,9 @@ def torch_optimizer(args, params):
 
 def run(args, mode, rank, world, log_path):
     """One worker of one mode: trains, writes its per-step losses and (rank 0) the epochs."""
+    if args.netns_prefix and mode in ("phub", "ddp"):
+        from _rack import enter_netns
+        enter_netns(f"{args.netns_prefix}{rank + 1}")
     torch.set_num_threads(1)
     if args.deterministic:
         torch.use_deterministic_algorithms(True)
@@ -261,6 +264,8 @@ def main():
                          "(relative) of it at every step")
     ap.add_argument("--server", help="PBox address; default: start a soft PBox on loopback")
     ap.add_argument("--port", type=int, default=47000)
+    ap.add_argument("--netns-prefix", help="worker rank r runs in network namespace "
+                    "<prefix><r+1> (a virtual rack's workers: --netns-prefix <rack>-w)")
     ap.add_argument("--job", default="digits")
     ap.add_argument("--nonce", type=lambda s: int(s, 0), default=0x5eed)
     ap.add_argument("--build", default=os.environ.get("PHUB_BUILD_DIR",

@@ -145,15 +145,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
                                  initial=initial, **session)
         self._join_hyper = (float(g0["lr"]), float(g0["weight_decay"]))
         self._sent_hyper = {p: self._join_hyper for p in self._params}
-        # Every rank starts from rank 0's weights (the initial round's model).
-        with torch.no_grad():
-            for p in self._params:
-                buf = torch.empty_like(p, memory_format=torch.contiguous_format)
-                self._session.pull(self._key[p], buf)
-                self._session.wait_all()
-                p.copy_(buf)
         self._out = {p: torch.empty_like(p, memory_format=torch.contiguous_format)
                      for p in self._params}
+        # Every rank starts from rank 0's weights (the initial round's model, or the current
+        # one when joining a running job), all pulls in flight at once.
+        with torch.no_grad():
+            for p in self._params:
+                self._session.pull(self._key[p], self._out[p])
+            self._session.wait_all()
+            for p in self._params:
+                p.copy_(self._out[p])
         self._tickets = {}          # param -> ticket in flight this step
         self._sent = {}             # param -> the gradient tensor libphub reads
         self.push_order = []        # params in the order their gradients left (this backward)
