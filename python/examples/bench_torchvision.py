@@ -65,7 +65,9 @@ def worker(rank, args, mode, model_name, world, out):
         import phub.torch as pt
         pt.init(server=args.server, port=args.port, job=f"{args.job}-{model_name}-{world}",
                 nonce=args.nonce, rank=rank, world_size=world,
-                window_bytes=args.window_bytes)
+                window_bytes=args.window_bytes,
+                # The initial round moves every rank's weights (100 MB for ResNet-50).
+                connect_timeout_ms=120000)
         opt = pt.DistributedOptimizer(model, "momentum", lr=0.01, momentum=0.9)
         net = model
     else:
@@ -138,9 +140,15 @@ def run(args, mode, model_name, world, tmp):
            "images_per_s": world * args.batch / step, "step_s": step, "comm_s": comm,
            "exposed_s": exposed,
            "overlap": max(0.0, 1.0 - exposed / comm) if comm > 0 else float("nan")}
+    if mode == "phub":
+        # libphub's counters over the whole run (warm-up included), summed over the ranks.
+        res["phub"] = {k: sum(r["stats"][k] for r in ranks)
+                       for k in ("pushes", "retransmits", "pulls", "replays", "rx_dropped")}
     print(f"{model_name:9s} N={world}  {mode:4s}  {res['images_per_s']:8.1f} images/s  "
           f"step {step * 1000:8.1f} ms  comm {comm * 1000:8.1f} ms  exposed "
-          f"{exposed * 1000:8.1f} ms  overlap {res['overlap'] * 100:5.1f}%", flush=True)
+          f"{exposed * 1000:8.1f} ms  overlap {res['overlap'] * 100:5.1f}%" +
+          (f"  (pushes {res['phub']['pushes']}, retransmits {res['phub']['retransmits']}, "
+           f"pulls {res['phub']['pulls']})" if mode == "phub" else ""), flush=True)
     return res
 
 
@@ -154,7 +162,8 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per worker")
-    ap.add_argument("--window-bytes", type=int, default=1 << 20)
+    ap.add_argument("--window-bytes", type=int, default=0,
+                    help="libphub's window of bytes in flight (0: its default, 256 KiB)")
     ap.add_argument("--server", help="PBox address; default: start a soft PBox on loopback")
     ap.add_argument("--port", type=int, default=47000)
     ap.add_argument("--netns-prefix", help="worker rank r runs in network namespace "
