@@ -277,3 +277,46 @@ def test_init_from_environment(monkeypatch):
     monkeypatch.delenv("PHUB_JOB")
     with pytest.raises(ValueError, match="PHUB_JOB"):
         pt.init()
+
+
+def test_synchronize_then_clip_then_step(soft_pbox, job):
+    """Sum mode with a local optimizer: the caller clips the mean gradient between
+    synchronize() and step(), which then only runs the local optimizer."""
+    pt.init(server="127.0.0.1", port=soft_pbox.port, job=job, nonce=7, rank=0, world_size=2,
+            deterministic=True)
+    data = make_data(3)
+    torch.manual_seed(1)
+    ref_net = Net()
+    ref_opt = torch.optim.SGD(ref_net.parameters(), lr=0.5)
+    ref = []
+    for x, y in data:
+        ref_opt.zero_grad()
+        torch.nn.functional.cross_entropy(ref_net(x), y).backward()
+        torch.nn.utils.clip_grad_norm_(ref_net.parameters(), 0.05)
+        ref_opt.step()
+        ref.append([p.detach().clone() for p in ref_net.parameters()])
+    nets = []
+    for r in range(2):
+        torch.manual_seed(1 if r == 0 else 9)
+        nets.append(Net())
+
+    def rank(r):
+        net = nets[r]
+        opt = pt.DistributedOptimizer(net, torch.optim.SGD(net.parameters(), lr=0.5), rank=r)
+        out = []
+        for x, y in data:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(x[r * 4:r * 4 + 4]),
+                                              y[r * 4:r * 4 + 4]).backward()
+            opt.synchronize()
+            norm = torch.nn.utils.clip_grad_norm_(net.parameters(), 0.05)
+            assert norm > 0.05                  # the clip bites: the test can tell
+            opt.step()
+            out.append([p.detach().clone() for p in net.parameters()])
+        opt.close()
+        return out
+
+    ranks = run_ranks(2, rank)
+    for step, want in enumerate(ref):
+        for w, g in zip(want, ranks[0][step]):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
