@@ -326,13 +326,13 @@ class Session:
         self._check_open()
         st = _lib.Stats()
         self._lib.phub_stats(self._h, ctypes.byref(st))
-        return {n: getattr(st, n) for n, _ in _lib.Stats._fields_}
+        return {n: getattr(st, n) for n, _ in _lib.Stats._fields_ if n != "_spare"}
 
     def info(self):
         self._check_open()
         inf = _lib.Info()
         self._lib.phub_info(self._h, ctypes.byref(inf))
-        return {n: getattr(inf, n) for n, _ in _lib.Info._fields_}
+        return {n: getattr(inf, n) for n, _ in _lib.Info._fields_ if n != "_spare"}
 
     def last_error(self):
         return self._reason(0) if self._h else ""

@@ -13,6 +13,12 @@ CONNECT_F_CSUM = 0x1
 CONNECT_F_DETERMINISTIC = 0x2
 
 
+# phub.h grows its structs at the end only, and a zero field means its default: each struct
+# below ends with zeroed spare bytes, so that a newer libphub.so.0 reads its new fields as 0
+# (connect) or writes them into the spare room (stats, info) instead of past the object.
+_SPARE = ("_spare", ctypes.c_uint8 * 256)
+
+
 class Key(ctypes.Structure):
     _fields_ = [("key_id", ctypes.c_uint32), ("n_elems", ctypes.c_uint32)]
 
@@ -45,6 +51,7 @@ class ConnectParams(ctypes.Structure):
         ("dead_ms", ctypes.c_uint32),
         ("connect_timeout_ms", ctypes.c_uint32),
         ("flags", ctypes.c_uint),
+        _SPARE,
     ]
 
 
@@ -54,7 +61,7 @@ class Stats(ctypes.Structure):
         "pulls", "acks", "models", "replays", "rx_dropped", "tx_errors", "pings",
         "ops_completed")] + [(n, ctypes.c_uint32) for n in (
             "srtt_us", "rttvar_us", "rto_us", "window_bytes", "inflight_bytes")] + [
-        ("reconnects", ctypes.c_uint64), ("rollbacks", ctypes.c_uint64)]
+        ("reconnects", ctypes.c_uint64), ("rollbacks", ctypes.c_uint64), _SPARE]
 
 
 class Info(ctypes.Structure):
@@ -71,6 +78,7 @@ class Info(ctypes.Structure):
         ("n_elems", ctypes.c_uint64),
         ("n_endpoints", ctypes.c_uint32),
         ("first_iteration", ctypes.c_uint32),
+        _SPARE,
     ]
 
 

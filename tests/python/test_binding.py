@@ -2,6 +2,7 @@
 """The ctypes binding: connect, pushpull, pull, errors as exceptions, no leak, fp16/bf16."""
 
 import gc
+import os
 import time
 
 import numpy as np
@@ -177,3 +178,28 @@ def test_set_key_hyper(soft_pbox, job):
         with pytest.raises(phub.PhubError) as ei:
             s.set_key_hyper(0, lr=0.1)
         assert ei.value.errno == 90 and "EMSGSIZE" not in str(ei.value)
+
+
+def test_ctypes_mirror_matches_phub_h():
+    """Every field of the ctypes structs at the offset and size the C compiler gives it (a
+    field added to phub.h, or moved, shows here); the mirrors are at least as large."""
+    import ctypes
+    import json
+    import subprocess
+    from phub import _lib
+    from conftest import BUILD
+    dump = os.path.join(BUILD, "tests", "python", "phub-layout-dump")
+    if not os.path.exists(dump):
+        pytest.skip("phub-layout-dump not built")
+    c = json.loads(subprocess.run([dump], capture_output=True, text=True, check=True).stdout)
+    mirrors = {"phub_key": _lib.Key, "phub_key_hyper": _lib.KeyHyper,
+               "phub_connect_params": _lib.ConnectParams, "phub_stats": _lib.Stats,
+               "phub_info": _lib.Info}
+    for cname, fields in c.items():
+        py = mirrors[cname]
+        names = [f[0] for f in py._fields_ if f[0] != "_spare"]
+        assert sorted(names) == sorted(k for k in fields if k != "size"), cname
+        for name in names:
+            d = getattr(py, name)
+            assert [d.offset, d.size] == fields[name], f"{cname}.{name}"
+        assert ctypes.sizeof(py) >= fields["size"][1], cname
