@@ -293,7 +293,8 @@ START_TEST(test_step_hyper_parameters_apply_per_iteration_and_must_agree)
 
 	memset(&stats, 0, sizeof(stats));
 	push_hyper(job, 0, t0, 0, w, false, 0, 0, &reply, &stats);
-	push_hyper(job, 1, t1, 0, w, true, 9.0f, 0, &reply, &stats);	/* iteration 0: ignored */
+	/* Iteration 0 (the initial round) ignores HYPER. */
+	push_hyper(job, 1, t1, 0, w, true, 9.0f, 0, &reply, &stats);
 	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK | PHUB_ENGINE_MODEL_ALL);
 
 	/* Iteration 1 without HYPER: the JOIN's lr, 1 - 0.5 * 2 = 0. */
