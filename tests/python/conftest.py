@@ -24,10 +24,10 @@ SOFT_PBOX = os.path.join(BUILD, "tests", "support", "phub-soft-pbox")
 class SoftPBox:
     """phub-soft-pbox on ephemeral loopback ports, stopped by its PID."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, port=0):
         if not os.path.exists(SOFT_PBOX):
             pytest.skip(f"{SOFT_PBOX} not built")
-        self.proc = subprocess.Popen([SOFT_PBOX, "--port", "0", "--lcores", "2", *args],
+        self.proc = subprocess.Popen([SOFT_PBOX, "--port", str(port), "--lcores", "2", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"control 127\.0\.0\.1:(\d+),", line)
@@ -35,6 +35,12 @@ class SoftPBox:
             self.stop()
             raise RuntimeError(f"soft PBox did not start: {line!r}")
         self.port = int(m.group(1))
+
+    def checkpoint(self):
+        """SIGUSR1: the soft PBox checkpoints every job (--checkpoint-dir); its answer line."""
+        import signal
+        self.proc.send_signal(signal.SIGUSR1)
+        return self.proc.stdout.readline()
 
     def stop(self):
         if self.proc.poll() is None:

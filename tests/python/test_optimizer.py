@@ -320,3 +320,53 @@ def test_synchronize_then_clip_then_step(soft_pbox, job):
     for step, want in enumerate(ref):
         for w, g in zip(want, ranks[0][step]):
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_pbox_restart_from_an_older_checkpoint_rolls_back(job, tmp_path):
+    """The PBox checkpoints at step 2, the job goes on to step 4, the PBox dies and comes back
+    from its checkpoint: the next step raises PhubStaleError, resume() puts step 2's weights
+    back and says the next push is iteration 3, and training goes on from there."""
+    import signal
+    from conftest import SoftPBox
+    sp = SoftPBox("--checkpoint-dir", str(tmp_path))
+    port = sp.port
+    try:
+        pt.init(server="127.0.0.1", port=port, job=job, nonce=7, rank=0, world_size=1)
+        torch.manual_seed(0)
+        net = Net()
+        opt = pt.DistributedOptimizer(net, "momentum", lr=0.1, momentum=0.9, dead_ms=2000)
+        data = make_data(8)
+
+        def train(x, y):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            opt.step()
+
+        for x, y in data[:2]:
+            train(x, y)
+        at2 = [p.detach().clone() for p in net.parameters()]
+        assert "checkpoint of 1 job" in sp.checkpoint()
+        for x, y in data[2:4]:
+            train(x, y)
+        at4 = [p.detach().clone() for p in net.parameters()]
+        sp.proc.send_signal(signal.SIGKILL)
+        sp.stop()
+        sp = SoftPBox("--checkpoint-dir", str(tmp_path), port=port)
+        with pytest.raises(phub.PhubStaleError) as ei:
+            train(*data[4])
+        assert str(ei.value)
+        assert opt.resume() == 3
+        for a, b in zip(at2, net.parameters()):
+            assert torch.equal(a, b.detach())
+        # Steps 3 and 4 again give what they gave the first time: the PBox restored the
+        # momentum of step 2 with the weights.
+        for x, y in data[2:4]:
+            train(x, y)
+        for a, b in zip(at4, net.parameters()):
+            assert torch.equal(a, b.detach())
+        assert not torch.equal(at2[0], at4[0])
+        st = opt.session.stats()
+        assert st["rollbacks"] == 1 and st["reconnects"] >= 1
+        opt.close()
+    finally:
+        sp.stop()
