@@ -413,6 +413,9 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 	req.src_udp_port = f->src_udp;
 	req.payload = f->msg.payload;
 	req.payload_len = f->msg.payload_len;
+	req.has_hyper = (f->msg.flags & PHUB_WIRE_F_HYPER) != 0;
+	req.hyper_lr = f->msg.hyper_lr;
+	req.hyper_weight_decay = f->msg.hyper_weight_decay;
 
 	if (f->msg.opcode == PHUB_WIRE_OP_PUSH)
 		phub_engine_push(job, &req, &reply, &lc->engine_stats);

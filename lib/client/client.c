@@ -140,10 +140,14 @@ submit(struct phub *h, uint32_t key_id, enum op_type type, const void *grad, voi
 		return rc;
 	}
 	/* Iterations are fixed here, in the order the application called. */
-	if (type == OP_PULL || initial)
+	if (type == OP_PULL || initial) {
 		op->iter = key->sub_iter;
-	else
+	} else {
 		op->iter = ++key->sub_iter;
+		op->hyper = key->hyper;
+		op->hyper_lr = key->hyper_lr;
+		op->hyper_weight_decay = key->hyper_weight_decay;
+	}
 	do {
 		if (h->next_ticket == INT32_MAX)
 			h->tickets_wrapped = true;
@@ -390,6 +394,36 @@ params_check(const struct phub_connect_params *p, char *err, size_t errlen)
 	return 0;
 }
 
+int
+phub_set_key_hyper(struct phub *h, uint32_t key_id, const struct phub_key_hyper *hyper)
+{
+	struct key *key;
+	uint32_t index;
+	size_t datagram;
+	int rc = 0;
+
+	if (h == NULL || (hyper != NULL && (!finite_nonneg(hyper->lr) ||
+			!finite_nonneg(hyper->weight_decay))))
+		return -EINVAL;
+	if (phub_layout_key_index(h->layout, key_id, &index) != 0)
+		return -ENOENT;
+	/* A full segment under the longer header must still fit the path MTU (IPv4 + UDP). */
+	datagram = 20 + 8 + PHUB_WIRE_HDR_LEN_HYPER + (size_t)h->segment_elems * h->elem_size;
+	if (hyper != NULL && datagram > h->mtu)
+		return -EMSGSIZE;
+	key = &h->keys[index];
+	pthread_mutex_lock(&h->lock);
+	if (h->error != 0) {
+		rc = h->error;
+	} else {
+		key->hyper = hyper != NULL;
+		key->hyper_lr = hyper != NULL ? hyper->lr : 0;
+		key->hyper_weight_decay = hyper != NULL ? hyper->weight_decay : 0;
+	}
+	pthread_mutex_unlock(&h->lock);
+	return rc;
+}
+
 static int
 socket_open(struct phub *h, const struct phub_connect_params *p, char *err, size_t errlen)
 {
@@ -397,6 +431,7 @@ socket_open(struct phub *h, const struct phub_connect_params *p, char *err, size
 	int size = CLIENT_SOCKET_BUFFER;
 	uint16_t port = p->server_port != 0 ? p->server_port : PHUB_DEFAULT_PORT;
 
+	h->mtu = p->mtu != 0 ? p->mtu : CLIENT_MTU_DEFAULT;
 	h->ctrl.sin_family = AF_INET;
 	h->ctrl.sin_port = htons(port);
 	inet_pton(AF_INET, p->server, &h->ctrl.sin_addr);

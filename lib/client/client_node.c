@@ -244,20 +244,22 @@ tx_add(struct phub *h, const struct sockaddr_in *dst, struct phub_wire_msg *msg,
 	struct tx_batch *tx = &h->tx;
 	unsigned int i = tx->n;
 	uint32_t crc = 0;
+	int hdr_len;
 
 	msg->flags |= h->tx_flags;
 	if (msg->seg_index + 1 == msg->seg_count)
 		msg->flags |= PHUB_WIRE_F_LAST;
 	if ((msg->flags & PHUB_WIRE_F_CSUM) && msg->payload_len != 0)
 		crc = phub_wire_csum_payload(payload, msg->payload_len);
-	if (phub_wire_hdr_encode(tx->hdr[i], PHUB_WIRE_HDR_LEN, msg, crc) < 0) {
+	hdr_len = phub_wire_hdr_encode(tx->hdr[i], sizeof(tx->hdr[i]), msg, crc);
+	if (hdr_len < 0) {
 		/* Only a bug of ours gets here; counting it beats sending garbage. */
 		h->stats.tx_errors++;
 		return;
 	}
 	tx->dst[i] = *dst;
 	tx->iov[i][0].iov_base = tx->hdr[i];
-	tx->iov[i][0].iov_len = PHUB_WIRE_HDR_LEN;
+	tx->iov[i][0].iov_len = (size_t)hdr_len;
 	tx->iov[i][1].iov_base = (void *)(uintptr_t)payload;
 	tx->iov[i][1].iov_len = msg->payload_len;
 	memset(&tx->msgs[i], 0, sizeof(tx->msgs[i]));
@@ -293,6 +295,11 @@ send_push(struct phub *h, struct seg *s, const struct op *op, uint64_t now, bool
 
 	msg_for_seg(h, s, PHUB_WIRE_OP_PUSH, &msg);
 	msg.flags = again ? PHUB_WIRE_F_RETRANSMIT : 0;
+	if (op->hyper) {
+		msg.flags |= PHUB_WIRE_F_HYPER;
+		msg.hyper_lr = op->hyper_lr;
+		msg.hyper_weight_decay = op->hyper_weight_decay;
+	}
 	msg.dtype = h->dtype;
 	msg.priority = op->wire_prio;
 	msg.payload_len = (uint16_t)(s->n_elems * h->elem_size);

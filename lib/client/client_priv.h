@@ -108,6 +108,10 @@ struct op {
 	uint32_t iter;
 	uint32_t n_acked;		/* segments ACKed (PUSH, PUSHPULL) */
 	uint32_t n_models;		/* segments whose MODEL landed (PULL, PUSHPULL) */
+	/* The key's step hyper-parameters when submitted (phub_set_key_hyper): HYPER. */
+	bool hyper;
+	float hyper_lr;
+	float hyper_weight_decay;
 };
 
 struct key {
@@ -116,6 +120,10 @@ struct key {
 	uint32_t first_seg;
 	uint32_t n_segs;
 	uint32_t sub_iter;		/* latest iteration submitted for push; under h->lock */
+	/* phub_set_key_hyper(), under h->lock: sent with every push submitted after it. */
+	bool hyper;
+	float hyper_lr;
+	float hyper_weight_decay;
 	/* Progress thread: the newest iteration an operation on the key completed with. */
 	uint32_t done_iter;
 	bool done_any;
@@ -144,7 +152,7 @@ struct tx_batch {
 	struct mmsghdr msgs[CLIENT_BATCH];
 	struct iovec iov[CLIENT_BATCH][2];
 	struct sockaddr_in dst[CLIENT_BATCH];
-	uint8_t hdr[CLIENT_BATCH][PHUB_WIRE_HDR_LEN];
+	uint8_t hdr[CLIENT_BATCH][PHUB_WIRE_HDR_LEN_HYPER];
 	unsigned int n;
 };
 
@@ -185,6 +193,7 @@ struct phub {
 	uint32_t elem_size;
 	uint32_t chunk_bytes;
 	uint32_t segment_elems;
+	uint32_t mtu;			/* the path MTU of connect's params (for HYPER) */
 	uint32_t first_iteration;
 	uint32_t window_bytes;
 	uint64_t rto_min_ns;

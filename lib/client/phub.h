@@ -263,6 +263,28 @@ int phub_wait_all(struct phub *h, int timeout_ms);
  */
 int phub_resume(struct phub *h, uint32_t *iteration);
 
+/*
+ * Step hyper-parameters of one key (docs/protocol.md, "Step hyper-parameters"): a learning-rate
+ * schedule, parameter groups with their own lr and weight decay.
+ */
+struct phub_key_hyper {
+	float lr;
+	float weight_decay;
+};
+
+/*
+ * Set the learning rate and weight decay the PBox's optimizer uses for key_id from the next
+ * push submitted on it (phub_push(), phub_pushpull()) on: every PUSH of those iterations carries
+ * them (flag HYPER and an 8-byte header extension). hyper NULL goes back to the job's values
+ * (those of phub_connect_params). Every rank must set the same values for the same iterations:
+ * the PBox drops PUSHes that differ from the iteration's first (drop reason hyper_mismatch), so
+ * a rank that disagrees stalls the key until it sends what the others sent. Momentum, betas
+ * and eps stay the job's. Returns 0; -EINVAL (h NULL, a value not finite or < 0), -ENOENT
+ * (unknown key), -EMSGSIZE (a full segment with the 64-byte header exceeds the mtu given at
+ * connect), or the session's error once it has failed.
+ */
+int phub_set_key_hyper(struct phub *h, uint32_t key_id, const struct phub_key_hyper *hyper);
+
 /* Why the session failed ("" while it has not). The string lives as long as the session. */
 const char *phub_last_error(const struct phub *h);
 

@@ -147,13 +147,33 @@ push_initial(struct phub_engine_job *job, const struct phub_engine_request *req,
 	(void)stats;
 }
 
+/*
+ * The step hyper-parameters of the iteration: the first PUSH sets them (from its HYPER
+ * extension, or the JOIN's when it has none); every later rank must bring the same.
+ */
+static bool
+hyper_agrees(struct segment_slot *slot, const struct phub_engine_request *req)
+{
+	if (slot->seen == 0) {
+		slot->hyper = req->has_hyper;
+		slot->hyper_lr = req->hyper_lr;
+		slot->hyper_weight_decay = req->hyper_weight_decay;
+		return true;
+	}
+	if (slot->hyper != req->has_hyper)
+		return false;
+	return !req->has_hyper || (slot->hyper_lr == req->hyper_lr &&
+			slot->hyper_weight_decay == req->hyper_weight_decay);
+}
+
 /* The fused last-arrival step: acc (NULL: none) + grad, the optimizer, the MODEL payload. */
 static void
-push_last(struct phub_engine_job *job, const float *acc, const void *grad,
-		const struct phub_engine_request *req, uint64_t elem, uint64_t t0,
-		struct phub_engine_stats *stats)
+push_last(struct phub_engine_job *job, const struct segment_slot *slot, const float *acc,
+		const void *grad, const struct phub_engine_request *req, uint64_t elem,
+		uint64_t t0, struct phub_engine_stats *stats)
 {
 	const struct phub_kernels *k = phub_kernels_get();
+	struct phub_optimizer_params params = job->optimizer;
 	struct phub_opt_step step;
 	struct phub_opt_buffers buf = {
 		.acc = acc,
@@ -166,9 +186,14 @@ push_last(struct phub_engine_job *job, const float *acc, const void *grad,
 		.out_dtype = job->dtype,
 	};
 
+	/* This iteration's lr and weight decay when its PUSHes carried them (HYPER). */
+	if (slot->hyper) {
+		params.lr = slot->hyper_lr;
+		params.weight_decay = slot->hyper_weight_decay;
+	}
 	/* Iteration t is the t-th update: Adam's bias correction counts from 1. */
-	phub_opt_step_init(&step, &job->optimizer, req->iteration, job->world_size);
-	k->last(&buf, req->elem_count, &job->optimizer, &step);
+	phub_opt_step_init(&step, &params, req->iteration, job->world_size);
+	k->last(&buf, req->elem_count, &params, &step);
 	stats->opt_ns += engine_now_ns() - t0;
 }
 
@@ -182,7 +207,8 @@ push_gradient(struct phub_engine_job *job, const struct segment_slot *slot,
 	float *acc = job->agg + elem;
 
 	if (last) {
-		push_last(job, slot->seen == 0 ? NULL : acc, req->payload, req, elem, t0, stats);
+		push_last(job, slot, slot->seen == 0 ? NULL : acc, req->payload, req, elem, t0,
+				stats);
 		return;
 	}
 	if (slot->seen == 0)
@@ -247,7 +273,7 @@ push_ordered(struct phub_engine_job *job, struct segment_slot *slot,
 		stats->agg_ns += engine_now_ns() - t0;
 		return;
 	}
-	push_last(job, world > 1 ? acc : NULL,
+	push_last(job, slot, world > 1 ? acc : NULL,
 			world - 1 == r ? req->payload : staged_at(job, world - 1, elem), req, elem,
 			t0, stats);
 }
@@ -322,6 +348,17 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 		stats->duplicates++;
 		reply->actions = PHUB_ENGINE_ACK;
 		reply->reason = PHUB_DROP_OK;
+		return;
+	}
+
+	/* Step hyper-parameters: usable values, and the same as the iteration's first PUSH. */
+	if (req->has_hyper && (!isfinite(req->hyper_lr) || req->hyper_lr < 0 ||
+			!isfinite(req->hyper_weight_decay) || req->hyper_weight_decay < 0)) {
+		drop(reply, stats, PHUB_DROP_BAD_HYPER);
+		return;
+	}
+	if (req->iteration != 0 && !hyper_agrees(slot, req)) {
+		drop(reply, stats, PHUB_DROP_HYPER_MISMATCH);
 		return;
 	}
 

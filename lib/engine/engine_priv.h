@@ -41,6 +41,13 @@ struct segment_slot {
 	 */
 	uint16_t next_add;
 	uint64_t seen_bits[PHUB_ENGINE_BITMAP_WORDS];
+	/*
+	 * The step hyper-parameters of the iteration being aggregated, from its first PUSH:
+	 * hyper false means the job's JOIN values. They fit the slot's cache line.
+	 */
+	bool hyper;
+	float hyper_lr;
+	float hyper_weight_decay;
 };
 
 /*

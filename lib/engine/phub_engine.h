@@ -130,6 +130,14 @@ struct phub_engine_request {
 	uint16_t src_udp_port;
 	const void *payload;		/* PUSH only: elem_count elements of dtype */
 	size_t payload_len;
+	/*
+	 * PUSH with PHUB_WIRE_F_HYPER: this iteration's lr and weight decay for the segment. The
+	 * first PUSH of an iteration sets them (or their absence: the job's JOIN values) for the
+	 * segment; a later rank's PUSH that differs is dropped (PHUB_DROP_HYPER_MISMATCH).
+	 */
+	bool has_hyper;
+	float hyper_lr;
+	float hyper_weight_decay;
 };
 
 struct phub_engine;

@@ -152,13 +152,38 @@ static_assert(offsetof(struct phub_wire_hdr, csum) == 52, "csum at 52");
  *		chunk; a reassembler that misses seg_count in a damaged packet still sees the end.
  * REPLAY:	the PBox answers from kept state (a MODEL or ACK sent again for a duplicate or late
  *		PUSH, or a PULL); the worker counts them: a high count means its ACKs are lost.
+ * HYPER:	PUSH only. The header extension (hdr_len >= 64) starts with struct
+ *		phub_wire_hyper_ext: the learning rate and weight decay of this key for this
+ *		iteration (a schedule, a parameter group). Every rank's PUSHes of one segment and
+ *		iteration must carry the same values, or none; without the flag the job's JOIN
+ *		values apply. Values must be finite and >= 0 (PHUB_DROP_BAD_HYPER).
  */
 #define PHUB_WIRE_F_CSUM	0x01
 #define PHUB_WIRE_F_RETRANSMIT	0x02
 #define PHUB_WIRE_F_LAST	0x04
 #define PHUB_WIRE_F_REPLAY	0x08
+#define PHUB_WIRE_F_HYPER	0x10
 #define PHUB_WIRE_F_ALL	\
-	(PHUB_WIRE_F_CSUM | PHUB_WIRE_F_RETRANSMIT | PHUB_WIRE_F_LAST | PHUB_WIRE_F_REPLAY)
+	(PHUB_WIRE_F_CSUM | PHUB_WIRE_F_RETRANSMIT | PHUB_WIRE_F_LAST | PHUB_WIRE_F_REPLAY | \
+	 PHUB_WIRE_F_HYPER)
+
+/*
+ * The header extension of a PUSH with PHUB_WIRE_F_HYPER, at offset 56: float32 bit patterns,
+ * big-endian like the rest of the header. hdr_len is then PHUB_WIRE_HDR_LEN_HYPER.
+ *
+ *  56 +---------------------------------------------------------------+
+ *     |                     lr (float32 bits)                         |
+ *  60 +---------------------------------------------------------------+
+ *     |                 weight_decay (float32 bits)                   |
+ *  64 +---------------------------------------------------------------+
+ */
+struct __attribute__((packed)) phub_wire_hyper_ext {
+	phub_be32_t lr;
+	phub_be32_t weight_decay;
+};
+
+#define PHUB_WIRE_HDR_LEN_HYPER (PHUB_WIRE_HDR_LEN + 8)
+static_assert(sizeof(struct phub_wire_hyper_ext) == 8, "HYPER extension is 8 bytes");
 
 /*
  * Payload element types: enum phub_dtype of wire/phub_types.h, or NONE. NONE marks a control body
@@ -286,6 +311,7 @@ enum phub_wire_opcode {
 	_(ELEM_COUNT,		"elem_count_mismatch") \
 	_(ELEM_RANGE,		"elem_range_overflow") \
 	_(UNUSED_FIELD,		"unused_field_nonzero") \
+	_(BAD_HYPER,		"bad_step_hyper") \
 	/* the control bodies */ \
 	_(BODY_SHORT,		"body_too_short") \
 	_(JOIN_NAME_UNTERMINATED, "join_name_unterminated") \
@@ -325,7 +351,8 @@ enum phub_wire_opcode {
 	_(FUTURE_ITERATION,	"future_iteration") \
 	_(DUPLICATE,		"duplicate") \
 	_(WRONG_LCORE,		"wrong_lcore") \
-	_(NO_BUFFER,		"no_buffer")
+	_(NO_BUFFER,		"no_buffer") \
+	_(HYPER_MISMATCH,	"hyper_mismatch")
 
 /*
  * Second-group meanings, for the engine: BAD_TOKEN token unknown for the job; UNKNOWN_JOB no such
@@ -336,7 +363,8 @@ enum phub_wire_opcode {
  * chunks; OFFSET_RANGE elem_offset/elem_count off the chunk's segment grid; STALE_ITERATION older
  * than the finished one; FUTURE_ITERATION beyond the current one; DUPLICATE a segment already
  * added (ACKed again, not added); WRONG_LCORE handed to the lcore that owns the chunk;
- * NO_BUFFER TX ring full or no mbuf.
+ * NO_BUFFER TX ring full or no mbuf; HYPER_MISMATCH a PUSH whose HYPER values (or their absence)
+ * differ from those of the segment's first PUSH of the iteration.
  */
 enum phub_drop_reason {
 #define PHUB_DROP_ENUM(n, s) PHUB_DROP_##n,
@@ -543,9 +571,13 @@ struct phub_wire_msg {
 	uint16_t payload_len;
 	uint8_t opcode;
 	uint8_t flags;
-	uint8_t hdr_len;		/* as received; the encoder writes PHUB_WIRE_HDR_LEN */
+	uint8_t hdr_len;		/* as received; the encoder writes PHUB_WIRE_HDR_LEN, or
+					 * PHUB_WIRE_HDR_LEN_HYPER with PHUB_WIRE_F_HYPER */
 	uint8_t dtype;
 	uint8_t priority;
+	/* With PHUB_WIRE_F_HYPER (PUSH): this iteration's hyper-parameters of the key. */
+	float hyper_lr;
+	float hyper_weight_decay;
 };
 
 /* Host form of a key entry. */
@@ -714,9 +746,11 @@ enum phub_drop_reason phub_wire_msg_check(const struct phub_wire_msg *msg);
 int phub_wire_encode(void *buf, size_t cap, const struct phub_wire_msg *msg);
 
 /*
- * Write only the 56-byte header, for a payload sent from another buffer (one MODEL payload under
- * N headers). payload_crc is phub_wire_csum_payload() of that payload, used when the CSUM flag
- * is set. PHUB_WIRE_HDR_LEN, -EINVAL or -ENOSPC. The body of a control opcode is not checked.
+ * Write only the header, for a payload sent from another buffer (one MODEL payload under N
+ * headers, a PUSH from the application's gradient). payload_crc is phub_wire_csum_payload() of
+ * that payload, used when the CSUM flag is set. The header's length: PHUB_WIRE_HDR_LEN, or
+ * PHUB_WIRE_HDR_LEN_HYPER with PHUB_WIRE_F_HYPER; -EINVAL or -ENOSPC. The body of a control
+ * opcode is not checked.
  */
 int phub_wire_hdr_encode(void *buf, size_t cap, const struct phub_wire_msg *msg,
 		uint32_t payload_crc);

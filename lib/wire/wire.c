@@ -2,6 +2,7 @@
 /* The datagram header: names, sizes, the opcode table, header encode and the validator. */
 
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -227,6 +228,12 @@ check_fields(const struct phub_wire_msg *m, bool with_body)
 	if (op->payload == PHUB_WIRE_PAYLOAD_ELEMS &&
 	    (uint64_t)m->elem_count * size != m->payload_len)
 		return PHUB_DROP_ELEM_COUNT;
+	/* Step hyper-parameters ride on PUSH only, and must be usable as the kernels' are. */
+	if (m->flags & PHUB_WIRE_F_HYPER) {
+		if (m->opcode != PHUB_WIRE_OP_PUSH || !isfinite(m->hyper_lr) || m->hyper_lr < 0 ||
+		    !isfinite(m->hyper_weight_decay) || m->hyper_weight_decay < 0)
+			return PHUB_DROP_BAD_HYPER;
+	}
 	/* A JOIN_ACK hands out a session; token 0 is the "no session" of JOIN and PING. */
 	if (m->opcode == PHUB_WIRE_OP_JOIN_ACK && m->session_token == 0)
 		return PHUB_DROP_JOIN_ACK_TOKEN;
@@ -262,17 +269,43 @@ phub_wire_csum_finish(uint32_t payload_crc, const void *hdr, size_t hdr_len)
 	return phub_crc32c(crc, h + PHUB_WIRE_HDR_LEN, hdr_len - PHUB_WIRE_HDR_LEN);
 }
 
+/* The header length msg is encoded with: the HYPER extension makes it longer. */
+static inline size_t
+hdr_len_of(const struct phub_wire_msg *m)
+{
+	return (m->flags & PHUB_WIRE_F_HYPER) ? PHUB_WIRE_HDR_LEN_HYPER : PHUB_WIRE_HDR_LEN;
+}
+
+static inline uint32_t
+float_bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+static inline float
+bits_float(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
 /* Store msg's fields as a version 1 header at buf, with csum finished from payload_crc. */
 static void
 hdr_store(uint8_t *buf, const struct phub_wire_msg *m, uint32_t payload_crc)
 {
+	size_t hdr_len = hdr_len_of(m);
 	struct phub_wire_hdr h;
 
 	wire_st16(&h.magic, PHUB_WIRE_MAGIC);
 	h.version = PHUB_WIRE_VERSION;
 	h.opcode = m->opcode;
 	h.flags = m->flags;
-	h.hdr_len = PHUB_WIRE_HDR_LEN;
+	h.hdr_len = (uint8_t)hdr_len;
 	h.dtype = m->dtype;
 	h.priority = m->priority;
 	wire_st32(&h.job_id, m->job_id);
@@ -289,9 +322,16 @@ hdr_store(uint8_t *buf, const struct phub_wire_msg *m, uint32_t payload_crc)
 	wire_st32(&h.aux, m->aux);
 	h.csum = 0;
 	memcpy(buf, &h, sizeof(h));
+	if (m->flags & PHUB_WIRE_F_HYPER) {
+		struct phub_wire_hyper_ext x;
+
+		wire_st32(&x.lr, float_bits(m->hyper_lr));
+		wire_st32(&x.weight_decay, float_bits(m->hyper_weight_decay));
+		memcpy(buf + PHUB_WIRE_HDR_LEN, &x, sizeof(x));
+	}
 	if (m->flags & PHUB_WIRE_F_CSUM)
 		wire_st32(buf + offsetof(struct phub_wire_hdr, csum),
-				phub_wire_csum_finish(payload_crc, buf, PHUB_WIRE_HDR_LEN));
+				phub_wire_csum_finish(payload_crc, buf, hdr_len));
 }
 
 int
@@ -300,32 +340,33 @@ phub_wire_hdr_encode(void *buf, size_t cap, const struct phub_wire_msg *msg,
 {
 	if (buf == NULL || msg == NULL || check_fields(msg, false) != PHUB_DROP_OK)
 		return -EINVAL;
-	if (cap < PHUB_WIRE_HDR_LEN)
+	if (cap < hdr_len_of(msg))
 		return -ENOSPC;
 	hdr_store(buf, msg, payload_crc);
-	return PHUB_WIRE_HDR_LEN;
+	return (int)hdr_len_of(msg);
 }
 
 int
 phub_wire_encode(void *buf, size_t cap, const struct phub_wire_msg *msg)
 {
 	uint8_t *p = buf;
-	size_t total;
+	size_t total, hl;
 
 	if (buf == NULL || msg == NULL || (msg->payload_len != 0 && msg->payload == NULL))
 		return -EINVAL;
 	if (check_fields(msg, true) != PHUB_DROP_OK)
 		return -EINVAL;
-	total = (size_t)PHUB_WIRE_HDR_LEN + msg->payload_len;
+	hl = hdr_len_of(msg);
+	total = hl + msg->payload_len;
 	if (total > PHUB_WIRE_MAX_DATAGRAM)
 		return -EINVAL;
 	if (cap < total)
 		return -ENOSPC;
 	/* The payload may already be in place (a body written behind the header), or overlap. */
-	if (msg->payload_len != 0 && msg->payload != p + PHUB_WIRE_HDR_LEN)
-		memmove(p + PHUB_WIRE_HDR_LEN, msg->payload, msg->payload_len);
+	if (msg->payload_len != 0 && msg->payload != p + hl)
+		memmove(p + hl, msg->payload, msg->payload_len);
 	hdr_store(p, msg, (msg->flags & PHUB_WIRE_F_CSUM) ?
-			phub_wire_csum_payload(p + PHUB_WIRE_HDR_LEN, msg->payload_len) : 0);
+			phub_wire_csum_payload(p + hl, msg->payload_len) : 0);
 	return (int)total;
 }
 
@@ -389,6 +430,18 @@ phub_wire_parse(const void *buf, size_t len, struct phub_wire_msg *out)
 	out->aux = wire_ld32(&h.aux);
 	out->csum = wire_ld32(&h.csum);
 	out->payload = out->payload_len != 0 ? p + h.hdr_len : NULL;
+	out->hyper_lr = 0;
+	out->hyper_weight_decay = 0;
+	if (h.flags & PHUB_WIRE_F_HYPER) {
+		struct phub_wire_hyper_ext x;
+
+		/* The extension must be there: a header of 56 bytes cannot carry it. */
+		if (h.hdr_len < PHUB_WIRE_HDR_LEN_HYPER)
+			return PHUB_DROP_BAD_HYPER;
+		memcpy(&x, p + PHUB_WIRE_HDR_LEN, sizeof(x));
+		out->hyper_lr = bits_float(wire_ld32(&x.lr));
+		out->hyper_weight_decay = bits_float(wire_ld32(&x.weight_decay));
+	}
 	reserved = wire_ld32(&h.reserved);
 
 	/* The reserved word is 0 in version 1, kept for a later meaning. */

@@ -158,6 +158,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		req.elem_count = (uint32_t)(SEG_ELEMS + op.count_delta);
 		req.dtype = op.dtype % 4 == 3 ? 7 : op.dtype % 3;
 		req.retransmit = op.flags & 2;
+		/* Step hyper-parameters: present or not, agreeing or not, usable or not. */
+		req.has_hyper = op.flags & 8;
+		req.hyper_lr = op.flags & 16 ? 0.25f : op.flags & 32 ? -1.0f : 0.5f;
+		req.hyper_weight_decay = op.flags & 64 ? 1e-3f : 0.0f;
 		for (size_t i = 0; i < sizeof(payload); i++)
 			payload[i] = op.fill[i % sizeof(op.fill)];
 		req.payload = payload;

@@ -41,28 +41,34 @@ same_fields(const struct phub_wire_msg *a, const struct phub_wire_msg *b)
 	require(a->iteration == b->iteration && a->elem_offset == b->elem_offset);
 	require(a->elem_count == b->elem_count && a->aux == b->aux);
 	require(a->payload_len == 0 || memcmp(a->payload, b->payload, a->payload_len) == 0);
+	require(memcmp(&a->hyper_lr, &b->hyper_lr, sizeof(float)) == 0);
+	require(memcmp(&a->hyper_weight_decay, &b->hyper_weight_decay, sizeof(float)) == 0);
 }
 
 static void
 fuzz_datagram(const uint8_t *data, size_t size)
 {
 	struct phub_wire_msg m, again;
+	size_t canon;
 	int n;
 
 	if (phub_wire_parse(data, size, &m) != PHUB_DROP_OK)
 		return;
+	/* The header length an encoder writes: 56, or 64 with the HYPER extension. */
+	canon = (m.flags & PHUB_WIRE_F_HYPER) ? PHUB_WIRE_HDR_LEN_HYPER : PHUB_WIRE_HDR_LEN;
 	/* Whatever the validator takes, a sender could have sent. */
 	require(phub_wire_msg_check(&m) == PHUB_DROP_OK);
 	n = phub_wire_encode(out, sizeof(out), &m);
 	require(n > 0);
 	require(phub_wire_parse(out, (size_t)n, &again) == PHUB_DROP_OK);
 	same_fields(&m, &again);
-	if (m.hdr_len == PHUB_WIRE_HDR_LEN) {
+	if (m.hdr_len == canon) {
 		/* Version 1 bytes are canonical: one message, one encoding. */
 		require((size_t)n == size && memcmp(out, data, size) == 0);
 	} else {
-		/* A longer header from a later version is re-sent as version 1 without it. */
-		require((size_t)n == size - (m.hdr_len - PHUB_WIRE_HDR_LEN));
+		/* A longer header from a later version is re-sent as version 1 without the part
+		 * version 1 does not know. */
+		require((size_t)n == size - (m.hdr_len - canon));
 	}
 
 	/* The reassemblers take any valid segment without reading out of bounds. */

@@ -206,6 +206,17 @@ main(int argc, char **argv)
 	buf[offsetof(struct phub_wire_hdr, hdr_len)] = PHUB_WIRE_HDR_LEN + 8;
 	save("push_hdr_ext.bin", buf, len + 8);
 
+	/* PUSHes with the HYPER extension (this iteration's lr 0.1 and weight decay 1e-4). */
+	len = data_msg(buf, PHUB_WIRE_OP_PUSH, PHUB_WIRE_F_HYPER, PHUB_DTYPE_FP32, 16);
+	{
+		static const uint8_t ext[8] = { 0x3d, 0xcc, 0xcc, 0xcd, 0x38, 0xd1, 0xb7, 0x17 };
+
+		memcpy(buf + PHUB_WIRE_HDR_LEN, ext, sizeof(ext));
+	}
+	save("push_hyper.bin", buf, len);
+	save("push_hyper_csum.bin", buf, data_msg(buf, PHUB_WIRE_OP_PUSH,
+			PHUB_WIRE_F_HYPER | PHUB_WIRE_F_CSUM, PHUB_DTYPE_BF16, 32));
+
 	/* Broken packets, one defect each. */
 	len = data_msg(buf, PHUB_WIRE_OP_PUSH, PHUB_WIRE_F_CSUM, PHUB_DTYPE_FP32, 16);
 	buf[PHUB_WIRE_HDR_LEN + 3] ^= 0x40;

@@ -336,6 +336,9 @@ on_data(struct soft_pbox *sp, unsigned int sock, const struct sockaddr_in *src,
 	req.src_udp_port = ntohs(src->sin_port);
 	req.payload = msg->payload;
 	req.payload_len = msg->payload_len;
+	req.has_hyper = (msg->flags & PHUB_WIRE_F_HYPER) != 0;
+	req.hyper_lr = msg->hyper_lr;
+	req.hyper_weight_decay = msg->hyper_weight_decay;
 	if (msg->opcode == PHUB_WIRE_OP_PUSH) {
 		log_arrival(sp, msg);
 		phub_engine_push(job, &req, &reply, &sp->estats);

@@ -24,6 +24,8 @@ usage(FILE *f)
 		"  --chunk-bytes N  chunk size for JOINs that ask for none (default 32768)\n"
 		"  --loss PCT       drop PCT %% of datagrams received and sent (default 0)\n"
 		"  --seed N         seed of the loss draws (default 1)\n"
+		"  --checkpoint-dir DIR  restore the jobs checkpointed there at start; SIGUSR1\n"
+		"                   checkpoints every job there now\n"
 		"  --help\n"
 		"Runs until SIGINT or SIGTERM, then prints its counters to stderr.\n");
 }
@@ -49,6 +51,7 @@ main(int argc, char **argv)
 		{ "chunk-bytes", required_argument, NULL, 'c' },
 		{ "loss", required_argument, NULL, 'L' },
 		{ "seed", required_argument, NULL, 's' },
+		{ "checkpoint-dir", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -97,6 +100,9 @@ main(int argc, char **argv)
 				goto bad;
 			p.seed = v;
 			break;
+		case 'C':
+			p.checkpoint_dir = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return EXIT_SUCCESS;
@@ -115,6 +121,7 @@ main(int argc, char **argv)
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	sp = soft_pbox_start(&p);
 	if (sp == NULL) {
@@ -126,7 +133,16 @@ main(int argc, char **argv)
 			soft_pbox_port(sp), p.n_lcores != 0 ? p.n_lcores : 1,
 			soft_pbox_data_port(sp, 0));
 	fflush(stdout);
-	sigwait(&sigs, &sig);
+	/* SIGUSR1: checkpoint every job now (with --checkpoint-dir); one line says how it went. */
+	while (sigwait(&sigs, &sig) == 0 && sig == SIGUSR1) {
+		int n = soft_pbox_checkpoint(sp);
+
+		if (n >= 0)
+			printf("phub-soft-pbox: checkpoint of %d job(s)\n", n);
+		else
+			printf("phub-soft-pbox: checkpoint failed: %s\n", strerror(-n));
+		fflush(stdout);
+	}
 	soft_pbox_get_stats(sp, &st);
 	soft_pbox_stop(sp);
 	fprintf(stderr, "phub-soft-pbox: %s: rx %llu tx %llu joins %llu pushes %llu duplicates %llu"

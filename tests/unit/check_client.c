@@ -1388,6 +1388,44 @@ START_TEST(test_callback_runs_once_before_wait_returns)
 }
 END_TEST
 
+START_TEST(test_key_hyper_sets_the_lr_of_later_pushes)
+{
+	struct soft_pbox *sp = pbox_start(2, 0.0);
+	struct phub_key_hyper hy = { .lr = 0.25f, .weight_decay = 0.0f };
+	static float w[1000], g[1000];
+	char err[256];
+	struct phub *h;
+	float start;
+
+	/* SGD with the JOIN's lr 1; key 13 is three segments long. */
+	h = connect_one(sp, "hyper", mixed_keys + 4, 1, 5, 0, err, sizeof(err));
+	ck_assert_msg(h != NULL, "%s", err);
+	ck_assert_int_eq(phub_wait(h, phub_pull(h, 13, w, -1, NULL, NULL), WAIT_MS), 0);
+	start = w[999];
+	for (int i = 0; i < 1000; i++)
+		g[i] = 1.0f;
+	ck_assert_int_eq(phub_wait(h, phub_pushpull(h, 13, g, w, -1, NULL, NULL), WAIT_MS), 0);
+	ck_assert_float_eq(w[999], start - 1.0f);
+	ck_assert_int_eq(phub_set_key_hyper(h, 13, &hy), 0);
+	ck_assert_int_eq(phub_wait(h, phub_pushpull(h, 13, g, w, -1, NULL, NULL), WAIT_MS), 0);
+	ck_assert_float_eq(w[0], start - 1.25f);
+	ck_assert_float_eq(w[999], start - 1.25f);
+	/* Back to the JOIN's values. */
+	ck_assert_int_eq(phub_set_key_hyper(h, 13, NULL), 0);
+	ck_assert_int_eq(phub_wait(h, phub_pushpull(h, 13, g, w, -1, NULL, NULL), WAIT_MS), 0);
+	ck_assert_float_eq(w[999], start - 2.25f);
+	hy.lr = -1.0f;
+	ck_assert_int_eq(phub_set_key_hyper(h, 13, &hy), -EINVAL);
+	hy.lr = NAN;
+	ck_assert_int_eq(phub_set_key_hyper(h, 13, &hy), -EINVAL);
+	hy.lr = 0.1f;
+	ck_assert_int_eq(phub_set_key_hyper(h, 99, &hy), -ENOENT);
+	ck_assert_int_eq(phub_set_key_hyper(NULL, 13, &hy), -EINVAL);
+	phub_close(h);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
 START_TEST(test_close_cancels_pending_tickets)
 {
 	struct soft_pbox *sp = pbox_start(1, 0.0);
@@ -1467,6 +1505,7 @@ phub_client_suite(void)
 	tc = tcase_create("tickets");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_callback_runs_once_before_wait_returns);
+	tcase_add_test(tc, test_key_hyper_sets_the_lr_of_later_pushes);
 	tcase_add_test(tc, test_close_cancels_pending_tickets);
 	suite_add_tcase(s, tc);
 	return s;

@@ -267,6 +267,78 @@ START_TEST(test_push_drops_each_bad_request_for_its_reason)
 }
 END_TEST
 
+/* Rank r pushes g (7 fp32) for segment 0 of chunk 0 at iteration it, with hyper when has. */
+static void
+push_hyper(struct phub_engine_job *job, uint16_t rank, uint64_t token, uint32_t it,
+		const float *g, bool has, float lr, float wd, struct phub_engine_reply *reply,
+		struct phub_engine_stats *stats)
+{
+	struct phub_engine_request r = request(job, rank, token, 0, 0, it, g);
+
+	r.has_hyper = has;
+	r.hyper_lr = lr;
+	r.hyper_weight_decay = wd;
+	phub_engine_push(job, &r, reply, stats);
+}
+
+START_TEST(test_step_hyper_parameters_apply_per_iteration_and_must_agree)
+{
+	struct phub_engine *engine = phub_engine_create();
+	/* SGD, JOIN lr 0.5, no weight decay. */
+	struct phub_engine_job_params p = test_params(2, PHUB_DTYPE_FP32, PHUB_OPT_SGD);
+	struct phub_engine_job *job = phub_engine_job_create(engine, &p);
+	struct phub_engine_stats stats;
+	struct phub_engine_reply reply;
+	float w[7] = { 1, 1, 1, 1, 1, 1, 8 }, g[7] = { 2, 2, 2, 2, 2, 2, 2 };
+	uint64_t t0 = join(job, 0), t1 = join(job, 1);
+
+	memset(&stats, 0, sizeof(stats));
+	push_hyper(job, 0, t0, 0, w, false, 0, 0, &reply, &stats);
+	/* Iteration 0 (the initial round) ignores HYPER. */
+	push_hyper(job, 1, t1, 0, w, true, 9.0f, 0, &reply, &stats);
+	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK | PHUB_ENGINE_MODEL_ALL);
+
+	/* Iteration 1 without HYPER: the JOIN's lr, 1 - 0.5 * 2 = 0. */
+	push_hyper(job, 0, t0, 1, g, false, 0, 0, &reply, &stats);
+	push_hyper(job, 1, t1, 1, g, false, 0, 0, &reply, &stats);
+	ck_assert_float_eq(((const float *)reply.model)[0], 0.0f);
+
+	/* Iteration 2 with lr 0.25 and weight decay 0.5 from both: 0 - 0.25 * (2 + 0.5 * 0). */
+	push_hyper(job, 0, t0, 2, g, true, 0.25f, 0.5f, &reply, &stats);
+	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK);
+	push_hyper(job, 1, t1, 2, g, true, 0.25f, 0.5f, &reply, &stats);
+	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK | PHUB_ENGINE_MODEL_ALL);
+	ck_assert_float_eq(((const float *)reply.model)[0], -0.5f);
+	/* Element 6: 8 - 0.5 * 2 = 7, then 7 - 0.25 * (2 + 0.5 * 7) = 5.625. */
+	ck_assert_float_eq(((const float *)reply.model)[6], 5.625f);
+
+	/* Iteration 3: rank 1 disagrees on lr, then omits it: both dropped, nothing added. */
+	push_hyper(job, 0, t0, 3, g, true, 0.1f, 0, &reply, &stats);
+	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK);
+	push_hyper(job, 1, t1, 3, g, true, 0.2f, 0, &reply, &stats);
+	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_DROP);
+	ck_assert_int_eq(reply.reason, PHUB_DROP_HYPER_MISMATCH);
+	push_hyper(job, 1, t1, 3, g, false, 0, 0, &reply, &stats);
+	ck_assert_int_eq(reply.reason, PHUB_DROP_HYPER_MISMATCH);
+	push_hyper(job, 1, t1, 3, g, true, 0.1f, 0, &reply, &stats);
+	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK | PHUB_ENGINE_MODEL_ALL);
+	/* -0.5 - 0.1 * 2 = -0.7 */
+	ck_assert_float_eq_tol(((const float *)reply.model)[0], -0.7f, 1e-6f);
+	ck_assert_uint_eq(stats.drops[PHUB_DROP_HYPER_MISMATCH], 2);
+
+	/* A value the kernels cannot take is refused whatever the slot holds. */
+	push_hyper(job, 0, t0, 4, g, true, -1.0f, 0, &reply, &stats);
+	ck_assert_int_eq(reply.reason, PHUB_DROP_BAD_HYPER);
+	push_hyper(job, 0, t0, 4, g, true, 0.1f, NAN, &reply, &stats);
+	ck_assert_int_eq(reply.reason, PHUB_DROP_BAD_HYPER);
+	ck_assert_uint_eq(stats.drops[PHUB_DROP_BAD_HYPER], 2);
+
+	phub_engine_job_unpublish(engine, job);
+	phub_engine_job_free(job);
+	phub_engine_free(engine);
+}
+END_TEST
+
 START_TEST(test_push_counts_a_duplicate_once_and_acks_it_again)
 {
 	struct phub_engine *engine = phub_engine_create();
@@ -1161,6 +1233,7 @@ phub_engine_suite(void)
 	tc = tcase_create("push");
 	tcase_add_test(tc, test_push_drops_each_bad_request_for_its_reason);
 	tcase_add_test(tc, test_push_counts_a_duplicate_once_and_acks_it_again);
+	tcase_add_test(tc, test_step_hyper_parameters_apply_per_iteration_and_must_agree);
 	tcase_add_test(tc, test_fp16_job_keeps_the_model_in_fp32_and_sends_fp16);
 	suite_add_tcase(s, tc);
 

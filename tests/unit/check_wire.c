@@ -3,6 +3,7 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -650,6 +651,8 @@ static const struct defect defects[] = {
 	  { SET16(H(payload_len), 65) }, 0, 0 },
 	{ "four bytes after the payload", PHUB_DROP_BAD_PAYLOAD_LEN, B_PUSH, { { 0 } }, 4, 0 },
 	{ "flag 0x80", PHUB_DROP_BAD_FLAGS, B_ACK, { XOR8(H(flags), 0x80) }, 0, 0 },
+	{ "HYPER on an ACK of 56 header bytes", PHUB_DROP_BAD_HYPER, B_ACK,
+	  { XOR8(H(flags), PHUB_WIRE_F_HYPER) }, 0, 0 },
 	{ "csum set without the flag", PHUB_DROP_CSUM_WITHOUT_FLAG, B_ACK,
 	  { SET32(H(csum), 1) }, 0, 0 },
 	{ "payload bit flipped under CSUM", PHUB_DROP_BAD_CSUM, B_PUSH_CSUM,
@@ -836,6 +839,74 @@ START_TEST(test_every_defect_case_starts_from_a_valid_packet)
 	ck_assert_int_eq(phub_wire_parse(buf, make_join_ack(buf), &m), PHUB_DROP_OK);
 	ck_assert_int_eq(phub_wire_parse(buf, make_error(buf), &m), PHUB_DROP_OK);
 	ck_assert_int_eq(phub_wire_parse(buf, make_leave(buf), &m), PHUB_DROP_OK);
+}
+END_TEST
+
+/* ---- the HYPER extension ---- */
+
+START_TEST(test_push_with_hyper_round_trips_and_bad_values_are_refused)
+{
+	static uint8_t buf[BUF_SIZE];
+	struct phub_wire_msg m, back;
+	float payload[16] = { 1.5f };
+	int len;
+
+	phub_wire_msg_init(&m, PHUB_WIRE_OP_PUSH);
+	m.flags |= PHUB_WIRE_F_HYPER | PHUB_WIRE_F_CSUM;
+	m.dtype = PHUB_DTYPE_FP32;
+	m.job_id = 1;
+	m.session_token = 2;
+	m.chunk_id = 3;
+	m.iteration = 4;
+	m.elem_count = 16;
+	m.payload = (const uint8_t *)payload;
+	m.payload_len = sizeof(payload);
+	m.hyper_lr = 0.1f;
+	m.hyper_weight_decay = 1e-4f;
+	len = phub_wire_encode(buf, sizeof(buf), &m);
+	ck_assert_int_eq(len, PHUB_WIRE_HDR_LEN_HYPER + (int)sizeof(payload));
+	ck_assert_int_eq(buf[5], PHUB_WIRE_HDR_LEN_HYPER);
+	/* Big-endian float bits at 56: 0.1f is 0x3dcccccd. */
+	ck_assert_int_eq(buf[56], 0x3d);
+	ck_assert_int_eq(buf[59], 0xcd);
+	ck_assert_int_eq(phub_wire_parse(buf, (size_t)len, &back), PHUB_DROP_OK);
+	ck_assert(back.hyper_lr == 0.1f && back.hyper_weight_decay == 1e-4f);
+	ck_assert_int_eq(back.hdr_len, PHUB_WIRE_HDR_LEN_HYPER);
+	ck_assert(memcmp(back.payload, payload, sizeof(payload)) == 0);
+	/* The checksum covers the extension. */
+	buf[61] ^= 1;
+	ck_assert_int_eq(phub_wire_parse(buf, (size_t)len, &back), PHUB_DROP_BAD_CSUM);
+
+	/* Without CSUM, values the kernels cannot take are refused by encoder and parser. */
+	m.flags &= (uint8_t)~PHUB_WIRE_F_CSUM;
+	len = phub_wire_encode(buf, sizeof(buf), &m);
+	ck_assert_int_gt(len, 0);
+	buf[56] = 0xbf;		/* lr -0.8: negative */
+	ck_assert_int_eq(phub_wire_parse(buf, (size_t)len, &back), PHUB_DROP_BAD_HYPER);
+	buf[56] = 0x7f;
+	buf[57] = 0xc0;		/* NaN */
+	ck_assert_int_eq(phub_wire_parse(buf, (size_t)len, &back), PHUB_DROP_BAD_HYPER);
+	m.hyper_lr = -1.0f;
+	ck_assert_int_eq(phub_wire_encode(buf, sizeof(buf), &m), -EINVAL);
+	m.hyper_lr = 0.1f;
+	m.hyper_weight_decay = INFINITY;
+	ck_assert_int_eq(phub_wire_msg_check(&m), PHUB_DROP_BAD_HYPER);
+	/* Only PUSH carries it. */
+	m.hyper_weight_decay = 0;
+	m.opcode = PHUB_WIRE_OP_MODEL;
+	ck_assert_int_eq(phub_wire_msg_check(&m), PHUB_DROP_BAD_HYPER);
+	/* Without the flag the header stays 56 bytes and the values read back as 0. */
+	m.opcode = PHUB_WIRE_OP_PUSH;
+	m.flags &= (uint8_t)~PHUB_WIRE_F_HYPER;
+	len = phub_wire_encode(buf, sizeof(buf), &m);
+	ck_assert_int_eq(len, PHUB_WIRE_HDR_LEN + (int)sizeof(payload));
+	ck_assert_int_eq(phub_wire_parse(buf, (size_t)len, &back), PHUB_DROP_OK);
+	ck_assert(back.hyper_lr == 0 && back.hyper_weight_decay == 0);
+	ck_assert_int_eq(phub_wire_hdr_encode(buf, PHUB_WIRE_HDR_LEN, &m, 0), PHUB_WIRE_HDR_LEN);
+	m.flags |= PHUB_WIRE_F_HYPER;
+	ck_assert_int_eq(phub_wire_hdr_encode(buf, PHUB_WIRE_HDR_LEN, &m, 0), -ENOSPC);
+	ck_assert_int_eq(phub_wire_hdr_encode(buf, PHUB_WIRE_HDR_LEN_HYPER, &m, 0),
+			PHUB_WIRE_HDR_LEN_HYPER);
 }
 END_TEST
 
@@ -1239,6 +1310,7 @@ phub_wire_suite(void)
 			N_DEFECTS);
 	tcase_add_test(tc, test_every_wire_reason_has_a_defect_case);
 	tcase_add_test(tc, test_every_defect_case_starts_from_a_valid_packet);
+	tcase_add_test(tc, test_push_with_hyper_round_trips_and_bad_values_are_refused);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("truncation");
