@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include <rte_malloc.h>
 
 #include "pbox.h"
+#include "steer_tap.h"
 
 struct pbox pbox = { .jobs_lock = PTHREAD_MUTEX_INITIALIZER };
 int pbox_logtype;
@@ -51,6 +53,24 @@ usage(FILE *f, const char *prog)
 		"Stop with SIGINT or SIGTERM. Telemetry: dpdk-telemetry.py -f <eal.file_prefix>,\n"
 		"commands /phub/stats, /phub/lcores, /phub/ports, /phub/jobs, /phub/job,<id>,\n"
 		"/phub/chunkmap,<id> (docs/operations.md).\n", prog);
+}
+
+/* Where the BPF programs of the configured ports are: an installed PBox must find them. */
+static void
+print_bpf_objects(const struct phub_config *cfg)
+{
+	char path[PATH_MAX];
+
+	for (unsigned int i = 0; i < cfg->n_ports; i++) {
+		if (cfg->ports[i].driver != PHUB_CONFIG_DRIVER_TAP)
+			continue;
+		if (phub_steer_tap_obj_path(path, sizeof(path)) != 0)
+			path[0] = '\0';
+		printf("# tap steering program %s%s\n", path, access(path, R_OK) == 0 ? "" :
+				" (missing: tap ports fall back to port_per_lcore or the software "
+				"hand-off; set PHUB_BPF_DIR)");
+		return;
+	}
 }
 
 /* The first signal stops after the last checkpoints; a second one at once. */
@@ -192,6 +212,7 @@ main(int argc, char **argv)
 	char err[PHUB_CONFIG_ERR_MAX];
 	const char *config_path = NULL;
 	bool check_only = false;
+	bool stopping_notified = false;
 	char **eal_argv = NULL;
 	int opt, eal_argc, rc;
 	unsigned int lcore;
@@ -230,6 +251,7 @@ main(int argc, char **argv)
 	if (check_only) {
 		phub_config_dump(&pbox.cfg, stdout);
 		phub_config_dump_plan(&pbox.cfg, stdout);
+		print_bpf_objects(&pbox.cfg);
 		printf("# %s: configuration OK\n", config_path);
 		phub_config_free(&pbox.cfg);
 		return EXIT_SUCCESS;
@@ -294,8 +316,16 @@ main(int argc, char **argv)
 	PBOX_LOG(NOTICE, "ready: %u ports, %u data lcores, control on UDP port %u, %s",
 			pbox.n_ports, pbox.n_lcores, pbox.cfg.udp_base_port,
 			phub_kernels_isa_name(phub_kernels_get()->isa));
+	rc = pbox_notify("READY=1\nSTATUS=serving");
+	if (rc != 0)
+		PBOX_LOG(WARNING, "cannot tell systemd we are ready ($NOTIFY_SOCKET): %s",
+				strerror(-rc));
 
 	while (!pbox.quit) {
+		if (pbox.stop_requested && !stopping_notified) {
+			pbox_notify("STOPPING=1\nSTATUS=writing checkpoints");
+			stopping_notified = true;
+		}
 		pbox_control_poll(&pbox);
 		pbox_checkpoint_poll(&pbox);
 		/* The lcores run on until every job is at an iteration boundary, or not long. */

@@ -204,6 +204,12 @@ bool pbox_checkpoint_drain(struct pbox *pb);
 /* After the lcores stopped: the last checkpoint of every job, then the writer stops. */
 void pbox_checkpoint_fini(struct pbox *pb);
 
+/*
+ * notify.c: tell the service manager our state ("READY=1", "STOPPING=1", "STATUS=..."), when
+ * $NOTIFY_SOCKET names one. Returns 0 (also without a service manager) or -errno.
+ */
+int pbox_notify(const char *state);
+
 /* telemetry.c */
 int pbox_telemetry_init(struct pbox *pb);
 
