@@ -322,14 +322,16 @@ main(int argc, char **argv)
 				strerror(-rc));
 
 	while (!pbox.quit) {
-		if (pbox.stop_requested && !stopping_notified) {
+		pbox_control_poll(&pbox);
+		pbox_checkpoint_poll(&pbox);
+		if (!pbox.stop_requested)
+			continue;
+		if (!stopping_notified) {
 			pbox_notify("STOPPING=1\nSTATUS=writing checkpoints");
 			stopping_notified = true;
 		}
-		pbox_control_poll(&pbox);
-		pbox_checkpoint_poll(&pbox);
 		/* The lcores run on until every job is at an iteration boundary, or not long. */
-		if (pbox.stop_requested && pbox_checkpoint_drain(&pbox))
+		if (pbox_checkpoint_drain(&pbox))
 			pbox.quit = true;
 	}
 
