@@ -63,6 +63,9 @@ struct pbox_port {
 	enum phub_config_steering steering;	/* what works, after the start-up check */
 	bool multi_seg_tx;		/* MODEL shares one payload mbuf under N headers */
 	bool rx_l4_csum;		/* the NIC checks UDP checksums */
+	bool rss_requested;		/* port configured for RSS on the UDP destination port */
+	uint8_t rss_mode;		/* enum pbox_rss_mode (rss.h) */
+	uint8_t rss_key[64];		/* the key asked for in PBOX_RSS_DPORT_KEY mode */
 	char ifname[RTE_ETH_NAME_MAX_LEN];	/* net_tap's kernel interface */
 	char name[PHUB_CONFIG_NAME_MAX];
 };
