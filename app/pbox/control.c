@@ -246,7 +246,6 @@ job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire
 	const struct phub_config_job *declared = NULL;
 	struct phub_engine_job_info info;
 	unsigned int n_jobs = 0;
-	uint64_t limit;
 	int idx;
 
 	job = phub_engine_job_find(pb->engine, join->name);
@@ -349,8 +348,6 @@ job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire
 	p.servers = pb->servers;
 	p.n_servers = pb->n_servers;
 	p.allocator = &allocator;
-	limit = (uint64_t)pb->cfg.limits.total_memory_mb << 20;
-	limit = limit > jobs_memory_bytes ? limit - jobs_memory_bytes : 0;
 	p.memory_limit_bytes = pbox_control_job_memory_limit(pb);
 	/* The snapshot buffers of checkpoints count in the job's memory. */
 	p.checkpoint_shadow = pbox_checkpoint_enabled(pb);
@@ -360,18 +357,14 @@ job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire
 	if (job == NULL) {
 		int err = errno;
 
-		if (err == E2BIG)
-			send_error(pb, to, msg, PHUB_WIRE_ERR_NO_MEMORY,
-					"job %s needs more memory than this PBox allows: per job %u MB "
-					"(limits.job_memory_mb), %" PRIu64 " MB left of %u MB "
-					"(limits.total_memory_mb)", join->name,
-					pb->cfg.limits.job_memory_mb, limit >> 20,
-					pb->cfg.limits.total_memory_mb);
-		else if (err == ENOMEM)
-			send_error(pb, to, msg, PHUB_WIRE_ERR_NO_MEMORY,
-					"job %s: out of memory on NUMA node %d", join->name,
-					pb->ports[to->port_index].socket);
-		else if (err == ENOSPC)
+		char why[PHUB_WIRE_ERROR_MSG_MAX];
+
+		if (err == E2BIG || err == ENOMEM) {
+			pbox_memory_explain(pb, &p, keys, n_keys, err,
+					pb->ports[to->port_index].socket, why, sizeof(why));
+			send_error(pb, to, msg, PHUB_WIRE_ERR_NO_MEMORY, "job %s %s", join->name,
+					why);
+		} else if (err == ENOSPC)
 			send_error(pb, to, msg, PHUB_WIRE_ERR_JOB_LIMIT, "job table full");
 		else
 			send_error(pb, to, msg, PHUB_WIRE_ERR_BAD_REQUEST,

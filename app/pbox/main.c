@@ -252,6 +252,7 @@ main(int argc, char **argv)
 		phub_config_dump(&pbox.cfg, stdout);
 		phub_config_dump_plan(&pbox.cfg, stdout);
 		print_bpf_objects(&pbox.cfg);
+		pbox_memory_plan(&pbox.cfg, stdout);
 		printf("# %s: configuration OK\n", config_path);
 		phub_config_free(&pbox.cfg);
 		return EXIT_SUCCESS;

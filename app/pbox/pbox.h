@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <rte_common.h>
 #include <rte_ether.h>
@@ -149,6 +150,8 @@ extern struct pbox pbox;
 /* port.c */
 int pbox_ports_init(struct pbox *pb);
 void pbox_ports_close(struct pbox *pb);
+/* The EAL memory the mbuf pools of cfg's ports take, about (for --check-config). */
+uint64_t pbox_pools_estimate_bytes(const struct phub_config *cfg);
 
 /* datapath.c */
 int pbox_lcore_main(void *arg);
@@ -166,6 +169,18 @@ void pbox_control_fini(struct pbox *pb);
 uint32_t pbox_control_segment_elems(const struct pbox *pb, enum phub_dtype dtype);
 uint64_t pbox_control_job_memory_limit(const struct pbox *pb);
 void pbox_control_job_charge(struct pbox *pb, const struct phub_engine_job *job);
+
+/*
+ * memory.c: the text of a no_memory refusal of a job of params p and keys (err E2BIG: over
+ * the limits; ENOMEM: EAL memory on NUMA node socket ran out): the bytes it needs by part,
+ * what is free and the configuration key that raises the limit.
+ */
+void pbox_memory_explain(const struct pbox *pb, const struct phub_engine_job_params *p,
+		const struct phub_wire_key *keys, uint32_t n_keys, int err, int socket,
+		char *buf, size_t size);
+
+/* memory.c: which of the Table 3 models a job of this configuration can hold (--check-config). */
+void pbox_memory_plan(const struct phub_config *cfg, FILE *f);
 
 /* memif_gate.c: the interrupt thread's net_memif handlers and the lcores take turns. */
 extern atomic_bool pbox_memif_gate_open;

@@ -48,15 +48,53 @@ tap_ifname(const char *device, char *ifname, size_t size)
 }
 
 static uint16_t
-port_mbuf_size(const struct pbox *pb, unsigned int i)
+cfg_port_mbuf_size(const struct phub_config *cfg, unsigned int i)
 {
-	const struct phub_config_driver *drv = phub_config_port_driver(&pb->cfg, i);
-	uint32_t room = RTE_PKTMBUF_HEADROOM + pb->cfg.ports[i].mtu + RTE_ETHER_HDR_LEN +
+	const struct phub_config_driver *drv = phub_config_port_driver(cfg, i);
+	uint32_t room = RTE_PKTMBUF_HEADROOM + cfg->ports[i].mtu + RTE_ETHER_HDR_LEN +
 		RTE_ETHER_CRC_LEN + 2 * RTE_VLAN_HLEN;
 
 	if (drv != NULL && drv->mbuf_size > room)
 		room = drv->mbuf_size;
 	return (uint16_t)RTE_MIN(room, (uint32_t)UINT16_MAX);
+}
+
+static uint16_t
+port_mbuf_size(const struct pbox *pb, unsigned int i)
+{
+	return cfg_port_mbuf_size(&pb->cfg, i);
+}
+
+/* Mbufs of a node's direct pool: descriptors, bursts in flight, inbox rings, MODEL payloads. */
+static uint32_t
+pool_mbufs(uint32_t descriptors, uint32_t n_lcores)
+{
+	return descriptors + n_lcores * (PBOX_RING_SIZE + 4 * PBOX_BURST + 512) + 4096;
+}
+
+static uint32_t
+indirect_pool_mbufs(uint32_t n_lcores)
+{
+	return 8192 + n_lcores * 2048;
+}
+
+uint64_t
+pbox_pools_estimate_bytes(const struct phub_config *cfg)
+{
+	uint64_t per_mbuf = sizeof(struct rte_mbuf) + RTE_CACHE_LINE_SIZE;
+	uint32_t need = 0;
+	uint16_t room = 0;
+
+	/* As if every port were on one node: the sum is the same, the pools fewer. */
+	for (unsigned int i = 0; i < cfg->n_ports; i++) {
+		need += (uint32_t)cfg->ports[i].n_lcores *
+			(cfg->ports[i].rx_desc + cfg->ports[i].tx_desc);
+		room = RTE_MAX(room, cfg_port_mbuf_size(cfg, i));
+	}
+	if (need == 0)
+		return 0;
+	return pool_mbufs(need, cfg->n_data_lcores) * (per_mbuf + room) +
+		indirect_pool_mbufs(cfg->n_data_lcores) * per_mbuf;
 }
 
 /*
@@ -84,7 +122,7 @@ pools_init(struct pbox *pb)
 		if (need[s] == 0)
 			continue;
 		/* Bursts in flight, inbox rings and MODEL payloads held for broadcast. */
-		n = need[s] + pb->n_lcores * (PBOX_RING_SIZE + 4 * PBOX_BURST + 512) + 4096;
+		n = pool_mbufs(need[s], pb->n_lcores);
 		snprintf(name, sizeof(name), "phub_mbuf_%u", s);
 		pb->pools[s] = rte_pktmbuf_pool_create(name, n, 256, 0, room[s], (int)s);
 		if (pb->pools[s] == NULL) {
@@ -94,7 +132,7 @@ pools_init(struct pbox *pb)
 			return -ENOMEM;
 		}
 		snprintf(name, sizeof(name), "phub_hdr_%u", s);
-		pb->indirect_pools[s] = rte_pktmbuf_pool_create(name, 8192 + pb->n_lcores * 2048,
+		pb->indirect_pools[s] = rte_pktmbuf_pool_create(name, indirect_pool_mbufs(pb->n_lcores),
 				256, 0, 0, (int)s);
 		if (pb->indirect_pools[s] == NULL) {
 			PBOX_LOG(ERR, "cannot create the indirect mbuf pool on NUMA node %u: %s",

@@ -78,16 +78,20 @@ job_release(struct phub_engine_job *job, void *p)
 static uint64_t
 job_memory_estimate(const struct phub_engine_job *job)
 {
-	uint64_t elems = job->n_elems;
-	uint64_t bytes = elems * sizeof(float) * (2 + phub_opt_state_count(job->optimizer.type));
+	struct phub_engine_memory_params p = {
+		.n_elems = job->n_elems, .dtype = job->dtype, .optimizer = job->optimizer.type,
+		.world_size = job->world_size, .deterministic = job->deterministic,
+		.checkpoint_shadow = job->ckpt_shadow, .n_segments = job->n_segments,
+	};
+	struct phub_engine_memory m;
+	uint64_t bytes;
 
-	if (job->dtype != PHUB_DTYPE_FP32)
-		bytes += elems * phub_dtype_size(job->dtype);
-	if (job->deterministic)
-		bytes += elems * phub_dtype_size(job->dtype) * (job->world_size - 1u);
+	/* The large buffers as the planner and the refusal messages count them ... */
+	phub_engine_memory_need(&p, &m);
+	bytes = m.total - m.bookkeeping;
+	/* ... and this job's own bookkeeping, exactly. */
 	bytes += (uint64_t)job->n_segments * sizeof(struct segment_slot);
 	bytes += (uint64_t)job->n_chunks * sizeof(uint32_t);
-	bytes += engine_ckpt_memory(job);
 	bytes += (uint64_t)job->n_cell_rows * job->cell_row_len * sizeof(struct rank_cell);
 	return bytes;
 }

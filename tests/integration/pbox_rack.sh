@@ -298,6 +298,13 @@ af-packet)
 	bench "$tmp/r.json" 2 --layout "$mixed_layout" --iterations 4 &&
 		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]'
 	;;
+resnet50-default-memory)
+	# The README's model on a rack of default memory (--memory-mb unset): ResNet-50, Adam,
+	# checkpoints on, beside af_packet's 16 KB mbuf pools. A rack of 512 MB refused it.
+	rack 2 --driver af_packet --mtu 9000
+	bench "$tmp/r.json" 2 --model resnet50 --iterations 2 --optimizer adam --lr 0.001 &&
+		expect "$tmp/r.json" 'r["verified"]'
+	;;
 telemetry)
 	# The counters agree with what the workers sent: 5 keys of one segment each, 3 ranks,
 	# iterations + 1 rounds (the initial-model round), no loss.

@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Why a job does not fit: its memory by part, what is free, and the key that raises the limit. */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+
+#include <rte_malloc.h>
+
+#include "model/phub_model.h"
+#include "pbox.h"
+
+#define MB(b) ((double)(b) / (1 << 20))
+
+void
+pbox_memory_explain(const struct pbox *pb, const struct phub_engine_job_params *p,
+		const struct phub_wire_key *keys, uint32_t n_keys, int err, int socket,
+		char *buf, size_t size)
+{
+	struct phub_engine_memory_params mp = {
+		.n_keys = n_keys, .dtype = p->dtype, .optimizer = p->optimizer.type,
+		.world_size = p->world_size, .deterministic = p->deterministic,
+		.checkpoint_shadow = p->checkpoint_shadow, .n_servers = p->n_servers,
+		.segment_elems = p->segment_elems,
+	};
+	struct phub_engine_memory m;
+	struct rte_malloc_socket_stats stats;
+	uint64_t left;
+	int n;
+
+	for (uint32_t i = 0; i < n_keys; i++)
+		mp.n_elems += keys[i].elem_count;
+	phub_engine_memory_need(&mp, &m);
+	/* Only the parts this job has: the worker's message buffer is short. */
+	const struct {
+		const char *name;
+		uint64_t bytes;
+	} parts[] = {
+		{ "model", m.model }, { "optimizer state", m.optimizer },
+		{ "wire copy", m.wire_copy }, { "checkpoint shadow", m.checkpoint_shadow },
+		{ "deterministic staging", m.deterministic_staging },
+	};
+	n = snprintf(buf, size, "needs %.0f MB (", MB(m.total));
+	for (size_t i = 0; i < RTE_DIM(parts) && n > 0 && (size_t)n < size; i++)
+		if (parts[i].bytes != 0)
+			n += snprintf(buf + n, size - (size_t)n, "%s%s %.0f", i > 0 ? ", " : "",
+					parts[i].name, MB(parts[i].bytes));
+	if (n > 0 && (size_t)n < size)
+		n += snprintf(buf + n, size - (size_t)n, "); ");
+	if (n < 0 || (size_t)n >= size)
+		return;
+	if (err == E2BIG) {
+		left = p->memory_limit_bytes;
+		snprintf(buf + n, size - (size_t)n, "%.0f MB free for it: at most %u MB per job "
+				"(limits.job_memory_mb), %u MB for all jobs (limits.total_memory_mb); "
+				"raise the smaller one", MB(left), pb->cfg.limits.job_memory_mb,
+				pb->cfg.limits.total_memory_mb);
+		return;
+	}
+	if (rte_malloc_get_socket_stats(socket, &stats) != 0)
+		stats.heap_freesz_bytes = 0;
+	snprintf(buf + n, size - (size_t)n, "EAL has %.0f MB free on NUMA node %d (largest block "
+			"%.0f MB): raise eal.memory_mb (now %u)", MB(stats.heap_freesz_bytes), socket,
+			MB(stats.greatest_free_size), pb->cfg.eal.memory_mb);
+}
+
+/* A job of n_elems fp32 parameters with optimizer opt, as this configuration would run it. */
+static uint64_t
+job_bytes(const struct phub_config *cfg, uint64_t n_elems, enum phub_opt_type opt,
+		uint16_t workers)
+{
+	struct phub_engine_memory_params mp = {
+		.n_elems = n_elems, .n_keys = 1, .dtype = PHUB_DTYPE_FP32, .optimizer = opt,
+		.world_size = workers, .deterministic = cfg->deterministic,
+		.checkpoint_shadow = cfg->checkpoint.dir[0] != '\0',
+		.n_servers = cfg->n_lcore_params, .segment_elems = cfg->segment_bytes / 4,
+	};
+	struct phub_engine_memory m;
+
+	if (mp.segment_elems == 0)
+		mp.segment_elems = 1024;
+	phub_engine_memory_need(&mp, &m);
+	return m.total;
+}
+
+static const char *
+fit_word(uint64_t need, uint64_t job_limit, uint64_t eal_free)
+{
+	if (need > job_limit)
+		return "over limits";
+	if (need > eal_free)
+		return "over EAL";
+	return "fits";
+}
+
+void
+pbox_memory_plan(const struct phub_config *cfg, FILE *f)
+{
+	uint64_t job_limit = (uint64_t)RTE_MIN(cfg->limits.job_memory_mb,
+			cfg->limits.total_memory_mb) << 20;
+	uint64_t eal = (uint64_t)cfg->eal.memory_mb << 20;
+	uint64_t pools = pbox_pools_estimate_bytes(cfg);
+	uint64_t eal_free = eal > pools ? eal - pools : 0;
+	uint16_t workers = 2;
+
+	fprintf(f, "# memory: a job may take %u MB (limits.job_memory_mb), all jobs %u MB "
+			"(limits.total_memory_mb); EAL memory %u MB (eal.memory_mb), about %.0f MB "
+			"of it for the mbuf pools\n", cfg->limits.job_memory_mb,
+			cfg->limits.total_memory_mb, cfg->eal.memory_mb, MB(pools));
+	fprintf(f, "# one job of %u workers, fp32, %s sums, checkpoints %s: MB needed and "
+			"whether it fits\n", workers, cfg->deterministic ? "rank-order" :
+			"arrival-order", cfg->checkpoint.dir[0] != '\0' ? "on" : "off");
+	fprintf(f, "#   %-12s %10s  %-22s %s\n", "model", "params", "sgd with momentum",
+			"adam");
+	for (size_t i = 0; i < phub_model_preset_count(); i++) {
+		const struct phub_model_preset *mp = phub_model_preset_at(i);
+		uint64_t elems = (uint64_t)(phub_model_preset_bytes(mp, PHUB_MODEL_UNITS_PAPER) /
+				sizeof(float));
+		uint64_t mom = job_bytes(cfg, elems, PHUB_OPT_MOMENTUM, workers);
+		uint64_t adam = job_bytes(cfg, elems, PHUB_OPT_ADAM, workers);
+		char a[32], b[32];
+
+		snprintf(a, sizeof(a), "%7.0f %s", MB(mom), fit_word(mom, job_limit, eal_free));
+		snprintf(b, sizeof(b), "%7.0f %s", MB(adam), fit_word(adam, job_limit, eal_free));
+		fprintf(f, "#   %-12s %9.1fM  %-22s %s\n", mp->title, (double)elems / 1e6, a, b);
+	}
+	fprintf(f, "# (over limits: raise limits.job_memory_mb and limits.total_memory_mb; over EAL: "
+			"raise eal.memory_mb)\n");
+}
