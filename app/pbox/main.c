@@ -263,6 +263,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "phub-pbox: out of memory building the EAL arguments\n");
 		return EXIT_FAILURE;
 	}
+	pbox_xdp_eal_args(eal_argc, eal_argv);
 	rc = rte_eal_init(eal_argc, eal_argv);
 	if (rc < 0)
 		rte_exit(EXIT_FAILURE, "EAL start failed: %s. Check eal.* in %s: lcores that exist, "
@@ -348,7 +349,8 @@ main(int argc, char **argv)
 	pthread_mutex_unlock(&pbox.jobs_lock);
 	pbox_ports_close(&pbox);
 	phub_config_free(&pbox.cfg);
-	free(eal_argv);
 	rte_eal_cleanup();
+	free(eal_argv);
+	pbox_xdp_fini();
 	return EXIT_SUCCESS;
 }

@@ -228,6 +228,16 @@ void pbox_checkpoint_fini(struct pbox *pb);
  */
 int pbox_notify(const char *state);
 
+/*
+ * xdp_pbox.c: the PBox's XDP program (drivers-cfg/bpf/xdp_pbox.bpf.c) on af_xdp ports.
+ * Before rte_eal_init: give each af_xdp vdev alone on its interface xdp_prog=<the object>,
+ * unless its device string names one. After a port started: tell the program the port's
+ * address and UDP ports, so that the rest goes to the kernel. fini frees the strings.
+ */
+void pbox_xdp_eal_args(int argc, char **argv);
+void pbox_xdp_configure(struct pbox *pb, const struct pbox_port *port, unsigned int pi);
+void pbox_xdp_fini(void);
+
 /* telemetry.c */
 int pbox_telemetry_init(struct pbox *pb);
 

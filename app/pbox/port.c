@@ -436,6 +436,7 @@ port_setup(struct pbox *pb, unsigned int pi)
 	}
 	rte_eth_macaddr_get(port->port_id, &port->mac);
 	steer_port(pb, port, pi);
+	pbox_xdp_configure(pb, port, pi);
 	return 0;
 }
 
