@@ -52,7 +52,7 @@ destdir() {
 
 	for f in sbin/phub-pbox sbin/phub-setup bin/phub-bench bin/phub-plan include/phub.h \
 		share/man/man8/phub-pbox.8 share/man/man8/phub-setup.8 share/man/man1/phub-bench.1 \
-		share/man/man1/phub-plan.1 share/phub/bpf/steer_tap.bpf.o \
+		share/man/man1/phub-plan.1 share/phub/bpf/steer_tap.bpf.o share/phub/bpf/xdp_pbox.bpf.o \
 		lib/systemd/system/phub-pbox@.service lib/systemd/system/phub-setup@.service; do
 		[ -e "$prefix/$f" ] || fail "not installed: $f"
 	done
