@@ -237,7 +237,7 @@ job_for_join(struct pbox *pb, const struct requester *to, const struct phub_wire
 		const struct phub_wire_join *join, const struct phub_wire_key *keys, uint32_t n_keys)
 {
 	struct phub_engine_allocator allocator = {
-		.alloc = numa_alloc, .free = numa_free,
+		.alloc = numa_alloc, .free = numa_free, .place = pbox_memory_place,
 		.ctx = (void *)(intptr_t)pb->ports[to->port_index].socket,
 	};
 	struct phub_engine_job_params p;

@@ -4,6 +4,10 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <unistd.h>
+
+#include <numa.h>
+#include <numaif.h>
 
 #include <rte_malloc.h>
 
@@ -126,4 +130,58 @@ pbox_memory_plan(const struct phub_config *cfg, FILE *f)
 	}
 	fprintf(f, "# (over limits: raise limits.job_memory_mb and limits.total_memory_mb; over EAL: "
 			"raise eal.memory_mb)\n");
+}
+
+struct place_ctx {
+	uint8_t *base;
+	size_t size;
+	size_t page;
+	uint64_t bytes[RTE_MAX_NUMA_NODES];
+	int failures;
+};
+
+static void
+place_run(uint64_t first_page, uint64_t n_pages, int node, void *arg)
+{
+	struct place_ctx *pc = arg;
+	unsigned long mask[RTE_MAX_NUMA_NODES / (8 * sizeof(unsigned long)) + 1] = { 0 };
+	uint64_t off = first_page * pc->page, len = n_pages * pc->page;
+
+	if (node < 0 || node >= RTE_MAX_NUMA_NODES || off >= pc->size)
+		return;
+	len = RTE_MIN(len, pc->size - off);
+	mask[node / (8 * sizeof(unsigned long))] |= 1UL << (node % (8 * sizeof(unsigned long)));
+	/* Pages already written (the engine zeroes its buffers) move: MPOL_MF_MOVE. */
+	if (mbind(pc->base + off, len, MPOL_BIND, mask, RTE_MAX_NUMA_NODES + 1, MPOL_MF_MOVE) != 0)
+		pc->failures++;
+	else
+		pc->bytes[node] += len;
+}
+
+void
+pbox_memory_place(void *ptr, size_t size, size_t elem_bytes, const struct phub_layout *layout,
+		void *ctx)
+{
+	struct place_ctx pc = { .size = size, .page = (size_t)sysconf(_SC_PAGESIZE) };
+	unsigned int nodes = 0;
+
+	(void)ctx;
+	/* One node: nothing to choose. libnuma says whether the kernel has NUMA at all. */
+	if (ptr == NULL || numa_available() < 0 || numa_max_node() < 1)
+		return;
+	for (unsigned int s = 0; s < pbox.n_servers; s++)
+		if (pbox.servers[s].lcore_numa != pbox.servers[0].lcore_numa)
+			nodes++;
+	if (nodes == 0)
+		return;
+	/* The engine gives page-aligned buffers to a placing allocator; anything else stays. */
+	if ((uintptr_t)ptr % pc.page != 0)
+		return;
+	pc.base = (uint8_t *)ptr;
+	phub_layout_pages_by_node(layout, pbox.servers, pbox.n_servers, elem_bytes, pc.page,
+			place_run, &pc);
+	if (pc.failures != 0)
+		PBOX_LOG(NOTICE, "job buffer of %zu KB: %d page run(s) could not move to their "
+				"chunk's NUMA node (mbind): they stay on the JOIN port's node",
+				size >> 10, pc.failures);
 }

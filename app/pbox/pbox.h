@@ -179,6 +179,14 @@ void pbox_memory_explain(const struct pbox *pb, const struct phub_engine_job_par
 		const struct phub_wire_key *keys, uint32_t n_keys, int err, int socket,
 		char *buf, size_t size);
 
+/*
+ * memory.c: the job allocator's place callback (phub_engine_allocator.place): with more than
+ * one NUMA node among the servers, moves each page of a per-element buffer to the node of
+ * the lcore that owns its chunk (libnuma's mbind, phub_layout_pages_by_node()).
+ */
+void pbox_memory_place(void *ptr, size_t size, size_t elem_bytes,
+		const struct phub_layout *layout, void *ctx);
+
 /* memory.c: which of the Table 3 models a job of this configuration can hold (--check-config). */
 void pbox_memory_plan(const struct phub_config *cfg, FILE *f);
 

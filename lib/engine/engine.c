@@ -67,6 +67,26 @@ job_alloc(struct phub_engine_job *job, size_t size)
 	return p;
 }
 
+/*
+ * A per-element buffer (model, aggregation, optimizer state, wire copy): page-aligned when the
+ * allocator places pages on NUMA nodes, so that page p holds elements from p * page on.
+ */
+static void *
+job_alloc_buffer(struct phub_engine_job *job, size_t size)
+{
+	size_t align = job->allocator.place != NULL ? PHUB_ENGINE_PAGE : PHUB_ENGINE_ALIGN;
+	void *p;
+
+	if (size == 0)
+		return NULL;
+	p = job->allocator.alloc(size, align, job->allocator.ctx);
+	if (p != NULL) {
+		memset(p, 0, size);
+		job->memory_bytes += size;
+	}
+	return p;
+}
+
 static void
 job_release(struct phub_engine_job *job, void *p)
 {
@@ -158,18 +178,19 @@ job_allocate_buffers(struct phub_engine_job *job, uint64_t limit)
 
 	if (limit != 0 && job_memory_estimate(job) > limit)
 		return -E2BIG;
-	job->model = job_alloc(job, floats);
-	job->agg = job_alloc(job, floats);
+	job->model = job_alloc_buffer(job, floats);
+	job->agg = job_alloc_buffer(job, floats);
 	job->slots = job_alloc(job, job->n_segments * sizeof(struct segment_slot));
 	if (job->model == NULL || job->agg == NULL || job->slots == NULL)
 		return -ENOMEM;
 	for (unsigned int i = 0; i < states; i++) {
-		job->state[i] = job_alloc(job, floats);
+		job->state[i] = job_alloc_buffer(job, floats);
 		if (job->state[i] == NULL)
 			return -ENOMEM;
 	}
 	if (job->dtype != PHUB_DTYPE_FP32) {
-		job->model_wire = job_alloc(job, job->n_elems * phub_dtype_size(job->dtype));
+		job->model_wire = job_alloc_buffer(job, job->n_elems *
+				phub_dtype_size(job->dtype));
 		if (job->model_wire == NULL)
 			return -ENOMEM;
 	}
@@ -186,6 +207,20 @@ job_allocate_buffers(struct phub_engine_job *job, uint64_t limit)
 		return -ENOMEM;
 	for (uint32_t s = 0; s < job->n_segments; s++)
 		job->slots[s].next_iteration = job->first_iteration;
+	/* Each chunk's part of the per-element buffers on the node of the lcore that owns it. */
+	if (job->allocator.place != NULL) {
+		job->allocator.place(job->model, floats, sizeof(float), job->layout,
+				job->allocator.ctx);
+		job->allocator.place(job->agg, floats, sizeof(float), job->layout,
+				job->allocator.ctx);
+		for (unsigned int i = 0; i < states; i++)
+			job->allocator.place(job->state[i], floats, sizeof(float), job->layout,
+					job->allocator.ctx);
+		if (job->model_wire != NULL)
+			job->allocator.place(job->model_wire, job->n_elems *
+					phub_dtype_size(job->dtype), phub_dtype_size(job->dtype),
+					job->layout, job->allocator.ctx);
+	}
 	return engine_ckpt_alloc(job);
 }
 

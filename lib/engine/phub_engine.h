@@ -46,6 +46,13 @@ struct phub_engine_peer {
 struct phub_engine_allocator {
 	void *(*alloc)(size_t size, size_t align, void *ctx);
 	void (*free)(void *ptr, void *ctx);
+	/*
+	 * Optional: move the pages of a per-element buffer (elem_bytes per element of the job,
+	 * in the layout's element order) to the nodes of the chunks they hold
+	 * (phub_layout_pages_by_node()). Called once per such buffer after it was allocated.
+	 */
+	void (*place)(void *ptr, size_t size, size_t elem_bytes, const struct phub_layout *layout,
+			void *ctx);
 	void *ctx;
 };
 

@@ -2,6 +2,9 @@
 /* phub_engine_memory_need(): a job's PBox memory by part, against what job creation charges. */
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <check.h>
 
@@ -124,6 +127,84 @@ START_TEST(test_created_jobs_are_charged_what_the_computation_says)
 }
 END_TEST
 
+/* An allocator that records what the engine asks it to place. */
+struct placed {
+	unsigned int calls;
+	size_t bytes;
+	bool aligned;
+	bool covered;
+	const struct phub_layout *layout;
+};
+
+static struct placed placed;
+
+static void *
+rec_alloc(size_t size, size_t align, void *ctx)
+{
+	(void)ctx;
+	return aligned_alloc(align, (size + align - 1) / align * align);
+}
+
+static void
+rec_free(void *p, void *ctx)
+{
+	(void)ctx;
+	free(p);
+}
+
+static void
+count_pages(uint64_t first, uint64_t n, int node, void *arg)
+{
+	uint64_t *pages = arg;
+
+	(void)node;
+	if (first == *pages)
+		*pages += n;
+}
+
+static void
+rec_place(void *ptr, size_t size, size_t elem_bytes, const struct phub_layout *layout,
+	  void *ctx)
+{
+	static const struct phub_layout_server server = { .lcore = 1, .lcore_numa = 0 };
+	uint64_t pages = 0;
+
+	(void)ctx;
+	placed.calls++;
+	placed.bytes += size;
+	placed.aligned &= (uintptr_t)ptr % 4096 == 0;
+	placed.layout = layout;
+	/* The layout the engine hands over cuts exactly this buffer into its pages. */
+	phub_layout_pages_by_node(layout, &server, 1, elem_bytes, 4096, count_pages, &pages);
+	placed.covered &= pages == (size + 4095) / 4096;
+}
+
+START_TEST(test_a_placing_allocator_is_asked_to_place_every_per_element_buffer)
+{
+	static const struct phub_layout_server server = { .lcore = 1, .lcore_numa = 0 };
+	struct phub_engine_allocator a = { .alloc = rec_alloc, .free = rec_free,
+		.place = rec_place };
+	struct phub_engine_job_params jp = job_params(PHUB_DTYPE_FP16, PHUB_OPT_ADAM, false,
+			false);
+	struct phub_engine *engine = phub_engine_create();
+	uint64_t n = 300000 + 7 + 123457;
+
+	memset(&placed, 0, sizeof(placed));
+	placed.aligned = placed.covered = true;
+	jp.allocator = &a;
+	jp.servers = &server;
+	jp.n_servers = 1;
+	ck_assert_ptr_nonnull(phub_engine_job_create(engine, &jp));
+	/* model, aggregation, Adam's two moments in fp32, the fp16 wire copy */
+	ck_assert_uint_eq(placed.calls, 5);
+	ck_assert_uint_eq(placed.bytes, n * 4 * 4 + n * 2);
+	ck_assert(placed.aligned);
+	ck_assert(placed.covered);
+	ck_assert_ptr_nonnull(placed.layout);
+	phub_engine_free(engine);
+}
+END_TEST
+
 Suite *
 phub_engine_memory_suite(void)
 {
@@ -133,6 +214,7 @@ phub_engine_memory_suite(void)
 	tcase_add_test(tc, test_resnet50_parts_are_what_each_buffer_holds);
 	tcase_add_test(tc, test_deterministic_bf16_adam_counts_staging_and_the_wire_copy);
 	tcase_add_test(tc, test_created_jobs_are_charged_what_the_computation_says);
+	tcase_add_test(tc, test_a_placing_allocator_is_asked_to_place_every_per_element_buffer);
 	suite_add_tcase(s, tc);
 	return s;
 }
