@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* What a job costs in PBox memory, by part: the one computation the limits and the planner share. */
+/* What a job costs in PBox memory, by part: the computation the limits and the planner share. */
 
 #include <string.h>
 
