@@ -274,6 +274,7 @@ main(int argc, char **argv)
 	if (pbox_logtype < 0)
 		pbox_logtype = RTE_LOGTYPE_USER1;
 	pbox.start_tsc = rte_rdtsc();
+	pbox_memory_control_node(&pbox);
 
 	rc = lcores_init(&pbox);
 	if (rc == 0)

@@ -185,3 +185,20 @@ pbox_memory_place(void *ptr, size_t size, size_t elem_bytes, const struct phub_l
 				"chunk's NUMA node (mbind): they stay on the JOIN port's node",
 				size >> 10, pc.failures);
 }
+
+void
+pbox_memory_control_node(const struct pbox *pb)
+{
+	int node = (int)rte_lcore_to_socket_id(rte_get_main_lcore());
+
+	(void)pb;
+	if (numa_available() < 0 || numa_max_node() < 1)
+		return;
+	/*
+	 * The control plane (the main lcore: JOINs, checkpoints' arming, telemetry answers it
+	 * serves) allocates its own memory (jansson, job tables) on its node; EAL already pins
+	 * it to its CPU.
+	 */
+	numa_set_preferred(node);
+	PBOX_LOG(INFO, "control plane on NUMA node %d (lcore %u)", node, rte_get_main_lcore());
+}

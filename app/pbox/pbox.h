@@ -187,6 +187,9 @@ void pbox_memory_explain(const struct pbox *pb, const struct phub_engine_job_par
 void pbox_memory_place(void *ptr, size_t size, size_t elem_bytes,
 		const struct phub_layout *layout, void *ctx);
 
+/* memory.c: the main lcore's memory on its NUMA node (libnuma), when there are several. */
+void pbox_memory_control_node(const struct pbox *pb);
+
 /* memory.c: which of the Table 3 models a job of this configuration can hold (--check-config). */
 void pbox_memory_plan(const struct phub_config *cfg, FILE *f);
 
