@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <numa.h>
@@ -15,6 +16,22 @@
 #include "pbox.h"
 
 #define MB(b) ((double)(b) / (1 << 20))
+
+/* The bytes all jobs hold now, as control.c charges them. */
+static uint64_t
+jobs_bytes(const struct pbox *pb)
+{
+	uint64_t sum = 0;
+
+	for (struct phub_engine_job *j = phub_engine_job_next(pb->engine, NULL); j != NULL;
+	     j = phub_engine_job_next(pb->engine, j)) {
+		struct phub_engine_job_info info;
+
+		phub_engine_job_get_info(j, &info);
+		sum += info.memory_bytes;
+	}
+	return sum;
+}
 
 void
 pbox_memory_explain(const struct pbox *pb, const struct phub_engine_job_params *p,
@@ -29,13 +46,31 @@ pbox_memory_explain(const struct pbox *pb, const struct phub_engine_job_params *
 	};
 	struct phub_engine_memory m;
 	struct rte_malloc_socket_stats stats;
-	uint64_t left;
+	uint64_t total = (uint64_t)pb->cfg.limits.total_memory_mb << 20, used;
 	int n;
 
 	for (uint32_t i = 0; i < n_keys; i++)
 		mp.n_elems += keys[i].elem_count;
 	phub_engine_memory_need(&mp, &m);
-	/* Only the parts this job has: the worker's message buffer is short. */
+	/* What to change first: a worker shows only the start of a long message. */
+	if (err == E2BIG) {
+		used = RTE_MIN(jobs_bytes(pb), total);
+		n = snprintf(buf, size, "needs %.1f MB, more than the limits leave: %u MB per job "
+				"(limits.job_memory_mb), %.0f MB left of %u MB "
+				"(limits.total_memory_mb)", MB(m.total),
+				pb->cfg.limits.job_memory_mb, MB(total - used),
+				pb->cfg.limits.total_memory_mb);
+	} else {
+		if (rte_malloc_get_socket_stats(socket, &stats) != 0)
+			memset(&stats, 0, sizeof(stats));
+		n = snprintf(buf, size, "needs %.1f MB on NUMA node %d, where EAL has %.1f MB free "
+				"(largest block %.1f MB): raise eal.memory_mb (now %u)",
+				MB(m.total), socket, MB(stats.heap_freesz_bytes),
+				MB(stats.greatest_free_size), pb->cfg.eal.memory_mb);
+	}
+	if (n < 0 || (size_t)n >= size)
+		return;
+	/* Then the parts, only those the job has. */
 	const struct {
 		const char *name;
 		uint64_t bytes;
@@ -44,28 +79,15 @@ pbox_memory_explain(const struct pbox *pb, const struct phub_engine_job_params *
 		{ "wire copy", m.wire_copy }, { "checkpoint shadow", m.checkpoint_shadow },
 		{ "deterministic staging", m.deterministic_staging },
 	};
-	n = snprintf(buf, size, "needs %.0f MB (", MB(m.total));
-	for (size_t i = 0; i < RTE_DIM(parts) && n > 0 && (size_t)n < size; i++)
-		if (parts[i].bytes != 0)
-			n += snprintf(buf + n, size - (size_t)n, "%s%s %.0f", i > 0 ? ", " : "",
-					parts[i].name, MB(parts[i].bytes));
-	if (n > 0 && (size_t)n < size)
-		n += snprintf(buf + n, size - (size_t)n, "); ");
-	if (n < 0 || (size_t)n >= size)
-		return;
-	if (err == E2BIG) {
-		left = p->memory_limit_bytes;
-		snprintf(buf + n, size - (size_t)n, "%.0f MB free for it: at most %u MB per job "
-				"(limits.job_memory_mb), %u MB for all jobs (limits.total_memory_mb); "
-				"raise the smaller one", MB(left), pb->cfg.limits.job_memory_mb,
-				pb->cfg.limits.total_memory_mb);
-		return;
+	const char *sep = "; ";
+
+	for (size_t i = 0; i < RTE_DIM(parts) && n > 0 && (size_t)n < size; i++) {
+		if (parts[i].bytes == 0)
+			continue;
+		n += snprintf(buf + n, size - (size_t)n, "%s%s %.1f MB", sep, parts[i].name,
+				MB(parts[i].bytes));
+		sep = ", ";
 	}
-	if (rte_malloc_get_socket_stats(socket, &stats) != 0)
-		stats.heap_freesz_bytes = 0;
-	snprintf(buf + n, size - (size_t)n, "EAL has %.0f MB free on NUMA node %d (largest block "
-			"%.0f MB): raise eal.memory_mb (now %u)", MB(stats.heap_freesz_bytes), socket,
-			MB(stats.greatest_free_size), pb->cfg.eal.memory_mb);
 }
 
 /* A job of n_elems fp32 parameters with optimizer opt, as this configuration would run it. */
