@@ -10,12 +10,14 @@ PHUB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # Debian 12 packages: toolchain, the libraries named in meson.build, and the
 # tools the demo and tests drive (iproute2 for namespaces, python3 for
-# dpdk-telemetry.py and the summaries).
+# dpdk-telemetry.py and the summaries; debhelper, dpkg-dev and lintian for the packages,
+# systemd for systemd-analyze verify, man-db for the man pages).
 PHUB_PACKAGES=(
 	build-essential pkg-config meson ninja-build clang llvm
 	dpdk dpdk-dev libdpdk-dev libnuma-dev libbpf-dev libxdp-dev
 	libjansson-dev check
 	python3 iproute2 procps ethtool shellcheck
+	debhelper dpkg-dev lintian systemd man-db
 )
 
 phub_log()
