@@ -8,9 +8,10 @@
 #                                         lib/systemd/system/*.service   systemd-analyze verify
 #                                         share/man/man{1,8}/*           man -l
 #
-# Usage: install.sh destdir|setup BUILD_DIR SOURCE_DIR
+# Usage: install.sh destdir|setup|pci BUILD_DIR SOURCE_DIR
 #   destdir  the install and the installed programs' checks above
 #   setup    phub-setup for real (root): hugepages for a vdev-only config, then --undo
+#   pci      phub-setup --check on a fake sysfs of a two-node host with an E810 on node 1
 
 set -euo pipefail
 
@@ -155,10 +156,61 @@ EOF
 	[ ! -e "$state/setup-hp.json" ] || fail "--undo left its state file"
 }
 
+# phub-setup --check against a fake two-node sysfs (PHUB_SYSFS_ROOT, which lib/config reads
+# too): the NIC's node decides where the hugepages go, the IOMMU decides whether vfio-pci can.
+pci() {
+	local sys=$work/sys cfg=$work/pci.json out rc
+	mkdir -p "$sys/bus/pci/devices/0000:3b:00.0" "$sys/bus/pci/drivers/ice" \
+		"$sys/devices/system/cpu/cpu0/node0" "$sys/devices/system/cpu/cpu1/node1" \
+		"$sys/kernel/iommu_groups"
+	echo 1 > "$sys/bus/pci/devices/0000:3b:00.0/numa_node"
+	ln -s "$sys/bus/pci/drivers/ice" "$sys/bus/pci/devices/0000:3b:00.0/driver"
+	echo 0-1 > "$sys/devices/system/cpu/online"
+	: > "$sys/devices/system/cpu/isolated"
+	for n in 0 1; do
+		mkdir -p "$sys/devices/system/node/node$n/hugepages/hugepages-2048kB"
+		echo 0 > "$sys/devices/system/node/node$n/hugepages/hugepages-2048kB/nr_hugepages"
+	done
+	cat > "$cfg" <<JSON
+{ "eal": { "lcores": [0, 1], "memory_mb": 64, "no_huge": false, "file_prefix": "phub-pci-t" },
+  "drivers_dir": "$src/drivers-cfg",
+  "ports": [ { "name": "nic0", "device": "0000:3b:00.0", "driver": "ice",
+               "ipv4": "10.20.0.1/16", "mtu": 9000, "lcores": [1] } ],
+  "idle": { "policy": "poll" } }
+JSON
+	# No IOMMU group: vfio-pci is refused, with the kernel options that fix it.
+	rc=0
+	out=$(PHUB_SYSFS_ROOT=$sys "$src/scripts/phub-setup" --check \
+		--pbox "$build/app/pbox/phub-pbox" "$cfg" 2>&1) || rc=$?
+	indent <<< "$out"
+	[ "$rc" = 1 ] || fail "no IOMMU: exit $rc, not 1"
+	grep -q "nic0 (0000:3b:00.0): vfio-pci needs the IOMMU.*intel_iommu=on iommu=pt" <<< "$out" ||
+		fail "no IOMMU: the refusal does not say what to fix"
+	grep -q "would reserve 32 hugepages of 2 MB on NUMA node 1 " <<< "$out" ||
+		fail "the hugepages do not go to the NIC's node 1"
+	if grep -q "on NUMA node 0" <<< "$out"; then
+		fail "hugepages asked on node 0, which has no port"
+	fi
+	grep -q "CPUs \[1\] poll .* not isolated: boot with isolcpus=1" <<< "$out" ||
+		fail "the polling CPU that is not isolated is not named"
+	# With an IOMMU group the NIC would be bound from ice to the profile's vfio-pci.
+	mkdir "$sys/kernel/iommu_groups/12"
+	rc=0
+	out=$(PHUB_SYSFS_ROOT=$sys "$src/scripts/phub-setup" --check \
+		--pbox "$build/app/pbox/phub-pbox" "$cfg" 2>&1) || rc=$?
+	indent <<< "$out"
+	[ "$rc" = 0 ] || fail "with an IOMMU: exit $rc"
+	grep -q "would bind nic0 (0000:3b:00.0) from ice to vfio-pci" <<< "$out" ||
+		fail "the binding to vfio-pci is not planned"
+	[ "$(cat "$sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages")" = 0 ] ||
+		fail "--check changed the hugepages"
+}
+
 case $mode in
 destdir) destdir ;;
 setup) setup ;;
-*) echo "usage: $0 destdir|setup BUILD SOURCE" >&2; exit 2 ;;
+pci) pci ;;
+*) echo "usage: $0 destdir|setup|pci BUILD SOURCE" >&2; exit 2 ;;
 esac
 if [ "$fails" -ne 0 ]; then
 	echo "$fails failure(s)" >&2
