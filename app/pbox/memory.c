@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Why a job does not fit: its memory by part, what is free, and the key that raises the limit. */
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -208,19 +211,78 @@ pbox_memory_place(void *ptr, size_t size, size_t elem_bytes, const struct phub_l
 				size >> 10, pc.failures);
 }
 
+/*
+ * DPDK's control threads (telemetry, interrupts, multi-process) onto the CPUs of node that no
+ * data lcore uses; EAL puts them on every CPU outside the lcores, on any node.
+ */
+static void
+place_control_threads(const struct pbox *pb, int node)
+{
+	static const char *const names[] = { "telemetry", "eal-intr", "rte_mp" };
+	struct bitmask *cpus = numa_allocate_cpumask();
+	struct dirent *e;
+	cpu_set_t set;
+	unsigned int n = 0, moved = 0;
+	DIR *dir;
+
+	if (cpus == NULL)
+		return;
+	CPU_ZERO(&set);
+	if (numa_node_to_cpus(node, cpus) == 0) {
+		for (unsigned int c = 0; c < cpus->size && c < CPU_SETSIZE; c++) {
+			bool data = false;
+
+			if (!numa_bitmask_isbitset(cpus, c))
+				continue;
+			for (unsigned int i = 0; i < pb->cfg.eal.n_lcores; i++)
+				if (pb->cfg.eal.lcores[i].cpu == c &&
+				    pb->cfg.eal.lcores[i].id != pb->cfg.eal.main_lcore)
+					data = true;
+			if (!data) {
+				CPU_SET(c, &set);
+				n++;
+			}
+		}
+	}
+	numa_free_cpumask(cpus);
+	dir = n > 0 ? opendir("/proc/self/task") : NULL;
+	while (dir != NULL && (e = readdir(dir)) != NULL) {
+		char path[300], comm[32] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (f == NULL)
+			continue;
+		if (fgets(comm, sizeof(comm), f) == NULL)
+			comm[0] = '\0';
+		fclose(f);
+		for (size_t i = 0; i < RTE_DIM(names); i++)
+			if (strncmp(comm, names[i], strlen(names[i])) == 0 &&
+			    sched_setaffinity((pid_t)atoi(e->d_name), sizeof(set), &set) == 0)
+				moved++;
+	}
+	if (dir != NULL)
+		closedir(dir);
+	PBOX_LOG(INFO, "control threads: %u on the %u CPU(s) of NUMA node %d no data lcore uses",
+			moved, n, node);
+}
+
 void
 pbox_memory_control_node(const struct pbox *pb)
 {
 	int node = (int)rte_lcore_to_socket_id(rte_get_main_lcore());
 
-	(void)pb;
 	if (numa_available() < 0 || numa_max_node() < 1)
 		return;
 	/*
-	 * The control plane (the main lcore: JOINs, checkpoints' arming, telemetry answers it
-	 * serves) allocates its own memory (jansson, job tables) on its node; EAL already pins
-	 * it to its CPU.
+	 * The control plane (the main lcore: JOINs, checkpoints' arming, the answers telemetry
+	 * reads) allocates its own memory (jansson, job tables) on its node; EAL already pins it
+	 * to its CPU. DPDK's control threads go to that node too.
 	 */
 	numa_set_preferred(node);
 	PBOX_LOG(INFO, "control plane on NUMA node %d (lcore %u)", node, rte_get_main_lcore());
+	place_control_threads(pb, node);
 }
