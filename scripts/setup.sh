@@ -10,8 +10,9 @@ PHUB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # Debian 12 packages: toolchain, the libraries named in meson.build, and the
 # tools the demo and tests drive (iproute2 for namespaces, python3 for
-# dpdk-telemetry.py and the summaries; torch and the rest for the Python binding's
-# tests and examples).
+# dpdk-telemetry.py and the summaries; debhelper, dpkg-dev and lintian for the packages,
+# systemd for systemd-analyze verify, man-db for the man pages; torch and the rest for the
+# Python binding's tests and examples).
 PHUB_PACKAGES=(
 	build-essential pkg-config meson ninja-build clang llvm
 	dpdk dpdk-dev libdpdk-dev libnuma-dev libbpf-dev libxdp-dev
@@ -19,6 +20,7 @@ PHUB_PACKAGES=(
 	python3 iproute2 procps ethtool shellcheck
 	python3-torch python3-torchvision python3-sklearn python3-pytest python3-matplotlib
 	python3-numpy
+	debhelper dpkg-dev lintian systemd man-db
 )
 
 phub_log()

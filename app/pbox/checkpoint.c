@@ -508,7 +508,7 @@ int
 pbox_checkpoint_restore(struct pbox *pb)
 {
 	struct phub_engine_allocator allocator = {
-		.alloc = restore_alloc, .free = restore_free,
+		.alloc = restore_alloc, .free = restore_free, .place = pbox_memory_place,
 		.ctx = (void *)(intptr_t)pb->ports[0].socket,
 	};
 	struct phub_engine_ckpt_restore_params rp;

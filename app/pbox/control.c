@@ -99,6 +99,16 @@ job_allocator(void *ctx, uint16_t port)
 }
 
 static void
+explain_no_memory(void *ctx, const struct phub_engine_job_params *p,
+		const struct phub_wire_key *keys, uint32_t n_keys, int err, uint16_t port,
+		char *buf, size_t size)
+{
+	struct pbox *pb = ctx;
+
+	pbox_memory_explain(pb, p, keys, n_keys, err, pb->ports[port].socket, buf, size);
+}
+
+static void
 job_created(void *ctx, struct phub_engine_job *job)
 {
 	pbox_checkpoint_job_created(ctx, job);
@@ -127,6 +137,7 @@ static const struct phub_control_ops ops = {
 	.send = control_send,
 	.log = control_log,
 	.allocator = job_allocator,
+	.explain_no_memory = explain_no_memory,
 	.job_created = job_created,
 	.job_release = job_release,
 };
@@ -166,7 +177,8 @@ pbox_control_init(struct pbox *pb)
 	}
 	for (unsigned int i = 0; i < pb->n_ports; i++) {
 		allocators[i] = (struct phub_engine_allocator){ .alloc = numa_alloc,
-			.free = numa_free, .ctx = (void *)(intptr_t)pb->ports[i].socket };
+			.free = numa_free, .place = pbox_memory_place,
+			.ctx = (void *)(intptr_t)pb->ports[i].socket };
 		if (pb->ports[i].mtu < mtu)
 			mtu = pb->ports[i].mtu;
 	}

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include <rte_malloc.h>
 
 #include "pbox.h"
+#include "steer_tap.h"
 
 struct pbox pbox = { .jobs_lock = PTHREAD_MUTEX_INITIALIZER };
 int pbox_logtype;
@@ -51,6 +53,24 @@ usage(FILE *f, const char *prog)
 		"Stop with SIGINT or SIGTERM. Telemetry: dpdk-telemetry.py -f <eal.file_prefix>,\n"
 		"commands /phub/stats, /phub/lcores, /phub/ports, /phub/jobs, /phub/job,<id>,\n"
 		"/phub/chunkmap,<id> (docs/operations.md).\n", prog);
+}
+
+/* Where the BPF programs of the configured ports are: an installed PBox must find them. */
+static void
+print_bpf_objects(const struct phub_config *cfg)
+{
+	char path[PATH_MAX];
+
+	for (unsigned int i = 0; i < cfg->n_ports; i++) {
+		if (cfg->ports[i].driver != PHUB_CONFIG_DRIVER_TAP)
+			continue;
+		if (phub_steer_tap_obj_path(path, sizeof(path)) != 0)
+			path[0] = '\0';
+		printf("# tap steering program %s%s\n", path, access(path, R_OK) == 0 ? "" :
+				" (missing: tap ports fall back to port_per_lcore or the software "
+				"hand-off; set PHUB_BPF_DIR)");
+		return;
+	}
 }
 
 /* The first signal stops after the last checkpoints; a second one at once. */
@@ -192,6 +212,7 @@ main(int argc, char **argv)
 	char err[PHUB_CONFIG_ERR_MAX];
 	const char *config_path = NULL;
 	bool check_only = false;
+	bool stopping_notified = false;
 	char **eal_argv = NULL;
 	int opt, eal_argc, rc;
 	unsigned int lcore;
@@ -230,6 +251,8 @@ main(int argc, char **argv)
 	if (check_only) {
 		phub_config_dump(&pbox.cfg, stdout);
 		phub_config_dump_plan(&pbox.cfg, stdout);
+		print_bpf_objects(&pbox.cfg);
+		pbox_memory_plan(&pbox.cfg, stdout);
 		printf("# %s: configuration OK\n", config_path);
 		phub_config_free(&pbox.cfg);
 		return EXIT_SUCCESS;
@@ -240,6 +263,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "phub-pbox: out of memory building the EAL arguments\n");
 		return EXIT_FAILURE;
 	}
+	pbox_xdp_eal_args(eal_argc, eal_argv);
 	rc = rte_eal_init(eal_argc, eal_argv);
 	if (rc < 0)
 		rte_exit(EXIT_FAILURE, "EAL start failed: %s. Check eal.* in %s: lcores that exist, "
@@ -250,6 +274,7 @@ main(int argc, char **argv)
 	if (pbox_logtype < 0)
 		pbox_logtype = RTE_LOGTYPE_USER1;
 	pbox.start_tsc = rte_rdtsc();
+	pbox_memory_control_node(&pbox);
 
 	rc = lcores_init(&pbox);
 	if (rc == 0)
@@ -294,12 +319,22 @@ main(int argc, char **argv)
 	PBOX_LOG(NOTICE, "ready: %u ports, %u data lcores, control on UDP port %u, %s",
 			pbox.n_ports, pbox.n_lcores, pbox.cfg.udp_base_port,
 			phub_kernels_isa_name(phub_kernels_get()->isa));
+	rc = pbox_notify("READY=1\nSTATUS=serving");
+	if (rc != 0)
+		PBOX_LOG(WARNING, "cannot tell systemd we are ready ($NOTIFY_SOCKET): %s",
+				strerror(-rc));
 
 	while (!pbox.quit) {
 		pbox_control_poll(&pbox);
 		pbox_checkpoint_poll(&pbox);
+		if (!pbox.stop_requested)
+			continue;
+		if (!stopping_notified) {
+			pbox_notify("STOPPING=1\nSTATUS=writing checkpoints");
+			stopping_notified = true;
+		}
 		/* The lcores run on until every job is at an iteration boundary, or not long. */
-		if (pbox.stop_requested && pbox_checkpoint_drain(&pbox))
+		if (pbox_checkpoint_drain(&pbox))
 			pbox.quit = true;
 	}
 
@@ -315,7 +350,8 @@ main(int argc, char **argv)
 	pthread_mutex_unlock(&pbox.jobs_lock);
 	pbox_ports_close(&pbox);
 	phub_config_free(&pbox.cfg);
-	free(eal_argv);
 	rte_eal_cleanup();
+	free(eal_argv);
+	pbox_xdp_fini();
 	return EXIT_SUCCESS;
 }

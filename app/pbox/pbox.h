@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <rte_common.h>
 #include <rte_ether.h>
@@ -63,6 +64,9 @@ struct pbox_port {
 	enum phub_config_steering steering;	/* what works, after the start-up check */
 	bool multi_seg_tx;		/* MODEL shares one payload mbuf under N headers */
 	bool rx_l4_csum;		/* the NIC checks UDP checksums */
+	bool rss_requested;		/* port configured for RSS on the UDP destination port */
+	uint8_t rss_mode;		/* enum pbox_rss_mode (rss.h) */
+	uint8_t rss_key[64];		/* the key asked for in PBOX_RSS_DPORT_KEY mode */
 	char ifname[RTE_ETH_NAME_MAX_LEN];	/* net_tap's kernel interface */
 	char name[PHUB_CONFIG_NAME_MAX];
 };
@@ -146,6 +150,8 @@ extern struct pbox pbox;
 /* port.c */
 int pbox_ports_init(struct pbox *pb);
 void pbox_ports_close(struct pbox *pb);
+/* The EAL memory the mbuf pools of cfg's ports take, about (for --check-config). */
+uint64_t pbox_pools_estimate_bytes(const struct phub_config *cfg);
 
 /* datapath.c */
 int pbox_lcore_main(void *arg);
@@ -166,6 +172,29 @@ unsigned int pbox_control_restore(struct pbox *pb, const struct phub_control_ckp
 		const struct phub_engine_ckpt_restore_params *rp,
 		void (*restored)(void *ctx, struct phub_engine_job *job,
 			const struct phub_engine_ckpt_info *info, const char *file), void *ctx);
+
+/*
+ * memory.c: the text of a no_memory refusal of a job of params p and keys (err E2BIG: over
+ * the limits; ENOMEM: EAL memory on NUMA node socket ran out): the bytes it needs by part,
+ * what is free and the configuration key that raises the limit.
+ */
+void pbox_memory_explain(const struct pbox *pb, const struct phub_engine_job_params *p,
+		const struct phub_wire_key *keys, uint32_t n_keys, int err, int socket,
+		char *buf, size_t size);
+
+/*
+ * memory.c: the job allocator's place callback (phub_engine_allocator.place): with more than
+ * one NUMA node among the servers, moves each page of a per-element buffer to the node of
+ * the lcore that owns its chunk (libnuma's mbind, phub_layout_pages_by_node()).
+ */
+void pbox_memory_place(void *ptr, size_t size, size_t elem_bytes,
+		const struct phub_layout *layout, void *ctx);
+
+/* memory.c: the main lcore's memory on its NUMA node (libnuma), when there are several. */
+void pbox_memory_control_node(const struct pbox *pb);
+
+/* memory.c: which of the Table 3 models a job of this configuration can hold (--check-config). */
+void pbox_memory_plan(const struct phub_config *cfg, FILE *f);
 
 /* memif_gate.c: the interrupt thread's net_memif handlers and the lcores take turns. */
 extern atomic_bool pbox_memif_gate_open;
@@ -205,6 +234,22 @@ void pbox_checkpoint_poll(struct pbox *pb);
 bool pbox_checkpoint_drain(struct pbox *pb);
 /* After the lcores stopped: the last checkpoint of every job, then the writer stops. */
 void pbox_checkpoint_fini(struct pbox *pb);
+
+/*
+ * notify.c: tell the service manager our state ("READY=1", "STOPPING=1", "STATUS=..."), when
+ * $NOTIFY_SOCKET names one. Returns 0 (also without a service manager) or -errno.
+ */
+int pbox_notify(const char *state);
+
+/*
+ * xdp_pbox.c: the PBox's XDP program (drivers-cfg/bpf/xdp_pbox.bpf.c) on af_xdp ports.
+ * Before rte_eal_init: give each af_xdp vdev alone on its interface xdp_prog=<the object>,
+ * unless its device string names one. After a port started: tell the program the port's
+ * address and UDP ports, so that the rest goes to the kernel. fini frees the strings.
+ */
+void pbox_xdp_eal_args(int argc, char **argv);
+void pbox_xdp_configure(struct pbox *pb, const struct pbox_port *port, unsigned int pi);
+void pbox_xdp_fini(void);
 
 /* telemetry.c */
 int pbox_telemetry_init(struct pbox *pb);

@@ -2,6 +2,7 @@
 /* Ports: finding the devices, mempools on their NUMA nodes, queues per lcore, steering. */
 
 #include <errno.h>
+#include <inttypes.h>
 #include <string.h>
 
 #include <rte_ethdev.h>
@@ -12,6 +13,7 @@
 #include <rte_thash.h>
 
 #include "pbox.h"
+#include "rss.h"
 #include "steer_tap.h"
 
 /* The ethdev name of a configured device: a PCI address, or a vdev's name before its args. */
@@ -46,15 +48,53 @@ tap_ifname(const char *device, char *ifname, size_t size)
 }
 
 static uint16_t
-port_mbuf_size(const struct pbox *pb, unsigned int i)
+cfg_port_mbuf_size(const struct phub_config *cfg, unsigned int i)
 {
-	const struct phub_config_driver *drv = phub_config_port_driver(&pb->cfg, i);
-	uint32_t room = RTE_PKTMBUF_HEADROOM + pb->cfg.ports[i].mtu + RTE_ETHER_HDR_LEN +
+	const struct phub_config_driver *drv = phub_config_port_driver(cfg, i);
+	uint32_t room = RTE_PKTMBUF_HEADROOM + cfg->ports[i].mtu + RTE_ETHER_HDR_LEN +
 		RTE_ETHER_CRC_LEN + 2 * RTE_VLAN_HLEN;
 
 	if (drv != NULL && drv->mbuf_size > room)
 		room = drv->mbuf_size;
 	return (uint16_t)RTE_MIN(room, (uint32_t)UINT16_MAX);
+}
+
+static uint16_t
+port_mbuf_size(const struct pbox *pb, unsigned int i)
+{
+	return cfg_port_mbuf_size(&pb->cfg, i);
+}
+
+/* Mbufs of a node's direct pool: descriptors, bursts in flight, inbox rings, MODEL payloads. */
+static uint32_t
+pool_mbufs(uint32_t descriptors, uint32_t n_lcores)
+{
+	return descriptors + n_lcores * (PBOX_RING_SIZE + 4 * PBOX_BURST + 512) + 4096;
+}
+
+static uint32_t
+indirect_pool_mbufs(uint32_t n_lcores)
+{
+	return 8192 + n_lcores * 2048;
+}
+
+uint64_t
+pbox_pools_estimate_bytes(const struct phub_config *cfg)
+{
+	uint64_t per_mbuf = sizeof(struct rte_mbuf) + RTE_CACHE_LINE_SIZE;
+	uint32_t need = 0;
+	uint16_t room = 0;
+
+	/* As if every port were on one node: the sum is the same, the pools fewer. */
+	for (unsigned int i = 0; i < cfg->n_ports; i++) {
+		need += (uint32_t)cfg->ports[i].n_lcores *
+			(cfg->ports[i].rx_desc + cfg->ports[i].tx_desc);
+		room = RTE_MAX(room, cfg_port_mbuf_size(cfg, i));
+	}
+	if (need == 0)
+		return 0;
+	return pool_mbufs(need, cfg->n_data_lcores) * (per_mbuf + room) +
+		indirect_pool_mbufs(cfg->n_data_lcores) * per_mbuf;
 }
 
 /*
@@ -82,7 +122,7 @@ pools_init(struct pbox *pb)
 		if (need[s] == 0)
 			continue;
 		/* Bursts in flight, inbox rings and MODEL payloads held for broadcast. */
-		n = need[s] + pb->n_lcores * (PBOX_RING_SIZE + 4 * PBOX_BURST + 512) + 4096;
+		n = pool_mbufs(need[s], pb->n_lcores);
 		snprintf(name, sizeof(name), "phub_mbuf_%u", s);
 		pb->pools[s] = rte_pktmbuf_pool_create(name, n, 256, 0, room[s], (int)s);
 		if (pb->pools[s] == NULL) {
@@ -92,7 +132,7 @@ pools_init(struct pbox *pb)
 			return -ENOMEM;
 		}
 		snprintf(name, sizeof(name), "phub_hdr_%u", s);
-		pb->indirect_pools[s] = rte_pktmbuf_pool_create(name, 8192 + pb->n_lcores * 2048,
+		pb->indirect_pools[s] = rte_pktmbuf_pool_create(name, indirect_pool_mbufs(pb->n_lcores),
 				256, 0, 0, (int)s);
 		if (pb->indirect_pools[s] == NULL) {
 			PBOX_LOG(ERR, "cannot create the indirect mbuf pool on NUMA node %u: %s",
@@ -111,25 +151,12 @@ steer_rte_flow(struct pbox *pb, struct pbox_port *port, unsigned int pi)
 
 	for (uint16_t q = 0; q < cp->n_lcores; q++) {
 		int udp = phub_config_lcore_udp_port(&pb->cfg, cp->lcores[q]);
-		struct rte_flow_attr attr = { .ingress = 1 };
-		struct rte_flow_item_ipv4 ip_spec = { .hdr.dst_addr = rte_cpu_to_be_32(port->ipv4) };
-		struct rte_flow_item_ipv4 ip_mask = { .hdr.dst_addr = RTE_BE32(0xffffffff) };
-		struct rte_flow_item_udp udp_spec = { .hdr.dst_port = rte_cpu_to_be_16((uint16_t)udp) };
-		struct rte_flow_item_udp udp_mask = { .hdr.dst_port = RTE_BE16(0xffff) };
-		struct rte_flow_item pattern[] = {
-			{ .type = RTE_FLOW_ITEM_TYPE_ETH },
-			{ .type = RTE_FLOW_ITEM_TYPE_IPV4, .spec = &ip_spec, .mask = &ip_mask },
-			{ .type = RTE_FLOW_ITEM_TYPE_UDP, .spec = &udp_spec, .mask = &udp_mask },
-			{ .type = RTE_FLOW_ITEM_TYPE_END },
-		};
-		struct rte_flow_action_queue queue = { .index = q };
-		struct rte_flow_action actions[] = {
-			{ .type = RTE_FLOW_ACTION_TYPE_QUEUE, .conf = &queue },
-			{ .type = RTE_FLOW_ACTION_TYPE_END },
-		};
+		struct pbox_flow_rule rule;
 		struct rte_flow_error error;
 
-		if (rte_flow_create(port->port_id, &attr, pattern, actions, &error) == NULL) {
+		pbox_flow_rule_build(&rule, port->ipv4, (uint16_t)udp, q);
+		if (rte_flow_create(port->port_id, &rule.attr, rule.pattern, rule.actions,
+				&error) == NULL) {
 			PBOX_LOG(WARNING, "port %s: rte_flow rule for UDP port %d refused: %s",
 					port->name, udp, error.message != NULL ? error.message : "?");
 			rte_flow_flush(port->port_id, &error);
@@ -140,45 +167,110 @@ steer_rte_flow(struct pbox *pb, struct pbox_port *port, unsigned int pi)
 }
 
 /*
- * RSS on the UDP destination port alone: compute the Toeplitz hash of each
- * lcore's port with the device's key and point that RETA entry at its queue.
- * Ports whose entries collide land on the wrong lcore and are handed over.
+ * Before rte_eth_dev_configure: RSS on UDP with a hash of the destination port alone, when
+ * the profile may steer with RSS and the PMD hashes UDP. L4_DST_ONLY where the PMD offers it,
+ * else the whole 4-tuple under a key that only lets the destination port through (rss.h).
+ */
+static void
+rss_request(struct pbox *pb, struct pbox_port *port, unsigned int pi,
+		const struct rte_eth_dev_info *info, struct rte_eth_conf *conf)
+{
+	const struct phub_config_driver *drv = phub_config_port_driver(&pb->cfg, pi);
+
+	port->rss_requested = false;
+	if (pb->no_steering || pb->cfg.ports[pi].n_lcores == 1 ||
+	    (drv->steering != PHUB_CONFIG_STEERING_RSS &&
+	     drv->fallback != PHUB_CONFIG_STEERING_RSS))
+		return;
+	if (!(info->flow_type_rss_offloads & RTE_ETH_RSS_NONFRAG_IPV4_UDP)) {
+		PBOX_LOG(NOTICE, "port %s: the PMD offers no RSS on IPv4/UDP (offloads 0x%" PRIx64
+				")", port->name, info->flow_type_rss_offloads);
+		return;
+	}
+	if (info->hash_key_size < 16 || info->hash_key_size > PBOX_RSS_KEY_MAX ||
+	    info->reta_size == 0 || info->reta_size > PBOX_RSS_RETA_MAX) {
+		PBOX_LOG(NOTICE, "port %s: RSS key of %u bytes, RETA of %u entries: not what the "
+				"PBox can program", port->name, info->hash_key_size, info->reta_size);
+		return;
+	}
+	port->rss_mode = info->flow_type_rss_offloads & RTE_ETH_RSS_L4_DST_ONLY ?
+		PBOX_RSS_DST_ONLY : PBOX_RSS_DPORT_KEY;
+	pbox_rss_dport_key(port->rss_key, info->hash_key_size, port->rss_mode, info->reta_size);
+	conf->rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+	conf->rx_adv_conf.rss_conf.rss_hf = RTE_ETH_RSS_NONFRAG_IPV4_UDP;
+	if (port->rss_mode == PBOX_RSS_DST_ONLY)
+		conf->rx_adv_conf.rss_conf.rss_hf |= RTE_ETH_RSS_L4_DST_ONLY;
+	conf->rx_adv_conf.rss_conf.rss_key = port->rss_key;
+	conf->rx_adv_conf.rss_conf.rss_key_len = info->hash_key_size;
+	port->rss_requested = true;
+}
+
+/*
+ * RSS on the UDP destination port alone: check the PMD took the hash fields asked for in
+ * rss_request() (and the key, without which the 4-tuple hash depends on the source), compute
+ * the Toeplitz hash of each lcore's port with the key the PMD uses and point that RETA entry
+ * at the lcore's queue. Ports whose entries collide (a PMD that kept its own key under
+ * L4_DST_ONLY) land on the wrong lcore and are handed over.
  */
 static int
 steer_rss(struct pbox *pb, struct pbox_port *port, unsigned int pi)
 {
 	const struct phub_config_port *cp = &pb->cfg.ports[pi];
-	struct rte_eth_rss_reta_entry64 reta[512 / RTE_ETH_RETA_GROUP_SIZE];
+	struct rte_eth_rss_reta_entry64 reta[PBOX_RSS_RETA_MAX / RTE_ETH_RETA_GROUP_SIZE];
+	uint16_t ports[PHUB_CONFIG_MAX_QUEUES], queues[PHUB_CONFIG_MAX_QUEUES];
+	uint16_t table[PBOX_RSS_RETA_MAX];
 	struct rte_eth_dev_info info;
-	uint8_t key[64];
+	uint8_t key[PBOX_RSS_KEY_MAX];
 	struct rte_eth_rss_conf conf = { .rss_key = key, .rss_key_len = sizeof(key) };
-	uint32_t tuple[1];
+	unsigned int collisions;
 	int rc;
 
+	if (!port->rss_requested)
+		return -ENOTSUP;
 	rc = rte_eth_dev_info_get(port->port_id, &info);
-	if (rc != 0 || info.reta_size == 0 || info.reta_size > 512 ||
-	    !(info.flow_type_rss_offloads & RTE_ETH_RSS_NONFRAG_IPV4_UDP))
+	if (rc != 0 || info.reta_size == 0 || info.reta_size > PBOX_RSS_RETA_MAX)
 		return -ENOTSUP;
+	memset(key, 0, sizeof(key));
+	conf.rss_key_len = RTE_MIN(info.hash_key_size, (uint8_t)sizeof(key));
 	rc = rte_eth_dev_rss_hash_conf_get(port->port_id, &conf);
-	if (rc != 0)
+	if (rc != 0) {
+		PBOX_LOG(WARNING, "port %s: cannot read back the RSS configuration: %s", port->name,
+				rte_strerror(-rc));
 		return -ENOTSUP;
+	}
+	if (!(conf.rss_hf & RTE_ETH_RSS_NONFRAG_IPV4_UDP) ||
+	    (port->rss_mode == PBOX_RSS_DST_ONLY && !(conf.rss_hf & RTE_ETH_RSS_L4_DST_ONLY)) ||
+	    (port->rss_mode == PBOX_RSS_DPORT_KEY &&
+	     memcmp(key, port->rss_key, info.hash_key_size) != 0)) {
+		PBOX_LOG(WARNING, "port %s: the PMD did not take RSS on the UDP destination port "
+				"(rss_hf 0x%" PRIx64 "%s): the RETA would not match its hash",
+				port->name, conf.rss_hf, port->rss_mode == PBOX_RSS_DPORT_KEY ?
+				", key changed" : "");
+		return -ENOTSUP;
+	}
+	for (uint16_t q = 0; q < cp->n_lcores; q++) {
+		ports[q] = (uint16_t)phub_config_lcore_udp_port(&pb->cfg, cp->lcores[q]);
+		queues[q] = q;
+	}
+	collisions = pbox_rss_reta_fill(port->rss_mode, key, info.reta_size, ports, queues,
+			cp->n_lcores, table);
+	if (collisions != 0)
+		PBOX_LOG(WARNING, "port %s: %u lcore port(s) share a RETA entry with another: "
+				"their datagrams are handed over in software", port->name, collisions);
 	memset(reta, 0, sizeof(reta));
 	for (unsigned int i = 0; i < info.reta_size; i++) {
 		reta[i / RTE_ETH_RETA_GROUP_SIZE].mask |= UINT64_C(1) << (i % RTE_ETH_RETA_GROUP_SIZE);
-		reta[i / RTE_ETH_RETA_GROUP_SIZE].reta[i % RTE_ETH_RETA_GROUP_SIZE] = 0;
-	}
-	for (uint16_t q = 0; q < cp->n_lcores; q++) {
-		int udp = phub_config_lcore_udp_port(&pb->cfg, cp->lcores[q]);
-		uint32_t hash, e;
-
-		/* L4_DST_ONLY: the hash input is the destination port in the low bits. */
-		tuple[0] = (uint32_t)udp;
-		hash = rte_softrss(tuple, 1, key);
-		e = hash % info.reta_size;
-		reta[e / RTE_ETH_RETA_GROUP_SIZE].reta[e % RTE_ETH_RETA_GROUP_SIZE] = q;
+		reta[i / RTE_ETH_RETA_GROUP_SIZE].reta[i % RTE_ETH_RETA_GROUP_SIZE] = table[i];
 	}
 	rc = rte_eth_dev_rss_reta_update(port->port_id, reta, info.reta_size);
-	return rc == 0 ? 0 : -ENOTSUP;
+	if (rc != 0) {
+		PBOX_LOG(WARNING, "port %s: RETA update refused: %s", port->name, rte_strerror(-rc));
+		return -ENOTSUP;
+	}
+	PBOX_LOG(INFO, "port %s: RSS on the UDP destination port (%s), RETA of %u entries",
+			port->name, port->rss_mode == PBOX_RSS_DST_ONLY ? "L4_DST_ONLY" :
+			"4-tuple, destination-port key", info.reta_size);
+	return 0;
 }
 
 static int
@@ -312,6 +404,7 @@ port_setup(struct pbox *pb, unsigned int pi)
 				drv->max_mtu, max_mtu, cp->mtu);
 		conf.rxmode.mtu = max_mtu;
 	}
+	rss_request(pb, port, pi, &info, &conf);
 	rc = rte_eth_dev_configure(port->port_id, cp->n_lcores, cp->n_lcores, &conf);
 	if (rc != 0) {
 		PBOX_LOG(ERR, "port %s (%s): configure with %u queues, MTU %u: %s", port->name,
@@ -343,6 +436,7 @@ port_setup(struct pbox *pb, unsigned int pi)
 	}
 	rte_eth_macaddr_get(port->port_id, &port->mac);
 	steer_port(pb, port, pi);
+	pbox_xdp_configure(pb, port, pi);
 	return 0;
 }
 

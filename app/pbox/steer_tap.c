@@ -15,6 +15,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "config/phub_config.h"
 #include "steer_tap.h"
 #include "steer_tap_cfg.h"
 
@@ -122,14 +123,25 @@ err:
 int
 phub_steer_tap_obj_path(char *buf, size_t size)
 {
+	char data[PATH_MAX];
 	const char *dir;
 	int n;
 
 	if (buf == NULL || size == 0)
 		return -EINVAL;
 	dir = getenv(PHUB_STEER_TAP_DIR_ENV);
-	if (dir == NULL || dir[0] == '\0')
+	if (dir == NULL || dir[0] == '\0') {
 		dir = PHUB_BPF_DIR_DEFAULT;
+		if (!phub_config_in_build_tree()) {
+			n = phub_config_data_dir(data, sizeof(data));
+			if (n != 0)
+				return n;
+			n = snprintf(data + strlen(data), sizeof(data) - strlen(data), "/bpf");
+			if (n < 0 || (size_t)n >= sizeof(data) - strlen(data))
+				return -ENAMETOOLONG;
+			dir = data;
+		}
+	}
 	n = snprintf(buf, size, "%s/%s", dir, PHUB_STEER_TAP_OBJ_NAME);
 	if (n < 0)
 		return -EINVAL;

@@ -21,7 +21,7 @@
 
 /* File name of the compiled program, looked up in the BPF directory. */
 #define PHUB_STEER_TAP_OBJ_NAME "steer_tap.bpf.o"
-/* Environment variable that overrides the compiled-in BPF directory (the build directory). */
+/* Environment variable that overrides the BPF directory found by phub_steer_tap_obj_path(). */
 #define PHUB_STEER_TAP_DIR_ENV "PHUB_BPF_DIR"
 /* The tun driver's limit on queues per interface (MAX_TAP_QUEUES). */
 #define PHUB_STEER_TAP_MAX_QUEUES 256
@@ -48,7 +48,9 @@ phub_steer_tap_detach(const char *ifname);
 
 /*
  * Write the default path of the program's object file into buf: $PHUB_BPF_DIR/steer_tap.bpf.o
- * if PHUB_BPF_DIR is set and not empty, else <build directory>/steer_tap.bpf.o compiled in.
+ * if PHUB_BPF_DIR is set and not empty, else <build directory>/steer_tap.bpf.o for a program
+ * run from its build tree, else <installed data dir>/bpf/steer_tap.bpf.o
+ * (phub_config_data_dir()).
  * Returns 0, -EINVAL, or -ENAMETOOLONG if size is too small. Does not check that it exists.
  */
 int

@@ -10,10 +10,6 @@
 
 #include "config_priv.h"
 
-#ifndef PHUB_CONFIG_DRIVERS_DIR
-#define PHUB_CONFIG_DRIVERS_DIR "/usr/share/phub/drivers-cfg"
-#endif
-
 #define NAME_(id, name) name,
 static const char *const driver_names[] = { PHUB_CONFIG_FOREACH_DRIVER(NAME_) };
 static const char *const steering_names[] = { PHUB_CONFIG_FOREACH_STEERING(NAME_) };
@@ -73,6 +69,7 @@ phub_config_load_buffer(const void *buf, size_t size, const struct phub_config_p
 			struct phub_config *cfg, char *err, size_t errlen)
 {
 	static const struct phub_config_params no_params;
+	char drivers_dir[PHUB_CONFIG_PATH_MAX];
 	struct cfg_ctx ctx;
 	const char *slash;
 	int rc;
@@ -91,8 +88,9 @@ phub_config_load_buffer(const void *buf, size_t size, const struct phub_config_p
 	ctx.err = err;
 	ctx.errlen = errlen;
 	ctx.sysfs_root = env_or(params->sysfs_root, "PHUB_SYSFS_ROOT", "/sys");
-	ctx.default_drivers_dir = env_or(params->drivers_dir, "PHUB_DRIVERS_DIR",
-					 PHUB_CONFIG_DRIVERS_DIR);
+	if (phub_config_default_drivers_dir(drivers_dir, sizeof(drivers_dir)) != 0)
+		drivers_dir[0] = '\0';
+	ctx.default_drivers_dir = env_or(params->drivers_dir, "PHUB_DRIVERS_DIR", drivers_dir);
 	slash = strrchr(ctx.name, '/');
 	if (slash != NULL && (size_t)(slash - ctx.name) < sizeof(ctx.base_dir))
 		/* "/x.json" lives in "/": keep the slash so that joining gives "//d" at worst. */

@@ -63,6 +63,7 @@ const struct cfg_field cfg_driver_fields[] = {
 	{ .name = "offloads", .type = CFG_OBJECT, .flags = CFG_REQUIRED, .sub = offload_fields,
 	  .offset = 0 },
 	P_INT("mbuf_size", d.mbuf_size, 1024, 65535, 0, CFG_ZERO_OK),
+	P_STR("kernel_driver", d.kernel_driver, 1, PHUB_CONFIG_PMD_MAX - 1, CFG_CS_IDENT, 0),
 	P_STR("notes", d.notes, 0, PHUB_CONFIG_NOTES_MAX - 1, CFG_CS_ANY, 0),
 	{ .name = NULL },
 };
@@ -85,6 +86,15 @@ profile_validate(struct cfg_ctx *ctx, const struct profile *p, enum phub_config_
 	if (d->steering == PHUB_CONFIG_STEERING_PORT_PER_LCORE && d->max_queues != 1)
 		return cfg_error_at(ctx, "max_queues", "%u, but port_per_lcore steering means "
 				    "one queue per port: it must be 1", d->max_queues);
+	/* phub-setup binds each PCI NIC to this driver; a vdev is no device to bind. */
+	if (d->bus == PHUB_CONFIG_BUS_PCI && d->kernel_driver[0] == '\0')
+		return cfg_error_at(ctx, "bus", "a PCI profile needs \"kernel_driver\": the "
+				    "driver phub-setup binds the NIC to (\"vfio-pci\", or the "
+				    "kernel's own for a bifurcated driver)");
+	if (d->bus != PHUB_CONFIG_BUS_PCI && d->kernel_driver[0] != '\0')
+		return cfg_error_at(ctx, "kernel_driver", "only a PCI device is bound to a "
+				    "kernel driver; this profile's bus is \"%s\"",
+				    phub_config_bus_name(d->bus));
 	if (d->fallback != PHUB_CONFIG_STEERING_NONE && d->fallback == d->steering)
 		return cfg_error_at(ctx, "fallback", "\"%s\" is the steering itself",
 				    phub_config_steering_name(d->fallback));

@@ -123,6 +123,8 @@ struct phub_config_driver {
 	bool tx_checksum;
 	bool multi_seg;
 	char pmd[PHUB_CONFIG_PMD_MAX];		/* "net_tap", "mlx5_pci", ... */
+	/* PCI: the kernel driver phub-setup binds the NIC to ("vfio-pci", "mlx5_core"); else "" */
+	char kernel_driver[PHUB_CONFIG_PMD_MAX];
 	char notes[PHUB_CONFIG_NOTES_MAX];
 };
 
@@ -256,8 +258,8 @@ struct phub_config {
  * Where load_buffer looks for what the text does not say. Every member may be NULL.
  * - name: shown in messages (default "<buffer>"); a relative drivers_dir in the text is taken
  *   relative to the directory part of name (the current directory when it has none).
- * - drivers_dir: used when the text has no drivers_dir; NULL: $PHUB_DRIVERS_DIR, else the
- *   drivers-cfg folder of the source tree this library was built from.
+ * - drivers_dir: used when the text has no drivers_dir; NULL: $PHUB_DRIVERS_DIR, else
+ *   phub_config_default_drivers_dir().
  * - sysfs_root: where /sys is (tests point it at a fake tree); NULL: $PHUB_SYSFS_ROOT, else
  *   "/sys".
  */
@@ -328,6 +330,29 @@ phub_config_job_find(const struct phub_config *cfg, const char *name);
  */
 int
 phub_config_eal_argv(const struct phub_config *cfg, const char *prog, char ***argv);
+
+/*
+ * True when the running program is the one in the build tree it was built in (not an installed
+ * copy): it then takes the source tree's driver profiles and the build tree's BPF objects.
+ */
+bool
+phub_config_in_build_tree(void);
+
+/*
+ * The installed data directory (driver profiles in drivers-cfg/, BPF objects in bpf/, examples
+ * in examples/): <program's directory>/../share/phub when that exists, so that an install under
+ * a --destdir or a moved prefix works as it is, else the datadir meson installed to. Returns 0,
+ * -EINVAL or -ENAMETOOLONG. Does not check that the directory exists.
+ */
+int
+phub_config_data_dir(char *buf, size_t size);
+
+/*
+ * Where the driver profiles are when neither the file nor $PHUB_DRIVERS_DIR says: the source
+ * tree's drivers-cfg for a program in its build tree, else <data dir>/drivers-cfg.
+ */
+int
+phub_config_default_drivers_dir(char *buf, size_t size);
 
 /* JSON names of the enums ("tap", "rte_flow", ...); "?" when out of range. */
 const char *

@@ -244,12 +244,20 @@ join_wants_deterministic(const struct phub_control *ctl, const struct phub_wire_
 static void
 job_create_error(struct phub_control *ctl, const struct phub_control_peer *to,
 		const struct phub_wire_msg *msg, const struct phub_wire_join *join, int err,
-		uint64_t limit)
+		const struct phub_engine_job_params *p, const struct phub_wire_key *keys,
+		uint32_t n_keys)
 {
 	uint64_t left = ctl->p.total_memory_bytes > ctl->memory_bytes ?
 		ctl->p.total_memory_bytes - ctl->memory_bytes : 0;
 
-	(void)limit;
+	if ((err == E2BIG || err == ENOMEM) && ctl->p.ops->explain_no_memory != NULL) {
+		char why[PHUB_WIRE_ERROR_MSG_MAX];
+
+		ctl->p.ops->explain_no_memory(ctl->p.ctx, p, keys, n_keys, err, to->port, why,
+				sizeof(why));
+		send_error(ctl, to, msg, PHUB_WIRE_ERR_NO_MEMORY, "job %s %s", join->name, why);
+		return;
+	}
 	/* The appliance's config keys by name, so that an operator knows what to raise. */
 	if (err == E2BIG)
 		send_error(ctl, to, msg, PHUB_WIRE_ERR_NO_MEMORY, "job %s needs more memory than "
@@ -345,7 +353,7 @@ job_create(struct phub_control *ctl, const struct phub_control_peer *to,
 	job = phub_engine_job_create(ctl->p.engine, &p);
 	free(lkeys);
 	if (job == NULL) {
-		job_create_error(ctl, to, msg, join, errno, limit);
+		job_create_error(ctl, to, msg, join, errno, &p, keys, n_keys);
 		return NULL;
 	}
 	cjob_start(ctl, job);

@@ -210,6 +210,14 @@ struct phub_control_ops {
 	void (*log)(void *ctx, enum phub_control_log_level level, const char *text);
 	/* Where a new job's memory comes from, for a JOIN that came in on port. NULL: malloc. */
 	const struct phub_engine_allocator *(*allocator)(void *ctx, uint16_t port);
+	/*
+	 * Why a job of params p did not fit (err E2BIG: over the limits; ENOMEM: its allocator
+	 * ran out), for the no_memory ERROR: the adapter knows its memory. NULL: the limits'
+	 * own text.
+	 */
+	void (*explain_no_memory)(void *ctx, const struct phub_engine_job_params *p,
+			const struct phub_wire_key *keys, uint32_t n_keys, int err, uint16_t port,
+			char *buf, size_t size);
 	/* A job was created by a JOIN (checkpoints arm its first snapshot). */
 	void (*job_created)(void *ctx, struct phub_engine_job *job);
 	/*

@@ -75,6 +75,26 @@ job_alloc(struct phub_engine_job *job, size_t size)
 	return p;
 }
 
+/*
+ * A per-element buffer (model, aggregation, optimizer state, wire copy): page-aligned when the
+ * allocator places pages on NUMA nodes, so that page p holds elements from p * page on.
+ */
+static void *
+job_alloc_buffer(struct phub_engine_job *job, size_t size)
+{
+	size_t align = job->allocator.place != NULL ? PHUB_ENGINE_PAGE : PHUB_ENGINE_ALIGN;
+	void *p;
+
+	if (size == 0)
+		return NULL;
+	p = job->allocator.alloc(size, align, job->allocator.ctx);
+	if (p != NULL) {
+		memset(p, 0, size);
+		job->memory_bytes += size;
+	}
+	return p;
+}
+
 static void
 job_release(struct phub_engine_job *job, void *p)
 {
@@ -86,16 +106,20 @@ job_release(struct phub_engine_job *job, void *p)
 static uint64_t
 job_memory_estimate(const struct phub_engine_job *job)
 {
-	uint64_t elems = job->n_elems;
-	uint64_t bytes = elems * sizeof(float) * (2 + phub_opt_state_count(job->optimizer.type));
+	struct phub_engine_memory_params p = {
+		.n_elems = job->n_elems, .dtype = job->dtype, .optimizer = job->optimizer.type,
+		.world_size = job->world_size, .deterministic = job->deterministic,
+		.checkpoint_shadow = job->ckpt_shadow, .n_segments = job->n_segments,
+	};
+	struct phub_engine_memory m;
+	uint64_t bytes;
 
-	if (job->dtype != PHUB_DTYPE_FP32)
-		bytes += elems * phub_dtype_size(job->dtype);
-	if (job->deterministic)
-		bytes += elems * phub_dtype_size(job->dtype) * (job->world_size - 1u);
+	/* The large buffers as the planner and the refusal messages count them ... */
+	phub_engine_memory_need(&p, &m);
+	bytes = m.total - m.bookkeeping;
+	/* ... and this job's own bookkeeping, exactly. */
 	bytes += (uint64_t)job->n_segments * sizeof(struct segment_slot);
 	bytes += (uint64_t)job->n_chunks * sizeof(uint32_t);
-	bytes += engine_ckpt_memory(job);
 	bytes += (uint64_t)job->n_cell_rows * job->cell_row_len * sizeof(struct rank_cell);
 	return bytes;
 }
@@ -162,18 +186,19 @@ job_allocate_buffers(struct phub_engine_job *job, uint64_t limit)
 
 	if (limit != 0 && job_memory_estimate(job) > limit)
 		return -E2BIG;
-	job->model = job_alloc(job, floats);
-	job->agg = job_alloc(job, floats);
+	job->model = job_alloc_buffer(job, floats);
+	job->agg = job_alloc_buffer(job, floats);
 	job->slots = job_alloc(job, job->n_segments * sizeof(struct segment_slot));
 	if (job->model == NULL || job->agg == NULL || job->slots == NULL)
 		return -ENOMEM;
 	for (unsigned int i = 0; i < states; i++) {
-		job->state[i] = job_alloc(job, floats);
+		job->state[i] = job_alloc_buffer(job, floats);
 		if (job->state[i] == NULL)
 			return -ENOMEM;
 	}
 	if (job->dtype != PHUB_DTYPE_FP32) {
-		job->model_wire = job_alloc(job, job->n_elems * phub_dtype_size(job->dtype));
+		job->model_wire = job_alloc_buffer(job, job->n_elems *
+				phub_dtype_size(job->dtype));
 		if (job->model_wire == NULL)
 			return -ENOMEM;
 	}
@@ -190,6 +215,20 @@ job_allocate_buffers(struct phub_engine_job *job, uint64_t limit)
 		return -ENOMEM;
 	for (uint32_t s = 0; s < job->n_segments; s++)
 		job->slots[s].next_iteration = job->first_iteration;
+	/* Each chunk's part of the per-element buffers on the node of the lcore that owns it. */
+	if (job->allocator.place != NULL) {
+		job->allocator.place(job->model, floats, sizeof(float), job->layout,
+				job->allocator.ctx);
+		job->allocator.place(job->agg, floats, sizeof(float), job->layout,
+				job->allocator.ctx);
+		for (unsigned int i = 0; i < states; i++)
+			job->allocator.place(job->state[i], floats, sizeof(float), job->layout,
+					job->allocator.ctx);
+		if (job->model_wire != NULL)
+			job->allocator.place(job->model_wire, job->n_elems *
+					phub_dtype_size(job->dtype), phub_dtype_size(job->dtype),
+					job->layout, job->allocator.ctx);
+	}
 	return engine_ckpt_alloc(job);
 }
 

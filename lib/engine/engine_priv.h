@@ -11,6 +11,8 @@
 #include "phub_engine.h"
 
 #define PHUB_ENGINE_ALIGN 64
+/* Alignment of buffers whose pages are placed on NUMA nodes (allocator.place). */
+#define PHUB_ENGINE_PAGE 4096
 
 /*
  * CLOCK_MONOTONIC in nanoseconds (vDSO, no system call): the default clock of the engine's

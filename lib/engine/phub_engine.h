@@ -50,6 +50,13 @@ struct phub_engine_peer {
 struct phub_engine_allocator {
 	void *(*alloc)(size_t size, size_t align, void *ctx);
 	void (*free)(void *ptr, void *ctx);
+	/*
+	 * Optional: move the pages of a per-element buffer (elem_bytes per element of the job,
+	 * in the layout's element order) to the nodes of the chunks they hold
+	 * (phub_layout_pages_by_node()). Called once per such buffer after it was allocated.
+	 */
+	void (*place)(void *ptr, size_t size, size_t elem_bytes, const struct phub_layout *layout,
+			void *ctx);
 	void *ctx;
 };
 
@@ -393,5 +400,39 @@ int phub_engine_job_rank_status(const struct phub_engine_job *job, uint16_t rank
  */
 int phub_engine_job_waiting_on(const struct phub_engine_job *job, uint32_t *iteration,
 		uint64_t waiting[PHUB_ENGINE_BITMAP_WORDS]);
+
+/* What a job needs, before it exists (engine_memory.c): for the limits, messages, planning. */
+struct phub_engine_memory_params {
+	uint64_t n_elems;		/* elements of the model, all keys */
+	uint32_t n_keys;
+	enum phub_dtype dtype;		/* on the wire */
+	enum phub_opt_type optimizer;
+	uint16_t world_size;
+	bool deterministic;		/* rank-order sums: a staging buffer */
+	bool checkpoint_shadow;		/* checkpoints enabled on the PBox */
+	uint32_t n_servers;		/* (port, queue) servers; 0: 1 */
+	/* The job's segments if known, else 0 and the segment size to estimate them from. */
+	uint32_t n_segments;
+	uint32_t segment_elems;
+};
+
+/* Bytes, by part. */
+struct phub_engine_memory {
+	uint64_t model;			/* model and aggregation buffer, fp32 */
+	uint64_t optimizer;		/* optimizer state (momentum, Adam's two moments) */
+	uint64_t wire_copy;		/* the model in the wire dtype (fp16, bf16) */
+	uint64_t checkpoint_shadow;	/* model and optimizer state, for consistent checkpoints */
+	uint64_t deterministic_staging;	/* (world_size - 1) models in the wire dtype */
+	uint64_t bookkeeping;		/* segment slots, chunk index, per-rank cells */
+	uint64_t total;
+};
+
+/*
+ * The memory a job of these parameters takes on the PBox. Every part but the bookkeeping is
+ * exactly what phub_engine_job_create() allocates and checks against memory_limit_bytes; the
+ * bookkeeping is an estimate (from n_segments, or segment_elems), within a few KB per key.
+ */
+void phub_engine_memory_need(const struct phub_engine_memory_params *p,
+		struct phub_engine_memory *m);
 
 #endif /* PHUB_ENGINE_H */

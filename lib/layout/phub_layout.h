@@ -199,6 +199,29 @@ int
 phub_layout_balance_get(const struct phub_layout *layout, enum phub_layout_level level,
 		struct phub_layout_balance *balance);
 
+/* NUMA placement of the job's buffers (layout_numa.c). servers: the params.servers of create. */
+
+/**
+ * The NUMA node a chunk's buffers belong on: its lcore's (which reads and writes them on every
+ * datagram), else its port's, else PHUB_LAYOUT_NUMA_ANY. -EINVAL or -ENODATA otherwise.
+ */
+int
+phub_layout_chunk_node(const struct phub_layout *layout,
+		const struct phub_layout_server *servers, uint32_t n_servers, uint32_t chunk);
+
+/** Called once per maximal run of consecutive pages that belong on one node. */
+typedef void phub_layout_page_run_fn(uint64_t first_page, uint64_t n_pages, int node, void *arg);
+
+/**
+ * Pages of a buffer of elem_bytes per element of the whole job (page-aligned, page_bytes per
+ * page) by node: each page goes to the node of the chunk that holds most of its bytes. Calls
+ * fn for each run, in order, covering every page. 0, -EINVAL or -ENODATA.
+ */
+int
+phub_layout_pages_by_node(const struct phub_layout *layout,
+		const struct phub_layout_server *servers, uint32_t n_servers, size_t elem_bytes,
+		size_t page_bytes, phub_layout_page_run_fn *fn, void *arg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -155,7 +155,7 @@ ncpu = os.cpu_count()
 lcores = [0] + [i if i < ncpu else "%d@%d" % (i, i % ncpu) for i in (1, 2)]
 assert set(c) == {"eal", "ports", "udp_base_port", "chunk_bytes", "idle", "jobs", "checkpoint",
                   "telemetry"}, c
-assert c["eal"] == {"lcores": lcores, "main_lcore": 0, "memory_mb": 512, "no_huge": True,
+assert c["eal"] == {"lcores": lcores, "main_lcore": 0, "memory_mb": 2048, "no_huge": True,
                     "file_prefix": "phub-" + rack, "extra_args": []}, c["eal"]
 assert len(c["ports"]) == 2
 for p, port in enumerate(c["ports"]):

@@ -674,13 +674,13 @@ START_TEST(test_every_shipped_profile_loads_with_the_measured_limits)
 		}
 		phub_config_free(&cfg);
 	}
-	/* docs/dpdk-virtual-devices.md: af_packet mbufs of 16600 at MTU 9000; af_xdp 3506/3800. */
+	/* docs/dpdk-virtual-devices.md: af_packet mbufs of 16600 at MTU 9000; af_xdp 3442/3840. */
 	ck_assert_int_eq(load_driver(PHUB_CONFIG_DRIVER_AF_PACKET), 0);
 	ck_assert_uint_eq(cfg.drivers[PHUB_CONFIG_DRIVER_AF_PACKET].mbuf_size, 16600);
 	ck_assert_uint_ge(cfg.drivers[PHUB_CONFIG_DRIVER_AF_PACKET].max_mtu, 9000);
 	ck_assert_int_eq(load_driver(PHUB_CONFIG_DRIVER_AF_XDP), 0);
-	ck_assert_uint_eq(cfg.drivers[PHUB_CONFIG_DRIVER_AF_XDP].max_mtu, 3506);
-	ck_assert_uint_eq(cfg.drivers[PHUB_CONFIG_DRIVER_AF_XDP].mbuf_size, 3800);
+	ck_assert_uint_eq(cfg.drivers[PHUB_CONFIG_DRIVER_AF_XDP].max_mtu, 3442);
+	ck_assert_uint_eq(cfg.drivers[PHUB_CONFIG_DRIVER_AF_XDP].mbuf_size, 3840);
 	/* Only the drivers a port uses are read. */
 	ck_assert(!cfg.drivers[PHUB_CONFIG_DRIVER_TAP].loaded);
 }
