@@ -333,7 +333,8 @@ enum phub_wire_opcode {
 	_(FUTURE_ITERATION,	"future_iteration") \
 	_(DUPLICATE,		"duplicate") \
 	_(WRONG_LCORE,		"wrong_lcore") \
-	_(NO_BUFFER,		"no_buffer")
+	_(NO_BUFFER,		"no_buffer") \
+	_(RING_STEP,		"ring_step_range")
 
 /*
  * Second-group meanings, for the engine: BAD_TOKEN token unknown for the job; UNKNOWN_JOB no such
@@ -344,7 +345,9 @@ enum phub_wire_opcode {
  * chunks; OFFSET_RANGE elem_offset/elem_count off the chunk's segment grid; STALE_ITERATION older
  * than the finished one; FUTURE_ITERATION beyond the current one; DUPLICATE a segment already
  * added (ACKed again, not added); WRONG_LCORE handed to the lcore that owns the chunk;
- * NO_BUFFER TX ring full or no mbuf.
+ * NO_BUFFER TX ring full or no mbuf. RING_STEP a ring datagram whose step is beyond 2R-3, whose
+ * opcode does not match its step, whose elements are not the step's part, or a gather step
+ * before this rack's sum (docs/hierarchy.md).
  */
 enum phub_drop_reason {
 #define PHUB_DROP_ENUM(n, s) PHUB_DROP_##n,
