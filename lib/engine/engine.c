@@ -121,6 +121,7 @@ job_memory_estimate(const struct phub_engine_job *job)
 	bytes += (uint64_t)job->n_segments * sizeof(struct segment_slot);
 	bytes += (uint64_t)job->n_chunks * sizeof(uint32_t);
 	bytes += (uint64_t)job->n_cell_rows * job->cell_row_len * sizeof(struct rank_cell);
+	bytes += engine_ring_memory(job);
 	return bytes;
 }
 
@@ -137,6 +138,10 @@ job_check_params(const struct phub_engine_job_params *p)
 	if (p->keys == NULL || p->n_keys == 0)
 		return -EINVAL;
 	if (phub_optimizer_params_check(&p->optimizer) != 0)
+		return -EINVAL;
+	if (p->ring != NULL && (p->ring->racks < 2 || p->ring->racks > PHUB_RING_MAX_RACKS ||
+			p->ring->pos >= p->ring->racks || p->ring->total_world < p->world_size ||
+			p->ring->rto_ns == 0 || p->ring->rto_max_ns < p->ring->rto_ns))
 		return -EINVAL;
 	return 0;
 }
@@ -172,6 +177,7 @@ job_release_all(struct phub_engine_job *job)
 	job_release(job, job->slots);
 	job_release(job, job->chunk_first_segment);
 	engine_ckpt_release(job);
+	engine_ring_release(job, job_release);
 	job_release(job, job->staging);
 	job_release(job, job->cells);
 	phub_layout_free(job->layout);
@@ -183,6 +189,7 @@ job_allocate_buffers(struct phub_engine_job *job, uint64_t limit)
 {
 	size_t floats = job->n_elems * sizeof(float);
 	unsigned int states = phub_opt_state_count(job->optimizer.type);
+	int rc;
 
 	if (limit != 0 && job_memory_estimate(job) > limit)
 		return -E2BIG;
@@ -229,6 +236,9 @@ job_allocate_buffers(struct phub_engine_job *job, uint64_t limit)
 					phub_dtype_size(job->dtype), phub_dtype_size(job->dtype),
 					job->layout, job->allocator.ctx);
 	}
+	rc = engine_ring_setup(job, job_alloc);
+	if (rc != 0)
+		return rc;
 	return engine_ckpt_alloc(job);
 }
 
@@ -278,6 +288,14 @@ phub_engine_job_create(struct phub_engine *engine, const struct phub_engine_job_
 	job->first_iteration = p->first_iteration;
 	job->ckpt_shadow = p->checkpoint_shadow;
 	job->deterministic = p->deterministic;
+	if (p->ring != NULL) {
+		job->ring.racks = p->ring->racks;
+		job->ring.pos = p->ring->pos;
+		job->ring.rto_ns = p->ring->rto_ns;
+		job->ring.rto_max_ns = p->ring->rto_max_ns;
+		job->ring_total_world = p->ring->total_world;
+		job->ring_holds_rank0 = p->ring->holds_rank0;
+	}
 	job->clock = engine->params.clock;
 	job->clock_arg = engine->params.clock_arg;
 	job->created_ns = engine_job_now_ns(job);

@@ -111,8 +111,8 @@ slot_has_model(const struct segment_slot *slot)
 	return slot->next_iteration != 0;
 }
 
-static void
-reply_model(const struct phub_engine_job *job, uint64_t elem, uint32_t n, uint32_t iteration,
+void
+engine_reply_model(const struct phub_engine_job *job, uint64_t elem, uint32_t n, uint32_t iteration,
 		unsigned int actions, struct phub_engine_reply *reply)
 {
 	size_t size = phub_dtype_size(job->dtype);
@@ -169,8 +169,8 @@ hyper_agrees(struct segment_slot *slot, const struct phub_engine_request *req)
 /* The fused last-arrival step: acc (NULL: none) + grad, the optimizer, the MODEL payload. */
 static void
 push_last(struct phub_engine_job *job, const struct segment_slot *slot, const float *acc,
-		const void *grad, const struct phub_engine_request *req, uint64_t elem,
-		uint64_t t0, struct phub_engine_stats *stats)
+		const void *grad, uint32_t iteration, uint32_t n, uint64_t elem, uint64_t t0,
+		struct phub_engine_stats *stats)
 {
 	const struct phub_kernels *k = phub_kernels_get();
 	struct phub_optimizer_params params = job->optimizer;
@@ -192,8 +192,10 @@ push_last(struct phub_engine_job *job, const struct segment_slot *slot, const fl
 		params.weight_decay = slot->hyper_weight_decay;
 	}
 	/* Iteration t is the t-th update: Adam's bias correction counts from 1. */
-	phub_opt_step_init(&step, &params, req->iteration, job->world_size);
-	k->last(&buf, req->elem_count, &params, &step);
+	/* The mean is over every rank of the job: in a ring job, over every rack's. */
+	phub_opt_step_init(&step, &params, iteration,
+			job->ring_segs != NULL ? job->ring_total_world : job->world_size);
+	k->last(&buf, n, &params, &step);
 	stats->opt_ns += engine_now_ns() - t0;
 }
 
@@ -207,8 +209,8 @@ push_gradient(struct phub_engine_job *job, const struct segment_slot *slot,
 	float *acc = job->agg + elem;
 
 	if (last) {
-		push_last(job, slot, slot->seen == 0 ? NULL : acc, req->payload, req, elem, t0,
-				stats);
+		push_last(job, slot, slot->seen == 0 ? NULL : acc, req->payload, req->iteration,
+				req->elem_count, elem, t0, stats);
 		return;
 	}
 	if (slot->seen == 0)
@@ -274,8 +276,8 @@ push_ordered(struct phub_engine_job *job, struct segment_slot *slot,
 		return;
 	}
 	push_last(job, slot, world > 1 ? acc : NULL,
-			world - 1 == r ? req->payload : staged_at(job, world - 1, elem), req, elem,
-			t0, stats);
+			world - 1 == r ? req->payload : staged_at(job, world - 1, elem), req->iteration,
+			req->elem_count, elem, t0, stats);
 }
 
 /*
@@ -298,6 +300,24 @@ slot_complete(struct phub_engine_job *job, struct segment_slot *slot,
 }
 
 void
+engine_segment_finish(struct phub_engine_job *job, uint32_t seg, uint64_t elem, const float *sum,
+		uint32_t n, uint32_t iteration, struct phub_engine_stats *stats)
+{
+	const struct phub_kernels *k = phub_kernels_get();
+
+	if (iteration == 0) {
+		/* The initial-model round: the sum is rank 0's weights (docs/hierarchy.md). */
+		k->first(job->model + elem, sum, PHUB_DTYPE_FP32, n);
+		if (job->model_wire != NULL)
+			k->to_wire(wire_at(job, elem), job->dtype, job->model + elem, n);
+	} else {
+		push_last(job, &job->slots[seg], sum, NULL, iteration, n, elem, engine_now_ns(),
+				stats);
+	}
+	slot_complete(job, &job->slots[seg], stats);
+}
+
+void
 phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *req,
 		struct phub_engine_reply *reply, struct phub_engine_stats *stats)
 {
@@ -305,7 +325,7 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 	struct rank_cell *cell;
 	uint64_t elem, now, t0;
 	int32_t ahead;
-	bool last;
+	bool last, fused;
 
 	slot = request_check(job, req, &elem, &cell, reply, stats);
 	if (slot == NULL)
@@ -330,8 +350,8 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 		/* Its MODEL was lost: the finished iteration's model answers it. */
 		cell_pushed(cell, req->iteration);
 		stats->models_resent++;
-		reply_model(job, elem, req->elem_count, req->iteration, PHUB_ENGINE_MODEL_ONE,
-				reply);
+		engine_reply_model(job, elem, req->elem_count, req->iteration,
+				PHUB_ENGINE_MODEL_ONE, reply);
 		return;
 	}
 	if (ahead < 0) {
@@ -363,14 +383,16 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 	}
 
 	last = slot->seen + 1 == job->world_size;
+	/* A ring job's last arrival completes the rack sum only: the ring comes before the step. */
+	fused = last && job->ring_segs == NULL;
 	/* The profiling counters measure the CPU: CLOCK_MONOTONIC whatever clock the job has. */
 	t0 = job->clock == NULL ? now : engine_now_ns();
 	if (req->iteration == 0)
 		push_initial(job, req, elem, stats);
 	else if (job->deterministic)
-		push_ordered(job, slot, req, elem, last, t0, stats);
+		push_ordered(job, slot, req, elem, fused, t0, stats);
 	else
-		push_gradient(job, slot, req, elem, last, t0, stats);
+		push_gradient(job, slot, req, elem, fused, t0, stats);
 	stats->pushes++;
 	stats->push_bytes += req->payload_len;
 	/* The bit before the count: a reader that sees them agree saw one state. */
@@ -383,8 +405,13 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 		reply->reason = PHUB_DROP_OK;
 		return;
 	}
+	if (job->ring_segs != NULL) {
+		engine_ring_rack_done(job, (uint32_t)(slot - job->slots), elem, req, now, reply,
+				stats);
+		return;
+	}
 	slot_complete(job, slot, stats);
-	reply_model(job, elem, req->elem_count, req->iteration,
+	engine_reply_model(job, elem, req->elem_count, req->iteration,
 			PHUB_ENGINE_ACK | PHUB_ENGINE_MODEL_ALL, reply);
 }
 
@@ -409,5 +436,6 @@ phub_engine_pull(struct phub_engine_job *job, const struct phub_engine_request *
 		return;
 	}
 	stats->pulls++;
-	reply_model(job, elem, req->elem_count, req->iteration, PHUB_ENGINE_MODEL_ONE, reply);
+	engine_reply_model(job, elem, req->elem_count, req->iteration, PHUB_ENGINE_MODEL_ONE,
+			reply);
 }

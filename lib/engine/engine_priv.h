@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "phub_engine.h"
+#include "phub_ring.h"
 
 #define PHUB_ENGINE_ALIGN 64
 /* Alignment of buffers whose pages are placed on NUMA nodes (allocator.place). */
@@ -134,6 +135,19 @@ struct phub_engine_job {
 	char name[PHUB_ENGINE_NAME_MAX];
 	bool ckpt_shadow;		/* allocate the shadow (job params) */
 	struct engine_ckpt ckpt;
+
+	/* Cross-rack ring (engine_ring_node.c); ring_segs is NULL in a one-rack job. */
+	struct phub_ring_seg *ring_segs;	/* one per segment slot */
+	float *ring_bufs;			/* 4 x n_elems: two rounds of sum and inbox */
+	struct phub_ring_params ring;
+	uint32_t ring_total_world;
+	bool ring_holds_rank0;
+	struct engine_ring_link {
+		_Atomic uint64_t token;
+		_Atomic uint64_t peer;		/* ipv4 << 16 | udp port */
+		_Atomic uint64_t heard_ns;	/* newest valid datagram from it */
+		uint8_t mac[6];
+	} ring_prev, ring_next;
 };
 
 struct phub_engine {
@@ -148,6 +162,22 @@ engine_job_now_ns(const struct phub_engine_job *job)
 {
 	return job->clock != NULL ? job->clock(job->clock_arg) : engine_now_ns();
 }
+/* engine_ring_node.c: the ring's memory and set-up at job creation. */
+uint64_t engine_ring_memory(const struct phub_engine_job *job);
+int engine_ring_setup(struct phub_engine_job *job, void *(*alloc)(struct phub_engine_job *, size_t));
+void engine_ring_release(struct phub_engine_job *job, void (*release)(struct phub_engine_job *, void *));
+/*
+ * engine_ring_node.c: a ring job's last local PUSH of a segment: the rack sum is in agg (or,
+ * in the initial round, rank 0's weights in the model) and goes into the ring.
+ */
+void engine_ring_rack_done(struct phub_engine_job *job, uint32_t seg, uint64_t elem,
+		const struct phub_engine_request *req, uint64_t now, struct phub_engine_reply *reply,
+		struct phub_engine_stats *stats);
+/* engine_node.c: the optimizer step of a complete segment sum, and the slot moving on. */
+void engine_segment_finish(struct phub_engine_job *job, uint32_t seg, uint64_t elem,
+		const float *sum, uint32_t n, uint32_t iteration, struct phub_engine_stats *stats);
+void engine_reply_model(const struct phub_engine_job *job, uint64_t elem, uint32_t n,
+		uint32_t iteration, unsigned int actions, struct phub_engine_reply *reply);
 
 /* engine_ckpt.c: the shadow's memory, with the job's allocator. */
 uint64_t engine_ckpt_memory(const struct phub_engine_job *job);

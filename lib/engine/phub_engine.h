@@ -88,6 +88,21 @@ struct phub_engine_job_params {
 	 * buffer of (world_size - 1) x the model in the wire dtype.
 	 */
 	bool deterministic;
+	/*
+	 * Cross-rack ring (docs/hierarchy.md): racks >= 2 makes the job one rack's part of a job
+	 * that spans ring.racks PBoxes; world_size stays this rack's ranks. NULL: one rack.
+	 */
+	const struct phub_engine_ring_params *ring;
+};
+
+/* A job's place in the ring of PBoxes; its peers and tokens come later (job_ring_peers). */
+struct phub_engine_ring_params {
+	uint16_t racks;			/* R, 2 .. PHUB_RING_MAX_RACKS */
+	uint16_t pos;			/* this PBox's position, 0 .. R-1 */
+	uint32_t total_world;		/* ranks over every rack: the mean divides by it */
+	bool holds_rank0;		/* this rack's rank 0 is the job's: its weights start it */
+	uint64_t rto_ns;		/* first retransmission timeout of a ring segment */
+	uint64_t rto_max_ns;		/* ceiling of its back-off */
 };
 
 /* Counters of one data thread; only that thread writes them. */
@@ -101,6 +116,10 @@ struct phub_engine_stats {
 	uint64_t pulls;			/* PULL answered */
 	uint64_t agg_ns;		/* time in aggregation kernels */
 	uint64_t opt_ns;		/* time in fused last-arrival kernels */
+	uint64_t ring_taken;		/* RING_REDUCE/RING_GATHER taken in */
+	uint64_t ring_taken_bytes;	/* their payload bytes */
+	uint64_t ring_acks;		/* RING_ACKs that acknowledged a step */
+	uint64_t ring_retransmits;	/* ring steps sent again on timeout */
 	uint64_t drops[PHUB_DROP_REASON_MAX];
 };
 
@@ -110,6 +129,23 @@ enum phub_engine_action {
 	PHUB_ENGINE_ACK = 1 << 0,	/* ACK to the sender */
 	PHUB_ENGINE_MODEL_ONE = 1 << 1,	/* MODEL of the finished iteration to the sender */
 	PHUB_ENGINE_MODEL_ALL = 1 << 2,	/* MODEL to every joined rank of the job */
+	PHUB_ENGINE_RING_SEND = 1 << 3,	/* ring steps to the next PBox: reply.ring */
+	PHUB_ENGINE_RING_ACK = 1 << 4,	/* RING_ACK of the ring datagram to the previous PBox */
+};
+
+/*
+ * Ring steps of one segment to send to the next PBox. For each bit k of steps: opcode
+ * RING_REDUCE if phub_ring_step_is_reduce(racks, k), else RING_GATHER; part
+ * phub_ring_send_part(racks, pos, k) of the segment, cut by phub_ring_part(racks, elem_count,
+ * ...): elem_offset + the part's offset within the chunk, aux k, fp32 payload from sum.
+ */
+struct phub_engine_ring_send {
+	uint32_t chunk_id;
+	uint32_t elem_offset;		/* the segment's first element within the chunk */
+	uint32_t elem_count;		/* the segment's elements */
+	uint32_t iteration;
+	uint32_t steps;
+	const float *sum;		/* the segment's ring buffer (elem_count floats) */
 };
 
 struct phub_engine_reply {
@@ -119,6 +155,7 @@ struct phub_engine_reply {
 	uint32_t elem_count;		/* elements of the segment */
 	const void *model;		/* MODEL payload in the job's wire dtype */
 	size_t model_bytes;
+	struct phub_engine_ring_send ring;	/* PHUB_ENGINE_RING_SEND */
 };
 
 /* A PUSH or PULL as the data path parsed it (host byte order). */
@@ -434,5 +471,75 @@ struct phub_engine_memory {
  */
 void phub_engine_memory_need(const struct phub_engine_memory_params *p,
 		struct phub_engine_memory *m);
+/*
+ * ---- The cross-rack ring (engine_ring_node.c; docs/hierarchy.md) ----
+ *
+ * In a ring job a segment's last local PUSH does not run the optimizer: it hands the rack sum
+ * to the segment's ring (reply RING_SEND). Ring datagrams from the previous PBox go to
+ * phub_engine_ring_receive() on the lcore that owns the chunk; the one that completes the
+ * segment's sum runs the optimizer there and answers MODEL_ALL to this rack's workers.
+ */
+
+/* One ring link's identity: the peer PBox's address and the token its datagrams carry. */
+struct phub_engine_ring_link {
+	struct phub_engine_peer peer;
+	uint64_t token;
+};
+
+/*
+ * Set the ring peers (control thread, before ring traffic): prev sends RING_REDUCE and
+ * RING_GATHER here carrying prev.token (and gets RING_ACKs with it); next gets this PBox's
+ * ring datagrams carrying next.token and acknowledges with it. 0, or -EINVAL for a job
+ * without a ring.
+ */
+int phub_engine_job_ring_peers(struct phub_engine_job *job,
+		const struct phub_engine_ring_link *prev, const struct phub_engine_ring_link *next);
+/* The links as set; false for a job without a ring. */
+bool phub_engine_job_ring(const struct phub_engine_job *job, struct phub_engine_ring_params *p,
+		struct phub_engine_ring_link *prev, struct phub_engine_ring_link *next);
+
+/* A RING_REDUCE, RING_GATHER or RING_ACK as the data path parsed it (host byte order). */
+struct phub_engine_ring_request {
+	uint64_t session_token;
+	uint32_t chunk_id;
+	uint32_t iteration;
+	uint32_t elem_offset;
+	uint32_t elem_count;
+	uint32_t step;			/* aux */
+	uint16_t rank;			/* worker_rank: the sender's ring position */
+	uint8_t opcode;			/* PHUB_WIRE_OP_RING_* */
+	uint8_t dtype;
+	uint32_t src_ipv4;
+	uint16_t src_udp_port;
+	const void *payload;		/* RING_REDUCE/RING_GATHER: elem_count fp32 */
+	size_t payload_len;
+	uint64_t now_ns;		/* CLOCK_MONOTONIC, read once per burst by the caller */
+};
+
+/*
+ * Take a ring datagram (the lcore that owns req->chunk_id). Reply: RING_ACK to send back for
+ * REDUCE/GATHER that were taken or seen before; RING_SEND with steps that became ready; and
+ * MODEL_ALL (+ the model fields) when the segment's all-rack sum completed and the optimizer
+ * ran. A RING_ACK gets actions 0 and reason OK when it was counted. Drops: BAD_TOKEN and
+ * WRONG_SOURCE (not the job's ring peer), RANK_RANGE (not the neighbour's ring position),
+ * UNEXPECTED_OPCODE (a job without a ring), RING_STEP, FUTURE_ITERATION (not acknowledged: the
+ * sender retransmits), STALE_ITERATION, DTYPE_MISMATCH, CHUNK_RANGE, OFFSET_RANGE.
+ */
+void phub_engine_ring_receive(struct phub_engine_job *job, const struct phub_engine_ring_request *req,
+		struct phub_engine_reply *reply, struct phub_engine_stats *stats);
+
+/*
+ * Retransmit what is due at now_ns among the chunks whose server owns() says this thread
+ * owns: send() is called once per segment and iteration with the unacknowledged steps.
+ * Returns how many segments had something to send.
+ */
+unsigned int phub_engine_ring_poll(struct phub_engine_job *job, uint64_t now_ns,
+		bool (*owns)(void *arg, uint32_t server),
+		void (*send)(void *arg, const struct phub_engine_ring_send *what), void *arg,
+		struct phub_engine_stats *stats);
+
+/* Nanoseconds since a valid ring datagram from prev and a RING_ACK from next (control). */
+void phub_engine_job_ring_silence(const struct phub_engine_job *job, uint64_t now_ns,
+		uint64_t *prev_ns, uint64_t *next_ns);
 
 #endif /* PHUB_ENGINE_H */

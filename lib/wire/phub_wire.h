@@ -352,7 +352,8 @@ enum phub_wire_opcode {
 	_(DUPLICATE,		"duplicate") \
 	_(WRONG_LCORE,		"wrong_lcore") \
 	_(NO_BUFFER,		"no_buffer") \
-	_(HYPER_MISMATCH,	"hyper_mismatch")
+	_(HYPER_MISMATCH,	"hyper_mismatch") \
+	_(RING_STEP,		"ring_step_range")
 
 /*
  * Second-group meanings, for the engine: BAD_TOKEN token unknown for the job; UNKNOWN_JOB no such
@@ -364,7 +365,9 @@ enum phub_wire_opcode {
  * than the finished one; FUTURE_ITERATION beyond the current one; DUPLICATE a segment already
  * added (ACKed again, not added); WRONG_LCORE handed to the lcore that owns the chunk;
  * NO_BUFFER TX ring full or no mbuf; HYPER_MISMATCH a PUSH whose HYPER values (or their absence)
- * differ from those of the segment's first PUSH of the iteration.
+ * differ from those of the segment's first PUSH of the iteration. RING_STEP a ring datagram whose step is beyond 2R-3, whose
+ * opcode does not match its step, whose elements are not the step's part, or a gather step
+ * before this rack's sum (docs/hierarchy.md).
  */
 enum phub_drop_reason {
 #define PHUB_DROP_ENUM(n, s) PHUB_DROP_##n,

@@ -1,0 +1,296 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The ring schedule and the per-segment reduce-scatter/all-gather state machine (phub_ring.h). */
+
+#include <errno.h>
+#include <string.h>
+
+#include "kernels/phub_kernels.h"
+#include "phub_ring.h"
+
+void
+phub_ring_part(unsigned int racks, uint32_t elems, unsigned int part, uint32_t *offset,
+	       uint32_t *count)
+{
+	/*
+	 * Even shares, differing by one element at most: PBox pos sends every part but pos+1
+	 * and pos+2, so any systematic difference between parts would load the same PBoxes'
+	 * links more on every segment. The kernels take any alignment.
+	 */
+	uint64_t begin = (uint64_t)elems * part / racks;
+	uint64_t end = (uint64_t)elems * (part + 1) / racks;
+
+	*offset = (uint32_t)begin;
+	*count = (uint32_t)(end - begin);
+}
+
+unsigned int
+phub_ring_send_part(unsigned int racks, unsigned int pos, unsigned int step)
+{
+	/* Reduce step k: (pos - k); gather step g = k - (R-1): (pos + 1 - g). All mod R. */
+	if (phub_ring_step_is_reduce(racks, step))
+		return (pos + racks - step % racks) % racks;
+	return (pos + 1 + racks - (step - (racks - 1)) % racks) % racks;
+}
+
+unsigned int
+phub_ring_recv_part(unsigned int racks, unsigned int pos, unsigned int step)
+{
+	return phub_ring_send_part(racks, (pos + racks - 1) % racks, step);
+}
+
+int
+phub_ring_part_at(unsigned int racks, uint32_t elems, uint32_t elem_offset, uint32_t elem_count)
+{
+	uint32_t off, count;
+	unsigned int part;
+
+	for (part = 0; part < racks; part++) {
+		phub_ring_part(racks, elems, part, &off, &count);
+		if (count != 0 && off == elem_offset && count == elem_count)
+			return (int)part;
+	}
+	return -1;
+}
+
+void
+phub_ring_seg_init(struct phub_ring_seg *seg, uint32_t first_iteration, float *sum0,
+		   float *sum1, float *inbox0, float *inbox1)
+{
+	memset(seg, 0, sizeof(*seg));
+	seg->next_iteration = first_iteration;
+	seg->sum[0] = sum0;
+	seg->sum[1] = sum1;
+	seg->inbox[0] = inbox0;
+	seg->inbox[1] = inbox1;
+}
+
+static uint32_t
+all_steps(unsigned int racks)
+{
+	return (uint32_t)((1ull << phub_ring_steps(racks)) - 1);
+}
+
+/*
+ * Make round iteration&1 hold `iteration`, dropping what it held (iteration - 2, whose sends
+ * pos+1 has all received: see phub_ring_seg). Steps with an empty part need no datagram: they
+ * are received, applied, sent and acknowledged from the start.
+ */
+static struct phub_ring_round *
+round_open(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t elems,
+	   uint32_t iteration)
+{
+	struct phub_ring_round *r = &seg->round[iteration & 1];
+	unsigned int step, steps = phub_ring_steps(p->racks);
+	uint32_t off, count;
+
+	if (r->active && r->iteration == iteration)
+		return r;
+	memset(r, 0, sizeof(*r));
+	r->iteration = iteration;
+	r->active = true;
+	for (step = 0; step < steps; step++) {
+		phub_ring_part(p->racks, elems, phub_ring_recv_part(p->racks, p->pos, step), &off,
+			       &count);
+		if (count == 0) {
+			r->received |= 1u << step;
+			r->applied |= 1u << step;
+		}
+		phub_ring_part(p->racks, elems, phub_ring_send_part(p->racks, p->pos, step), &off,
+			       &count);
+		if (count == 0) {
+			r->sent |= 1u << step;
+			r->acked |= 1u << step;
+		}
+	}
+	return r;
+}
+
+/* May step be sent: is the part it carries final at this PBox for this step? */
+static bool
+step_ready(const struct phub_ring_round *r, unsigned int step)
+{
+	/* Step 0 sends the rack sum; every later step forwards what step-1 brought in. */
+	if (step == 0)
+		return r->local;
+	return (r->applied & (1u << (step - 1))) != 0;
+}
+
+/* After any change to a round: queue the steps that became ready and notice completion. */
+static void
+round_advance(struct phub_ring_seg *seg, const struct phub_ring_params *p,
+	      struct phub_ring_round *r, uint64_t now_ns, struct phub_ring_out *out)
+{
+	unsigned int step, steps = phub_ring_steps(p->racks);
+	uint32_t fresh = 0;
+
+	out->iteration = r->iteration;
+	out->sum = seg->sum[r->iteration & 1];
+	for (step = 0; step < steps; step++)
+		if ((r->sent & (1u << step)) == 0 && step_ready(r, step))
+			fresh |= 1u << step;
+	if (fresh != 0) {
+		/* The timer runs for the oldest unacknowledged send; start it if none was out. */
+		if ((r->sent & ~r->acked) == 0) {
+			r->rto_deadline_ns = now_ns + p->rto_ns;
+			r->retries = 0;
+		}
+		r->sent |= fresh;
+		out->send_steps |= fresh;
+	}
+	if (!r->complete && r->local && r->applied == all_steps(p->racks)) {
+		r->complete = true;
+		out->complete = true;
+	}
+}
+
+/* Add reduce step `step`'s partial sum (src) to this rack's part: partial + own, as IEEE. */
+static void
+apply_reduce(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t elems,
+	     struct phub_ring_round *r, unsigned int step, const void *src)
+{
+	uint32_t off, count;
+
+	phub_ring_part(p->racks, elems, phub_ring_recv_part(p->racks, p->pos, step), &off, &count);
+	phub_kernels_get()->add(seg->sum[r->iteration & 1] + off, src, PHUB_DTYPE_FP32, count);
+	r->applied |= 1u << step;
+}
+
+int
+phub_ring_local(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t elems,
+		uint32_t iteration, const float *rack_sum, uint64_t now_ns, struct phub_ring_out *out)
+{
+	struct phub_ring_round *r;
+	unsigned int step;
+	uint32_t off, count;
+
+	memset(out, 0, sizeof(*out));
+	if (iteration != seg->next_iteration) {
+		r = &seg->round[iteration & 1];
+		return r->active && r->iteration == iteration && r->local ? -EALREADY : -EINVAL;
+	}
+	r = round_open(seg, p, elems, iteration);
+	memcpy(seg->sum[iteration & 1], rack_sum, (size_t)elems * sizeof(float));
+	r->local = true;
+	seg->next_iteration = iteration + 1;
+	/* Reduce parts that came before the rack sum waited in the inbox. */
+	for (step = 0; step < p->racks - 1u; step++) {
+		uint32_t bit = 1u << step;
+
+		if ((r->received & bit) == 0 || (r->applied & bit) != 0)
+			continue;
+		phub_ring_part(p->racks, elems, phub_ring_recv_part(p->racks, p->pos, step), &off,
+			       &count);
+		apply_reduce(seg, p, elems, r, step, seg->inbox[iteration & 1] + off);
+	}
+	round_advance(seg, p, r, now_ns, out);
+	return 0;
+}
+
+enum phub_ring_verdict
+phub_ring_receive(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t elems,
+		  bool reduce, uint32_t iteration, uint32_t step, uint32_t elem_offset,
+		  uint32_t elem_count, const void *payload, uint64_t now_ns,
+		  struct phub_ring_out *out)
+{
+	/* How far iteration is ahead of the rack sum this PBox expects next (serial numbers). */
+	int32_t ahead = (int32_t)(iteration - seg->next_iteration);
+	struct phub_ring_round *r;
+	uint32_t off, count;
+	unsigned int part;
+
+	memset(out, 0, sizeof(*out));
+	if (step >= phub_ring_steps(p->racks) || reduce != phub_ring_step_is_reduce(p->racks, step))
+		return PHUB_RING_STEP;
+	part = phub_ring_recv_part(p->racks, p->pos, step);
+	phub_ring_part(p->racks, elems, part, &off, &count);
+	if (count == 0 || elem_offset != off || elem_count != count)
+		return PHUB_RING_STEP;
+	/*
+	 * pos-1 can be at most at the iteration this PBox sums now (it needs this rack's previous
+	 * sum to have finished its own previous round), and retransmits an iteration only until
+	 * it reuses that round, three iterations on: older ones are nobody's.
+	 */
+	if (ahead > 0)
+		return PHUB_RING_FUTURE;
+	if (ahead < -3)
+		return PHUB_RING_STALE;
+	r = &seg->round[iteration & 1];
+	if (ahead < -1 || (ahead == -1 && !(r->active && r->iteration == iteration)))
+		return PHUB_RING_DUPLICATE;
+	if (ahead == 0) {
+		/* Gather parts need this rack's sum in them: none can come before it. */
+		if (!reduce)
+			return PHUB_RING_STEP;
+		r = round_open(seg, p, elems, iteration);
+	}
+	if ((r->received & (1u << step)) != 0)
+		return PHUB_RING_DUPLICATE;
+	r->received |= 1u << step;
+	if (!reduce) {
+		memcpy(seg->sum[iteration & 1] + off, payload, (size_t)count * sizeof(float));
+		r->applied |= 1u << step;
+	} else if (r->local) {
+		apply_reduce(seg, p, elems, r, step, payload);
+	} else {
+		memcpy(seg->inbox[iteration & 1] + off, payload, (size_t)count * sizeof(float));
+	}
+	round_advance(seg, p, r, now_ns, out);
+	return PHUB_RING_TAKEN;
+}
+
+bool
+phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t iteration,
+	      uint32_t step, uint64_t now_ns)
+{
+	struct phub_ring_round *r = &seg->round[iteration & 1];
+	uint32_t bit = 1u << step;
+
+	if (step >= phub_ring_steps(p->racks) || !r->active || r->iteration != iteration)
+		return false;
+	if ((r->sent & bit) == 0 || (r->acked & bit) != 0)
+		return false;
+	r->acked |= bit;
+	r->retries = 0;
+	r->rto_deadline_ns = now_ns + p->rto_ns;
+	return true;
+}
+
+unsigned int
+phub_ring_poll(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t elems,
+	       uint64_t now_ns, struct phub_ring_out out[2])
+{
+	unsigned int i, n = 0;
+
+	(void)elems;
+	for (i = 0; i < 2; i++) {
+		struct phub_ring_round *r = &seg->round[i];
+		uint32_t unacked = r->sent & ~r->acked;
+		uint64_t rto;
+
+		if (!r->active || unacked == 0 || now_ns < r->rto_deadline_ns)
+			continue;
+		if (r->retries < 30)
+			r->retries++;
+		rto = p->rto_ns << (r->retries < 16 ? r->retries : 16);
+		if (rto > p->rto_max_ns || rto < p->rto_ns)
+			rto = p->rto_max_ns;
+		r->rto_deadline_ns = now_ns + rto;
+		memset(&out[n], 0, sizeof(out[n]));
+		out[n].iteration = r->iteration;
+		out[n].send_steps = unacked;
+		out[n].sum = seg->sum[i];
+		n++;
+	}
+	return n;
+}
+
+bool
+phub_ring_idle(const struct phub_ring_seg *seg)
+{
+	unsigned int i;
+
+	for (i = 0; i < 2; i++)
+		if (seg->round[i].active && (seg->round[i].sent & ~seg->round[i].acked) != 0)
+			return false;
+	return true;
+}

@@ -1,0 +1,376 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The engine's side of the cross-rack ring: a segment's rack sum into its ring, ring datagrams
+ * from the neighbours, retransmission; run by the lcore that owns the chunk (docs/hierarchy.md).
+ */
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "engine_priv.h"
+
+uint64_t
+engine_ring_memory(const struct phub_engine_job *job)
+{
+	if (job->ring.racks < 2)
+		return 0;
+	return 4 * job->n_elems * sizeof(float) +
+	       (uint64_t)job->n_segments * sizeof(struct phub_ring_seg);
+}
+
+int
+engine_ring_setup(struct phub_engine_job *job, void *(*alloc)(struct phub_engine_job *, size_t))
+{
+	uint64_t n = job->n_elems;
+
+	if (job->ring.racks < 2)
+		return 0;
+	job->ring_bufs = alloc(job, 4 * n * sizeof(float));
+	job->ring_segs = alloc(job, job->n_segments * sizeof(struct phub_ring_seg));
+	if (job->ring_bufs == NULL || job->ring_segs == NULL)
+		return -ENOMEM;
+	for (uint32_t c = 0; c < job->n_chunks; c++) {
+		struct phub_layout_chunk chunk;
+
+		phub_layout_chunk_get(job->layout, c, &chunk);
+		for (uint32_t s = 0; s < chunk.n_segments; s++) {
+			uint64_t elem = chunk.elem_base + (uint64_t)s * job->segment_elems;
+			float *b = job->ring_bufs + elem;
+
+			phub_ring_seg_init(&job->ring_segs[job->chunk_first_segment[c] + s],
+					job->first_iteration, b, b + n, b + 2 * n, b + 3 * n);
+		}
+	}
+	return 0;
+}
+
+void
+engine_ring_release(struct phub_engine_job *job, void (*release)(struct phub_engine_job *, void *))
+{
+	release(job, job->ring_bufs);
+	release(job, job->ring_segs);
+}
+
+static inline uint64_t
+peer_key(uint32_t ipv4, uint16_t port)
+{
+	return ((uint64_t)ipv4 << 16) | port;
+}
+
+static void
+link_set(struct engine_ring_link *l, const struct phub_engine_ring_link *from)
+{
+	memcpy(l->mac, from->peer.mac, sizeof(l->mac));
+	atomic_store_explicit(&l->peer, peer_key(from->peer.ipv4, from->peer.udp_port),
+			memory_order_release);
+	atomic_store_explicit(&l->token, from->token, memory_order_release);
+}
+
+static void
+link_get(const struct engine_ring_link *l, struct phub_engine_ring_link *to)
+{
+	uint64_t key = atomic_load_explicit(&l->peer, memory_order_acquire);
+
+	memset(to, 0, sizeof(*to));
+	to->peer.ipv4 = (uint32_t)(key >> 16);
+	to->peer.udp_port = (uint16_t)key;
+	memcpy(to->peer.mac, l->mac, sizeof(to->peer.mac));
+	to->token = atomic_load_explicit(&l->token, memory_order_acquire);
+}
+
+int
+phub_engine_job_ring_peers(struct phub_engine_job *job, const struct phub_engine_ring_link *prev,
+		const struct phub_engine_ring_link *next)
+{
+	if (job->ring_segs == NULL || prev == NULL || next == NULL || prev->token == 0 ||
+	    next->token == 0)
+		return -EINVAL;
+	link_set(&job->ring_prev, prev);
+	link_set(&job->ring_next, next);
+	return 0;
+}
+
+bool
+phub_engine_job_ring(const struct phub_engine_job *job, struct phub_engine_ring_params *p,
+		struct phub_engine_ring_link *prev, struct phub_engine_ring_link *next)
+{
+	if (job->ring_segs == NULL)
+		return false;
+	if (p != NULL) {
+		memset(p, 0, sizeof(*p));
+		p->racks = job->ring.racks;
+		p->pos = job->ring.pos;
+		p->total_world = job->ring_total_world;
+		p->holds_rank0 = job->ring_holds_rank0;
+		p->rto_ns = job->ring.rto_ns;
+		p->rto_max_ns = job->ring.rto_max_ns;
+	}
+	if (prev != NULL)
+		link_get(&job->ring_prev, prev);
+	if (next != NULL)
+		link_get(&job->ring_next, next);
+	return true;
+}
+
+void
+phub_engine_job_ring_silence(const struct phub_engine_job *job, uint64_t now_ns, uint64_t *prev_ns,
+		uint64_t *next_ns)
+{
+	uint64_t p = atomic_load_explicit(&job->ring_prev.heard_ns, memory_order_relaxed);
+	uint64_t n = atomic_load_explicit(&job->ring_next.heard_ns, memory_order_relaxed);
+
+	/* Never heard: silent since the job began. */
+	if (p == 0)
+		p = job->created_ns;
+	if (n == 0)
+		n = job->created_ns;
+	*prev_ns = now_ns > p ? now_ns - p : 0;
+	*next_ns = now_ns > n ? now_ns - n : 0;
+}
+
+/* The chunk of a segment slot: the last chunk whose first segment is at or before it. */
+static uint32_t
+seg_chunk(const struct phub_engine_job *job, uint32_t seg)
+{
+	uint32_t lo = 0, hi = job->n_chunks - 1;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo + 1) / 2;
+
+		if (job->chunk_first_segment[mid] <= seg)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+/* What the data path sends for the ring out of one segment's event. */
+static void
+ring_send_of(const struct phub_engine_job *job, uint32_t seg, const struct phub_ring_out *out,
+		struct phub_engine_ring_send *send)
+{
+	struct phub_layout_chunk chunk;
+	uint32_t chunk_id = seg_chunk(job, seg);
+	uint32_t index = seg - job->chunk_first_segment[chunk_id];
+	uint32_t n;
+
+	phub_layout_chunk_get(job->layout, chunk_id, &chunk);
+	n = chunk.n_elems - index * job->segment_elems;
+	if (n > job->segment_elems)
+		n = job->segment_elems;
+	send->chunk_id = chunk_id;
+	send->elem_offset = index * job->segment_elems;
+	send->elem_count = n;
+	send->iteration = out->iteration;
+	send->steps = out->send_steps;
+	send->sum = out->sum;
+}
+
+/* The segment's sum over every rack is complete: the step, the slot moves on, MODEL to all. */
+static void
+ring_complete(struct phub_engine_job *job, uint32_t seg, uint64_t elem, uint32_t n,
+		const struct phub_ring_out *out, struct phub_engine_reply *reply,
+		struct phub_engine_stats *stats)
+{
+	unsigned int actions = reply->actions;
+
+	engine_segment_finish(job, seg, elem, out->sum, n, out->iteration, stats);
+	engine_reply_model(job, elem, n, out->iteration, actions | PHUB_ENGINE_MODEL_ALL, reply);
+}
+
+void
+engine_ring_rack_done(struct phub_engine_job *job, uint32_t seg, uint64_t elem,
+		const struct phub_engine_request *req, uint64_t now, struct phub_engine_reply *reply,
+		struct phub_engine_stats *stats)
+{
+	struct phub_ring_out out;
+	const float *rack = job->agg + elem;
+	uint32_t n = req->elem_count;
+
+	if (req->iteration == 0) {
+		/*
+		 * The initial-model round: the job's rank 0 gives the weights, every other rack
+		 * adds -0.0, the one value whose addition leaves every float as it is (-0 + -0 = -0,
+		 * +0 + -0 = +0), so that the ring's sum is rank 0's weights bit for bit.
+		 */
+		if (job->ring_holds_rank0) {
+			rack = job->model + elem;
+		} else {
+			for (uint32_t i = 0; i < n; i++)
+				job->agg[elem + i] = -0.0f;
+		}
+	}
+	reply->actions = PHUB_ENGINE_ACK;
+	reply->reason = PHUB_DROP_OK;
+	/* iteration is the slot's, which the ring expects next: the call cannot fail. */
+	phub_ring_local(&job->ring_segs[seg], &job->ring, n, req->iteration, rack, now, &out);
+	if (out.send_steps != 0) {
+		reply->actions |= PHUB_ENGINE_RING_SEND;
+		ring_send_of(job, seg, &out, &reply->ring);
+	}
+	if (out.complete)
+		ring_complete(job, seg, elem, n, &out, reply, stats);
+}
+
+static inline void
+drop(struct phub_engine_reply *reply, struct phub_engine_stats *stats, enum phub_drop_reason why)
+{
+	reply->actions = PHUB_ENGINE_DROP;
+	reply->reason = why;
+	stats->drops[why]++;
+}
+
+/* The datagram must come from the neighbour the opcode names: prev for data, next for ACKs. */
+static bool
+ring_peer_check(struct phub_engine_job *job, const struct phub_engine_ring_request *req,
+		struct phub_engine_reply *reply, struct phub_engine_stats *stats,
+		struct engine_ring_link **link)
+{
+	unsigned int racks = job->ring.racks;
+	bool ack = req->opcode == PHUB_WIRE_OP_RING_ACK;
+	struct engine_ring_link *l = ack ? &job->ring_next : &job->ring_prev;
+	unsigned int from = ack ? (job->ring.pos + 1u) % racks : (job->ring.pos + racks - 1u) % racks;
+	uint64_t token = atomic_load_explicit(&l->token, memory_order_acquire);
+
+	if (token == 0) {
+		drop(reply, stats, PHUB_DROP_NOT_JOINED);
+		return false;
+	}
+	if (token != req->session_token) {
+		drop(reply, stats, PHUB_DROP_BAD_TOKEN);
+		return false;
+	}
+	if (atomic_load_explicit(&l->peer, memory_order_acquire) !=
+	    peer_key(req->src_ipv4, req->src_udp_port)) {
+		drop(reply, stats, PHUB_DROP_WRONG_SOURCE);
+		return false;
+	}
+	if (req->rank != from) {
+		drop(reply, stats, PHUB_DROP_RANK_RANGE);
+		return false;
+	}
+	*link = l;
+	return true;
+}
+
+void
+phub_engine_ring_receive(struct phub_engine_job *job, const struct phub_engine_ring_request *req,
+		struct phub_engine_reply *reply, struct phub_engine_stats *stats)
+{
+	struct phub_layout_chunk chunk;
+	struct engine_ring_link *link;
+	struct phub_ring_out out;
+	uint32_t index, seg, seg_base, n;
+	uint64_t elem, now;
+	bool reduce;
+
+	memset(reply, 0, sizeof(*reply));
+	if (job->ring_segs == NULL) {
+		drop(reply, stats, PHUB_DROP_UNEXPECTED_OPCODE);
+		return;
+	}
+	if (!ring_peer_check(job, req, reply, stats, &link))
+		return;
+	if (req->chunk_id >= job->n_chunks) {
+		drop(reply, stats, PHUB_DROP_CHUNK_RANGE);
+		return;
+	}
+	phub_layout_chunk_get(job->layout, req->chunk_id, &chunk);
+	/* The segment whose part this is, from the chunk's segment grid. */
+	index = req->elem_offset / job->segment_elems;
+	if (index >= chunk.n_segments) {
+		drop(reply, stats, PHUB_DROP_OFFSET_RANGE);
+		return;
+	}
+	seg_base = index * job->segment_elems;
+	n = chunk.n_elems - seg_base;
+	if (n > job->segment_elems)
+		n = job->segment_elems;
+	seg = job->chunk_first_segment[req->chunk_id] + index;
+	elem = chunk.elem_base + seg_base;
+	now = req->now_ns;
+
+	if (req->opcode == PHUB_WIRE_OP_RING_ACK) {
+		atomic_store_explicit(&link->heard_ns, now, memory_order_relaxed);
+		reply->reason = PHUB_DROP_OK;
+		if (phub_ring_ack(&job->ring_segs[seg], &job->ring, req->iteration, req->step, now))
+			stats->ring_acks++;
+		return;
+	}
+	if (req->dtype != PHUB_DTYPE_FP32) {
+		drop(reply, stats, PHUB_DROP_DTYPE_MISMATCH);
+		return;
+	}
+	if (req->payload_len != (size_t)req->elem_count * sizeof(float)) {
+		drop(reply, stats, PHUB_DROP_OFFSET_RANGE);
+		return;
+	}
+	reduce = req->opcode == PHUB_WIRE_OP_RING_REDUCE;
+	switch (phub_ring_receive(&job->ring_segs[seg], &job->ring, n, reduce, req->iteration,
+			req->step, req->elem_offset - seg_base, req->elem_count, req->payload, now,
+			&out)) {
+	case PHUB_RING_TAKEN:
+		stats->ring_taken++;
+		stats->ring_taken_bytes += req->payload_len;
+		break;
+	case PHUB_RING_DUPLICATE:
+		stats->duplicates++;
+		break;
+	case PHUB_RING_STEP:
+		drop(reply, stats, PHUB_DROP_RING_STEP);
+		return;
+	case PHUB_RING_FUTURE:
+		drop(reply, stats, PHUB_DROP_FUTURE_ITERATION);
+		return;
+	case PHUB_RING_STALE:
+	default:
+		drop(reply, stats, PHUB_DROP_STALE_ITERATION);
+		return;
+	}
+	atomic_store_explicit(&link->heard_ns, now, memory_order_relaxed);
+	reply->actions = PHUB_ENGINE_RING_ACK;
+	reply->reason = PHUB_DROP_OK;
+	if (out.send_steps != 0) {
+		reply->actions |= PHUB_ENGINE_RING_SEND;
+		ring_send_of(job, seg, &out, &reply->ring);
+	}
+	if (out.complete)
+		ring_complete(job, seg, elem, n, &out, reply, stats);
+}
+
+unsigned int
+phub_engine_ring_poll(struct phub_engine_job *job, uint64_t now_ns,
+		bool (*owns)(void *arg, uint32_t server),
+		void (*send)(void *arg, const struct phub_engine_ring_send *what), void *arg,
+		struct phub_engine_stats *stats)
+{
+	unsigned int sent = 0;
+
+	if (job->ring_segs == NULL)
+		return 0;
+	for (uint32_t c = 0; c < job->n_chunks; c++) {
+		struct phub_layout_chunk chunk;
+
+		phub_layout_chunk_get(job->layout, c, &chunk);
+		if (owns != NULL && !owns(arg, chunk.server))
+			continue;
+		for (uint32_t s = 0; s < chunk.n_segments; s++) {
+			uint32_t seg = job->chunk_first_segment[c] + s;
+			struct phub_ring_out due[2];
+			unsigned int k, due_n;
+
+			due_n = phub_ring_poll(&job->ring_segs[seg], &job->ring, 0, now_ns, due);
+			for (k = 0; k < due_n; k++) {
+				struct phub_engine_ring_send what;
+
+				ring_send_of(job, seg, &due[k], &what);
+				stats->ring_retransmits += (uint64_t)__builtin_popcount(what.steps);
+				send(arg, &what);
+				sent++;
+			}
+		}
+	}
+	return sent;
+}

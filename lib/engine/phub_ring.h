@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The cross-rack ring of one segment (PHub §3.4, docs/hierarchy.md): which part of the
+ * segment a PBox sends and receives at each ring step, and the state machine that turns a
+ * rack sum into the sum over every rack by reduce-scatter then all-gather, with ACK,
+ * retransmit and duplicate suppression. Plain C over plain buffers, no DPDK, no clock of its
+ * own: the caller passes the time, encodes the datagrams and runs the optimizer.
+ *
+ * R PBoxes sit on a ring at positions 0 .. R-1; PBox pos sends to pos+1 and receives from
+ * pos-1. A segment of n elements is cut into R parts (phub_ring_part()). Steps 0 .. R-2 are
+ * the reduce-scatter (RING_REDUCE): at step k PBox pos sends its partial sum of part
+ * (pos - k) mod R; the receiver adds its own rack sum and sends it on at step k+1. Steps
+ * R-1 .. 2R-3 are the all-gather (RING_GATHER): complete parts travel on unchanged. Every
+ * part's sum is formed in one fixed order, (((s_p + s_p+1) + s_p+2) + ... + s_p-1) where s_q
+ * is rack q's sum, whatever the timing: runs are bit-reproducible.
+ *
+ * Per segment and iteration each PBox sends 2(R-1) parts, 2(R-1)/R of the segment.
+ *
+ * Threading: a segment's ring state is touched only by the data lcore that owns its chunk.
+ */
+
+#ifndef PHUB_RING_H
+#define PHUB_RING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+	PHUB_RING_MAX_RACKS = 16,	/* steps 2R-2 fit the 32-bit step masks */
+};
+
+/* Steps of one iteration's ring: R-1 reduce then R-1 gather steps. */
+static inline unsigned int
+phub_ring_steps(unsigned int racks)
+{
+	return 2 * (racks - 1);
+}
+
+/* True when step is a reduce-scatter step (RING_REDUCE), false for all-gather (RING_GATHER). */
+static inline bool
+phub_ring_step_is_reduce(unsigned int racks, unsigned int step)
+{
+	return step < racks - 1;
+}
+
+/*
+ * Part `part` of a segment of `elems` elements cut for `racks` PBoxes: *offset and *count in
+ * elements. Parts differ by one element at most; when elems < racks some are empty (count 0):
+ * an empty part is never sent, both ends skip its step.
+ */
+void
+phub_ring_part(unsigned int racks, uint32_t elems, unsigned int part, uint32_t *offset,
+	       uint32_t *count);
+
+/* The part PBox `pos` sends at `step`. */
+unsigned int
+phub_ring_send_part(unsigned int racks, unsigned int pos, unsigned int step);
+
+/* The part PBox `pos` receives at `step` (what pos-1 sends). */
+unsigned int
+phub_ring_recv_part(unsigned int racks, unsigned int pos, unsigned int step);
+
+/*
+ * The part at elem_offset within a segment, or -1 when elem_offset/elem_count is not exactly
+ * one non-empty part. Used to check a received datagram's placement.
+ */
+int
+phub_ring_part_at(unsigned int racks, uint32_t elems, uint32_t elem_offset, uint32_t elem_count);
+
+/* One iteration's progress; a segment holds two (by iteration parity), see below. */
+struct phub_ring_round {
+	uint32_t iteration;
+	bool active;		/* this round holds `iteration` */
+	bool local;		/* the rack sum is in sum[] */
+	bool complete;		/* every part of sum[] is the sum over all racks */
+	uint8_t retries;	/* retransmissions since the last ACK, for the back-off */
+	uint32_t received;	/* steps whose part came from pos-1 (reduce: in inbox until applied) */
+	uint32_t applied;	/* reduce steps added to sum[]; gather steps stored in sum[] */
+	uint32_t sent;		/* steps sent at least once */
+	uint32_t acked;		/* steps pos+1 acknowledged */
+	uint64_t rto_deadline_ns;	/* retransmit the unacknowledged sent steps after this */
+};
+
+/*
+ * One segment's ring state. Two rounds, by iteration parity, because pos+1 may still need a
+ * retransmission of iteration i's parts after this PBox's own rack has moved on to i+1 (pos
+ * finishes i when it has every gather part, not when pos+1 does); by the time a round is
+ * reused for i+2, pos+1 has provably received all of i (it finished i+1), so unacknowledged
+ * sends of i are dropped then. For each round, sum holds the rack sum, then the partial and
+ * complete sums of the parts; inbox holds reduce parts that arrived before the rack sum.
+ */
+struct phub_ring_seg {
+	uint32_t next_iteration;	/* the rack sum phub_ring_local() expects next */
+	struct phub_ring_round round[2];
+	float *sum[2];		/* elems floats each */
+	float *inbox[2];	/* elems floats each */
+};
+
+/* The ring of a job as one PBox sees it; constant over the job. */
+struct phub_ring_params {
+	uint16_t racks;		/* R, 2 .. PHUB_RING_MAX_RACKS */
+	uint16_t pos;		/* this PBox's position, 0 .. R-1 */
+	uint64_t rto_ns;	/* first retransmission timeout */
+	uint64_t rto_max_ns;	/* ceiling of the exponential back-off */
+};
+
+/* What the caller must do after an event: send these steps' parts, ACK, use the sum. */
+struct phub_ring_out {
+	uint32_t iteration;	/* the round the sends and `complete` belong to */
+	uint32_t send_steps;	/* bit k: send step k's part (phub_ring_send_part) from sum */
+	const float *sum;	/* the round's sum buffer: parts to send, then the complete sum */
+	bool complete;		/* sum holds the all-rack sum now: run the optimizer, once */
+};
+
+/* What a received RING_REDUCE or RING_GATHER calls for. */
+enum phub_ring_verdict {
+	PHUB_RING_TAKEN = 0,	/* new data, taken in: ACK it */
+	PHUB_RING_DUPLICATE,	/* seen before (or an older iteration): ACK it again, nothing else */
+	PHUB_RING_STEP,		/* step out of range, wrong opcode for it, or wrong part: drop */
+	PHUB_RING_FUTURE,	/* beyond the next iteration: drop, the sender retransmits */
+	PHUB_RING_STALE,	/* older than the previous iteration: drop (no sender can need it) */
+};
+
+/*
+ * Start a segment at first_iteration (0, or the iteration a restored job resumes at). The
+ * buffers are the caller's, elems floats each, never overlapping.
+ */
+void
+phub_ring_seg_init(struct phub_ring_seg *seg, uint32_t first_iteration, float *sum0,
+		   float *sum1, float *inbox0, float *inbox1);
+
+/*
+ * The rack sum of `iteration` is complete (rack_sum, elems floats): start the ring. Returns
+ * 0, or -EALREADY when this iteration's rack sum was given before, -EINVAL when iteration is
+ * not the segment's next one.
+ */
+int
+phub_ring_local(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t elems,
+		uint32_t iteration, const float *rack_sum, uint64_t now_ns, struct phub_ring_out *out);
+
+/*
+ * A RING_REDUCE (reduce true) or RING_GATHER from pos-1 for `iteration` and `step`, carrying
+ * elem_count little-endian floats (any alignment) at elem_offset of the segment.
+ */
+enum phub_ring_verdict
+phub_ring_receive(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t elems,
+		  bool reduce, uint32_t iteration, uint32_t step, uint32_t elem_offset,
+		  uint32_t elem_count, const void *payload, uint64_t now_ns,
+		  struct phub_ring_out *out);
+
+/*
+ * A RING_ACK from pos+1. Returns true when it acknowledged a step sent and not acknowledged
+ * before; the retransmission timer then restarts for what is still unacknowledged.
+ */
+bool
+phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t iteration,
+	      uint32_t step, uint64_t now_ns);
+
+/*
+ * Retransmissions due at now_ns: for each round whose timer expired, out[parity] gets the
+ * steps sent but not acknowledged, and the timer backs off. Returns how many rounds have
+ * something to send (0, 1 or 2); out must have room for 2.
+ */
+unsigned int
+phub_ring_poll(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t elems,
+	       uint64_t now_ns, struct phub_ring_out out[2]);
+
+/* True when every round's sends are acknowledged (nothing to retransmit). */
+bool
+phub_ring_idle(const struct phub_ring_seg *seg);
+
+#endif /* PHUB_RING_H */
