@@ -3,7 +3,8 @@
 # The Debian packages end to end: build the .debs from a copy of the tree, install them, run
 # the installed appliance with no build tree, purge them and check nothing is left.
 #
-#   copy of the tree --dpkg-buildpackage -b--> phub-pbox, libphub0, libphub-dev .debs --lintian
+#   copy of the tree --dpkg-buildpackage -b--> phub-pbox, libphub0, libphub-dev, python3-phub
+#                                              .debs --lintian
 #        (deleted)                                   | dpkg -i
 #                                                    v
 #   /usr/sbin/phub-pbox --check-config /usr/share/phub/examples/*.json
@@ -22,7 +23,7 @@ src=$(realpath "$1")
 vrack=$2
 pbox_rack=$3
 work=$(mktemp -d /tmp/phub-deb.XXXXXX)
-pkgs=(phub-pbox libphub0 libphub-dev)
+pkgs=(phub-pbox libphub0 libphub-dev python3-phub)
 installed=0
 fails=0
 
@@ -64,7 +65,7 @@ fi
 rm -rf "$work/src"
 debs=()
 for p in "${pkgs[@]}"; do
-	debs+=("$work/${p}_"*"_$(dpkg --print-architecture).deb")
+	debs+=("$work/${p}_"*.deb)	# ${p}_: not ${p}-dbgsym_
 done
 echo "built: $(cd "$work" && find . -maxdepth 1 -name '*.deb' | tr '\n' ' ')"
 
@@ -117,6 +118,14 @@ EOF
 cc -o "$work/w" "$work/w.c" $(pkg-config --cflags --libs phub) || fail "cc against libphub-dev"
 [ "$("$work/w")" = linked ] || fail "the program against libphub.so.0 did not run"
 ldd "$work/w" | grep -Eq "libphub.so.0 => (/usr)?/lib/" || fail "not linked to the installed libphub.so.0"
+
+# python3-phub: the installed package finds the installed libphub.so.0, away from any tree.
+out=$(cd / && env -i PATH=/usr/bin:/bin /usr/bin/python3 -c \
+	'import phub, phub._lib as l; print(phub.__file__); print(l.load()._name)' 2>&1) ||
+	fail "import phub from python3-phub: $out"
+grep -qx "/usr/lib/python3/dist-packages/phub/__init__.py" <<< "$(head -n 1 <<< "$out")" ||
+	fail "phub not imported from the package: $out"
+grep -qx "libphub.so.0" <<< "$(tail -n 1 <<< "$out")" || fail "phub did not load libphub.so.0: $out"
 
 # The installed appliance in the virtual rack against the installed phub-bench, verified.
 "$pbox_rack" "$vrack" /usr/sbin/phub-pbox /usr/bin/phub-bench workers-2 ||

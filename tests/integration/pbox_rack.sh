@@ -470,9 +470,11 @@ restart-twice)
 	# again and every model end bitwise exact.
 	rack 4 --checkpoint-interval 4
 	bench_bg "$tmp/r.json" 4 --keys 8 --key-elems 10000 --iterations 36 --optimizer sgd \
-		--dead-ms 30000
+		--dead-ms 30000 --pause-at 1:1500
 	# The loss starts once the job runs (its initial model is checkpointed): the first JOIN
 	# and ARP, which retry once a second in the kernel, are not what this test is about.
+	# The workers wait 1.5 s after iteration 1 so that the loss is on before the job goes
+	# on: without it, 36 iterations took 0.15 s and could end before the first kill.
 	for ((i = 0; i < 600; i++)); do
 		[ "$(newest_ckpt)" -ge 0 ] && break
 		kill -0 "$bench_pid" 2>/dev/null || break
