@@ -20,6 +20,7 @@ enum {
 	RTT_SAMPLE_MAX_US = 60000000,	/* an older stamp is from before a wrap: no sample */
 	RTO_GRANULARITY_NS = 100000,	/* the G of RFC 6298: our clock and scheduling */
 	MODEL_WAIT_SHIFT = 2,		/* a MODEL waits on the slowest rank: 4 RTO */
+	OVERTAKE_TRUST_MAX = 1024,	/* overtaken MODELs are taken as lost above half */
 };
 
 /* An idle session says PING this often, so that the PBox knows it is alive (protocol §11). */
@@ -194,6 +195,33 @@ backoff(const struct phub *h, unsigned int tries)
 	uint64_t t = h->rto_ns << (tries < TRIES_MAX ? tries : TRIES_MAX);
 
 	return t < h->rto_max_ns ? t : h->rto_max_ns;
+}
+
+/*
+ * A MODEL that came after a later-pushed segment's MODEL is taken as lost only while that rule
+ * proves right. It does while the ranks push in the same order (the PBox completes segments in
+ * the order the last rank pushes them); it does not when they push in different orders (PyTorch
+ * workers whose backward passes run out of step, P3 reordering their queues), and each wrong
+ * guess is a PULL the PBox must ignore, thousands a step for a large model. The outcome is known
+ * when the MODEL comes: answered from kept state (REPLAY) after our PULL, it was lost; in the
+ * broadcast, it was not. While the rule is mostly wrong, overtaken segments wait like the others
+ * and one probe per model wait finds what was really lost.
+ */
+static bool
+overtake_trusted(const struct phub *h)
+{
+	return h->overtake_trust >= OVERTAKE_TRUST_MAX / 2;
+}
+
+static void
+overtake_outcome(struct phub *h, bool was_lost)
+{
+	if (was_lost) {
+		h->overtake_trust += (OVERTAKE_TRUST_MAX - h->overtake_trust) / 8;
+	} else {
+		h->overtake_trust -= h->overtake_trust / 8;
+		h->stats.pulls_early++;
+	}
 }
 
 static void
@@ -527,6 +555,9 @@ rx_model(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 		return;
 	}
 	h->stats.models++;
+	if (s->pulled_overtaken)
+		overtake_outcome(h, (msg->flags & PHUB_WIRE_F_REPLAY) != 0);
+	s->pulled_overtaken = false;
 	if (!s->repull && stamp_after(s->first_stamp, h->ep_order[s->endpoint].model_hi))
 		h->ep_order[s->endpoint].model_hi = s->first_stamp;
 	if (s->charged)
@@ -652,6 +683,7 @@ rx_drain(struct phub *h)
 
 /* ---- timers and sending ---- */
 
+
 /*
  * A PUSH whose ACK is late was lost if a transmission sent after it to the same endpoint has
  * been answered (struct ep_order); if
@@ -663,7 +695,7 @@ rx_drain(struct phub *h)
 static void
 timer_fire(struct phub *h, struct seg *s, uint64_t now)
 {
-	bool lost, go;
+	bool lost, go, overtaken;
 
 	if (s->state == SEG_SENT) {
 		lost = stamp_after(h->ep_order[s->endpoint].ack_hi, s->tx_stamp);
@@ -679,11 +711,14 @@ timer_fire(struct phub *h, struct seg *s, uint64_t now)
 		timer_arm(h, s, now + (go ? backoff(h, s->tries) : h->rto_ns));
 		return;
 	}
-	lost = s->repull || stamp_after(h->ep_order[s->endpoint].model_hi, s->first_stamp);
+	overtaken = !s->repull && stamp_after(h->ep_order[s->endpoint].model_hi, s->first_stamp);
+	lost = s->repull || (overtaken && overtake_trusted(h));
 	go = lost || now - h->pull_probe_ns >= backoff(h, MODEL_WAIT_SHIFT);
 	if (go && !lost)
 		h->pull_probe_ns = now;
 	if (go) {
+		/* A probe of an overtaken segment tells as much about the rule as a guess. */
+		s->pulled_overtaken = overtaken;
 		send_pull(h, s, now, s->tries > 0 || s->charged);
 		h->stats.pulls++;
 		if (s->tries < UINT8_MAX)
@@ -1031,6 +1066,7 @@ client_node_init(struct phub *h)
 	h->timer_heap.ids = calloc(h->n_segs, sizeof(uint32_t));
 	rx->buf = malloc(CLIENT_BATCH * rx->rx_size);
 	h->ep_order = calloc(h->n_endpoints, sizeof(*h->ep_order));
+	h->overtake_trust = OVERTAKE_TRUST_MAX;
 	if (h->send_heap.ids == NULL || h->timer_heap.ids == NULL || rx->buf == NULL ||
 	    h->ep_order == NULL)
 		return -ENOMEM;

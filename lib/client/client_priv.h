@@ -76,6 +76,7 @@ struct seg {
 	bool next_pending;		/* the key's next push waits for this segment's MODEL */
 	bool repull;			/* a pull wants the MODEL that went by: PULL it */
 	bool charged;			/* that PULL holds window bytes until the MODEL */
+	bool pulled_overtaken;		/* PULLed as lost because a later MODEL came first */
 	uint32_t iter;
 	uint32_t first_stamp;		/* aux of the PUSH's first transmission: its place */
 	uint32_t tx_stamp;		/* aux of its latest transmission */
@@ -237,6 +238,11 @@ struct phub {
 	struct ep_order *ep_order;	/* per PBox endpoint: what was answered last */
 	uint64_t push_probe_ns;		/* last PUSH resent without evidence of loss */
 	uint64_t pull_probe_ns;		/* last PULL sent without evidence of loss */
+	/*
+	 * How often "a later MODEL came first, so this one was lost" proved right: 0 ..
+	 * OVERTAKE_TRUST_MAX, decaying (client_node.c, overtake_outcome()).
+	 */
+	uint32_t overtake_trust;
 	uint64_t last_heard_ns;		/* last valid datagram, or when work started */
 	uint64_t last_ping_ns;
 	uint32_t ping_seq;

@@ -152,6 +152,11 @@ struct phub_stats {
 	uint64_t initial_acks;		/* initial-round (iteration 0) segments ACKed */
 	uint64_t initial_models;	/* initial-round MODEL segments taken, of phub_info's
 					 * n_segments */
+	/*
+	 * Of pulls, those for a MODEL that a later segment's MODEL made look lost but that came
+	 * in its broadcast after all: ranks that push in another order, not loss (client.md).
+	 */
+	uint64_t pulls_early;
 };
 
 /* What the PBox decided at JOIN. */
