@@ -32,7 +32,9 @@
 	"sum-batch = one sum() call over the K arrays; add = one add() call (K = 1). "            \
 	"nt-exp rows: the same AVX-512 loops with non-temporal stores, an experiment outside "    \
 	"the library. floor rows: copy-seq = K memcpy() of S bytes into acc, one per arrival: "    \
-	"the stores any one-arrival-per-call path must make, so its ratio bounds sum-seq's. "      \
+	"the stores any one-arrival-per-call path must make, without its arithmetic. "            \
+	"stage-batch = K-1 arrivals copied to staging buffers, then one sum() over K (the "       \
+	"deterministic mode's batching; in-cache rows only). "                                      \
 	"fused floor = first + adds + two add() calls (weight += acc, m += grad): the fused "     \
 	"Nesterov step's loads and stores without its arithmetic."
 
@@ -78,6 +80,7 @@ struct op {
 	void (*run)(struct op *op);
 	float *acc;
 	const void *srcs[MAX_K];
+	void *stage[MAX_K];  /* stage-batch: where the first K-1 arrivals wait, NULL: no row */
 	unsigned int nk;
 	size_t n;          /* elements */
 	void *cpy_dst;
@@ -178,6 +181,25 @@ run_copy_seq(struct op *op)
 
 	for (j = 0; j < op->nk; j++)
 		memcpy(op->acc, op->srcs[j], op->n * sizeof(float));
+	clobber();
+}
+
+/*
+ * Deterministic mode's way to batch: the first K-1 arrivals copied to a
+ * staging buffer as they come, then one sum() over all K at the last.
+ */
+static void
+run_stage_batch(struct op *op)
+{
+	const void *srcs[MAX_K];
+	unsigned int j;
+
+	for (j = 0; j + 1 < op->nk; j++) {
+		memcpy(op->stage[j], op->srcs[j], op->n * sizeof(float));
+		srcs[j] = op->stage[j];
+	}
+	srcs[op->nk - 1] = op->srcs[op->nk - 1];
+	op->k->sum(op->acc, false, srcs, op->nk, PHUB_DTYPE_FP32, op->n);
 	clobber();
 }
 
@@ -384,13 +406,13 @@ bench_sums(struct bench *b, const struct phub_kernels *k, size_t array_bytes)
 {
 	static const unsigned int ks[] = { 2, 4, 8 };
 	struct op op = { .k = k, .n = array_bytes / sizeof(float) };
-	struct op mc, seq, cpy, batch, nt;
-	struct op *ops[5];
+	struct op mc, seq, cpy, batch, stage, nt;
+	struct op *ops[6];
 	const char *isa = phub_kernels_isa_name(k->isa);
-	double t, tm, bytes, ts[5];
+	double t, tm, bytes, ts[6];
 	char what[64], sz[32];
 	unsigned int i, j, nops;
-	bool floor, ntexp;
+	bool floor, staged, ntexp;
 
 	for (i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
 		op.nk = ks[i];
@@ -416,6 +438,14 @@ bench_sums(struct bench *b, const struct phub_kernels *k, size_t array_bytes)
 		floor = k->isa == b->floor_isa;
 		if (floor)
 			ops[nops++] = &cpy;
+		/* Staging buffers after acc: 2K arrays, only in cache (the arena's size). */
+		staged = array_bytes == b->chunk;
+		stage = op;
+		stage.run = run_stage_batch;
+		for (j = 0; j + 1 < op.nk; j++)
+			stage.stage[j] = arena_array(b, op.nk + 1 + j, array_bytes);
+		if (staged)
+			ops[nops++] = &stage;
 		ntexp = false;
 #if defined(__x86_64__)
 		ntexp = k->isa == PHUB_ISA_AVX512 && op.nk != 4 && b->payload_off == 0;
@@ -432,6 +462,10 @@ bench_sums(struct bench *b, const struct phub_kernels *k, size_t array_bytes)
 			record(b, "floor", "copy-seq", array_bytes, op.nk, bytes,
 			       2.0 * op.nk * (double)array_bytes, ts[3], tm);
 		record(b, isa, "sum-batch", array_bytes, op.nk, bytes, bytes, ts[2], tm);
+		if (staged)
+			record(b, isa, "stage-batch", array_bytes, op.nk, bytes,
+			       (double)(3 * op.nk - 1) * (double)array_bytes,
+			       ts[floor ? 4 : 3], tm);
 		if (ntexp)
 			record(b, "nt-exp", "sum-batch-nt", array_bytes, op.nk, bytes, bytes,
 			       ts[nops - 1], tm);
@@ -718,8 +752,11 @@ main(int argc, char **argv)
 		b.reps = 3;
 	}
 	dram = b.quick ? DRAM_BYTES_QUICK : DRAM_BYTES;
-	/* In cache: acc, grad, weight, m, v and up to MAX_K - 1 more arrivals (bench_fused_vs_sum). */
-	arr_bytes = (5 + MAX_K) * (b.chunk + SKEW) + 64;
+	/*
+	 * In cache: K arrivals, acc and K-1 staging buffers (bench_sums); acc,
+	 * grad, weight, m, v and K-1 more arrivals (bench_fused_vs_sum).
+	 */
+	arr_bytes = 2 * MAX_K * (b.chunk + SKEW) + 64;
 	if (b.dram && (MAX_K + 1) * (dram + SKEW) > arr_bytes)
 		arr_bytes = (MAX_K + 1) * (dram + SKEW);
 	b.tty = isatty(STDERR_FILENO);
