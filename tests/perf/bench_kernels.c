@@ -31,10 +31,10 @@
 	"engine (it also re-reads and re-writes acc: it moves (3K-1)*S, see ratio(moved)); "      \
 	"sum-batch = one sum() call over the K arrays; add = one add() call (K = 1). "            \
 	"nt-exp rows: the same AVX-512 loops with non-temporal stores, an experiment outside "    \
-	"the library. floor rows: copy-seq = K memcpy() of S bytes into acc, one per arrival: "    \
+	"the library. floor rows: copy-seq = K memcpy() of S bytes into acc, one per arrival: "   \
 	"the stores any one-arrival-per-call path must make, without its arithmetic. "            \
 	"stage-batch = K-1 arrivals copied to staging buffers, then one sum() over K (the "       \
-	"deterministic mode's batching; in-cache rows only). "                                      \
+	"deterministic mode's batching; in-cache rows only). "                                    \
 	"fused floor = first + adds + two add() calls (weight += acc, m += grad): the fused "     \
 	"Nesterov step's loads and stores without its arithmetic."
 
@@ -406,8 +406,11 @@ bench_sums(struct bench *b, const struct phub_kernels *k, size_t array_bytes)
 {
 	static const unsigned int ks[] = { 2, 4, 8 };
 	struct op op = { .k = k, .n = array_bytes / sizeof(float) };
-	struct op mc, seq, cpy, batch, stage, nt;
+	struct op mc, seq, cpy, batch, stage;
 	struct op *ops[6];
+#if defined(__x86_64__)
+	struct op nt;
+#endif
 	const char *isa = phub_kernels_isa_name(k->isa);
 	double t, tm, bytes, ts[6];
 	char what[64], sz[32];
