@@ -559,15 +559,28 @@ fill_wire(void *dst, enum phub_dtype dt, size_t n)
 enum sum_op { OP_FIRST, OP_ADD };
 
 /*
+ * Where a source of element offset off starts, in bytes: off 3 adds one byte
+ * to a 2-byte dtype (an odd address) and two to fp32, which is where the
+ * engine finds a PUSH payload (34 bytes past a cache line in an RX mbuf).
+ */
+static size_t
+byte_off(enum phub_dtype dt, size_t off)
+{
+	size_t esize = phub_dtype_size(dt);
+
+	return esize * off + (off == 3 ? (esize == 2 ? 1 : 2) : 0);
+}
+
+/*
  * One first() or add() of n elements: acc at element offset off + 1, the
- * source at element offset off (off 3 on a 2-byte dtype: plus one byte).
+ * source at byte_off(dt, off).
  */
 static void
 check_sum_case(const struct phub_kernels *simd, enum sum_op op, enum phub_dtype dt, size_t n,
 	       size_t off, struct gbuf *acc, struct gbuf *src)
 {
 	size_t esize = phub_dtype_size(dt);
-	size_t soff = esize * off + (esize == 2 && off == 3 ? 1 : 0);
+	size_t soff = byte_off(dt, off);
 	size_t aoff = 4 * ((off + 1) % 4);
 	float want[MAX_LEN + 4];
 	void *s;
@@ -604,7 +617,7 @@ check_sum_op(enum sum_op op)
 	unsigned int v;
 
 	gbuf_init(&acc, 4 * (MAX_LEN + 4));
-	gbuf_init(&src, 4 * (MAX_LEN + 4) + 1);
+	gbuf_init(&src, 4 * (MAX_LEN + 4) + 2);
 	for (v = 0; v < nsimd; v++) {
 		for (dt = PHUB_DTYPE_FP32; dt <= PHUB_DTYPE_BF16; dt++) {
 			rng_seed(100 + dt);
@@ -656,7 +669,7 @@ START_TEST(test_sum_of_k_equals_one_arrival_at_a_time)
 					/* Each source at its own element (and byte) offset. */
 					for (j = 0; j < k; j++) {
 						sp = srcmem[j] + esize * ((n + j) % 4) +
-						     (esize == 2 ? j % 2 : 0);
+						     (j % 2) * (esize == 2 ? 1 : 2);
 						fill_wire(sp, dt, n);
 						srcs[j] = sp;
 					}
@@ -802,8 +815,8 @@ seg_init_fill(struct seg_init *si, enum phub_dtype gdt, size_t n)
 }
 
 /*
- * The buffers of one run: each pointer at its own element offset, the 2-byte
- * grad and out at odd byte addresses when off is 3.
+ * The buffers of one run: each pointer at its own element offset, grad and
+ * out at byte_off() (odd addresses, fp32 two bytes past a multiple of 4) when off is 3.
  */
 struct seg_run {
 	struct gbuf acc, grad, w, m, v, out;
@@ -814,11 +827,11 @@ static void
 seg_run_init(struct seg_run *r)
 {
 	gbuf_init(&r->acc, 4 * (MAX_LEN + 4));
-	gbuf_init(&r->grad, 4 * (MAX_LEN + 4) + 1);
+	gbuf_init(&r->grad, 4 * (MAX_LEN + 4) + 2);
 	gbuf_init(&r->w, 4 * (MAX_LEN + 4));
 	gbuf_init(&r->m, 4 * (MAX_LEN + 4));
 	gbuf_init(&r->v, 4 * (MAX_LEN + 4));
-	gbuf_init(&r->out, 4 * (MAX_LEN + 4) + 1);
+	gbuf_init(&r->out, 4 * (MAX_LEN + 4) + 2);
 }
 
 static void
@@ -830,12 +843,6 @@ seg_run_free(struct seg_run *r)
 	gbuf_free(&r->m);
 	gbuf_free(&r->v);
 	gbuf_free(&r->out);
-}
-
-static size_t
-byte_off(enum phub_dtype dt, size_t off)
-{
-	return phub_dtype_size(dt) * off + (phub_dtype_size(dt) == 2 && off == 3 ? 1 : 0);
 }
 
 static void
