@@ -141,6 +141,7 @@ struct phub_engine_job {
 	float *ring_bufs;			/* 4 x n_elems: two rounds of sum and inbox */
 	struct phub_ring_params ring;
 	uint32_t ring_total_world;
+	uint32_t rank_base;		/* global rank of local index 0 (ring jobs) */
 	bool ring_holds_rank0;
 	struct engine_ring_link {
 		_Atomic uint64_t token;

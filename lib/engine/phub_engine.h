@@ -100,6 +100,11 @@ struct phub_engine_ring_params {
 	uint16_t racks;			/* R, 2 .. PHUB_RING_MAX_RACKS */
 	uint16_t pos;			/* this PBox's position, 0 .. R-1 */
 	uint32_t total_world;		/* ranks over every rack: the mean divides by it */
+	/*
+	 * The job's global rank of this rack's first rank: workers name themselves by global
+	 * rank on the wire (PUSH, PULL, JOIN), the engine by local index 0 .. world_size - 1.
+	 */
+	uint32_t rank_base;
 	bool holds_rank0;		/* this rack's rank 0 is the job's: its weights start it */
 	uint64_t rto_ns;		/* first retransmission timeout of a ring segment */
 	uint64_t rto_max_ns;		/* ceiling of its back-off */
@@ -273,6 +278,19 @@ uint32_t phub_engine_job_id(const struct phub_engine_job *job);
  */
 uint32_t phub_engine_job_slot(const struct phub_engine_job *job);
 uint16_t phub_engine_job_world_size(const struct phub_engine_job *job);
+/*
+ * The global rank of local index 0 (0 but in a ring job: the ranks of the racks before this
+ * one) and the ranks over every rack (world_size but in a ring job). Wire ranks are global;
+ * the rank arguments of this API are local, from 0 to world_size - 1.
+ */
+uint32_t phub_engine_job_rank_base(const struct phub_engine_job *job);
+uint32_t phub_engine_job_total_world(const struct phub_engine_job *job);
+/*
+ * The local index of a wire (global) rank: false when the rank is another rack's or beyond
+ * the job.
+ */
+bool phub_engine_job_local_rank(const struct phub_engine_job *job, uint32_t global_rank,
+		uint16_t *local);
 enum phub_dtype phub_engine_job_dtype(const struct phub_engine_job *job);
 const struct phub_layout *phub_engine_job_layout(const struct phub_engine_job *job);
 /*
