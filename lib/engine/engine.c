@@ -381,6 +381,12 @@ phub_engine_job_find(const struct phub_engine *engine, const char *name)
 	return NULL;
 }
 
+uint64_t
+phub_engine_monotonic_ns(void)
+{
+	return engine_now_ns();
+}
+
 struct phub_engine_job *
 phub_engine_job_next(const struct phub_engine *engine, const struct phub_engine_job *prev)
 {

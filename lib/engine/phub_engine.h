@@ -204,6 +204,12 @@ struct phub_engine_params {
 	void *clock_arg;		/* passed to clock */
 };
 
+/*
+ * CLOCK_MONOTONIC in nanoseconds: the engine's default clock, and the one callers stamp ring
+ * requests with (phub_engine_ring_request.now_ns) when they left the clock at its default.
+ */
+uint64_t phub_engine_monotonic_ns(void);
+
 /* The job table, on CLOCK_MONOTONIC. NULL and errno ENOMEM. */
 struct phub_engine *phub_engine_create(void);
 /* The job table, with params (NULL: defaults). NULL and errno ENOMEM. */
