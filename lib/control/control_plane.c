@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "control_priv.h"
+#include "engine/phub_ring.h"
 
 #define LIVENESS_PERIOD_NS (100 * 1000000ull)
 #define MAX_JOB_KEYS_DEFAULT 65536
@@ -845,6 +846,33 @@ phub_control_poll(struct phub_control *ctl)
 
 /* ---- the object ---- */
 
+/*
+ * A declared ring job must name its racks' PBoxes among the ring peers, this one exactly once,
+ * and hold the job's ranks: the ring code indexes with them (lib/config checks the same).
+ */
+static bool
+declared_rings_valid(const struct phub_control_params *p)
+{
+	for (unsigned int i = 0; i < p->n_declared; i++) {
+		const struct phub_control_declared_job *d = &p->declared[i];
+		unsigned int self = 0, ranks = 0;
+
+		if (d->n_racks == 0)
+			continue;
+		if (d->n_racks < 2 || d->n_racks > PHUB_RING_MAX_RACKS || d->racks == NULL)
+			return false;
+		for (uint16_t r = 0; r < d->n_racks; r++) {
+			if (d->racks[r].peer >= (int)p->n_ring_peers || d->racks[r].ranks == 0)
+				return false;
+			self += d->racks[r].peer < 0;
+			ranks += d->racks[r].ranks;
+		}
+		if (self != 1 || ranks != d->workers)
+			return false;
+	}
+	return true;
+}
+
 struct phub_control *
 phub_control_create(const struct phub_control_params *params)
 {
@@ -853,7 +881,7 @@ phub_control_create(const struct phub_control_params *params)
 	if (params == NULL || params->engine == NULL || params->ops == NULL ||
 	    params->ops->now_ns == NULL || params->ops->send == NULL || params->n_servers == 0 ||
 	    params->servers == NULL || params->endpoints == NULL ||
-	    params->mtu < PHUB_WIRE_MIN_MTU) {
+	    params->mtu < PHUB_WIRE_MIN_MTU || !declared_rings_valid(params)) {
 		errno = EINVAL;
 		return NULL;
 	}

@@ -778,6 +778,46 @@ START_TEST(test_restarted_peer_ends_the_job)
 }
 END_TEST
 
+/* A declared ring that the ring code could not index is refused at creation. */
+START_TEST(test_control_refuses_a_declared_ring_it_cannot_index)
+{
+	static const unsigned int ranks[] = { 1, 1 };
+	struct phub_control_rack racks[2] = { { "rack0", 1, -1 }, { "rack1", 1, 5 } };
+	struct phub_control_declared_job d;
+	struct phub_control_params p;
+
+	ring_setup(2, ranks, 0, 1);
+	d = net.box[0].declared;
+	d.racks = racks;
+	memset(&p, 0, sizeof(p));
+	p.engine = net.box[0].engine;
+	p.ops = &ops;
+	p.servers = one_server;
+	p.endpoints = &net.box[0].ring_endpoint;
+	p.n_servers = 1;
+	p.mtu = 1500;
+	p.declared = &d;
+	p.n_declared = 1;
+	p.ring_peers = net.box[0].peers;
+	p.n_ring_peers = 1;
+	ck_assert_ptr_null(phub_control_create(&p));	/* peer 5 of 1 */
+	racks[1].peer = -1;
+	ck_assert_ptr_null(phub_control_create(&p));	/* this PBox twice */
+	racks[1].peer = 0;
+	d.workers = 3;
+	ck_assert_ptr_null(phub_control_create(&p));	/* 2 ranks for 3 workers */
+	{
+		struct phub_control *ok;
+
+		d.workers = 2;
+		ok = phub_control_create(&p);
+		ck_assert_ptr_nonnull(ok);
+		phub_control_free(ok);
+	}
+	ring_teardown();
+}
+END_TEST
+
 Suite *
 phub_control_ring_suite(void)
 {
@@ -791,6 +831,7 @@ phub_control_ring_suite(void)
 	tcase_add_test(tc, test_hello_that_does_not_fit_is_counted_and_ignored);
 	tcase_add_test(tc, test_silent_peer_ends_the_job_with_an_error_naming_it);
 	tcase_add_test(tc, test_restarted_peer_ends_the_job);
+	tcase_add_test(tc, test_control_refuses_a_declared_ring_it_cannot_index);
 	suite_add_tcase(s, tc);
 	return s;
 }
