@@ -470,7 +470,7 @@ send_ring(struct pbox_lcore *lc, struct phub_engine_job *job,
 		return;
 	port = ring_tx_port(next.peer.ipv4);
 	phub_wire_msg_init(&hdr, PHUB_WIRE_OP_RING_REDUCE);
-	hdr.job_id = phub_engine_job_id(job);
+	hdr.job_id = next.job_id;	/* the next PBox's id of the job */
 	hdr.session_token = next.token;
 	hdr.worker_rank = rp.pos;
 	hdr.chunk_id = what->chunk_id;
@@ -537,6 +537,7 @@ handle_ring(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *j
 {
 	struct phub_engine_ring_request req;
 	struct phub_engine_ring_params rp;
+	struct phub_engine_ring_link prev;
 	struct phub_engine_reply reply;
 	struct phub_wire_msg ack;
 
@@ -574,11 +575,11 @@ handle_ring(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *j
 	if (reply.actions & PHUB_ENGINE_MODEL_ALL)
 		send_ring_model(lc, job, f, &reply, pbox.servers[server].port);
 	/* Last: the ACK reuses the received mbuf, whose payload the steps above no longer need. */
+	/* A datagram the engine took is of a linked ring job: our position, prev's job id. */
+	phub_engine_job_ring(job, &rp, &prev, NULL);
 	phub_wire_msg_init(&ack, PHUB_WIRE_OP_RING_ACK);
-	ack.job_id = f->msg.job_id;
+	ack.job_id = prev.job_id;
 	ack.session_token = f->msg.session_token;
-	/* Our ring position: a datagram the engine took is of a ring job. */
-	phub_engine_job_ring(job, &rp, NULL, NULL);
 	ack.worker_rank = rp.pos;
 	ack.chunk_id = f->msg.chunk_id;
 	ack.iteration = f->msg.iteration;

@@ -16,6 +16,7 @@ struct cring_link {
 	uint16_t pos;			/* its ring position */
 	bool known;			/* its HELLO(_ACK) came */
 	uint64_t token;			/* its own: what our ring datagrams to it carry */
+	uint32_t job_id;		/* its id of the job: what our datagrams to it carry */
 	struct phub_engine_peer data;	/* its first data endpoint, MAC from its HELLO's frame */
 	uint8_t mac[6];			/* where our HELLOs go once known (broadcast before) */
 	uint64_t heard_ns;		/* its newest HELLO(_ACK); the job's creation before */

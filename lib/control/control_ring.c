@@ -152,6 +152,7 @@ hello_fill(const struct phub_control *ctl, const struct cjob *cj, uint16_t port,
 	const struct cring *r = &cj->ring;
 
 	memset(h, 0, sizeof(*h));
+	h->job_id = phub_engine_job_id(cj->job);
 	snprintf(h->name, sizeof(h->name), "%s", r->decl->name);
 	h->nonce = r->decl->nonce;
 	h->token = r->token;
@@ -230,8 +231,10 @@ ring_link_engine(struct phub_control *ctl, struct cjob *cj)
 	/* prev's datagrams to us carry our token; ours to next carry next's. */
 	prev.peer = r->prev.data;
 	prev.token = r->token;
+	prev.job_id = r->prev.job_id;
 	next.peer = r->next.data;
 	next.token = r->next.token;
+	next.job_id = r->next.job_id;
 	if (phub_engine_job_ring_peers(cj->job, &prev, &next) == 0) {
 		r->linked = true;
 		control_log(ctl, PHUB_CONTROL_LOG_INFO, "job %s: ring position %u of %u linked: "
@@ -252,6 +255,7 @@ link_take(struct phub_control *ctl, struct cjob *cj, struct cring_link *l,
 	}
 	l->known = true;
 	l->token = h->token;
+	l->job_id = h->job_id;
 	memset(&l->data, 0, sizeof(l->data));
 	l->data.ipv4 = h->endpoints[0].ipv4;
 	l->data.udp_port = h->endpoints[0].udp_port;
@@ -277,6 +281,7 @@ control_ring_input(struct phub_control *ctl, const struct phub_control_peer *fro
 
 	if (phub_wire_ring_hello_parse(msg->payload, msg->payload_len, &h) != PHUB_DROP_OK)
 		return;		/* phub_wire_parse() checked it: cannot happen */
+	h.job_id = msg->job_id;
 	job = phub_engine_job_find(ctl->p.engine, h.name);
 	if (job == NULL) {
 		d = control_declared_find(ctl, h.name);

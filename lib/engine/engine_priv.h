@@ -147,6 +147,7 @@ struct phub_engine_job {
 		_Atomic uint64_t token;
 		_Atomic uint64_t peer;		/* ipv4 << 16 | udp port */
 		_Atomic uint64_t heard_ns;	/* newest valid datagram from it */
+		_Atomic uint32_t job_id;	/* the peer's id of the job */
 		uint8_t mac[6];
 	} ring_prev, ring_next;
 };

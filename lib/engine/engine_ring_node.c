@@ -62,6 +62,7 @@ static void
 link_set(struct engine_ring_link *l, const struct phub_engine_ring_link *from)
 {
 	memcpy(l->mac, from->peer.mac, sizeof(l->mac));
+	atomic_store_explicit(&l->job_id, from->job_id, memory_order_relaxed);
 	atomic_store_explicit(&l->peer, peer_key(from->peer.ipv4, from->peer.udp_port),
 			memory_order_release);
 	atomic_store_explicit(&l->token, from->token, memory_order_release);
@@ -77,6 +78,7 @@ link_get(const struct engine_ring_link *l, struct phub_engine_ring_link *to)
 	to->peer.udp_port = (uint16_t)key;
 	memcpy(to->peer.mac, l->mac, sizeof(to->peer.mac));
 	to->token = atomic_load_explicit(&l->token, memory_order_acquire);
+	to->job_id = atomic_load_explicit(&l->job_id, memory_order_relaxed);
 }
 
 int

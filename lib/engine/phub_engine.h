@@ -504,10 +504,14 @@ void phub_engine_memory_need(const struct phub_engine_memory_params *p,
  * segment's sum runs the optimizer there and answers MODEL_ALL to this rack's workers.
  */
 
-/* One ring link's identity: the peer PBox's address and the token its datagrams carry. */
+/*
+ * One ring link's identity: the peer PBox's address, the token the link's datagrams carry, and
+ * the peer's id of the job (job ids are each PBox's own): what datagrams to the peer carry.
+ */
 struct phub_engine_ring_link {
 	struct phub_engine_peer peer;
 	uint64_t token;
+	uint32_t job_id;
 };
 
 /*

@@ -252,7 +252,8 @@ enum phub_wire_payload {
  * RING_ACK 0x42   the RING_REDUCE/RING_GATHER segment was taken in; fields as ACK, aux = step.
  * RING_HELLO 0x43 PBox -> ring neighbour's control port: a ring job's link, offered. Body:
  *                 struct phub_wire_ring_hello_body + endpoints; worker_rank = the sender's ring
- *                 position (as in the body). Sent until answered, then as a keep-alive.
+ *                 position (as in the body); job_id = the sender's id of the job, which ring
+ *                 datagrams to it carry. Sent until answered, then as a keep-alive.
  * RING_HELLO_ACK 0x44  the answer, from the receiver's control port: the same body, the
  *                 receiver's own.
  * 0x45-0x4f       reserved for PBox-to-PBox traffic (PHUB_DROP_RESERVED_OPCODE).
@@ -276,8 +277,8 @@ enum phub_wire_payload {
 	_(RING_REDUCE,	0x40, "ring_reduce",	PHUB_WIRE_USE_DATA, ELEMS) \
 	_(RING_GATHER,	0x41, "ring_gather",	PHUB_WIRE_USE_DATA, ELEMS) \
 	_(RING_ACK,	0x42, "ring_ack",	PHUB_WIRE_USE_DATA, NONE) \
-	_(RING_HELLO,	0x43, "ring_hello",	0, BODY) \
-	_(RING_HELLO_ACK, 0x44, "ring_hello_ack", 0, BODY)
+	_(RING_HELLO,	0x43, "ring_hello",	PHUB_WIRE_USE_JOB, BODY) \
+	_(RING_HELLO_ACK, 0x44, "ring_hello_ack", PHUB_WIRE_USE_JOB, BODY)
 
 enum phub_wire_opcode {
 #define PHUB_WIRE_OP_ENUM(n, v, s, use, pl) PHUB_WIRE_OP_##n = (v),
@@ -915,6 +916,7 @@ static_assert(sizeof(struct phub_wire_ring_hello_body) == 88, "RING_HELLO body i
 
 /* One RING_HELLO or RING_HELLO_ACK, parsed or to send. */
 struct phub_wire_ring_hello {
+	uint32_t job_id;		/* the header's: the sender's id of the job (not parsed) */
 	char name[PHUB_WIRE_JOB_NAME_LEN];
 	uint64_t nonce;
 	uint64_t token;
@@ -925,7 +927,8 @@ struct phub_wire_ring_hello {
 };
 
 /*
- * Write a whole RING_HELLO or RING_HELLO_ACK datagram (opcode), worker_rank = h->pos. Bytes,
+ * Write a whole RING_HELLO or RING_HELLO_ACK datagram (opcode), worker_rank = h->pos, job_id =
+ * h->job_id. Bytes,
  * -EINVAL (a field out of its bounds) or -ENOSPC.
  */
 int phub_wire_ring_hello_write(void *buf, size_t cap, uint8_t opcode,

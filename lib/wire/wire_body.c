@@ -797,6 +797,7 @@ phub_wire_ring_hello_write(void *buf, size_t cap, uint8_t opcode,
 		wire_st16(e + 6, 0);
 	}
 	phub_wire_msg_init(&msg, opcode);
+	msg.job_id = h->job_id;
 	msg.worker_rank = h->pos;
 	msg.payload = body;
 	msg.payload_len = (uint16_t)len;

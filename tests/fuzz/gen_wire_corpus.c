@@ -204,6 +204,7 @@ main(int argc, char **argv)
 		struct phub_wire_ring_hello h;
 
 		memset(&h, 0, sizeof(h));
+		h.job_id = 0x0102;
 		snprintf(h.name, sizeof(h.name), "%s", "spanning");
 		h.nonce = 0x9f3c61d2a7e4b508ull;
 		h.token = 0x5a5a0102a5a50304ull;

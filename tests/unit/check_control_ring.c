@@ -209,6 +209,17 @@ box_create(unsigned int i, const unsigned int *ranks)
 	b->ring_endpoint = (struct phub_wire_endpoint){ .ipv4 = box_ip(i), .udp_port = DATA_PORT };
 	b->engine = phub_engine_create_with(&ep);
 	ck_assert_ptr_nonnull(b->engine);
+	/* Jobs of other users first: the ring job's id differs from PBox to PBox, as it does. */
+	for (unsigned int k = 0; k < i; k++) {
+		static const struct phub_layout_key key = { .key_id = 1, .n_elems = 16 };
+		char name[16];
+		struct phub_engine_job_params other = { .name = name, .nonce = 1, .world_size = 1,
+			.dtype = PHUB_DTYPE_FP32, .optimizer = { .type = PHUB_OPT_SGD, .lr = 0.5f },
+			.keys = &key, .n_keys = 1, .chunk_bytes = 1024, .segment_elems = 16 };
+
+		snprintf(name, sizeof(name), "local%u", k);
+		ck_assert_ptr_nonnull(phub_engine_job_create(b->engine, &other));
+	}
 	memset(&p, 0, sizeof(p));
 	p.engine = b->engine;
 	p.ops = &ops;
@@ -234,10 +245,10 @@ static void
 box_free(unsigned int i)
 {
 	struct pbox *b = &net.box[i];
-	struct phub_engine_job *job = phub_engine_job_find(b->engine, "spanning");
+	struct phub_engine_job *job;
 
 	phub_control_free(b->ctl);
-	if (job != NULL) {
+	while ((job = phub_engine_job_next(b->engine, NULL)) != NULL) {
 		phub_engine_job_unpublish(b->engine, job);
 		phub_engine_job_free(job);
 	}
@@ -549,6 +560,9 @@ assert_links_agree(void)
 		ck_assert(phub_engine_job_ring(box_job(to), NULL, &theirs, NULL));
 		ck_assert(mine.token != 0);
 		ck_assert(mine.token == theirs.token);
+		/* Job ids are each PBox's own: a link carries the peer's. */
+		ck_assert_uint_eq(mine.job_id, phub_engine_job_id(box_job(to)));
+		ck_assert_uint_eq(theirs.job_id, phub_engine_job_id(box_job(i)));
 		ck_assert_uint_eq(mine.peer.ipv4, box_ip(to));
 		ck_assert_uint_eq(mine.peer.udp_port, DATA_PORT);
 		ck_assert_uint_eq(mine.peer.mac[5], to);

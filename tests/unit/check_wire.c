@@ -209,6 +209,7 @@ make_hello(uint8_t *buf, uint8_t opcode)
 	int len;
 
 	memset(&h, 0, sizeof(h));
+	h.job_id = 0x0305;
 	snprintf(h.name, sizeof(h.name), "%s", "spanning");
 	h.nonce = 0x9f3c61d2a7e4b508ull;
 	h.token = 0x1122334455667788ull;
@@ -1038,6 +1039,7 @@ START_TEST(test_ring_hello_round_trips_and_refuses_every_cut)
 	ck_assert_int_eq(phub_wire_parse(buf, len, &m), PHUB_DROP_OK);
 	ck_assert_uint_eq(m.opcode, PHUB_WIRE_OP_RING_HELLO_ACK);
 	ck_assert_uint_eq(m.worker_rank, 1);
+	ck_assert_uint_eq(m.job_id, 0x0305);
 	ck_assert_int_eq(phub_wire_ring_hello_parse(m.payload, m.payload_len, &h), PHUB_DROP_OK);
 	ck_assert_str_eq(h.name, "spanning");
 	ck_assert(h.nonce == 0x9f3c61d2a7e4b508ull);
