@@ -20,6 +20,12 @@
 #define L2_L3_L4_LEN (RTE_ETHER_HDR_LEN + sizeof(struct rte_ipv4_hdr) + sizeof(struct rte_udp_hdr))
 /* Microseconds between an lcore's scans of its ring segments for retransmissions. */
 #define PBOX_RING_POLL_US 100
+/*
+ * Segments an lcore retransmits per scan at most: after a burst is lost (a full queue), the
+ * whole burst's timers expire together; sending it all again at once fills the queue again.
+ * The segments over the budget count as sent and lost: their back-off grows, they go later.
+ */
+#define PBOX_RING_RETRANSMIT_BUDGET 64
 
 /* What the checks of a received frame found, for the handler of its opcode. */
 struct rx_frame {
@@ -835,6 +841,7 @@ drain_inbox(struct pbox_lcore *lc, unsigned int *work)
 struct ring_poll_ctx {
 	struct pbox_lcore *lc;
 	struct phub_engine_job *job;
+	unsigned int budget;		/* segments this scan may still send */
 };
 
 static bool
@@ -850,6 +857,11 @@ ring_poll_send(void *arg, const struct phub_engine_ring_send *what)
 {
 	struct ring_poll_ctx *c = arg;
 
+	if (c->budget == 0) {
+		c->lc->stats.ring_deferred++;
+		return;
+	}
+	c->budget--;
 	send_ring(c->lc, c->job, what);
 }
 
@@ -860,7 +872,7 @@ ring_poll_send(void *arg, const struct phub_engine_ring_send *what)
 static unsigned int
 ring_poll(struct pbox_lcore *lc, uint64_t tsc)
 {
-	struct ring_poll_ctx c = { .lc = lc };
+	struct ring_poll_ctx c = { .lc = lc, .budget = PBOX_RING_RETRANSMIT_BUDGET };
 	unsigned int sent = 0;
 
 	if (tsc < lc->ring_poll_tsc)

@@ -96,6 +96,7 @@ struct pbox_lcore_stats {
 	uint64_t ring_acks_out;		/* RING_ACKs sent to the previous PBox */
 	uint64_t ring_acks_in;		/* RING_ACKs received from the next PBox */
 	uint64_t ring_polls;		/* retransmission scans */
+	uint64_t ring_deferred;		/* retransmissions over a scan's budget, left for later */
 	uint64_t net_drops[PBOX_NET_DROP_MAX];
 };
 

@@ -353,6 +353,11 @@ job_for_join(struct phub_control *ctl, const struct phub_control_peer *to,
 	/* A ring job's rank of another rack: told where it belongs, whether the job exists or not. */
 	if (control_ring_rank_refused(ctl, to, msg, join))
 		return NULL;
+	/* A ring job that its workers left and that still drains is over: a JOIN starts anew. */
+	if (job != NULL && control_cjob(ctl, job)->ring.draining) {
+		phub_control_job_end(ctl, job);
+		job = NULL;
+	}
 	if (job == NULL) {
 		job = job_create(ctl, to, msg, join, keys, n_keys);
 		*created = job != NULL;
@@ -539,8 +544,11 @@ handle_leave(struct phub_control *ctl, const struct phub_control_peer *from,
 	if (v.left) {
 		control_log(ctl, PHUB_CONTROL_LOG_INFO, "job id %u: rank %u left, %d still joined",
 				msg->job_id, msg->worker_rank, v.remaining);
-		/* Before the answer: a worker that has its LEAVE_ACK finds the job gone. */
-		if (v.remaining == 0)
+		/*
+		 * Before the answer: a worker that has its LEAVE_ACK finds the job gone. A ring
+		 * job drains first: its neighbours may still need its last ring steps.
+		 */
+		if (v.remaining == 0 && !control_ring_drain(ctl, job))
 			phub_control_job_end(ctl, job);
 	}
 	phub_control_leave_ack(msg, &ack);
@@ -748,7 +756,8 @@ orphan_expired(struct phub_control *ctl, struct phub_engine_job *job, uint64_t n
 	struct cjob *cj = control_cjob(ctl, job);
 	struct phub_engine_job_info info;
 
-	if (job_has_session(job)) {
+	/* A ring job left by its workers drains, then ends (control_ring_check()). */
+	if (job_has_session(job) || cj->ring.draining) {
 		cj->orphan_seen = false;
 		return false;
 	}

@@ -30,6 +30,8 @@ struct cring {
 	uint64_t token;			/* ours: what ring datagrams to us carry */
 	struct cring_link prev, next;
 	bool linked;			/* phub_engine_job_ring_peers() done */
+	bool draining;			/* every worker left: ends once the ring is quiet */
+	uint64_t drain_since_ns;
 };
 
 /*
@@ -110,7 +112,15 @@ void control_ring_input(struct phub_control *ctl, const struct phub_control_peer
 		const struct phub_wire_msg *msg);
 /* Every poll: the HELLOs that are due. */
 void control_ring_poll(struct phub_control *ctl, uint64_t now);
-/* Liveness of a ring job's neighbours: true when it ended the job (a peer silent or new). */
+/*
+ * The last worker of a ring job left: true when the job is a ring job, which stays (draining)
+ * until its ring has been quiet a while, for the neighbours' last steps (control_ring_check()).
+ */
+bool control_ring_drain(struct phub_control *ctl, struct phub_engine_job *job);
+/*
+ * Liveness of a ring job's neighbours: true when it ended the job (a peer silent or new, or a
+ * drained job).
+ */
 bool control_ring_check(struct phub_control *ctl, struct cjob *cj, uint64_t now);
 
 #endif /* PHUB_CONTROL_PRIV_H */

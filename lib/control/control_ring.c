@@ -16,6 +16,13 @@
 
 #include "control_priv.h"
 
+/*
+ * The ring's first retransmission timeout at least: a ring datagram crosses two PBoxes' queues
+ * and the spine, and no RTT estimate is kept yet; retransmitting a burst of a model's segments
+ * every 2 ms (the workers' floor) only feeds the queues that delay it.
+ */
+#define RING_RTO_FLOOR_MS 10u
+
 /* Until a neighbour answers, it is offered a HELLO this often. */
 #define HELLO_RETRY_NS (200 * 1000000ull)
 
@@ -65,8 +72,11 @@ control_ring_job_params(const struct phub_control *ctl, const struct phub_contro
 	ring->rank_base = rack_base(d, pos);
 	/* Racks hold contiguous ranks in ring order: rank 0 is the first rack's. */
 	ring->holds_rank0 = ring->rank_base == 0;
-	ring->rto_ns = (uint64_t)ctl->p.rto_min_ms * 1000000u;
+	ring->rto_ns = (uint64_t)(ctl->p.rto_min_ms > RING_RTO_FLOOR_MS ? ctl->p.rto_min_ms :
+			RING_RTO_FLOOR_MS) * 1000000u;
 	ring->rto_max_ns = (uint64_t)ctl->p.rto_max_ms * 1000000u;
+	if (ring->rto_max_ns < ring->rto_ns)
+		ring->rto_max_ns = ring->rto_ns;
 	p->world_size = d->racks[pos].ranks;
 	p->ring = ring;
 }
@@ -370,6 +380,45 @@ control_ring_poll(struct phub_control *ctl, uint64_t now)
 	}
 }
 
+bool
+control_ring_drain(struct phub_control *ctl, struct phub_engine_job *job)
+{
+	struct cring *r = &control_cjob(ctl, job)->ring;
+
+	if (r->decl == NULL)
+		return false;
+	r->draining = true;
+	r->drain_since_ns = control_now_ns(ctl);
+	return true;
+}
+
+/*
+ * A drained ring job ends when no ring datagram or RING_ACK has come for a while (three of the
+ * longest retransmission timeouts, at least half a second): a step of ours that a neighbour
+ * still lacks would be retransmitted and acknowledged within that; at the latest after
+ * worker_dead_ms, when the neighbour would take us for dead anyway.
+ */
+static bool
+ring_drained(struct phub_control *ctl, struct cjob *cj, uint64_t now)
+{
+	uint64_t dead_ns = (uint64_t)ctl->p.worker_dead_ms * 1000000u;
+	uint64_t quiet_ns = 3 * (uint64_t)ctl->p.rto_max_ms * 1000000u;
+	uint64_t prev_ns, next_ns;
+
+	if (quiet_ns < 500000000u)
+		quiet_ns = 500000000u;
+	if (quiet_ns > dead_ns)
+		quiet_ns = dead_ns;
+	phub_engine_job_ring_silence(cj->job, now, &prev_ns, &next_ns);
+	if (now - cj->ring.drain_since_ns < dead_ns &&
+	    (now - cj->ring.drain_since_ns < quiet_ns || prev_ns < quiet_ns || next_ns < quiet_ns))
+		return false;
+	control_log(ctl, PHUB_CONTROL_LOG_INFO, "job %s: every worker left and the ring is quiet",
+			cj->ring.decl->name);
+	phub_control_job_end(ctl, cj->job);
+	return true;
+}
+
 /* How long a neighbour has said nothing: no HELLO(_ACK), and no ring datagram (data_ns). */
 static uint64_t
 link_silence(const struct cring_link *l, uint64_t now, uint64_t data_ns)
@@ -390,6 +439,8 @@ control_ring_check(struct phub_control *ctl, struct cjob *cj, uint64_t now)
 
 	if (r->decl == NULL)
 		return false;
+	if (r->draining)
+		return ring_drained(ctl, cj, now);
 	phub_engine_job_ring_silence(cj->job, now, &prev_ns, &next_ns);
 	/* In a ring of two, prev and next are one PBox: any word from it counts for both. */
 	if (r->prev.pos == r->next.pos) {

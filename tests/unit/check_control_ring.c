@@ -57,6 +57,7 @@ struct pbox {
 struct dgram {
 	bool ring;
 	unsigned int to;
+	uint32_t job_id;		/* ring: the receiver's id of the job, as the header has it */
 	struct phub_control_peer from;
 	size_t len;
 	uint8_t bytes[PHUB_WIRE_MAX_DATAGRAM];
@@ -323,6 +324,23 @@ box_job(unsigned int i)
 	return phub_engine_job_find(net.box[i].engine, "spanning");
 }
 
+/* Worker rank LEAVEs the PBox of rack box, its session ends. */
+static void
+worker_leave(unsigned int box, unsigned int rank)
+{
+	struct phub_control_peer from = { .ipv4 = worker_ip(rank), .udp_port = 40000 };
+	struct phub_wire_msg m;
+	uint8_t buf[PHUB_WIRE_HDR_LEN];
+
+	phub_wire_msg_init(&m, PHUB_WIRE_OP_LEAVE);
+	m.job_id = phub_engine_job_id(box_job(box));
+	m.session_token = net.worker[rank].token;
+	m.worker_rank = (uint16_t)rank;
+	ck_assert_int_eq(phub_wire_encode(buf, sizeof(buf), &m), PHUB_WIRE_HDR_LEN);
+	phub_control_input(net.box[box].ctl, &from, buf, sizeof(buf));
+	net.worker[rank].joined = false;
+}
+
 /* Every joined worker's keep-alive, as libphub sends while it computes. */
 static void
 ping_all(void)
@@ -371,6 +389,7 @@ ring_send(unsigned int i, const struct phub_engine_ring_send *what)
 		memset(&d->req, 0, sizeof(d->req));
 		d->ring = true;
 		d->to = to;
+		d->job_id = next.job_id;
 		d->req.session_token = next.token;
 		d->req.chunk_id = what->chunk_id;
 		d->req.iteration = what->iteration;
@@ -462,7 +481,8 @@ deliver_ring(struct dgram *d)
 	unsigned int back = (d->to + net.racks - 1) % net.racks;
 	struct dgram *ack;
 
-	if (job == NULL)
+	/* The appliance looks the job up by the header's id: another job's is unknown_job. */
+	if (job == NULL || phub_engine_job_id(job) != d->job_id)
 		return;
 	d->req.payload = d->payload;
 	d->req.now_ns = net.now;
@@ -483,6 +503,7 @@ deliver_ring(struct dgram *d)
 		ack = post();
 		*ack = *d;
 		ack->to = back;
+		ack->job_id = prev.job_id;
 		ack->req.opcode = PHUB_WIRE_OP_RING_ACK;
 		ack->req.session_token = prev.token;
 		ack->req.rank = (uint16_t)d->to;
@@ -832,6 +853,36 @@ START_TEST(test_control_refuses_a_declared_ring_it_cannot_index)
 }
 END_TEST
 
+/*
+ * A rack whose workers all left keeps its ring job until the ring is quiet (its neighbour may
+ * still need its last steps), then ends it without an ERROR; a JOIN meanwhile starts anew.
+ */
+START_TEST(test_ring_job_left_by_its_workers_drains_then_ends)
+{
+	static const unsigned int ranks[] = { 1, 1 };
+	uint32_t old_id;
+	uint64_t left_at;
+
+	link_and_run(2, ranks, 0, 7);
+	old_id = phub_engine_job_id(box_job(0));
+	worker_leave(0, 0);
+	ck_assert_ptr_nonnull(box_job(0));	/* draining */
+	/* A JOIN while it drains: a new job, not the old one's last iteration. */
+	worker_join(0, 0);
+	ck_assert(net.worker[0].joined);
+	ck_assert_uint_ne(phub_engine_job_id(box_job(0)), old_id);
+	worker_leave(0, 0);
+	left_at = net.now;
+	while (box_job(0) != NULL) {
+		ck_assert_uint_lt(net.now - left_at, (uint64_t)DEAD_MS * 1000000u);
+		tick();
+	}
+	ck_assert_uint_ge(net.now - left_at, 500000000u);	/* quiet for half a second */
+	ck_assert_uint_eq(net.worker[0].error, 0);
+	ring_teardown();
+}
+END_TEST
+
 Suite *
 phub_control_ring_suite(void)
 {
@@ -846,6 +897,7 @@ phub_control_ring_suite(void)
 	tcase_add_test(tc, test_silent_peer_ends_the_job_with_an_error_naming_it);
 	tcase_add_test(tc, test_restarted_peer_ends_the_job);
 	tcase_add_test(tc, test_control_refuses_a_declared_ring_it_cannot_index);
+	tcase_add_test(tc, test_ring_job_left_by_its_workers_drains_then_ends);
 	suite_add_tcase(s, tc);
 	return s;
 }
