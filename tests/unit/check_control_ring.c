@@ -324,20 +324,26 @@ box_job(unsigned int i)
 	return phub_engine_job_find(net.box[i].engine, "spanning");
 }
 
-/* Worker rank LEAVEs the PBox of rack box, its session ends. */
+/* A header-only datagram of worker rank's session (LEAVE, PING) to the PBox of rack box. */
 static void
-worker_leave(unsigned int box, unsigned int rank)
+worker_session_msg(unsigned int box, unsigned int rank, uint8_t opcode)
 {
 	struct phub_control_peer from = { .ipv4 = worker_ip(rank), .udp_port = 40000 };
 	struct phub_wire_msg m;
 	uint8_t buf[PHUB_WIRE_HDR_LEN];
 
-	phub_wire_msg_init(&m, PHUB_WIRE_OP_LEAVE);
+	phub_wire_msg_init(&m, opcode);
 	m.job_id = phub_engine_job_id(box_job(box));
 	m.session_token = net.worker[rank].token;
 	m.worker_rank = (uint16_t)rank;
 	ck_assert_int_eq(phub_wire_encode(buf, sizeof(buf), &m), PHUB_WIRE_HDR_LEN);
 	phub_control_input(net.box[box].ctl, &from, buf, sizeof(buf));
+}
+
+static void
+worker_leave(unsigned int box, unsigned int rank)
+{
+	worker_session_msg(box, rank, PHUB_WIRE_OP_LEAVE);
 	net.worker[rank].joined = false;
 }
 
@@ -346,22 +352,9 @@ static void
 ping_all(void)
 {
 	for (unsigned int i = 0; i < net.racks; i++)
-		for (unsigned int k = 0; k < net.box[i].ranks && box_job(i) != NULL; k++) {
-			unsigned int rank = net.box[i].first_rank + k;
-			struct phub_control_peer from = { .ipv4 = worker_ip(rank),
-				.udp_port = 40000 };
-			struct phub_wire_msg m;
-			uint8_t buf[PHUB_WIRE_HDR_LEN];
-
-			if (!net.worker[rank].joined)
-				continue;
-			phub_wire_msg_init(&m, PHUB_WIRE_OP_PING);
-			m.job_id = phub_engine_job_id(box_job(i));
-			m.session_token = net.worker[rank].token;
-			m.worker_rank = (uint16_t)rank;
-			ck_assert_int_eq(phub_wire_encode(buf, sizeof(buf), &m), PHUB_WIRE_HDR_LEN);
-			phub_control_input(net.box[i].ctl, &from, buf, sizeof(buf));
-		}
+		for (unsigned int k = 0; k < net.box[i].ranks && box_job(i) != NULL; k++)
+			if (net.worker[net.box[i].first_rank + k].joined)
+				worker_session_msg(i, net.box[i].first_rank + k, PHUB_WIRE_OP_PING);
 }
 
 /* Ring datagrams of a RING_SEND from PBox i to its next, as the appliance builds them. */
