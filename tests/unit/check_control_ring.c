@@ -8,9 +8,11 @@
  */
 
 #include <check.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "control/phub_control.h"
 #include "engine/phub_ring.h"
@@ -876,6 +878,44 @@ START_TEST(test_ring_job_left_by_its_workers_drains_then_ends)
 }
 END_TEST
 
+/* A ring job's checkpoint is not restored (a ring does not resume): its files go. */
+START_TEST(test_ring_job_is_not_restored_from_its_checkpoint)
+{
+	static const unsigned int ranks[] = { 1, 1 };
+	char dirpath[] = "/tmp/phub-control-ring-test.XXXXXX";
+	struct phub_engine_ckpt_restore_params rp = { .servers = one_server, .n_servers = 1 };
+	struct phub_control_ckpt_dir dir;
+	struct phub_control_ckpt_write w;
+	DIR *d;
+	struct dirent *e;
+	unsigned int files = 0;
+
+	link_and_run(2, ranks, 0, 9);
+	ck_assert_ptr_nonnull(mkdtemp(dirpath));
+	ck_assert_int_eq(phub_control_ckpt_open(&dir, dirpath), 0);
+	memset(&w, 0, sizeof(w));
+	w.job = box_job(0);
+	w.src = PHUB_ENGINE_CKPT_LIVE;
+	w.iteration = 0;
+	phub_control_ckpt_write(&dir, &w);
+	ck_assert_msg(w.rc == 0, "%s", w.err);
+	/* rack0 starts again on the directory. */
+	box_free(0);
+	box_create(0, ranks);
+	ck_assert_uint_eq(phub_control_ckpt_restore(&dir, net.box[0].ctl, &rp, NULL, NULL), 0);
+	ck_assert_ptr_null(box_job(0));
+	d = opendir(dirpath);
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL)
+		files += e->d_name[0] != '.';
+	closedir(d);
+	ck_assert_uint_eq(files, 0);
+	phub_control_ckpt_close(&dir);
+	ck_assert_int_eq(rmdir(dirpath), 0);
+	ring_teardown();
+}
+END_TEST
+
 Suite *
 phub_control_ring_suite(void)
 {
@@ -891,6 +931,7 @@ phub_control_ring_suite(void)
 	tcase_add_test(tc, test_restarted_peer_ends_the_job);
 	tcase_add_test(tc, test_control_refuses_a_declared_ring_it_cannot_index);
 	tcase_add_test(tc, test_ring_job_left_by_its_workers_drains_then_ends);
+	tcase_add_test(tc, test_ring_job_is_not_restored_from_its_checkpoint);
 	suite_add_tcase(s, tc);
 	return s;
 }
