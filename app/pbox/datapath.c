@@ -25,11 +25,12 @@
  */
 #define PBOX_RING_POLL_US 1000
 /*
- * Segments an lcore retransmits per scan at most: after a burst is lost (a full queue), the
- * whole burst's timers expire together; sending it all again at once fills the queue again.
- * The segments over the budget count as sent and lost: their back-off grows, they go later.
+ * Segments of a job an lcore retransmits per scan at most (32 000/s): when a burst is lost,
+ * its timers expire together, and sending it all again at once, each time its back-off
+ * expires, is a storm that keeps the queues full (measured: 8 M ring datagrams sent in 45 s
+ * for 83 000 taken, ResNet-18 on two cores). The scan resumes where the last one stopped.
  */
-#define PBOX_RING_RETRANSMIT_BUDGET 64
+#define PBOX_RING_RETRANSMIT_BUDGET 32
 
 /* What the checks of a received frame found, for the handler of its opcode. */
 struct rx_frame {
@@ -845,7 +846,6 @@ drain_inbox(struct pbox_lcore *lc, unsigned int *work)
 struct ring_poll_ctx {
 	struct pbox_lcore *lc;
 	struct phub_engine_job *job;
-	unsigned int budget;		/* segments this scan may still send */
 };
 
 static bool
@@ -861,11 +861,6 @@ ring_poll_send(void *arg, const struct phub_engine_ring_send *what)
 {
 	struct ring_poll_ctx *c = arg;
 
-	if (c->budget == 0) {
-		c->lc->stats.ring_deferred++;
-		return;
-	}
-	c->budget--;
 	send_ring(c->lc, c->job, what);
 }
 
@@ -876,7 +871,7 @@ ring_poll_send(void *arg, const struct phub_engine_ring_send *what)
 static unsigned int
 ring_poll(struct pbox_lcore *lc, uint64_t tsc)
 {
-	struct ring_poll_ctx c = { .lc = lc, .budget = PBOX_RING_RETRANSMIT_BUDGET };
+	struct ring_poll_ctx c = { .lc = lc };
 	unsigned int sent = 0;
 
 	if (tsc < lc->ring_poll_tsc)
@@ -885,8 +880,10 @@ ring_poll(struct pbox_lcore *lc, uint64_t tsc)
 	lc->stats.ring_polls++;
 	for (c.job = phub_engine_job_next(pbox.engine, NULL); c.job != NULL;
 	     c.job = phub_engine_job_next(pbox.engine, c.job))
-		sent += phub_engine_ring_poll(c.job, lc->now_ns, ring_poll_owns, ring_poll_send,
-				&c, &lc->engine_stats);
+		sent += phub_engine_ring_poll_some(c.job, lc->now_ns, ring_poll_owns,
+				ring_poll_send, &c, &lc->engine_stats,
+				&lc->ring_cursor[phub_engine_job_slot(c.job)],
+				PBOX_RING_RETRANSMIT_BUDGET);
 	return sent;
 }
 

@@ -96,7 +96,6 @@ struct pbox_lcore_stats {
 	uint64_t ring_acks_out;		/* RING_ACKs sent to the previous PBox */
 	uint64_t ring_acks_in;		/* RING_ACKs received from the next PBox */
 	uint64_t ring_polls;		/* retransmission scans */
-	uint64_t ring_deferred;		/* retransmissions over a scan's budget, left for later */
 	uint64_t net_drops[PBOX_NET_DROP_MAX];
 };
 
@@ -115,6 +114,7 @@ struct pbox_lcore {
 	struct phub_engine_stats engine_stats;
 	uint64_t now_ns;		/* CLOCK_MONOTONIC, read once per loop turn: the ring's clock */
 	uint64_t ring_poll_tsc;		/* next retransmission scan */
+	uint32_t ring_cursor[PHUB_ENGINE_MAX_JOBS];	/* per job slot: where the next scan starts */
 	bool memif_gated;		/* has a queue on a net_memif port: see memif_gate.c */
 	atomic_bool in_memif_section;	/* written by this lcore, read by the interrupt thread */
 } __rte_cache_aligned;

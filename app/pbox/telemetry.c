@@ -53,7 +53,6 @@ totals_get(struct totals *t)
 		t->net.ring_acks_out += LOAD(lc->stats.ring_acks_out);
 		t->net.ring_acks_in += LOAD(lc->stats.ring_acks_in);
 		t->net.ring_polls += LOAD(lc->stats.ring_polls);
-		t->net.ring_deferred += LOAD(lc->stats.ring_deferred);
 		t->engine.ring_taken += LOAD(lc->engine_stats.ring_taken);
 		t->engine.ring_taken_bytes += LOAD(lc->engine_stats.ring_taken_bytes);
 		t->engine.ring_acks += LOAD(lc->engine_stats.ring_acks);
@@ -501,7 +500,6 @@ cmd_ring_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 	rte_tel_data_add_dict_u64(d, "steps_acknowledged", t.engine.ring_acks);
 	rte_tel_data_add_dict_u64(d, "dropped_ring_step", t.engine.drops[PHUB_DROP_RING_STEP]);
 	rte_tel_data_add_dict_u64(d, "retransmission_scans", t.net.ring_polls);
-	rte_tel_data_add_dict_u64(d, "retransmissions_deferred", t.net.ring_deferred);
 	rte_tel_data_add_dict_u64(d, "hellos_sent", LOAD(pbox.ring_hellos_sent));
 	rte_tel_data_add_dict_u64(d, "hellos_taken", LOAD(pbox.ring_hellos_taken));
 	rte_tel_data_add_dict_u64(d, "hellos_early", LOAD(pbox.ring_hellos_early));

@@ -566,6 +566,17 @@ unsigned int phub_engine_ring_poll(struct phub_engine_job *job, uint64_t now_ns,
 		void (*send)(void *arg, const struct phub_engine_ring_send *what), void *arg,
 		struct phub_engine_stats *stats);
 
+/*
+ * phub_engine_ring_poll() with a budget: at most budget segments send, starting at the segment
+ * *cursor names and going round; *cursor is left where the scan stopped, so that the next one
+ * starts there. A segment past the budget is not looked at (its timer stays due), so none
+ * starves behind others that keep being due. Returns how many segments sent.
+ */
+unsigned int phub_engine_ring_poll_some(struct phub_engine_job *job, uint64_t now_ns,
+		bool (*owns)(void *arg, uint32_t server),
+		void (*send)(void *arg, const struct phub_engine_ring_send *what), void *arg,
+		struct phub_engine_stats *stats, uint32_t *cursor, unsigned int budget);
+
 /* Nanoseconds since a valid ring datagram from prev and a RING_ACK from next (control). */
 void phub_engine_job_ring_silence(const struct phub_engine_job *job, uint64_t now_ns,
 		uint64_t *prev_ns, uint64_t *next_ns);

@@ -25,6 +25,7 @@
 #define CONTROL_PORT 47000
 #define DATA_PORT 47001
 #define QUEUE_MAX 8192
+#define RETRANSMIT_BUDGET 2	/* segments a PBox retransmits per tick, as the appliance's */
 
 static const struct phub_wire_key wkeys[] = {
 	{ .key_id = 1, .elem_count = 5 },	/* fewer elements than racks in a part */
@@ -51,6 +52,7 @@ struct pbox {
 	struct phub_control_declared_job declared;
 	struct phub_wire_endpoint ring_endpoint;
 	struct phub_engine_stats stats;
+	uint32_t ring_cursor;		/* where its next retransmission scan starts */
 	bool cut;			/* its uplink is down: nothing in or out */
 	unsigned int first_rank, ranks;
 };
@@ -530,7 +532,10 @@ tick(void)
 		job = box_job(i);
 		if (job != NULL) {
 			net.polling = i;
-			phub_engine_ring_poll(job, net.now, NULL, poll_send, NULL, &net.box[i].stats);
+			/* A budget, as the appliance's: under loss every segment still gets its turn. */
+			ck_assert_uint_le(phub_engine_ring_poll_some(job, net.now, NULL, poll_send,
+					NULL, &net.box[i].stats, &net.box[i].ring_cursor,
+					RETRANSMIT_BUDGET), RETRANSMIT_BUDGET);
 		}
 	}
 	/* Datagrams sent while delivering wait for the next tick. */

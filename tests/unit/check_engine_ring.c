@@ -648,6 +648,53 @@ START_TEST(test_ring_job_maps_global_ranks_to_its_rack)
 }
 END_TEST
 
+static unsigned int budget_sends;
+static uint64_t budget_seen[64];	/* bit per (chunk, segment offset / SEG_ELEMS) */
+
+static void
+budget_send(void *arg, const struct phub_engine_ring_send *what)
+{
+	unsigned int bit = what->chunk_id * 4 + what->elem_offset / SEG_ELEMS;
+
+	(void)arg;
+	ck_assert_uint_lt(bit, 64 * 64);
+	budget_seen[bit / 64] |= UINT64_C(1) << (bit % 64);
+	budget_sends++;
+}
+
+/*
+ * Retransmission with a budget: one segment per scan, every due segment in turn (the scan
+ * resumes where it stopped), none starved behind the first ones.
+ */
+START_TEST(test_ring_poll_with_a_budget_serves_every_segment_in_turn)
+{
+	struct sim *s = sim_new(2, PHUB_DTYPE_FP32, PHUB_OPT_SGD, false, 11);
+	struct phub_engine_job_info info;
+	uint32_t cursor = 0;
+	unsigned int distinct = 0;
+
+	s->total = 2;
+	rack_create(s, 0, 1, 0);
+	rack_create(s, 1, 1, 1);
+	rings_connect(s);
+	s->loss_pct = 100;		/* every first send lost: all segments wait for their RTO */
+	rack_push_all(s, 0, 0);
+	phub_engine_job_get_info(s->rack[0].job, &info);
+	memset(budget_seen, 0, sizeof(budget_seen));
+	budget_sends = 0;
+	/* A second apart: every segment served before is due again at each scan. */
+	for (uint32_t k = 0; k < info.n_segments; k++)
+		ck_assert_uint_eq(phub_engine_ring_poll_some(s->rack[0].job, sim_now(s) +
+				(1000 + 1000 * (uint64_t)k) * NS_PER_MS, NULL, budget_send, NULL,
+				&s->rack[0].stats, &cursor, 1), 1);
+	for (unsigned int w = 0; w < 64; w++)
+		distinct += (unsigned int)__builtin_popcountll(budget_seen[w]);
+	ck_assert_uint_eq(budget_sends, info.n_segments);
+	ck_assert_uint_eq(distinct, info.n_segments);
+	sim_free(s);
+}
+END_TEST
+
 /* A job without a ring takes no ring datagram. */
 START_TEST(test_one_rack_job_refuses_ring_datagrams)
 {
@@ -678,6 +725,7 @@ phub_engine_ring_suite(void)
 	tcase_add_test(tc, test_hostile_ring_traffic_is_counted_by_reason);
 	tcase_add_test(tc, test_one_rack_job_refuses_ring_datagrams);
 	tcase_add_test(tc, test_ring_job_maps_global_ranks_to_its_rack);
+	tcase_add_test(tc, test_ring_poll_with_a_budget_serves_every_segment_in_turn);
 	suite_add_tcase(s, tc);
 	return s;
 }
