@@ -112,9 +112,10 @@ struct pbox_lcore {
 	struct rte_mempool *indirect_pool;
 	struct pbox_lcore_stats stats;
 	struct phub_engine_stats engine_stats;
-	uint64_t now_ns;		/* CLOCK_MONOTONIC, read once per loop turn: the ring's clock */
+	uint64_t now_ns;		/* CLOCK_MONOTONIC, once per loop turn: the ring's clock */
 	uint64_t ring_poll_tsc;		/* next retransmission scan */
-	uint32_t ring_cursor[PHUB_ENGINE_MAX_JOBS];	/* per job slot: where the next scan starts */
+	/* Per job slot: where the next retransmission scan starts. */
+	uint32_t ring_cursor[PHUB_ENGINE_MAX_JOBS];
 	bool memif_gated;		/* has a queue on a net_memif port: see memif_gate.c */
 	atomic_bool in_memif_section;	/* written by this lcore, read by the interrupt thread */
 } __rte_cache_aligned;

@@ -543,6 +543,6 @@ pbox_telemetry_init(struct pbox *pb)
 	rte_telemetry_register_cmd("/phub/chunkmap", cmd_chunkmap,
 			"Bytes per server, lcore, port and NUMA node of a job. Parameter: job id or name");
 	rte_telemetry_register_cmd("/phub/ring", cmd_ring,
-			"Ring jobs: position, neighbours, ring traffic each way, HELLOs. No parameters");
+			"Ring jobs: position, neighbours, traffic each way, HELLOs. No parameters");
 	return 0;
 }

@@ -442,9 +442,9 @@ phub_control_ckpt_restore(const struct phub_control_ckpt_dir *dir, struct phub_c
 		 */
 		d = control_declared_find(ctl, found[i].name);
 		if (d != NULL && d->n_racks >= 2) {
-			control_log(ctl, PHUB_CONTROL_LOG_NOTICE, "job %s spans racks: not restored "
-					"from its checkpoints (%u file(s) removed); its workers start "
-					"it anew", found[i].name,
+			control_log(ctl, PHUB_CONTROL_LOG_NOTICE, "job %s spans racks: not "
+					"restored from its checkpoints (%u file(s) removed); its "
+					"workers start it anew", found[i].name,
 					phub_control_ckpt_remove_all(dir, found[i].name));
 			for (unsigned int j = 0; j < n; j++)
 				if (strcmp(found[j].name, found[i].name) == 0)

@@ -218,12 +218,14 @@ job_create_error(struct phub_control *ctl, const struct phub_control_peer *to,
 
 		ctl->p.ops->explain_no_memory(ctl->p.ctx, p, keys, n_keys, err, to->port, why,
 				sizeof(why));
-		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_NO_MEMORY, "job %s %s", join->name, why);
+		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_NO_MEMORY,
+				"job %s %s", join->name, why);
 		return;
 	}
 	/* The appliance's config keys by name, so that an operator knows what to raise. */
 	if (err == E2BIG)
-		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_NO_MEMORY, "job %s needs more memory than "
+		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_NO_MEMORY,
+				"job %s needs more memory than "
 				"this PBox allows: per job %" PRIu64 " MB (limits.job_memory_mb), %"
 				PRIu64 " MB left of %" PRIu64 " MB (limits.total_memory_mb)",
 				join->name, ctl->p.job_memory_bytes >> 20, left >> 20,
@@ -268,7 +270,8 @@ job_create(struct phub_control *ctl, const struct phub_control_peer *to,
 	/* A job declared in the config fixes the nonce, size, dtype and optimizer. */
 	if (declared != NULL) {
 		if (declared->nonce != join->nonce) {
-			control_send_error(ctl, to, msg, PHUB_WIRE_ERR_BAD_NONCE, "job %s: wrong nonce",
+			control_send_error(ctl, to, msg, PHUB_WIRE_ERR_BAD_NONCE,
+					"job %s: wrong nonce",
 					join->name);
 			return NULL;
 		}
@@ -292,7 +295,8 @@ job_create(struct phub_control *ctl, const struct phub_control_peer *to,
 		return NULL;
 	}
 	if (ctl->p.max_workers_per_job != 0 && p.world_size > ctl->p.max_workers_per_job) {
-		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_JOB_LIMIT, "job %s: %u workers, this PBox "
+		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_JOB_LIMIT,
+				"job %s: %u workers, this PBox "
 				"allows %u (limits.max_workers_per_job)", join->name,
 				p.world_size, ctl->p.max_workers_per_job);
 		return NULL;
@@ -350,7 +354,7 @@ job_for_join(struct phub_control *ctl, const struct phub_control_peer *to,
 	const char *what;
 
 	*created = false;
-	/* A ring job's rank of another rack: told where it belongs, whether the job exists or not. */
+	/* A ring job's rank of another rack is told where it belongs, job or no job. */
 	if (control_ring_rank_refused(ctl, to, msg, join))
 		return NULL;
 	/* A ring job that its workers left and that still drains is over: a JOIN starts anew. */
@@ -460,7 +464,8 @@ join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
 		old.ipv4 == peer.ipv4 && old.udp_port == peer.udp_port;
 	rc = phub_engine_job_join(job, rank, join->nonce, &peer, &token);
 	if (rc != 0) {
-		control_send_error(ctl, to, msg, (uint16_t)-rc, "job %s: rank %u refused: %s", join->name,
+		control_send_error(ctl, to, msg, (uint16_t)-rc,
+				"job %s: rank %u refused: %s", join->name,
 				join->rank, -rc == PHUB_WIRE_ERR_BAD_NONCE ? "wrong nonce" :
 				phub_wire_error_name((uint16_t)-rc));
 		if (created)
@@ -509,11 +514,13 @@ handle_join(struct phub_control *ctl, const struct phub_control_peer *from,
 	case PHUB_CONTROL_JOIN_NO_MEMORY:	/* the worker sends it again */
 		return;
 	case PHUB_CONTROL_JOIN_TOO_MANY_KEYS:
-		control_send_error(ctl, from, msg, PHUB_WIRE_ERR_BAD_REQUEST, "a layout of more keys than "
+		control_send_error(ctl, from, msg, PHUB_WIRE_ERR_BAD_REQUEST,
+				"a layout of more keys than "
 				"this PBox takes: at most %u keys a job", ctl->p.max_job_keys);
 		return;
 	case PHUB_CONTROL_JOIN_CONTRADICTS:
-		control_send_error(ctl, from, msg, PHUB_WIRE_ERR_BAD_REQUEST, "JOIN datagrams of rank %u "
+		control_send_error(ctl, from, msg, PHUB_WIRE_ERR_BAD_REQUEST,
+				"JOIN datagrams of rank %u "
 				"contradict each other; start again", msg->worker_rank);
 		return;
 	case PHUB_CONTROL_JOIN_COMPLETE:
@@ -573,12 +580,14 @@ handle_ping(struct phub_control *ctl, const struct phub_control_peer *from,
 	ctl->stats.pings++;
 	code = phub_control_ping(job, &src, msg);
 	if (code == PHUB_WIRE_ERR_BAD_SESSION) {
-		control_send_error(ctl, from, msg, code, "rank %u of job id %u has another session now",
+		control_send_error(ctl, from, msg, code,
+				"rank %u of job id %u has another session now",
 				msg->worker_rank, msg->job_id);
 		return;
 	}
 	if (code != 0) {
-		control_send_error(ctl, from, msg, code, "no session of rank %u in job id %u here (the "
+		control_send_error(ctl, from, msg, code,
+				"no session of rank %u in job id %u here (the "
 				"PBox restarted, or the job ended): JOIN again", msg->worker_rank,
 				msg->job_id);
 		return;
@@ -635,7 +644,8 @@ join_timed_out(void *arg, const struct phub_control_addr *src, const struct phub
 		const struct join_source *s = &ctl->sources[i];
 
 		if (s->used && s->peer.ipv4 == src->ipv4 && s->peer.udp_port == src->udp_port) {
-			control_send_error(ctl, &s->peer, about, PHUB_WIRE_ERR_JOIN_TIMEOUT, "JOIN of rank "
+			control_send_error(ctl, &s->peer, about, PHUB_WIRE_ERR_JOIN_TIMEOUT,
+					"JOIN of rank "
 					"%u: datagrams missing for more than %u ms; send it whole "
 					"again", about->worker_rank, ctl->p.join_ms);
 			return;

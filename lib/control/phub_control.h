@@ -231,7 +231,7 @@ struct phub_control_ops {
 /* One rack of a job that spans racks, in ring order (the config's jobs[].racks[]). */
 struct phub_control_rack {
 	const char *name;		/* its PBox's name, for messages */
-	uint16_t ranks;			/* the job's ranks in it: the next ones after the racks before */
+	uint16_t ranks;			/* the job's ranks in it, after the racks before */
 	int16_t peer;			/* index in params.ring_peers; -1: this PBox */
 };
 
@@ -288,8 +288,8 @@ struct phub_control_params {
 	const struct phub_control_ring_peer *ring_peers;
 	unsigned int n_ring_peers;
 	/*
-	 * Where this PBox takes ring datagrams, by our port (index = struct phub_control_peer.port):
-	 * the endpoint a RING_HELLO sent through that port names. The ring datagrams of every data
+	 * Where this PBox takes ring datagrams, by our port (index = phub_control_peer.port): the
+	 * endpoint a RING_HELLO sent through that port names. The ring datagrams of every data
 	 * thread leave from it, so that the peer knows them by one address.
 	 */
 	const struct phub_wire_endpoint *ring_endpoints;
@@ -310,7 +310,7 @@ struct phub_control_stats {
 	uint64_t jobs_ended;
 	uint64_t ring_hellos_sent;	/* RING_HELLO and RING_HELLO_ACK */
 	uint64_t ring_hellos_taken;	/* RING_HELLO(_ACK) of a ring job's neighbour, recorded */
-	uint64_t ring_hellos_early;	/* for a declared ring job not created here yet: unanswered */
+	uint64_t ring_hellos_early;	/* for a declared ring job not made here yet: unanswered */
 	uint64_t ring_hellos_refused;	/* another ring, nonce, position or address: logged */
 	uint64_t ring_jobs_failed;	/* ended because a ring peer fell silent or restarted */
 	uint64_t drops[PHUB_DROP_REASON_MAX];

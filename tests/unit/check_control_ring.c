@@ -61,7 +61,7 @@ struct pbox {
 struct dgram {
 	bool ring;
 	unsigned int to;
-	uint32_t job_id;		/* ring: the receiver's id of the job, as the header has it */
+	uint32_t job_id;		/* ring: the receiver's id of the job (the header's) */
 	struct phub_control_peer from;
 	size_t len;
 	uint8_t bytes[PHUB_WIRE_MAX_DATAGRAM];
@@ -202,8 +202,9 @@ box_create(unsigned int i, const unsigned int *ranks)
 			b->ranks = ranks[r];
 		} else {
 			b->racks[r].peer = (int16_t)n_peers;
-			b->peers[n_peers++] = (struct phub_control_ring_peer){ .name = rack_names[r],
-				.ipv4 = box_ip(r), .udp_port = CONTROL_PORT, .port = 0 };
+			b->peers[n_peers++] = (struct phub_control_ring_peer){
+				.name = rack_names[r], .ipv4 = box_ip(r), .udp_port = CONTROL_PORT,
+				.port = 0 };
 		}
 		first += ranks[r];
 	}
@@ -461,8 +462,9 @@ push_initial_round(void)
 					req.payload = w;
 					req.payload_len = n * sizeof(float);
 					phub_engine_push(job, &req, &reply, &net.box[i].stats);
-					ck_assert_msg(reply.actions & PHUB_ENGINE_ACK, "rank %u: %s",
-							rank, phub_drop_reason_name(reply.reason));
+					ck_assert_msg(reply.actions & PHUB_ENGINE_ACK,
+							"rank %u: %s", rank,
+							phub_drop_reason_name(reply.reason));
 					box_reply(i, &reply);
 				}
 		}
@@ -532,7 +534,7 @@ tick(void)
 		job = box_job(i);
 		if (job != NULL) {
 			net.polling = i;
-			/* A budget, as the appliance's: under loss every segment still gets its turn. */
+			/* A budget, as the appliance's: under loss each segment gets its turn. */
 			ck_assert_uint_le(phub_engine_ring_poll_some(job, net.now, NULL, poll_send,
 					NULL, &net.box[i].stats, &net.box[i].ring_cursor,
 					RETRANSMIT_BUDGET), RETRANSMIT_BUDGET);
@@ -612,7 +614,7 @@ link_and_run(unsigned int racks, const unsigned int *ranks, unsigned int loss_pc
 	ring_setup(racks, ranks, loss_pct, seed);
 	join_all();
 	while (!all_linked()) {
-		ck_assert_uint_lt(++guard, 100);	/* 1 s of ticks: well within worker_dead_ms */
+		ck_assert_uint_lt(++guard, 100);	/* 1 s: well within worker_dead_ms */
 		tick();
 	}
 	assert_links_agree();
@@ -634,8 +636,8 @@ link_and_run(unsigned int racks, const unsigned int *ranks, unsigned int loss_pc
 		ck_assert_uint_eq(net.worker[r].error, 0);
 	/* Rank 0's weights are every rack's model: the ring carried them exactly. */
 	for (unsigned int i = 1; i < racks; i++)
-		ck_assert_mem_eq(phub_engine_job_model(box_job(i)), phub_engine_job_model(box_job(0)),
-				(5 + 700) * sizeof(float));
+		ck_assert_mem_eq(phub_engine_job_model(box_job(i)),
+				phub_engine_job_model(box_job(0)), (5 + 700) * sizeof(float));
 	ck_assert(phub_engine_job_model(box_job(0))[5] == 0.5f);
 }
 
