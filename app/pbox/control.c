@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <rte_cycles.h>
@@ -24,14 +25,19 @@ static struct phub_control *ctl;
 /* The data endpoint of each layout server, for JOIN_ACK. */
 static struct phub_wire_endpoint endpoints[PHUB_CONFIG_MAX_QUEUES];
 static struct phub_control_declared_job declared[PHUB_CONFIG_MAX_JOBS];
+/* The ring of PBoxes: the config's peers, each ring job's racks, our ring address per port. */
+static struct phub_control_ring_peer ring_peers[PHUB_CONFIG_MAX_PEERS];
+static struct phub_control_rack (*ring_racks)[PHUB_CONFIG_MAX_RACKS];
+static struct phub_wire_endpoint ring_endpoints[PBOX_MAX_PORTS];
 /* Job memory on the NUMA node of the port the JOIN came in on. */
 static struct phub_engine_allocator allocators[PBOX_MAX_PORTS];
 
+/* The engine's and the data lcores' clock: ring silence compares their stamps with it. */
 static uint64_t
 now_ns(void *ctx)
 {
 	(void)ctx;
-	return (uint64_t)((double)rte_rdtsc() * 1e9 / (double)rte_get_tsc_hz());
+	return phub_engine_monotonic_ns();
 }
 
 /* Send one built datagram through a data lcore that has a queue on the port. */
@@ -160,6 +166,11 @@ stats_publish(struct pbox *pb)
 
 	phub_control_get_stats(ctl, &st);
 	pb->control_msgs = st.msgs;
+	pb->ring_hellos_sent = st.ring_hellos_sent;
+	pb->ring_hellos_taken = st.ring_hellos_taken;
+	pb->ring_hellos_early = st.ring_hellos_early;
+	pb->ring_hellos_refused = st.ring_hellos_refused;
+	pb->ring_jobs_failed = st.ring_jobs_failed;
 	memcpy(pb->control_drops, st.drops, sizeof(pb->control_drops));
 }
 
@@ -182,8 +193,24 @@ pbox_control_init(struct pbox *pb)
 		if (pb->ports[i].mtu < mtu)
 			mtu = pb->ports[i].mtu;
 	}
+	for (unsigned int i = 0; i < pb->n_ports; i++)
+		ring_endpoints[i] = (struct phub_wire_endpoint){ .ipv4 = pb->ports[i].ipv4,
+			.udp_port = pbox_ring_udp_port(pb, (uint16_t)i) };
+	for (unsigned int i = 0; i < pb->cfg.n_peers; i++) {
+		const struct phub_config_peer *peer = &pb->cfg.peers[i];
+
+		ring_peers[i] = (struct phub_control_ring_peer){ .name = peer->name,
+			.ipv4 = peer->ipv4, .udp_port = peer->udp_port, .port = peer->port_index };
+	}
+	ring_racks = calloc(pb->cfg.n_jobs != 0 ? pb->cfg.n_jobs : 1, sizeof(*ring_racks));
+	if (ring_racks == NULL)
+		return -ENOMEM;
 	for (unsigned int i = 0; i < pb->cfg.n_jobs; i++) {
 		const struct phub_config_job *j = &pb->cfg.jobs[i];
+
+		for (unsigned int r = 0; r < j->n_racks; r++)
+			ring_racks[i][r] = (struct phub_control_rack){ .name = j->racks[r].pbox,
+				.ranks = j->racks[r].ranks, .peer = j->racks[r].peer };
 
 		declared[i] = (struct phub_control_declared_job){
 			.name = j->name, .nonce = j->nonce, .workers = j->workers,
@@ -197,6 +224,8 @@ pbox_control_init(struct pbox *pb)
 				.beta2 = (float)j->optimizer.beta2,
 				.eps = (float)j->optimizer.eps,
 			},
+			.n_racks = j->n_racks,
+			.racks = ring_racks[i],
 		};
 	}
 	memset(&p, 0, sizeof(p));
@@ -223,6 +252,13 @@ pbox_control_init(struct pbox *pb)
 	p.worker_dead_ms = pb->cfg.timeouts.worker_dead_ms;
 	p.declared = declared;
 	p.n_declared = pb->cfg.n_jobs;
+	p.rack_name = pb->cfg.name;
+	p.ring_peers = ring_peers;
+	p.n_ring_peers = pb->cfg.n_peers;
+	p.ring_endpoints = ring_endpoints;
+	p.n_ring_endpoints = pb->n_ports;
+	p.rto_min_ms = pb->cfg.timeouts.rto_min_ms;
+	p.rto_max_ms = pb->cfg.timeouts.rto_max_ms;
 	ctl = phub_control_create(&p);
 	return ctl == NULL ? -errno : 0;
 }
@@ -266,4 +302,6 @@ pbox_control_fini(struct pbox *pb)
 		rte_pktmbuf_free(m);
 	phub_control_free(ctl);
 	ctl = NULL;
+	free(ring_racks);
+	ring_racks = NULL;
 }

@@ -14,9 +14,23 @@
 #include <rte_udp.h>
 
 #include "csum.h"
+#include "engine/phub_ring.h"
 #include "pbox.h"
 
 #define L2_L3_L4_LEN (RTE_ETHER_HDR_LEN + sizeof(struct rte_ipv4_hdr) + sizeof(struct rte_udp_hdr))
+/*
+ * Microseconds between an lcore's scans of its ring segments for retransmissions: a scan
+ * visits every segment of every ring job (33 000 for ResNet-18), so it is kept to a tenth of
+ * the ring's shortest RTO (10 ms): the loop's time goes to datagrams, not to timers.
+ */
+#define PBOX_RING_POLL_US 1000
+/*
+ * Segments of a job an lcore retransmits per scan at most (32 000/s): when a burst is lost,
+ * its timers expire together, and sending it all again at once, each time its back-off
+ * expires, is a storm that keeps the queues full (measured: 8 M ring datagrams sent in 45 s
+ * for 83 000 taken, ResNet-18 on two cores). The scan resumes where the last one stopped.
+ */
+#define PBOX_RING_RETRANSMIT_BUDGET 32
 
 /* What the checks of a received frame found, for the handler of its opcode. */
 struct rx_frame {
@@ -58,6 +72,31 @@ tx_enqueue(struct pbox_lcore *lc, uint16_t port_index, struct rte_mbuf *m)
 	lc->stats.tx_pkts++;
 	lc->stats.tx_bytes += m->pkt_len;
 	rte_eth_tx_buffer(pbox.ports[port_index].port_id, queue, lc->tx[port_index], m);
+}
+
+/*
+ * Send on a port this lcore may have no queue on (a ring datagram to the uplink, a RING_ACK
+ * after a hand-off): through the inbox of the port's first lcore, as the control plane does.
+ */
+static inline void
+tx_any(struct pbox_lcore *lc, uint16_t port_index, struct rte_mbuf *m)
+{
+	struct pbox_lcore *via;
+
+	if (likely(lc->queue[port_index] != PBOX_NO_QUEUE && lc->tx[port_index] != NULL)) {
+		tx_enqueue(lc, port_index, m);
+		return;
+	}
+	via = &pbox.lcores[pbox.lcore_index[pbox.cfg.ports[port_index].lcores[0]]];
+	m->hash.usr = PBOX_INBOX_TX | ((uint32_t)port_index << 8);
+	if (rte_ring_enqueue(via->inbox, m) != 0)
+		net_drop(lc, m, PBOX_NET_DROP_RING_FULL);
+}
+
+uint16_t
+pbox_ring_udp_port(const struct pbox *pb, uint16_t port)
+{
+	return pb->lcores[pb->lcore_index[pb->cfg.ports[port].lcores[0]]].udp_port;
 }
 
 /*
@@ -190,17 +229,19 @@ reply_in_place(struct pbox_lcore *lc, struct rx_frame *f, uint16_t tx_port,
 		return;
 	}
 	pbox_finish_udp_csum(m, (uint16_t)(sizeof(struct rte_udp_hdr) + len), 0);
-	tx_enqueue(lc, tx_port, m);
+	tx_any(lc, tx_port, m);
 }
 
-/* Whether rank asked in its JOIN for CSUM on what the PBox sends it (JOIN flag CSUM). */
+/* Whether a worker (its wire rank) asked in its JOIN for CSUM on what the PBox sends it. */
 static inline bool
-rank_wants_csum(const struct phub_engine_job *job, uint16_t rank)
+rank_wants_csum(const struct phub_engine_job *job, uint16_t wire_rank)
 {
 	struct phub_engine_peer peer;
 	uint64_t token;
+	uint16_t rank;
 
-	return phub_engine_job_rank(job, rank, &peer, &token) &&
+	return phub_engine_job_local_rank(job, wire_rank, &rank) &&
+		phub_engine_job_rank(job, rank, &peer, &token) &&
 		(peer.flags & PHUB_ENGINE_PEER_F_CSUM) != 0;
 }
 
@@ -281,33 +322,35 @@ err:
  * that every frame references; its checksum is summed once as well.
  */
 static void
-send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct rx_frame *f,
+send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub_wire_msg *about,
 		const struct phub_engine_reply *reply, uint16_t tx_port, bool all)
 {
+	/* Workers carry global ranks; the engine's are its rack's, from rank_base. */
+	uint32_t base = phub_engine_job_rank_base(job);
 	struct rte_mbuf *shared = NULL;
 	struct phub_wire_msg hdr;
 	uint32_t payload_sum;
 	uint32_t payload_crc = 0;
 	bool crc_done = false;
-	uint16_t first = all ? 0 : f->msg.worker_rank;
-	uint16_t end = all ? phub_engine_job_world_size(job) : f->msg.worker_rank + 1;
+	uint16_t first = all ? 0 : (uint16_t)(about->worker_rank - base);
+	uint16_t end = all ? phub_engine_job_world_size(job) : (uint16_t)(first + 1);
 
 	phub_wire_msg_init(&hdr, PHUB_WIRE_OP_MODEL);
-	hdr.job_id = f->msg.job_id;
-	hdr.chunk_id = f->msg.chunk_id;
+	hdr.job_id = about->job_id;
+	hdr.chunk_id = about->chunk_id;
 	hdr.iteration = reply->iteration;
-	hdr.elem_offset = f->msg.elem_offset;
+	hdr.elem_offset = about->elem_offset;
 	hdr.elem_count = reply->elem_count;
-	hdr.seg_index = f->msg.seg_index;
-	hdr.seg_count = f->msg.seg_count;
+	hdr.seg_index = about->seg_index;
+	hdr.seg_count = about->seg_count;
 	/* The job's dtype: a PULL being answered carries none of its own. */
 	hdr.dtype = (uint8_t)phub_engine_job_dtype(job);
 	hdr.payload_len = (uint16_t)reply->model_bytes;
 	hdr.payload = reply->model;
-	hdr.flags = f->msg.flags & PHUB_WIRE_F_LAST;
+	hdr.flags = about->flags & PHUB_WIRE_F_LAST;
 	if (!all) {
 		hdr.flags |= PHUB_WIRE_F_REPLAY;
-		hdr.aux = f->msg.aux;
+		hdr.aux = about->aux;
 	}
 	payload_sum = pbox_raw_cksum(reply->model, reply->model_bytes);
 
@@ -332,7 +375,7 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct rx_f
 		/* A rank that has not joined (or left) gets nothing. */
 		if (!phub_engine_job_rank(job, r, &peer, &token))
 			continue;
-		hdr.worker_rank = r;
+		hdr.worker_rank = (uint16_t)(base + r);
 		hdr.session_token = token;
 		hdr.flags &= (uint8_t)~PHUB_WIRE_F_CSUM;
 		if (peer.flags & PHUB_ENGINE_PEER_F_CSUM) {
@@ -369,6 +412,195 @@ hand_off(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi, uint16_t owner)
 	lc->stats.handed_off++;
 }
 
+/*
+ * The port that reaches a ring peer's data address: the one whose subnet holds it (the spine),
+ * else the port configured for the peer of that address, else the first.
+ */
+static uint16_t
+ring_tx_port(uint32_t ipv4)
+{
+	for (uint16_t p = 0; p < pbox.n_ports; p++) {
+		uint8_t len = pbox.cfg.ports[p].prefix_len;
+		uint32_t mask = len == 0 ? 0 : ~UINT32_C(0) << (32 - len);
+
+		if (((ipv4 ^ pbox.ports[p].ipv4) & mask) == 0)
+			return p;
+	}
+	for (uint16_t i = 0; i < pbox.cfg.n_peers; i++)
+		if (pbox.cfg.peers[i].ipv4 == ipv4)
+			return pbox.cfg.peers[i].port_index;
+	return 0;
+}
+
+/* One ring step's part of a segment, as a RING_REDUCE or RING_GATHER frame to the next PBox. */
+static struct rte_mbuf *
+ring_frame(struct pbox_lcore *lc, uint16_t port, const struct phub_engine_ring_link *next,
+		const struct phub_wire_msg *hdr, const float *payload)
+{
+	uint16_t head = (uint16_t)(L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN);
+	struct rte_mbuf *m = rte_pktmbuf_alloc(lc->pool);
+	uint8_t *p;
+
+	if (unlikely(m == NULL))
+		return NULL;
+	p = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(head + hdr->payload_len));
+	if (unlikely(p == NULL))
+		goto err;
+	pbox_build_udp(m, &pbox.ports[port], (const struct rte_ether_addr *)next->peer.mac,
+			next->peer.ipv4, pbox_ring_udp_port(&pbox, port), next->peer.udp_port,
+			(uint16_t)(PHUB_WIRE_HDR_LEN + hdr->payload_len));
+	if (unlikely(phub_wire_hdr_encode(p + L2_L3_L4_LEN, PHUB_WIRE_HDR_LEN, hdr, 0) < 0)) {
+		lc->stats.encode_errors++;
+		goto err;
+	}
+	memcpy(p + head, payload, hdr->payload_len);
+	pbox_finish_udp_csum(m, (uint16_t)(sizeof(struct rte_udp_hdr) + PHUB_WIRE_HDR_LEN),
+			pbox_raw_cksum(payload, hdr->payload_len));
+	return m;
+err:
+	rte_pktmbuf_free(m);
+	return NULL;
+}
+
+/*
+ * The ring steps of one segment to the next PBox (engine reply RING_SEND or a retransmission):
+ * one datagram per step, fp32, from this PBox's ring address on the port that reaches it.
+ * Before the control plane has linked the ring there is nowhere to send: the steps stay
+ * unacknowledged and the retransmission scan sends them once it has.
+ */
+static void
+send_ring(struct pbox_lcore *lc, struct phub_engine_job *job,
+		const struct phub_engine_ring_send *what)
+{
+	struct phub_engine_ring_params rp;
+	struct phub_engine_ring_link next;
+	struct phub_wire_msg hdr;
+	uint16_t port;
+
+	if (!phub_engine_job_ring(job, &rp, NULL, &next) || next.token == 0)
+		return;
+	port = ring_tx_port(next.peer.ipv4);
+	phub_wire_msg_init(&hdr, PHUB_WIRE_OP_RING_REDUCE);
+	hdr.job_id = next.job_id;	/* the next PBox's id of the job */
+	hdr.session_token = next.token;
+	hdr.worker_rank = rp.pos;
+	hdr.chunk_id = what->chunk_id;
+	hdr.iteration = what->iteration;
+	hdr.dtype = PHUB_DTYPE_FP32;
+	for (unsigned int step = 0; step < phub_ring_steps(rp.racks); step++) {
+		uint32_t off, count;
+		struct rte_mbuf *m;
+
+		if ((what->steps & (1u << step)) == 0)
+			continue;
+		phub_ring_part(rp.racks, what->elem_count, phub_ring_send_part(rp.racks, rp.pos,
+				step), &off, &count);
+		if (count == 0)
+			continue;	/* an empty part: both ends skip its step */
+		hdr.opcode = phub_ring_step_is_reduce(rp.racks, step) ? PHUB_WIRE_OP_RING_REDUCE :
+			PHUB_WIRE_OP_RING_GATHER;
+		hdr.elem_offset = what->elem_offset + off;
+		hdr.elem_count = count;
+		hdr.aux = step;
+		hdr.payload_len = (uint16_t)(count * sizeof(float));
+		hdr.payload = (const uint8_t *)(what->sum + off);
+		m = ring_frame(lc, port, &next, &hdr, what->sum + off);
+		if (unlikely(m == NULL)) {
+			lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
+			continue;
+		}
+		lc->stats.ring_out++;
+		lc->stats.ring_out_bytes += hdr.payload_len;
+		tx_any(lc, port, m);
+	}
+}
+
+/* The MODEL broadcast of a segment whose ring completed, to this rack's workers. */
+static void
+send_ring_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct rx_frame *f,
+		const struct phub_engine_reply *reply, uint16_t tx_port)
+{
+	const struct phub_layout *layout = phub_engine_job_layout(job);
+	uint32_t seg_elems = phub_layout_segment_elems(layout);
+	struct phub_layout_chunk chunk;
+	struct phub_wire_msg about;
+
+	phub_layout_chunk_get(layout, f->msg.chunk_id, &chunk);
+	/* The ring datagram carried one part: the MODEL is the whole segment holding it. */
+	phub_wire_msg_init(&about, PHUB_WIRE_OP_MODEL);
+	about.job_id = f->msg.job_id;
+	about.chunk_id = f->msg.chunk_id;
+	about.seg_index = (uint16_t)(f->msg.elem_offset / seg_elems);
+	about.seg_count = (uint16_t)chunk.n_segments;
+	about.elem_offset = about.seg_index * seg_elems;
+	about.flags = about.seg_index + 1u == chunk.n_segments ? PHUB_WIRE_F_LAST : 0;
+	send_model(lc, job, &about, reply, tx_port, true);
+}
+
+/*
+ * A RING_REDUCE, RING_GATHER or RING_ACK, on the lcore that owns its chunk: the engine checks
+ * it (token and source of the job's ring neighbour, step, iteration), the taken ones are
+ * acknowledged in place, and what they complete goes on: ring steps to the next PBox, MODEL
+ * to this rack's workers.
+ */
+static void
+handle_ring(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *job, uint32_t server)
+{
+	struct phub_engine_ring_request req;
+	struct phub_engine_ring_params rp;
+	struct phub_engine_ring_link prev;
+	struct phub_engine_reply reply;
+	struct phub_wire_msg ack;
+
+	memset(&req, 0, sizeof(req));
+	req.session_token = f->msg.session_token;
+	req.chunk_id = f->msg.chunk_id;
+	req.iteration = f->msg.iteration;
+	req.elem_offset = f->msg.elem_offset;
+	req.elem_count = f->msg.elem_count;
+	req.step = f->msg.aux;
+	req.rank = f->msg.worker_rank;
+	req.opcode = f->msg.opcode;
+	req.dtype = f->msg.dtype;
+	req.src_ipv4 = f->src_ip;
+	req.src_udp_port = f->src_udp;
+	req.payload = f->msg.payload;
+	req.payload_len = f->msg.payload_len;
+	req.now_ns = lc->now_ns;
+	if (f->msg.opcode == PHUB_WIRE_OP_RING_ACK) {
+		phub_engine_ring_receive(job, &req, &reply, &lc->engine_stats);
+		if (reply.reason == PHUB_DROP_OK)
+			lc->stats.ring_acks_in++;
+		rte_pktmbuf_free(f->m);
+		return;
+	}
+	phub_engine_ring_receive(job, &req, &reply, &lc->engine_stats);
+	if (reply.actions == PHUB_ENGINE_DROP) {
+		rte_pktmbuf_free(f->m);	/* counted by the engine under its reason */
+		return;
+	}
+	lc->stats.ring_in++;
+	lc->stats.ring_in_bytes += f->msg.payload_len;
+	if (reply.actions & PHUB_ENGINE_RING_SEND)
+		send_ring(lc, job, &reply.ring);
+	if (reply.actions & PHUB_ENGINE_MODEL_ALL)
+		send_ring_model(lc, job, f, &reply, pbox.servers[server].port);
+	/* Last: the ACK reuses the received mbuf, whose payload the steps above no longer need. */
+	/* A datagram the engine took is of a linked ring job: our position, prev's job id. */
+	phub_engine_job_ring(job, &rp, &prev, NULL);
+	phub_wire_msg_init(&ack, PHUB_WIRE_OP_RING_ACK);
+	ack.job_id = prev.job_id;
+	ack.session_token = f->msg.session_token;
+	ack.worker_rank = rp.pos;
+	ack.chunk_id = f->msg.chunk_id;
+	ack.iteration = f->msg.iteration;
+	ack.elem_offset = f->msg.elem_offset;
+	ack.elem_count = f->msg.elem_count;
+	ack.aux = f->msg.aux;
+	lc->stats.ring_acks_out++;
+	reply_in_place(lc, f, f->port_index, &ack);
+}
+
 static void
 handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 {
@@ -397,6 +629,10 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 		return;
 	}
 	tx_port = pbox.servers[server].port;
+	if (f->msg.opcode >= PHUB_WIRE_OP_RING_REDUCE && f->msg.opcode <= PHUB_WIRE_OP_RING_ACK) {
+		handle_ring(lc, f, job, server);
+		return;
+	}
 
 	memset(&req, 0, sizeof(req));
 	req.session_token = f->msg.session_token;
@@ -426,6 +662,9 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 		rte_pktmbuf_free(f->m);	/* counted by the engine */
 		return;
 	}
+	/* A ring job's last local PUSH of a segment: the rack sum goes to the next PBox. */
+	if (reply.actions & PHUB_ENGINE_RING_SEND)
+		send_ring(lc, job, &reply.ring);
 	if (reply.actions & PHUB_ENGINE_MODEL_ALL) {
 		/*
 		 * The last arrival is ACKed too, before the broadcast: the MODEL carries no stamp,
@@ -433,9 +672,9 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 		 * and recovered each lost segment by a lone probe per RTO (200 ms).
 		 */
 		send_ack(lc, job, f, tx_port);
-		send_model(lc, job, f, &reply, tx_port, true);
+		send_model(lc, job, &f->msg, &reply, tx_port, true);
 	} else if (reply.actions & PHUB_ENGINE_MODEL_ONE) {
-		send_model(lc, job, f, &reply, tx_port, false);
+		send_model(lc, job, &f->msg, &reply, tx_port, false);
 		rte_pktmbuf_free(f->m);
 	} else {
 		send_ack(lc, job, f, tx_port);
@@ -569,6 +808,9 @@ handle_frame(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi, bool handed
 	switch (f.msg.opcode) {
 	case PHUB_WIRE_OP_PUSH:
 	case PHUB_WIRE_OP_PULL:
+	case PHUB_WIRE_OP_RING_REDUCE:
+	case PHUB_WIRE_OP_RING_GATHER:
+	case PHUB_WIRE_OP_RING_ACK:
 		handle_data(lc, &f);
 		break;
 	case PHUB_WIRE_OP_PING:
@@ -599,6 +841,50 @@ drain_inbox(struct pbox_lcore *lc, unsigned int *work)
 		}
 	}
 	*work += n;
+}
+
+struct ring_poll_ctx {
+	struct pbox_lcore *lc;
+	struct phub_engine_job *job;
+};
+
+static bool
+ring_poll_owns(void *arg, uint32_t server)
+{
+	const struct ring_poll_ctx *c = arg;
+
+	return server < pbox.n_servers && pbox.server_lcore_index[server] == c->lc->data_index;
+}
+
+static void
+ring_poll_send(void *arg, const struct phub_engine_ring_send *what)
+{
+	struct ring_poll_ctx *c = arg;
+
+	send_ring(c->lc, c->job, what);
+}
+
+/*
+ * Retransmit the ring steps of this lcore's segments whose RTO passed, every PBOX_RING_POLL_US
+ * (the shortest RTO is a millisecond or more): one pass over the ring jobs' segments.
+ */
+static unsigned int
+ring_poll(struct pbox_lcore *lc, uint64_t tsc)
+{
+	struct ring_poll_ctx c = { .lc = lc };
+	unsigned int sent = 0;
+
+	if (tsc < lc->ring_poll_tsc)
+		return 0;
+	lc->ring_poll_tsc = tsc + rte_get_tsc_hz() / US_PER_S * PBOX_RING_POLL_US;
+	lc->stats.ring_polls++;
+	for (c.job = phub_engine_job_next(pbox.engine, NULL); c.job != NULL;
+	     c.job = phub_engine_job_next(pbox.engine, c.job))
+		sent += phub_engine_ring_poll_some(c.job, lc->now_ns, ring_poll_owns,
+				ring_poll_send, &c, &lc->engine_stats,
+				&lc->ring_cursor[phub_engine_job_slot(c.job)],
+				PBOX_RING_RETRANSMIT_BUDGET);
+	return sent;
 }
 
 static void
@@ -660,6 +946,8 @@ pbox_lcore_main(void *arg)
 		/* Every burst of this iteration, RX and TX, lies within one memif gate turn. */
 		if (!pbox_memif_gate_enter(lc))
 			goto quiescent;
+		/* One clock read per turn: the ring's timestamps and RTOs. */
+		lc->now_ns = phub_engine_monotonic_ns();
 		for (uint16_t i = 0; i < lc->n_rxq; i++) {
 			uint16_t pi = lc->rx_ports[i];
 			uint16_t n = rte_eth_rx_burst(pbox.ports[pi].port_id, lc->queue[pi], pkts,
@@ -677,6 +965,7 @@ pbox_lcore_main(void *arg)
 		drain_inbox(lc, &work);
 
 		cur_tsc = rte_rdtsc();
+		work += ring_poll(lc, cur_tsc);
 		if (cur_tsc - prev_tsc > drain_tsc) {
 			flush_tx(lc);
 			prev_tsc = cur_tsc;

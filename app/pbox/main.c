@@ -83,6 +83,27 @@ on_signal(int sig)
 	pbox.stop_requested = true;
 }
 
+/*
+ * A port that a peers[].port names (the uplink to the other racks' PBoxes), when another port
+ * serves the workers: it carries ring traffic only.
+ */
+static bool
+port_is_uplink_only(const struct phub_config *cfg, unsigned int port)
+{
+	bool uplink = false, other = false;
+
+	for (unsigned int i = 0; i < cfg->n_peers; i++)
+		uplink |= cfg->peers[i].port[0] != '\0' && cfg->peers[i].port_index == port;
+	for (unsigned int p = 0; p < cfg->n_ports; p++) {
+		bool named = false;
+
+		for (unsigned int i = 0; i < cfg->n_peers; i++)
+			named |= cfg->peers[i].port[0] != '\0' && cfg->peers[i].port_index == p;
+		other |= !named;
+	}
+	return uplink && other;
+}
+
 /* The per-lcore state, the layout servers and the rings: flat data before launch. */
 static int
 lcores_init(struct pbox *pb)
@@ -129,6 +150,9 @@ lcores_init(struct pbox *pb)
 
 		lc->rx_ports[lc->n_rxq++] = lp->port;
 		lc->queue[lp->port] = lp->queue;
+		/* Workers cannot reach an uplink: no chunk of theirs is placed on it. */
+		if (port_is_uplink_only(cfg, lp->port))
+			continue;
 		s->lcore = lp->lcore;
 		s->port = lp->port;
 		s->port_numa = pb->ports[lp->port].socket;

@@ -88,6 +88,14 @@ struct pbox_lcore_stats {
 	uint64_t encode_errors;		/* a reply the wire encoder refused: a bug */
 	uint64_t loops;
 	uint64_t idle_sleeps;
+	/* The ring of PBoxes (all ring jobs): datagrams to the next PBox and from the previous. */
+	uint64_t ring_out;		/* RING_REDUCE/RING_GATHER sent, retransmissions included */
+	uint64_t ring_out_bytes;	/* their payload bytes */
+	uint64_t ring_in;		/* RING_REDUCE/RING_GATHER received for a ring job */
+	uint64_t ring_in_bytes;
+	uint64_t ring_acks_out;		/* RING_ACKs sent to the previous PBox */
+	uint64_t ring_acks_in;		/* RING_ACKs received from the next PBox */
+	uint64_t ring_polls;		/* retransmission scans */
 	uint64_t net_drops[PBOX_NET_DROP_MAX];
 };
 
@@ -104,6 +112,10 @@ struct pbox_lcore {
 	struct rte_mempool *indirect_pool;
 	struct pbox_lcore_stats stats;
 	struct phub_engine_stats engine_stats;
+	uint64_t now_ns;		/* CLOCK_MONOTONIC, once per loop turn: the ring's clock */
+	uint64_t ring_poll_tsc;		/* next retransmission scan */
+	/* Per job slot: where the next retransmission scan starts. */
+	uint32_t ring_cursor[PHUB_ENGINE_MAX_JOBS];
 	bool memif_gated;		/* has a queue on a net_memif port: see memif_gate.c */
 	atomic_bool in_memif_section;	/* written by this lcore, read by the interrupt thread */
 } __rte_cache_aligned;
@@ -139,6 +151,12 @@ struct pbox {
 	/* Control datagrams taken and dropped by the main lcore (it alone writes them). */
 	uint64_t control_msgs;
 	uint64_t control_drops[PHUB_DROP_REASON_MAX];
+	/* The ring's control counters (RING_HELLO), for /phub/ring. */
+	uint64_t ring_hellos_sent;
+	uint64_t ring_hellos_taken;
+	uint64_t ring_hellos_early;
+	uint64_t ring_hellos_refused;
+	uint64_t ring_jobs_failed;
 	uint64_t start_tsc;
 	bool no_steering;		/* --no-steering: software hand-off only */
 	volatile bool stop_requested;	/* SIGINT or SIGTERM: checkpoint, then quit */
@@ -155,6 +173,13 @@ uint64_t pbox_pools_estimate_bytes(const struct phub_config *cfg);
 
 /* datapath.c */
 int pbox_lcore_main(void *arg);
+/*
+ * The UDP port of the data lcore that serves port first: where this PBox takes ring datagrams
+ * arriving through the port, and the source port of those it sends there (one address per
+ * PBox and port, whichever lcore sends, so that the peer knows them by it).
+ */
+uint16_t pbox_ring_udp_port(const struct pbox *pb, uint16_t port);
+
 uint16_t pbox_build_udp(struct rte_mbuf *m, const struct pbox_port *port,
 		const struct rte_ether_addr *dst_mac, uint32_t dst_ip, uint16_t src_udp,
 		uint16_t dst_udp, uint16_t udp_payload_len);

@@ -46,6 +46,17 @@ totals_get(struct totals *t)
 		t->net.arp_replies += LOAD(lc->stats.arp_replies);
 		t->net.models_sent += LOAD(lc->stats.models_sent);
 		t->net.acks_sent += LOAD(lc->stats.acks_sent);
+		t->net.ring_out += LOAD(lc->stats.ring_out);
+		t->net.ring_out_bytes += LOAD(lc->stats.ring_out_bytes);
+		t->net.ring_in += LOAD(lc->stats.ring_in);
+		t->net.ring_in_bytes += LOAD(lc->stats.ring_in_bytes);
+		t->net.ring_acks_out += LOAD(lc->stats.ring_acks_out);
+		t->net.ring_acks_in += LOAD(lc->stats.ring_acks_in);
+		t->net.ring_polls += LOAD(lc->stats.ring_polls);
+		t->engine.ring_taken += LOAD(lc->engine_stats.ring_taken);
+		t->engine.ring_taken_bytes += LOAD(lc->engine_stats.ring_taken_bytes);
+		t->engine.ring_acks += LOAD(lc->engine_stats.ring_acks);
+		t->engine.ring_retransmits += LOAD(lc->engine_stats.ring_retransmits);
 		for (unsigned int d = 0; d < PBOX_NET_DROP_MAX; d++)
 			t->net.net_drops[d] += LOAD(lc->stats.net_drops[d]);
 		t->engine.pushes += LOAD(lc->engine_stats.pushes);
@@ -207,6 +218,7 @@ cmd_ports(const char *cmd, const char *params, struct rte_tel_data *d)
 static void
 job_dict(struct rte_tel_data *d, const struct phub_engine_job *job)
 {
+	struct phub_engine_ring_params ring;
 	struct phub_engine_job_info info;
 	uint64_t ms = uptime_ms();
 
@@ -229,6 +241,48 @@ job_dict(struct rte_tel_data *d, const struct phub_engine_job *job)
 	/* Exchanges: whole-model iterations; per second over the PBox's uptime. */
 	rte_tel_data_add_dict_u64(d, "exchanges_per_s_x1000", ms == 0 || info.n_segments == 0 ? 0 :
 			info.segments_completed * 1000000 / info.n_segments / ms);
+	if (phub_engine_job_ring(job, &ring, NULL, NULL)) {
+		/* A job across racks: world_size is this rack's ranks, from rank_base on. */
+		rte_tel_data_add_dict_u64(d, "ring_position", ring.pos);
+		rte_tel_data_add_dict_u64(d, "ring_racks", ring.racks);
+		rte_tel_data_add_dict_u64(d, "rank_base", phub_engine_job_rank_base(job));
+		rte_tel_data_add_dict_u64(d, "total_world", phub_engine_job_total_world(job));
+	}
+}
+
+/* The config's name of the PBox at a ring position of a job (its jobs[].racks). */
+static const char *
+ring_rack_name(const char *job_name, uint16_t pos)
+{
+	int i = phub_config_job_find(&pbox.cfg, job_name);
+
+	if (i < 0 || pos >= pbox.cfg.jobs[i].n_racks)
+		return "?";
+	return pbox.cfg.jobs[i].racks[pos].pbox;
+}
+
+/* One neighbour of a ring job: who, where its ring datagrams come from or go to, how long quiet. */
+static struct rte_tel_data *
+ring_peer_dict(const char *job_name, uint16_t pos, const struct phub_engine_ring_link *link,
+		uint64_t silent_ns)
+{
+	struct rte_tel_data *p = rte_tel_data_alloc();
+	char where[32];
+
+	if (p == NULL)
+		return NULL;
+	rte_tel_data_start_dict(p);
+	rte_tel_data_add_dict_string(p, "rack", ring_rack_name(job_name, pos));
+	rte_tel_data_add_dict_u64(p, "position", pos);
+	if (link->token != 0)
+		snprintf(where, sizeof(where), "%u.%u.%u.%u:%u", link->peer.ipv4 >> 24,
+				(link->peer.ipv4 >> 16) & 0xff, (link->peer.ipv4 >> 8) & 0xff,
+				link->peer.ipv4 & 0xff, link->peer.udp_port);
+	else
+		snprintf(where, sizeof(where), "not linked");
+	rte_tel_data_add_dict_string(p, "address", where);
+	rte_tel_data_add_dict_u64(p, "last_heard_ms", silent_ns / 1000000u);
+	return p;
 }
 
 static int
@@ -381,6 +435,79 @@ cmd_chunkmap_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 	return 0;
 }
 
+/*
+ * The ring of PBoxes: per ring job its position and both neighbours; the datagrams and bytes
+ * each way (to next: ring steps out, RING_ACKs in; from prev: ring steps in, RING_ACKs out),
+ * retransmissions and what the engine made of what came in, summed over ring jobs and lcores;
+ * and the RING_HELLO counters of the control plane.
+ */
+static int
+cmd_ring_locked(const char *cmd, const char *params, struct rte_tel_data *d)
+{
+	struct rte_tel_data *jobs = rte_tel_data_alloc();
+	struct totals t;
+
+	(void)cmd;
+	(void)params;
+	if (jobs == NULL)
+		return -ENOMEM;
+	totals_get(&t);
+	rte_tel_data_start_dict(d);
+	rte_tel_data_add_dict_string(d, "rack", pbox.cfg.name);
+	rte_tel_data_start_dict(jobs);
+	for (struct phub_engine_job *job = phub_engine_job_next(pbox.engine, NULL); job != NULL;
+	     job = phub_engine_job_next(pbox.engine, job)) {
+		struct phub_engine_ring_link prev, next;
+		struct phub_engine_ring_params ring;
+		struct phub_engine_job_info info;
+		struct rte_tel_data *j, *p;
+		uint64_t prev_ns, next_ns;
+		char id[16];
+
+		if (!phub_engine_job_ring(job, &ring, &prev, &next))
+			continue;
+		j = rte_tel_data_alloc();
+		if (j == NULL)
+			break;
+		phub_engine_job_get_info(job, &info);
+		phub_engine_job_ring_silence(job, phub_engine_monotonic_ns(), &prev_ns, &next_ns);
+		rte_tel_data_start_dict(j);
+		rte_tel_data_add_dict_string(j, "name", info.name);
+		rte_tel_data_add_dict_u64(j, "position", ring.pos);
+		rte_tel_data_add_dict_u64(j, "racks", ring.racks);
+		rte_tel_data_add_dict_u64(j, "linked", prev.token != 0 && next.token != 0);
+		p = ring_peer_dict(info.name, (uint16_t)((ring.pos + ring.racks - 1u) % ring.racks),
+				&prev, prev_ns);
+		if (p != NULL)
+			rte_tel_data_add_dict_container(j, "prev", p, 0);
+		p = ring_peer_dict(info.name, (uint16_t)((ring.pos + 1u) % ring.racks), &next,
+				next_ns);
+		if (p != NULL)
+			rte_tel_data_add_dict_container(j, "next", p, 0);
+		snprintf(id, sizeof(id), "%u", info.job_id);
+		rte_tel_data_add_dict_container(jobs, id, j, 0);
+	}
+	rte_tel_data_add_dict_container(d, "jobs", jobs, 0);
+	rte_tel_data_add_dict_u64(d, "to_next_datagrams", t.net.ring_out);
+	rte_tel_data_add_dict_u64(d, "to_next_bytes", t.net.ring_out_bytes);
+	rte_tel_data_add_dict_u64(d, "from_next_acks", t.net.ring_acks_in);
+	rte_tel_data_add_dict_u64(d, "from_prev_datagrams", t.net.ring_in);
+	rte_tel_data_add_dict_u64(d, "from_prev_bytes", t.net.ring_in_bytes);
+	rte_tel_data_add_dict_u64(d, "to_prev_acks", t.net.ring_acks_out);
+	rte_tel_data_add_dict_u64(d, "retransmitted_steps", t.engine.ring_retransmits);
+	rte_tel_data_add_dict_u64(d, "steps_taken", t.engine.ring_taken);
+	rte_tel_data_add_dict_u64(d, "steps_taken_bytes", t.engine.ring_taken_bytes);
+	rte_tel_data_add_dict_u64(d, "steps_acknowledged", t.engine.ring_acks);
+	rte_tel_data_add_dict_u64(d, "dropped_ring_step", t.engine.drops[PHUB_DROP_RING_STEP]);
+	rte_tel_data_add_dict_u64(d, "retransmission_scans", t.net.ring_polls);
+	rte_tel_data_add_dict_u64(d, "hellos_sent", LOAD(pbox.ring_hellos_sent));
+	rte_tel_data_add_dict_u64(d, "hellos_taken", LOAD(pbox.ring_hellos_taken));
+	rte_tel_data_add_dict_u64(d, "hellos_early", LOAD(pbox.ring_hellos_early));
+	rte_tel_data_add_dict_u64(d, "hellos_refused", LOAD(pbox.ring_hellos_refused));
+	rte_tel_data_add_dict_u64(d, "jobs_failed", LOAD(pbox.ring_jobs_failed));
+	return 0;
+}
+
 /* Help texts are at most RTE_TEL_MAX_STRING_LEN - 1 bytes, or the command is not registered. */
 /* The commands that read jobs, while no job can be freed under them. */
 #define JOBS_LOCKED(name) \
@@ -397,6 +524,7 @@ name(const char *cmd, const char *params, struct rte_tel_data *d) \
 JOBS_LOCKED(cmd_jobs)
 JOBS_LOCKED(cmd_job)
 JOBS_LOCKED(cmd_chunkmap)
+JOBS_LOCKED(cmd_ring)
 
 int
 pbox_telemetry_init(struct pbox *pb)
@@ -414,5 +542,7 @@ pbox_telemetry_init(struct pbox *pb)
 			"One job, its ranks and the ranks it waits on. Parameter: job id or name");
 	rte_telemetry_register_cmd("/phub/chunkmap", cmd_chunkmap,
 			"Bytes per server, lcore, port and NUMA node of a job. Parameter: job id or name");
+	rte_telemetry_register_cmd("/phub/ring", cmd_ring,
+			"Ring jobs: position, neighbours, traffic each way, HELLOs. No parameters");
 	return 0;
 }

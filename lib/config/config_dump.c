@@ -140,6 +140,15 @@ dump_jobs(const struct phub_config *cfg, FILE *f)
 			(unsigned long long)job->nonce, job->workers,
 			phub_dtype_name(job->dtype), job->deterministic ? "true" : "false");
 		dump_optimizer(&job->optimizer, f);
+		if (job->n_racks != 0) {
+			fprintf(f, "      ,\"racks\": [");
+			for (unsigned int r = 0; r < job->n_racks; r++) {
+				fprintf(f, "%s{ \"pbox\": ", r == 0 ? " " : ", ");
+				put_string(f, job->racks[r].pbox);
+				fprintf(f, ", \"ranks\": %u }", job->racks[r].ranks);
+			}
+			fprintf(f, " ]\n");
+		}
 		fprintf(f, "    }");
 	}
 	fprintf(f, "%s],\n", cfg->n_jobs > 0 ? "\n  " : "");
@@ -154,7 +163,9 @@ dump_peers(const struct phub_config *cfg, FILE *f)
 		put_string(f, cfg->peers[i].name);
 		fprintf(f, ", \"ipv4\": \"");
 		put_ipv4(f, cfg->peers[i].ipv4);
-		fprintf(f, "\", \"udp_port\": %u }", cfg->peers[i].udp_port);
+		fprintf(f, "\", \"udp_port\": %u, \"port\": ", cfg->peers[i].udp_port);
+		put_string(f, cfg->ports[cfg->peers[i].port_index].name);
+		fprintf(f, " }");
 	}
 	fprintf(f, "%s],\n", cfg->n_peers > 0 ? "\n  " : "");
 }
@@ -168,7 +179,9 @@ phub_config_dump(const struct phub_config *cfg, FILE *f)
 	/* An absolute drivers_dir keeps the dump valid wherever it is loaded from. */
 	if (realpath(cfg->drivers_dir, resolved) != NULL)
 		dir = resolved;
-	fprintf(f, "{\n");
+	fprintf(f, "{\n  \"name\": ");
+	put_string(f, cfg->name);
+	fprintf(f, ",\n");
 	dump_eal(&cfg->eal, f);
 	fprintf(f, "  \"drivers_dir\": ");
 	put_string(f, dir);

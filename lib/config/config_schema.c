@@ -600,6 +600,49 @@ parse_job_bool(struct cfg_ctx *ctx, const json_t *v, void *target)
 	return 0;
 }
 
+static const struct cfg_field rack_fields[] = {
+	F_STR("pbox", struct phub_config_job_rack, pbox, 1, PHUB_CONFIG_NAME_MAX - 1,
+	      CFG_CS_IDENT, NULL, CFG_REQUIRED),
+	F_INT("ranks", struct phub_config_job_rack, ranks, 1, 1024, 1, CFG_REQUIRED),
+	F_END
+};
+
+/*
+ * An array of min .. max objects of one table into base[0 .. n) (elements of stride bytes);
+ * *count is set once every element parsed.
+ */
+static int
+parse_object_array(struct cfg_ctx *ctx, const json_t *arr, size_t min, size_t max,
+		   const struct cfg_field *fields, void *base, size_t stride, uint16_t *count)
+{
+	size_t i;
+	int rc;
+
+	rc = expect_array(ctx, arr, min, max);
+	if (rc != 0)
+		return rc;
+	for (i = 0; i < json_array_size(arr); i++) {
+		cfg_push_index(ctx, i);
+		rc = cfg_parse_object(ctx, json_array_get(arr, i), fields,
+				      (uint8_t *)base + i * stride);
+		cfg_pop(ctx);
+		if (rc != 0)
+			return rc;
+	}
+	*count = (uint16_t)i;
+	return 0;
+}
+
+/* A job's ring: 2 .. PHUB_CONFIG_MAX_RACKS racks in ring order; cfg_validate() checks them. */
+static int
+parse_racks(struct cfg_ctx *ctx, const json_t *arr, void *target)
+{
+	struct phub_config_job *job = target;
+
+	return parse_object_array(ctx, arr, 2, PHUB_CONFIG_MAX_RACKS, rack_fields, job->racks,
+				  sizeof(job->racks[0]), &job->n_racks);
+}
+
 /* deterministic and optimizer are custom so that their defaults (set by parse_jobs) stay. */
 static const struct cfg_field job_fields[] = {
 	F_STR("name", struct phub_config_job, name, 1, PHUB_CONFIG_JOB_NAME_MAX - 1,
@@ -610,6 +653,7 @@ static const struct cfg_field job_fields[] = {
 	F_CUSTOM("deterministic", offsetof(struct phub_config_job, deterministic), parse_job_bool,
 		 0),
 	F_CUSTOM("optimizer", offsetof(struct phub_config_job, optimizer), parse_optimizer, 0),
+	F_CUSTOM("racks", 0, parse_racks, 0),
 	F_END
 };
 
@@ -697,6 +741,8 @@ static const struct cfg_field peer_fields[] = {
 	      NULL, CFG_REQUIRED),
 	F_CUSTOM("ipv4", offsetof(struct phub_config_peer, ipv4), parse_peer_ipv4, CFG_REQUIRED),
 	F_INT("udp_port", struct phub_config_peer, udp_port, 1024, 65535, 47000, 0),
+	F_STR("port", struct phub_config_peer, port, 1, PHUB_CONFIG_NAME_MAX - 1, CFG_CS_IDENT,
+	      NULL, 0),
 	F_END
 };
 
@@ -704,23 +750,9 @@ static int
 parse_peers(struct cfg_ctx *ctx, const json_t *arr, void *target)
 {
 	struct phub_config *cfg = target;
-	const json_t *v;
-	size_t i;
-	int rc;
 
-	rc = expect_array(ctx, arr, 0, PHUB_CONFIG_MAX_PEERS);
-	if (rc != 0)
-		return rc;
-	for (i = 0; i < json_array_size(arr); i++) {
-		v = json_array_get(arr, i);
-		cfg_push_index(ctx, i);
-		rc = cfg_parse_object(ctx, v, peer_fields, &cfg->peers[i]);
-		cfg_pop(ctx);
-		if (rc != 0)
-			return rc;
-	}
-	cfg->n_peers = (uint16_t)i;
-	return 0;
+	return parse_object_array(ctx, arr, 0, PHUB_CONFIG_MAX_PEERS, peer_fields, cfg->peers,
+				  sizeof(cfg->peers[0]), &cfg->n_peers);
 }
 
 static const struct cfg_field idle_fields[] = {
@@ -755,6 +787,8 @@ static const struct cfg_field telemetry_fields[] = {
 };
 
 const struct cfg_field cfg_top_fields[] = {
+	F_STR("name", struct phub_config, name, 1, PHUB_CONFIG_NAME_MAX - 1, CFG_CS_IDENT, "pbox",
+	      0),
 	F_OBJ("eal", struct phub_config, eal, eal_fields, CFG_REQUIRED),
 	F_STR("drivers_dir", struct phub_config, drivers_dir, 1, PHUB_CONFIG_PATH_MAX - 1,
 	      CFG_CS_PATH, NULL, 0),
@@ -795,6 +829,7 @@ const struct cfg_schema_table cfg_schema[] = {
 	{ "limits.", limits_fields },
 	{ "jobs[].", job_fields },
 	{ "jobs[].optimizer.", cfg_optimizer_fields },
+	{ "jobs[].racks[].", rack_fields },
 	{ "checkpoint.", checkpoint_fields },
 	{ "peers[].", peer_fields },
 	{ "telemetry.", telemetry_fields },

@@ -392,6 +392,83 @@ validate_peers(struct cfg_ctx *ctx, const struct phub_config *cfg)
 	return 0;
 }
 
+/* The port that reaches each peer: named, or the first. */
+static int
+validate_peer_ports(struct cfg_ctx *ctx, struct phub_config *cfg)
+{
+	char path[PATH_LEN];
+
+	for (unsigned int i = 0; i < cfg->n_peers; i++) {
+		struct phub_config_peer *peer = &cfg->peers[i];
+		unsigned int p;
+
+		peer->port_index = 0;
+		if (peer->port[0] == '\0')
+			continue;
+		for (p = 0; p < cfg->n_ports; p++)
+			if (strcmp(cfg->ports[p].name, peer->port) == 0)
+				break;
+		if (p == cfg->n_ports) {
+			snprintf(path, sizeof(path), "peers[%u].port", i);
+			return cfg_error_at(ctx, path, "no port is named \"%s\"", peer->port);
+		}
+		peer->port_index = (uint16_t)p;
+	}
+	return 0;
+}
+
+/*
+ * A job's ring: each rack names this PBox or a peer, this PBox exactly once, no PBox twice, and
+ * the racks' ranks add up to the job's workers. Derives each rack's peer and first rank.
+ */
+static int
+validate_job_racks(struct cfg_ctx *ctx, struct phub_config *cfg, unsigned int i)
+{
+	struct phub_config_job *job = &cfg->jobs[i];
+	unsigned int self = job->n_racks, total = 0;
+	char path[PATH_LEN];
+
+	for (unsigned int r = 0; r < job->n_racks; r++) {
+		struct phub_config_job_rack *rack = &job->racks[r];
+
+		snprintf(path, sizeof(path), "jobs[%u].racks[%u].pbox", i, r);
+		rack->peer = -1;
+		if (strcmp(rack->pbox, cfg->name) == 0) {
+			if (self != job->n_racks)
+				return cfg_error_at(ctx, path, "\"%s\" is this PBox (name), and so "
+						    "is racks[%u]: a PBox holds one rack of a ring",
+						    rack->pbox, self);
+			self = r;
+		} else {
+			for (unsigned int p = 0; p < cfg->n_peers; p++)
+				if (strcmp(cfg->peers[p].name, rack->pbox) == 0)
+					rack->peer = (int16_t)p;
+			if (rack->peer < 0)
+				return cfg_error_at(ctx, path, "\"%s\" is neither this PBox (name "
+						    "\"%s\") nor one of peers[].name", rack->pbox,
+						    cfg->name);
+		}
+		for (unsigned int q = 0; q < r; q++)
+			if (strcmp(job->racks[q].pbox, rack->pbox) == 0)
+				return cfg_error_at(ctx, path, "\"%s\" is also racks[%u]: a PBox "
+						    "holds one rack of a ring", rack->pbox, q);
+		rack->rank_base = (uint16_t)total;
+		total += rack->ranks;
+	}
+	if (self == job->n_racks) {
+		snprintf(path, sizeof(path), "jobs[%u].racks", i);
+		return cfg_error_at(ctx, path, "no rack is this PBox (name \"%s\"): list the "
+				    "racks of the ring, this one among them", cfg->name);
+	}
+	if (total != job->workers) {
+		snprintf(path, sizeof(path), "jobs[%u].workers", i);
+		return cfg_error_at(ctx, path, "%u workers, but the racks hold %u ranks: workers "
+				    "is the whole job's, over every rack", job->workers, total);
+	}
+	job->ring_pos = (uint16_t)self;
+	return 0;
+}
+
 /* Validate step: the rules between fields, in a fixed order; the first broken one is told. */
 int
 cfg_validate(struct cfg_ctx *ctx, struct phub_config *cfg)
@@ -424,6 +501,11 @@ cfg_validate(struct cfg_ctx *ctx, struct phub_config *cfg)
 		rc = validate_jobs(ctx, cfg);
 	if (rc == 0)
 		rc = validate_peers(ctx, cfg);
+	if (rc == 0)
+		rc = validate_peer_ports(ctx, cfg);
+	for (unsigned int i = 0; rc == 0 && i < cfg->n_jobs; i++)
+		if (cfg->jobs[i].n_racks != 0)
+			rc = validate_job_racks(ctx, cfg, i);
 	return rc;
 }
 

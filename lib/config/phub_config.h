@@ -29,6 +29,7 @@ extern "C" {
 #define PHUB_CONFIG_MAX_PORT_LCORES 64	/* lcores (hence queues) per port */
 #define PHUB_CONFIG_MAX_QUEUES (PHUB_CONFIG_MAX_PORTS * PHUB_CONFIG_MAX_PORT_LCORES)
 #define PHUB_CONFIG_MAX_PEERS 16
+#define PHUB_CONFIG_MAX_RACKS 16	/* racks of a job's ring (PHUB_RING_MAX_RACKS) */
 #define PHUB_CONFIG_MAX_JOBS 1024
 #define PHUB_CONFIG_MAX_EXTRA_ARGS 32
 #define PHUB_CONFIG_ARG_MAX 256		/* one EAL extra argument, with its NUL */
@@ -200,9 +201,22 @@ struct phub_config_optimizer {
 	double eps;
 };
 
+/* One rack of a job's ring, in ring order (docs/hierarchy.md). */
+struct phub_config_job_rack {
+	char pbox[PHUB_CONFIG_NAME_MAX];	/* this PBox's name or a peers[].name */
+	uint16_t ranks;			/* the job's ranks this rack holds */
+	/* Derived: peers[] index of the rack's PBox; -1 for this PBox. */
+	int16_t peer;
+	/* Derived: the global rank of the rack's first rank. */
+	uint16_t rank_base;
+};
+
 struct phub_config_job {
 	uint64_t nonce;
-	uint16_t workers;
+	uint16_t workers;		/* the whole job's ranks, over every rack of its ring */
+	uint16_t n_racks;		/* 0: a job of this PBox alone; else 2 .. MAX_RACKS */
+	uint16_t ring_pos;		/* derived: this PBox's index in racks[] */
+	struct phub_config_job_rack racks[PHUB_CONFIG_MAX_RACKS];
 	enum phub_dtype dtype;
 	bool deterministic;
 	struct phub_config_optimizer optimizer;
@@ -216,8 +230,10 @@ struct phub_config_checkpoint {
 
 struct phub_config_peer {
 	uint32_t ipv4;			/* host byte order */
-	uint16_t udp_port;
+	uint16_t udp_port;		/* the peer's control port (its udp_base_port) */
+	uint16_t port_index;		/* derived: ports[] index of "port" */
 	char name[PHUB_CONFIG_NAME_MAX];
+	char port[PHUB_CONFIG_NAME_MAX];	/* our port that reaches it; "": the first */
 };
 
 /*
@@ -225,6 +241,7 @@ struct phub_config_peer {
  * keep it static or on the heap. Read-only once loaded; release with phub_config_free().
  */
 struct phub_config {
+	char name[PHUB_CONFIG_NAME_MAX];	/* this PBox's rack name in jobs[].racks */
 	struct phub_config_eal eal;
 	uint16_t n_ports;
 	struct phub_config_port ports[PHUB_CONFIG_MAX_PORTS];

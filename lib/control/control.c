@@ -41,7 +41,8 @@ phub_control_join_mismatch(const struct phub_engine_job *job,
 {
 	const struct phub_layout *layout = phub_engine_job_layout(job);
 
-	if (join->world_size != phub_engine_job_world_size(job))
+	/* Workers say the whole job's world, over every rack of a ring. */
+	if (join->world_size != phub_engine_job_total_world(job))
 		return "world size";
 	if (join->dtype != (uint8_t)phub_engine_job_dtype(job))
 		return "dtype";
@@ -71,12 +72,14 @@ phub_control_session_check(const struct phub_engine_job *job, const struct phub_
 {
 	struct phub_engine_peer peer;
 	uint64_t token;
+	uint16_t rank;
 
 	if (job == NULL)
 		return PHUB_DROP_UNKNOWN_JOB;
-	if (msg->worker_rank >= phub_engine_job_world_size(job))
+	/* The worker's rank is global; a ring job's engine counts from its rack's first. */
+	if (!phub_engine_job_local_rank(job, msg->worker_rank, &rank))
 		return PHUB_DROP_RANK_RANGE;
-	if (!phub_engine_job_rank(job, msg->worker_rank, &peer, &token))
+	if (!phub_engine_job_rank(job, rank, &peer, &token))
 		return PHUB_DROP_NOT_JOINED;
 	if (token != msg->session_token)
 		return PHUB_DROP_BAD_TOKEN;
@@ -118,7 +121,8 @@ phub_control_leave(struct phub_control_leaves *leaves, struct phub_engine_job *j
 			v->drop = why;
 		return;
 	}
-	v->remaining = phub_engine_job_leave(job, msg->worker_rank, msg->session_token);
+	v->remaining = phub_engine_job_leave(job, (uint16_t)(msg->worker_rank -
+			phub_engine_job_rank_base(job)), msg->session_token);
 	if (v->remaining < 0) {
 		v->drop = PHUB_DROP_BAD_TOKEN;	/* checked above: cannot happen */
 		return;
@@ -152,7 +156,8 @@ phub_control_ping(struct phub_engine_job *job, const struct phub_control_addr *s
 	switch (phub_control_session_check(job, src, msg)) {
 	case PHUB_DROP_OK:
 		/* A keep-alive: alive, even while it computes and pushes nothing. */
-		phub_engine_job_heard(job, msg->worker_rank, msg->session_token, src->ipv4,
+		phub_engine_job_heard(job, (uint16_t)(msg->worker_rank -
+				phub_engine_job_rank_base(job)), msg->session_token, src->ipv4,
 				src->udp_port);
 		return 0;
 	case PHUB_DROP_BAD_TOKEN:

@@ -431,8 +431,26 @@ phub_control_ckpt_restore(const struct phub_control_ckpt_dir *dir, struct phub_c
 	for (unsigned int i = 0; i < n; i++) {
 		struct found *f;
 
+		const struct phub_control_declared_job *d;
+
 		if (found[i].tried)
 			continue;
+		/*
+		 * A ring job does not resume: its racks' PBoxes would have to agree on the
+		 * iteration (docs/hierarchy.md). Restored, it would be a one-rack job that its
+		 * workers' JOINs do not fit; its files go.
+		 */
+		d = control_declared_find(ctl, found[i].name);
+		if (d != NULL && d->n_racks >= 2) {
+			control_log(ctl, PHUB_CONTROL_LOG_NOTICE, "job %s spans racks: not "
+					"restored from its checkpoints (%u file(s) removed); its "
+					"workers start it anew", found[i].name,
+					phub_control_ckpt_remove_all(dir, found[i].name));
+			for (unsigned int j = 0; j < n; j++)
+				if (strcmp(found[j].name, found[i].name) == 0)
+					found[j].tried = true;
+			continue;
+		}
 		/* Newest first; a file refused gives way to the one before it. */
 		while ((f = newest_of(found, n, found[i].name)) != NULL) {
 			struct phub_engine_ckpt_info info;

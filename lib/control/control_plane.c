@@ -14,49 +14,15 @@
 #include <string.h>
 
 #include "control_priv.h"
+#include "engine/phub_ring.h"
 
 #define LIVENESS_PERIOD_NS (100 * 1000000ull)
 #define MAX_JOB_KEYS_DEFAULT 65536
 #define MAX_PENDING_DEFAULT 64
 #define JOIN_MS_DEFAULT 2000
 #define WORKER_DEAD_MS_DEFAULT 10000
-
-/*
- * What the control plane keeps per job, by engine slot (phub_engine_job_slot()). A rank found
- * silent is waited on: the job ends only when the next check finds the same, so that one racy
- * look at the slots never ends a job. A job without any joined rank is an orphan since the
- * first check that found it so.
- */
-struct cjob {
-	struct phub_engine_job *job;
-	struct phub_control_decl decl;
-	uint64_t memory_bytes;
-	uint16_t rank_port[PHUB_ENGINE_MAX_WORKERS];	/* where each rank's JOIN came in */
-	uint8_t rank_mac[PHUB_ENGINE_MAX_WORKERS][6];
-	bool suspect_seen;
-	uint16_t suspect_rank;
-	bool orphan_seen;
-	uint64_t orphan_since_ns;
-};
-
-/* The MAC and port of recent JOIN sources, for the ERROR JOIN_TIMEOUT of one left incomplete. */
-struct join_source {
-	struct phub_control_peer peer;
-	bool used;
-};
-
-struct phub_control {
-	struct phub_control_params p;
-	struct phub_control_joins *joins;
-	struct join_source *sources;
-	unsigned int sources_next;
-	struct phub_control_leaves leaves;
-	struct cjob jobs[PHUB_ENGINE_MAX_JOBS];
-	uint64_t memory_bytes;
-	uint64_t liveness_ns;
-	struct phub_control_stats stats;
-	uint8_t buf[PHUB_WIRE_MAX_DATAGRAM];
-};
+#define RTO_MIN_MS_DEFAULT 2
+#define RTO_MAX_MS_DEFAULT 200
 
 static uint64_t
 now_ns(const struct phub_control *ctl)
@@ -90,18 +56,15 @@ control_now_ns(const struct phub_control *ctl)
 	return now_ns(ctl);
 }
 
-static void
-ctl_send(struct phub_control *ctl, const struct phub_control_peer *to, const void *buf, size_t len)
+void
+control_send(struct phub_control *ctl, const struct phub_control_peer *to, const void *buf,
+		size_t len)
 {
 	ctl->p.ops->send(ctl->p.ctx, to, buf, len);
 }
 
-static void send_error(struct phub_control *ctl, const struct phub_control_peer *to,
-		const struct phub_wire_msg *about, uint16_t code, const char *fmt, ...)
-	__attribute__((format(printf, 5, 6)));
-
-static void
-send_error(struct phub_control *ctl, const struct phub_control_peer *to,
+void
+control_send_error(struct phub_control *ctl, const struct phub_control_peer *to,
 		const struct phub_wire_msg *about, uint16_t code, const char *fmt, ...)
 {
 	char text[PHUB_WIRE_ERROR_MSG_MAX + 1];
@@ -116,13 +79,13 @@ send_error(struct phub_control *ctl, const struct phub_control_peer *to,
 			to->udp_port, phub_wire_error_name(code), text);
 	len = phub_wire_error_write(ctl->buf, sizeof(ctl->buf), about, code, text);
 	if (len > 0) {
-		ctl_send(ctl, to, ctl->buf, (size_t)len);
+		control_send(ctl, to, ctl->buf, (size_t)len);
 		ctl->stats.errors_sent++;
 	}
 }
 
-static struct cjob *
-cjob_of(struct phub_control *ctl, const struct phub_engine_job *job)
+struct cjob *
+control_cjob(struct phub_control *ctl, const struct phub_engine_job *job)
 {
 	return &ctl->jobs[phub_engine_job_slot(job)];
 }
@@ -174,7 +137,7 @@ phub_control_job_count(const struct phub_control *ctl)
 static void
 cjob_start(struct phub_control *ctl, struct phub_engine_job *job)
 {
-	struct cjob *cj = cjob_of(ctl, job);
+	struct cjob *cj = control_cjob(ctl, job);
 	struct phub_engine_job_info info;
 
 	phub_engine_job_get_info(job, &info);
@@ -192,7 +155,7 @@ phub_control_job_restored(struct phub_control *ctl, struct phub_engine_job *job,
 	struct cjob *cj;
 
 	cjob_start(ctl, job);
-	cj = cjob_of(ctl, job);
+	cj = control_cjob(ctl, job);
 	/* The file knows the optimizer; the first rank back declares the rest. */
 	cj->decl.known = PHUB_CONTROL_DECL_OPTIMIZER;
 	cj->decl.optimizer = (uint8_t)ckpt->optimizer.type;
@@ -201,7 +164,7 @@ phub_control_job_restored(struct phub_control *ctl, struct phub_engine_job *job,
 void
 phub_control_job_end(struct phub_control *ctl, struct phub_engine_job *job)
 {
-	struct cjob *cj = cjob_of(ctl, job);
+	struct cjob *cj = control_cjob(ctl, job);
 	struct phub_engine_job_info info;
 
 	phub_engine_job_get_info(job, &info);
@@ -222,8 +185,8 @@ phub_control_job_end(struct phub_control *ctl, struct phub_engine_job *job)
 
 /* ---- JOIN ---- */
 
-static const struct phub_control_declared_job *
-declared_find(const struct phub_control *ctl, const char *name)
+const struct phub_control_declared_job *
+control_declared_find(const struct phub_control *ctl, const char *name)
 {
 	for (unsigned int i = 0; i < ctl->p.n_declared; i++)
 		if (strcmp(ctl->p.declared[i].name, name) == 0)
@@ -235,7 +198,7 @@ declared_find(const struct phub_control *ctl, const char *name)
 static bool
 join_wants_deterministic(const struct phub_control *ctl, const struct phub_wire_join *join)
 {
-	const struct phub_control_declared_job *d = declared_find(ctl, join->name);
+	const struct phub_control_declared_job *d = control_declared_find(ctl, join->name);
 	bool cfg = d != NULL ? d->deterministic : ctl->p.deterministic;
 
 	return cfg || (join->join_flags & PHUB_WIRE_JOIN_F_DETERMINISTIC) != 0;
@@ -255,23 +218,25 @@ job_create_error(struct phub_control *ctl, const struct phub_control_peer *to,
 
 		ctl->p.ops->explain_no_memory(ctl->p.ctx, p, keys, n_keys, err, to->port, why,
 				sizeof(why));
-		send_error(ctl, to, msg, PHUB_WIRE_ERR_NO_MEMORY, "job %s %s", join->name, why);
+		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_NO_MEMORY,
+				"job %s %s", join->name, why);
 		return;
 	}
 	/* The appliance's config keys by name, so that an operator knows what to raise. */
 	if (err == E2BIG)
-		send_error(ctl, to, msg, PHUB_WIRE_ERR_NO_MEMORY, "job %s needs more memory than "
+		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_NO_MEMORY,
+				"job %s needs more memory than "
 				"this PBox allows: per job %" PRIu64 " MB (limits.job_memory_mb), %"
 				PRIu64 " MB left of %" PRIu64 " MB (limits.total_memory_mb)",
 				join->name, ctl->p.job_memory_bytes >> 20, left >> 20,
 				ctl->p.total_memory_bytes >> 20);
 	else if (err == ENOMEM)
-		send_error(ctl, to, msg, PHUB_WIRE_ERR_NO_MEMORY, "job %s: out of memory",
+		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_NO_MEMORY, "job %s: out of memory",
 				join->name);
 	else if (err == ENOSPC)
-		send_error(ctl, to, msg, PHUB_WIRE_ERR_JOB_LIMIT, "job table full");
+		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_JOB_LIMIT, "job table full");
 	else
-		send_error(ctl, to, msg, PHUB_WIRE_ERR_BAD_REQUEST,
+		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_BAD_REQUEST,
 				"job %s: invalid parameters (%s)", join->name, strerror(err));
 }
 
@@ -281,7 +246,8 @@ job_create(struct phub_control *ctl, const struct phub_control_peer *to,
 		const struct phub_wire_msg *msg, const struct phub_wire_join *join,
 		const struct phub_wire_key *keys, uint32_t n_keys)
 {
-	const struct phub_control_declared_job *declared = declared_find(ctl, join->name);
+	const struct phub_control_declared_job *declared = control_declared_find(ctl, join->name);
+	struct phub_engine_ring_params ring;
 	struct phub_engine_job_params p;
 	struct phub_layout_key *lkeys;
 	struct phub_engine_job_info info;
@@ -304,13 +270,14 @@ job_create(struct phub_control *ctl, const struct phub_control_peer *to,
 	/* A job declared in the config fixes the nonce, size, dtype and optimizer. */
 	if (declared != NULL) {
 		if (declared->nonce != join->nonce) {
-			send_error(ctl, to, msg, PHUB_WIRE_ERR_BAD_NONCE, "job %s: wrong nonce",
+			control_send_error(ctl, to, msg, PHUB_WIRE_ERR_BAD_NONCE,
+					"job %s: wrong nonce",
 					join->name);
 			return NULL;
 		}
 		if (declared->workers != join->world_size ||
 		    (uint8_t)declared->dtype != join->dtype) {
-			send_error(ctl, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
+			control_send_error(ctl, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
 					"job %s is configured for %u workers in %s; the JOIN says "
 					"%u in %s", join->name, declared->workers,
 					phub_wire_dtype_name((uint8_t)declared->dtype),
@@ -318,17 +285,20 @@ job_create(struct phub_control *ctl, const struct phub_control_peer *to,
 			return NULL;
 		}
 		p.optimizer = declared->optimizer;
+		/* A job across racks: this rack's ranks, its place in the ring. */
+		control_ring_job_params(ctl, declared, &p, &ring);
 	}
 	if (ctl->p.max_jobs != 0 && phub_control_job_count(ctl) >= ctl->p.max_jobs) {
-		send_error(ctl, to, msg, PHUB_WIRE_ERR_JOB_LIMIT,
+		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_JOB_LIMIT,
 				"this PBox serves at most %u jobs (limits.max_jobs)",
 				ctl->p.max_jobs);
 		return NULL;
 	}
-	if (ctl->p.max_workers_per_job != 0 && join->world_size > ctl->p.max_workers_per_job) {
-		send_error(ctl, to, msg, PHUB_WIRE_ERR_JOB_LIMIT, "job %s: %u workers, this PBox "
+	if (ctl->p.max_workers_per_job != 0 && p.world_size > ctl->p.max_workers_per_job) {
+		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_JOB_LIMIT,
+				"job %s: %u workers, this PBox "
 				"allows %u (limits.max_workers_per_job)", join->name,
-				join->world_size, ctl->p.max_workers_per_job);
+				p.world_size, ctl->p.max_workers_per_job);
 		return NULL;
 	}
 	lkeys = calloc(n_keys != 0 ? n_keys : 1, sizeof(*lkeys));
@@ -357,7 +327,9 @@ job_create(struct phub_control *ctl, const struct phub_control_peer *to,
 		return NULL;
 	}
 	cjob_start(ctl, job);
-	phub_control_decl_from_join(&cjob_of(ctl, job)->decl, join);
+	phub_control_decl_from_join(&control_cjob(ctl, job)->decl, join);
+	if (p.ring != NULL)
+		control_ring_start(ctl, control_cjob(ctl, job), declared);
 	if (ctl->p.ops->job_created != NULL)
 		ctl->p.ops->job_created(ctl->p.ctx, job);
 	phub_engine_job_get_info(job, &info);
@@ -382,6 +354,14 @@ job_for_join(struct phub_control *ctl, const struct phub_control_peer *to,
 	const char *what;
 
 	*created = false;
+	/* A ring job's rank of another rack is told where it belongs, job or no job. */
+	if (control_ring_rank_refused(ctl, to, msg, join))
+		return NULL;
+	/* A ring job that its workers left and that still drains is over: a JOIN starts anew. */
+	if (job != NULL && control_cjob(ctl, job)->ring.draining) {
+		phub_control_job_end(ctl, job);
+		job = NULL;
+	}
 	if (job == NULL) {
 		job = job_create(ctl, to, msg, join, keys, n_keys);
 		*created = job != NULL;
@@ -392,20 +372,20 @@ job_for_join(struct phub_control *ctl, const struct phub_control_peer *to,
 	 * check first told anyone without the nonce the job's shape, one LAYOUT_MISMATCH at a time.
 	 */
 	if (!phub_engine_job_nonce_matches(job, join->nonce)) {
-		send_error(ctl, to, msg, PHUB_WIRE_ERR_BAD_NONCE, "job %s: wrong nonce",
+		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_BAD_NONCE, "job %s: wrong nonce",
 				join->name);
 		return NULL;
 	}
 	/* Every field the job's ranks declare (docs/protocol.md, section 8). */
-	what = phub_control_join_mismatch(job, &cjob_of(ctl, job)->decl, join, keys, n_keys,
+	what = phub_control_join_mismatch(job, &control_cjob(ctl, job)->decl, join, keys, n_keys,
 			join_wants_deterministic(ctl, join));
 	if (what != NULL) {
-		send_error(ctl, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
+		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
 				"job %s: rank %u declares another %s than the job has", join->name,
 				join->rank, what);
 		return NULL;
 	}
-	phub_control_decl_complete(&cjob_of(ctl, job)->decl, join);
+	phub_control_decl_complete(&control_cjob(ctl, job)->decl, join);
 	return job;
 }
 
@@ -448,7 +428,7 @@ send_join_ack(struct phub_control *ctl, const struct phub_control_peer *to,
 				(uint16_t)i);
 
 		if (len > 0)
-			ctl_send(ctl, to, ctl->buf, (size_t)len);
+			control_send(ctl, to, ctl->buf, (size_t)len);
 	}
 	ctl->stats.joins++;
 	free(map);
@@ -463,12 +443,16 @@ join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
 	struct phub_engine_job *job;
 	uint64_t token, old_token;
 	bool created, replay;
+	uint16_t rank;
 	struct cjob *c;
 	int rc;
 
 	job = job_for_join(ctl, to, msg, join, cj->keys, cj->n_keys, &created);
 	if (job == NULL)
 		return;
+	/* The engine counts a ring job's ranks from its rack's first (checked by job_for_join). */
+	if (!phub_engine_job_local_rank(job, join->rank, &rank))
+		rank = join->rank;	/* out of range: phub_engine_job_join() refuses it */
 	memset(&peer, 0, sizeof(peer));
 	peer.ipv4 = to->ipv4;
 	peer.udp_port = to->udp_port;
@@ -476,20 +460,21 @@ join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
 	/* The data path reads it with the endpoint: CSUM on this rank's ACKs and MODELs. */
 	peer.flags = (join->join_flags & PHUB_WIRE_JOIN_F_CSUM) ? PHUB_ENGINE_PEER_F_CSUM : 0;
 	/* The same rank from the same source again: its JOIN_ACK was lost, this is a replay. */
-	replay = phub_engine_job_rank(job, join->rank, &old, &old_token) &&
+	replay = phub_engine_job_rank(job, rank, &old, &old_token) &&
 		old.ipv4 == peer.ipv4 && old.udp_port == peer.udp_port;
-	rc = phub_engine_job_join(job, join->rank, join->nonce, &peer, &token);
+	rc = phub_engine_job_join(job, rank, join->nonce, &peer, &token);
 	if (rc != 0) {
-		send_error(ctl, to, msg, (uint16_t)-rc, "job %s: rank %u refused: %s", join->name,
+		control_send_error(ctl, to, msg, (uint16_t)-rc,
+				"job %s: rank %u refused: %s", join->name,
 				join->rank, -rc == PHUB_WIRE_ERR_BAD_NONCE ? "wrong nonce" :
 				phub_wire_error_name((uint16_t)-rc));
 		if (created)
 			phub_control_job_end(ctl, job);
 		return;
 	}
-	c = cjob_of(ctl, job);
-	c->rank_port[join->rank] = to->port;
-	memcpy(c->rank_mac[join->rank], to->mac, 6);
+	c = control_cjob(ctl, job);
+	c->rank_port[rank] = to->port;
+	memcpy(c->rank_mac[rank], to->mac, 6);
 	if (!replay)
 		control_log(ctl, PHUB_CONTROL_LOG_INFO, "job %s: rank %u of %u joined from "
 				"%u.%u.%u.%u:%u", join->name, join->rank, join->world_size,
@@ -529,11 +514,13 @@ handle_join(struct phub_control *ctl, const struct phub_control_peer *from,
 	case PHUB_CONTROL_JOIN_NO_MEMORY:	/* the worker sends it again */
 		return;
 	case PHUB_CONTROL_JOIN_TOO_MANY_KEYS:
-		send_error(ctl, from, msg, PHUB_WIRE_ERR_BAD_REQUEST, "a layout of more keys than "
+		control_send_error(ctl, from, msg, PHUB_WIRE_ERR_BAD_REQUEST,
+				"a layout of more keys than "
 				"this PBox takes: at most %u keys a job", ctl->p.max_job_keys);
 		return;
 	case PHUB_CONTROL_JOIN_CONTRADICTS:
-		send_error(ctl, from, msg, PHUB_WIRE_ERR_BAD_REQUEST, "JOIN datagrams of rank %u "
+		control_send_error(ctl, from, msg, PHUB_WIRE_ERR_BAD_REQUEST,
+				"JOIN datagrams of rank %u "
 				"contradict each other; start again", msg->worker_rank);
 		return;
 	case PHUB_CONTROL_JOIN_COMPLETE:
@@ -564,8 +551,11 @@ handle_leave(struct phub_control *ctl, const struct phub_control_peer *from,
 	if (v.left) {
 		control_log(ctl, PHUB_CONTROL_LOG_INFO, "job id %u: rank %u left, %d still joined",
 				msg->job_id, msg->worker_rank, v.remaining);
-		/* Before the answer: a worker that has its LEAVE_ACK finds the job gone. */
-		if (v.remaining == 0)
+		/*
+		 * Before the answer: a worker that has its LEAVE_ACK finds the job gone. A ring
+		 * job drains first: its neighbours may still need its last ring steps.
+		 */
+		if (v.remaining == 0 && !control_ring_drain(ctl, job))
 			phub_control_job_end(ctl, job);
 	}
 	phub_control_leave_ack(msg, &ack);
@@ -573,7 +563,7 @@ handle_leave(struct phub_control *ctl, const struct phub_control_peer *from,
 		ack.flags |= PHUB_WIRE_F_REPLAY;	/* the first LEAVE_ACK was lost */
 	len = phub_wire_encode(ctl->buf, sizeof(ctl->buf), &ack);
 	if (len > 0)
-		ctl_send(ctl, from, ctl->buf, (size_t)len);
+		control_send(ctl, from, ctl->buf, (size_t)len);
 	ctl->stats.leaves++;
 }
 
@@ -590,12 +580,14 @@ handle_ping(struct phub_control *ctl, const struct phub_control_peer *from,
 	ctl->stats.pings++;
 	code = phub_control_ping(job, &src, msg);
 	if (code == PHUB_WIRE_ERR_BAD_SESSION) {
-		send_error(ctl, from, msg, code, "rank %u of job id %u has another session now",
+		control_send_error(ctl, from, msg, code,
+				"rank %u of job id %u has another session now",
 				msg->worker_rank, msg->job_id);
 		return;
 	}
 	if (code != 0) {
-		send_error(ctl, from, msg, code, "no session of rank %u in job id %u here (the "
+		control_send_error(ctl, from, msg, code,
+				"no session of rank %u in job id %u here (the "
 				"PBox restarted, or the job ended): JOIN again", msg->worker_rank,
 				msg->job_id);
 		return;
@@ -603,7 +595,7 @@ handle_ping(struct phub_control *ctl, const struct phub_control_peer *from,
 	phub_control_pong(msg, &pong);
 	len = phub_wire_encode(ctl->buf, sizeof(ctl->buf), &pong);
 	if (len > 0)
-		ctl_send(ctl, from, ctl->buf, (size_t)len);
+		control_send(ctl, from, ctl->buf, (size_t)len);
 }
 
 void
@@ -629,6 +621,10 @@ phub_control_input(struct phub_control *ctl, const struct phub_control_peer *fro
 	case PHUB_WIRE_OP_PING:
 		handle_ping(ctl, from, &msg);
 		break;
+	case PHUB_WIRE_OP_RING_HELLO:
+	case PHUB_WIRE_OP_RING_HELLO_ACK:
+		control_ring_input(ctl, from, &msg);
+		break;
 	default:
 		ctl->stats.drops[PHUB_DROP_UNEXPECTED_OPCODE]++;
 		break;
@@ -648,7 +644,8 @@ join_timed_out(void *arg, const struct phub_control_addr *src, const struct phub
 		const struct join_source *s = &ctl->sources[i];
 
 		if (s->used && s->peer.ipv4 == src->ipv4 && s->peer.udp_port == src->udp_port) {
-			send_error(ctl, &s->peer, about, PHUB_WIRE_ERR_JOIN_TIMEOUT, "JOIN of rank "
+			control_send_error(ctl, &s->peer, about, PHUB_WIRE_ERR_JOIN_TIMEOUT,
+					"JOIN of rank "
 					"%u: datagrams missing for more than %u ms; send it whole "
 					"again", about->worker_rank, ctl->p.join_ms);
 			return;
@@ -656,28 +653,15 @@ join_timed_out(void *arg, const struct phub_control_addr *src, const struct phub
 	}
 }
 
-/*
- * End a job whose rank has been silent for worker_dead_ms while others wait on it: every
- * joined rank learns why (ERROR WORKER_TIMEOUT), then the job ends as after the last LEAVE.
- */
-static void
-job_timeout(struct phub_control *ctl, struct phub_engine_job *job, uint16_t dead,
-		uint64_t silent_ms, uint32_t iteration)
+void
+control_job_abort(struct phub_control *ctl, struct phub_engine_job *job, uint16_t code,
+		uint32_t iteration, const char *text)
 {
-	struct cjob *cj = cjob_of(ctl, job);
+	struct cjob *cj = control_cjob(ctl, job);
+	uint32_t base = phub_engine_job_rank_base(job);
 	struct phub_engine_job_info info;
-	struct phub_engine_rank_status st;
-	const char *why = "";
 
 	phub_engine_job_get_info(job, &info);
-	/* A rank that is not joined never came, or left before the others were done. */
-	if (phub_engine_job_rank_status(job, dead, &st) == 0 && !st.joined)
-		why = " (not joined)";
-	control_log(ctl, PHUB_CONTROL_LOG_ERR, "job %s (id %u): rank %u silent for %" PRIu64
-			" ms%s while iteration %u waits on it (timeouts.worker_dead_ms %u): the "
-			"job ends",
-			info.name, info.job_id, dead, silent_ms, why, iteration,
-			ctl->p.worker_dead_ms);
 	for (uint16_t r = 0; r < info.world_size; r++) {
 		struct phub_control_peer to;
 		struct phub_engine_peer peer;
@@ -693,12 +677,38 @@ job_timeout(struct phub_control *ctl, struct phub_engine_job *job, uint16_t dead
 		phub_wire_msg_init(&about, PHUB_WIRE_OP_ERROR);
 		about.job_id = info.job_id;
 		about.session_token = token;
-		about.worker_rank = r;
+		about.worker_rank = (uint16_t)(base + r);	/* the worker's own, global */
 		about.iteration = iteration;
-		send_error(ctl, &to, &about, PHUB_WIRE_ERR_WORKER_TIMEOUT,
-				"rank %u silent for %" PRIu64 " ms%s", dead, silent_ms, why);
+		control_send_error(ctl, &to, &about, code, "%s", text);
 	}
 	phub_control_job_end(ctl, job);
+}
+
+/*
+ * End a job whose rank has been silent for worker_dead_ms while others wait on it: every
+ * joined rank learns why (ERROR WORKER_TIMEOUT), then the job ends as after the last LEAVE.
+ */
+static void
+job_timeout(struct phub_control *ctl, struct phub_engine_job *job, uint16_t dead,
+		uint64_t silent_ms, uint32_t iteration)
+{
+	uint32_t rank = phub_engine_job_rank_base(job) + dead;	/* as the workers know it */
+	struct phub_engine_job_info info;
+	struct phub_engine_rank_status st;
+	char text[PHUB_WIRE_ERROR_MSG_MAX];
+	const char *why = "";
+
+	phub_engine_job_get_info(job, &info);
+	/* A rank that is not joined never came, or left before the others were done. */
+	if (phub_engine_job_rank_status(job, dead, &st) == 0 && !st.joined)
+		why = " (not joined)";
+	control_log(ctl, PHUB_CONTROL_LOG_ERR, "job %s (id %u): rank %u silent for %" PRIu64
+			" ms%s while iteration %u waits on it (timeouts.worker_dead_ms %u): the "
+			"job ends",
+			info.name, info.job_id, rank, silent_ms, why, iteration,
+			ctl->p.worker_dead_ms);
+	snprintf(text, sizeof(text), "rank %u silent for %" PRIu64 " ms%s", rank, silent_ms, why);
+	control_job_abort(ctl, job, PHUB_WIRE_ERR_WORKER_TIMEOUT, iteration, text);
 }
 
 /* The silent rank others wait on, if any: the one silent the longest, for more than dead_ns. */
@@ -753,10 +763,11 @@ job_has_session(const struct phub_engine_job *job)
 static bool
 orphan_expired(struct phub_control *ctl, struct phub_engine_job *job, uint64_t now)
 {
-	struct cjob *cj = cjob_of(ctl, job);
+	struct cjob *cj = control_cjob(ctl, job);
 	struct phub_engine_job_info info;
 
-	if (job_has_session(job)) {
+	/* A ring job left by its workers drains, then ends (control_ring_check()). */
+	if (job_has_session(job) || cj->ring.draining) {
 		cj->orphan_seen = false;
 		return false;
 	}
@@ -822,7 +833,7 @@ check_liveness(struct phub_control *ctl, uint64_t now)
 		uint16_t dead;
 
 		if (job == NULL || orphan_expired(ctl, job, now) ||
-		    job_abandoned(ctl, job, dead_ns))
+		    job_abandoned(ctl, job, dead_ns) || control_ring_check(ctl, cj, now))
 			continue;
 		if (!job_find_dead(job, dead_ns, &dead, &silent_ns, &iteration)) {
 			cj->suspect_seen = false;
@@ -845,6 +856,7 @@ phub_control_poll(struct phub_control *ctl)
 
 	phub_control_joins_expire(ctl->joins, now, (uint64_t)ctl->p.join_ms * 1000000u,
 			join_timed_out, ctl);
+	control_ring_poll(ctl, now);
 	if (now - ctl->liveness_ns < LIVENESS_PERIOD_NS)
 		return;
 	ctl->liveness_ns = now;
@@ -852,6 +864,33 @@ phub_control_poll(struct phub_control *ctl)
 }
 
 /* ---- the object ---- */
+
+/*
+ * A declared ring job must name its racks' PBoxes among the ring peers, this one exactly once,
+ * and hold the job's ranks: the ring code indexes with them (lib/config checks the same).
+ */
+static bool
+declared_rings_valid(const struct phub_control_params *p)
+{
+	for (unsigned int i = 0; i < p->n_declared; i++) {
+		const struct phub_control_declared_job *d = &p->declared[i];
+		unsigned int self = 0, ranks = 0;
+
+		if (d->n_racks == 0)
+			continue;
+		if (d->n_racks < 2 || d->n_racks > PHUB_RING_MAX_RACKS || d->racks == NULL)
+			return false;
+		for (uint16_t r = 0; r < d->n_racks; r++) {
+			if (d->racks[r].peer >= (int)p->n_ring_peers || d->racks[r].ranks == 0)
+				return false;
+			self += d->racks[r].peer < 0;
+			ranks += d->racks[r].ranks;
+		}
+		if (self != 1 || ranks != d->workers)
+			return false;
+	}
+	return true;
+}
 
 struct phub_control *
 phub_control_create(const struct phub_control_params *params)
@@ -861,7 +900,7 @@ phub_control_create(const struct phub_control_params *params)
 	if (params == NULL || params->engine == NULL || params->ops == NULL ||
 	    params->ops->now_ns == NULL || params->ops->send == NULL || params->n_servers == 0 ||
 	    params->servers == NULL || params->endpoints == NULL ||
-	    params->mtu < PHUB_WIRE_MIN_MTU) {
+	    params->mtu < PHUB_WIRE_MIN_MTU || !declared_rings_valid(params)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -879,6 +918,13 @@ phub_control_create(const struct phub_control_params *params)
 		ctl->p.worker_dead_ms = WORKER_DEAD_MS_DEFAULT;
 	if (ctl->p.chunk_bytes == 0)
 		ctl->p.chunk_bytes = PHUB_LAYOUT_CHUNK_BYTES_DEFAULT;
+	if (ctl->p.rack_name == NULL)
+		ctl->p.rack_name = "pbox";
+	if (ctl->p.rto_min_ms == 0)
+		ctl->p.rto_min_ms = RTO_MIN_MS_DEFAULT;
+	if (ctl->p.rto_max_ms < ctl->p.rto_min_ms)
+		ctl->p.rto_max_ms = ctl->p.rto_min_ms > RTO_MAX_MS_DEFAULT ? ctl->p.rto_min_ms :
+			RTO_MAX_MS_DEFAULT;
 	ctl->joins = phub_control_joins_create(ctl->p.max_pending_joins, ctl->p.max_job_keys);
 	ctl->sources = calloc(ctl->p.max_pending_joins, sizeof(*ctl->sources));
 	if (ctl->joins == NULL || ctl->sources == NULL) {

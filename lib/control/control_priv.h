@@ -6,10 +6,121 @@
 
 #include "phub_control.h"
 
+/*
+ * One neighbour of a ring job (control_ring.c): what its RING_HELLO(_ACK) said, and when to
+ * offer ours again. In a ring of two, prev and next are the same PBox and both links take its
+ * HELLO.
+ */
+struct cring_link {
+	uint16_t peer;			/* index in params.ring_peers */
+	uint16_t pos;			/* its ring position */
+	bool known;			/* its HELLO(_ACK) came */
+	uint64_t token;			/* its own: what our ring datagrams to it carry */
+	uint32_t job_id;		/* its id of the job: what our datagrams to it carry */
+	struct phub_engine_peer data;	/* its first data endpoint, MAC from its HELLO's frame */
+	uint8_t mac[6];			/* where our HELLOs go once known (broadcast before) */
+	uint64_t heard_ns;		/* its newest HELLO(_ACK); the job's creation before */
+	uint64_t next_hello_ns;		/* when ours goes out again */
+};
+
+/* A ring job's control state (zero for other jobs). */
+struct cring {
+	const struct phub_control_declared_job *decl;	/* NULL: not a ring job */
+	uint16_t pos;
+	uint64_t token;			/* ours: what ring datagrams to us carry */
+	struct cring_link prev, next;
+	bool linked;			/* phub_engine_job_ring_peers() done */
+	bool draining;			/* every worker left: ends once the ring is quiet */
+	uint64_t drain_since_ns;
+};
+
+/*
+ * What the control plane keeps per job, by engine slot (phub_engine_job_slot()). A rank found
+ * silent is waited on: the job ends only when the next check finds the same, so that one racy
+ * look at the slots never ends a job. A job without any joined rank is an orphan since the
+ * first check that found it so. Ranks here are the engine's local ones.
+ */
+struct cjob {
+	struct phub_engine_job *job;
+	struct phub_control_decl decl;
+	uint64_t memory_bytes;
+	uint16_t rank_port[PHUB_ENGINE_MAX_WORKERS];	/* where each rank's JOIN came in */
+	uint8_t rank_mac[PHUB_ENGINE_MAX_WORKERS][6];
+	bool suspect_seen;
+	uint16_t suspect_rank;
+	bool orphan_seen;
+	uint64_t orphan_since_ns;
+	struct cring ring;
+};
+
+/* The MAC and port of recent JOIN sources, for the ERROR JOIN_TIMEOUT of one left incomplete. */
+struct join_source {
+	struct phub_control_peer peer;
+	bool used;
+};
+
+struct phub_control {
+	struct phub_control_params p;
+	struct phub_control_joins *joins;
+	struct join_source *sources;
+	unsigned int sources_next;
+	struct phub_control_leaves leaves;
+	struct cjob jobs[PHUB_ENGINE_MAX_JOBS];
+	uint64_t memory_bytes;
+	uint64_t liveness_ns;
+	struct phub_control_stats stats;
+	uint8_t buf[PHUB_WIRE_MAX_DATAGRAM];
+};
+
 /* One line of log through ops->log (nothing when it is NULL). */
 void control_log(struct phub_control *ctl, enum phub_control_log_level level, const char *fmt,
 		...) __attribute__((format(printf, 3, 4)));
 const struct phub_control_params *control_params(const struct phub_control *ctl);
 uint64_t control_now_ns(const struct phub_control *ctl);
+void control_send(struct phub_control *ctl, const struct phub_control_peer *to, const void *buf,
+		size_t len);
+/* ERROR code about msg to a peer, logged; the text is formatted. */
+void control_send_error(struct phub_control *ctl, const struct phub_control_peer *to,
+		const struct phub_wire_msg *about, uint16_t code, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+struct cjob *control_cjob(struct phub_control *ctl, const struct phub_engine_job *job);
+const struct phub_control_declared_job *control_declared_find(const struct phub_control *ctl,
+		const char *name);
+/*
+ * Tell every joined rank of the job why it ends (ERROR code with text, about iteration), then
+ * end it.
+ */
+void control_job_abort(struct phub_control *ctl, struct phub_engine_job *job, uint16_t code,
+		uint32_t iteration, const char *text);
+
+/* control_ring.c: the ring of PBoxes. */
+/*
+ * A declared ring job's engine parameters: this rack's ranks as world size, the ring's shape
+ * and this rack's first global rank. NULL ring for a job without racks.
+ */
+void control_ring_job_params(const struct phub_control *ctl,
+		const struct phub_control_declared_job *d, struct phub_engine_job_params *p,
+		struct phub_engine_ring_params *ring);
+/* A new ring job's links: HELLOs go out at the next poll. */
+void control_ring_start(struct phub_control *ctl, struct cjob *cj,
+		const struct phub_control_declared_job *d);
+/* An ERROR RANK_RANGE naming the rack that holds a JOIN's rank, when it is not this one's. */
+bool control_ring_rank_refused(struct phub_control *ctl, const struct phub_control_peer *to,
+		const struct phub_wire_msg *msg, const struct phub_wire_join *join);
+/* RING_HELLO and RING_HELLO_ACK. */
+void control_ring_input(struct phub_control *ctl, const struct phub_control_peer *from,
+		const struct phub_wire_msg *msg);
+/* Every poll: the HELLOs that are due. */
+void control_ring_poll(struct phub_control *ctl, uint64_t now);
+/*
+ * The last worker of a ring job left: true when the job is a ring job, which stays (draining)
+ * until its ring has been quiet a while, for the neighbours' last steps (control_ring_check()).
+ */
+bool control_ring_drain(struct phub_control *ctl, struct phub_engine_job *job);
+/*
+ * Liveness of a ring job's neighbours: true when it ended the job (a peer silent or new, or a
+ * drained job).
+ */
+bool control_ring_check(struct phub_control *ctl, struct cjob *cj, uint64_t now);
 
 #endif /* PHUB_CONTROL_PRIV_H */

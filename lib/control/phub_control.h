@@ -228,14 +228,35 @@ struct phub_control_ops {
 	void (*job_release)(void *ctx, struct phub_engine_job *job);
 };
 
+/* One rack of a job that spans racks, in ring order (the config's jobs[].racks[]). */
+struct phub_control_rack {
+	const char *name;		/* its PBox's name, for messages */
+	uint16_t ranks;			/* the job's ranks in it, after the racks before */
+	int16_t peer;			/* index in params.ring_peers; -1: this PBox */
+};
+
+/*
+ * A PBox of the ring (the config's peers[]): where its control plane listens, and which of our
+ * ports reaches it. Its data endpoint and MAC come in its RING_HELLO.
+ */
+struct phub_control_ring_peer {
+	const char *name;
+	uint32_t ipv4;			/* host byte order */
+	uint16_t udp_port;		/* its control port */
+	uint16_t port;			/* ours, as struct phub_control_peer.port */
+};
+
 /* A job declared in the PBox's config: its nonce, shape and optimizer are fixed. */
 struct phub_control_declared_job {
 	const char *name;
 	uint64_t nonce;
-	uint16_t workers;
+	uint16_t workers;		/* the whole job's ranks, over every rack */
 	enum phub_dtype dtype;
 	struct phub_optimizer_params optimizer;
 	bool deterministic;
+	/* A job across racks (docs/hierarchy.md): 2 .. 16 racks, this PBox among them; 0: none. */
+	uint16_t n_racks;
+	const struct phub_control_rack *racks;
 };
 
 struct phub_control_params {
@@ -262,6 +283,19 @@ struct phub_control_params {
 	uint32_t worker_dead_ms;	/* a silent rank's; 0: 10000 */
 	const struct phub_control_declared_job *declared;
 	unsigned int n_declared;
+	/* The ring of PBoxes (docs/hierarchy.md); none without ring jobs. */
+	const char *rack_name;		/* this PBox's, for messages; NULL: "pbox" */
+	const struct phub_control_ring_peer *ring_peers;
+	unsigned int n_ring_peers;
+	/*
+	 * Where this PBox takes ring datagrams, by our port (index = phub_control_peer.port): the
+	 * endpoint a RING_HELLO sent through that port names. The ring datagrams of every data
+	 * thread leave from it, so that the peer knows them by one address.
+	 */
+	const struct phub_wire_endpoint *ring_endpoints;
+	unsigned int n_ring_endpoints;
+	uint32_t rto_min_ms;		/* a ring segment's first retransmission; 0: 2 */
+	uint32_t rto_max_ms;		/* its back-off's ceiling; 0: 200 */
 };
 
 /* What the control plane counts (its thread alone writes them). */
@@ -274,6 +308,11 @@ struct phub_control_stats {
 	uint64_t join_timeouts;
 	uint64_t jobs_created;
 	uint64_t jobs_ended;
+	uint64_t ring_hellos_sent;	/* RING_HELLO and RING_HELLO_ACK */
+	uint64_t ring_hellos_taken;	/* RING_HELLO(_ACK) of a ring job's neighbour, recorded */
+	uint64_t ring_hellos_early;	/* for a declared ring job not made here yet: unanswered */
+	uint64_t ring_hellos_refused;	/* another ring, nonce, position or address: logged */
+	uint64_t ring_jobs_failed;	/* ended because a ring peer fell silent or restarted */
 	uint64_t drops[PHUB_DROP_REASON_MAX];
 };
 
@@ -310,6 +349,23 @@ void phub_control_job_restored(struct phub_control *ctl, struct phub_engine_job 
 
 /* End a job now (job_release), as after its last LEAVE. */
 void phub_control_job_end(struct phub_control *ctl, struct phub_engine_job *job);
+
+/* What the control plane knows of a ring job's link to one neighbour. */
+struct phub_control_ring_link_info {
+	const char *rack;		/* the neighbour's name */
+	uint32_t control_ipv4;		/* its control address */
+	uint16_t pos;			/* its ring position */
+	bool known;			/* its RING_HELLO(_ACK) came: the engine has the link */
+	struct phub_engine_peer data;	/* its data endpoint and MAC, when known */
+	uint64_t silent_ns;		/* since its newest RING_HELLO(_ACK) or ring datagram */
+};
+
+/*
+ * A ring job's neighbours as the control plane has them (prev, next); false for a job without
+ * a ring. Control thread (telemetry copies it from there).
+ */
+bool phub_control_job_ring_links(const struct phub_control *ctl, const struct phub_engine_job *job,
+		struct phub_control_ring_link_info *prev, struct phub_control_ring_link_info *next);
 
 /* Segment elements for a dtype: what the MTU carries within segment_bytes, aligned. */
 uint32_t phub_control_segment_elems(const struct phub_control *ctl, enum phub_dtype dtype);

@@ -141,6 +141,8 @@ job_check_params(const struct phub_engine_job_params *p)
 		return -EINVAL;
 	if (p->ring != NULL && (p->ring->racks < 2 || p->ring->racks > PHUB_RING_MAX_RACKS ||
 			p->ring->pos >= p->ring->racks || p->ring->total_world < p->world_size ||
+			p->ring->rank_base > p->ring->total_world - p->world_size ||
+			p->ring->holds_rank0 != (p->ring->rank_base == 0) ||
 			p->ring->rto_ns == 0 || p->ring->rto_max_ns < p->ring->rto_ns))
 		return -EINVAL;
 	return 0;
@@ -295,6 +297,7 @@ phub_engine_job_create(struct phub_engine *engine, const struct phub_engine_job_
 		job->ring.rto_max_ns = p->ring->rto_max_ns;
 		job->ring_total_world = p->ring->total_world;
 		job->ring_holds_rank0 = p->ring->holds_rank0;
+		job->rank_base = p->ring->rank_base;
 	}
 	job->clock = engine->params.clock;
 	job->clock_arg = engine->params.clock_arg;
@@ -376,6 +379,12 @@ phub_engine_job_find(const struct phub_engine *engine, const char *name)
 			return job;
 	}
 	return NULL;
+}
+
+uint64_t
+phub_engine_monotonic_ns(void)
+{
+	return engine_now_ns();
 }
 
 struct phub_engine_job *
@@ -526,6 +535,28 @@ uint16_t
 phub_engine_job_world_size(const struct phub_engine_job *job)
 {
 	return job->world_size;
+}
+
+uint32_t
+phub_engine_job_rank_base(const struct phub_engine_job *job)
+{
+	return job->rank_base;
+}
+
+uint32_t
+phub_engine_job_total_world(const struct phub_engine_job *job)
+{
+	return job->ring_segs != NULL ? job->ring_total_world : job->world_size;
+}
+
+bool
+phub_engine_job_local_rank(const struct phub_engine_job *job, uint32_t global_rank,
+		uint16_t *local)
+{
+	if (global_rank < job->rank_base || global_rank - job->rank_base >= job->world_size)
+		return false;
+	*local = (uint16_t)(global_rank - job->rank_base);
+	return true;
 }
 
 enum phub_dtype

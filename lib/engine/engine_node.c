@@ -36,7 +36,7 @@ request_check(struct phub_engine_job *job, const struct phub_engine_request *req
 	uint64_t token;
 	uint32_t expect_elems;
 
-	/* The rank must be one of the job's. */
+	/* The rank must be one of the job's (request_local() made it local). */
 	if (req->rank >= job->world_size) {
 		drop(reply, stats, PHUB_DROP_RANK_RANGE);
 		return NULL;
@@ -317,16 +317,41 @@ engine_segment_finish(struct phub_engine_job *job, uint32_t seg, uint64_t elem, 
 	slot_complete(job, &job->slots[seg], stats);
 }
 
+/*
+ * A ring job's workers carry their global rank: the request with the rack's local index, or
+ * NULL (RANK_RANGE) for a rank of another rack. One-rack jobs pass through untouched.
+ */
+static const struct phub_engine_request *
+request_local(const struct phub_engine_job *job, const struct phub_engine_request *req,
+		struct phub_engine_request *local, struct phub_engine_reply *reply,
+		struct phub_engine_stats *stats)
+{
+	if (job->rank_base == 0)
+		return req;
+	if (req->rank < job->rank_base) {
+		drop(reply, stats, PHUB_DROP_RANK_RANGE);
+		return NULL;
+	}
+	*local = *req;
+	local->rank = (uint16_t)(req->rank - job->rank_base);
+	return local;
+}
+
 void
-phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *req,
+phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *wire_req,
 		struct phub_engine_reply *reply, struct phub_engine_stats *stats)
 {
+	struct phub_engine_request local;
+	const struct phub_engine_request *req;
 	struct segment_slot *slot;
 	struct rank_cell *cell;
 	uint64_t elem, now, t0;
 	int32_t ahead;
 	bool last, fused;
 
+	req = request_local(job, wire_req, &local, reply, stats);
+	if (req == NULL)
+		return;
 	slot = request_check(job, req, &elem, &cell, reply, stats);
 	if (slot == NULL)
 		return;
@@ -416,13 +441,18 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 }
 
 void
-phub_engine_pull(struct phub_engine_job *job, const struct phub_engine_request *req,
+phub_engine_pull(struct phub_engine_job *job, const struct phub_engine_request *wire_req,
 		struct phub_engine_reply *reply, struct phub_engine_stats *stats)
 {
+	struct phub_engine_request local;
+	const struct phub_engine_request *req;
 	struct segment_slot *slot;
 	struct rank_cell *cell;
 	uint64_t elem;
 
+	req = request_local(job, wire_req, &local, reply, stats);
+	if (req == NULL)
+		return;
 	slot = request_check(job, req, &elem, &cell, reply, stats);
 	if (slot == NULL)
 		return;

@@ -141,11 +141,13 @@ struct phub_engine_job {
 	float *ring_bufs;			/* 4 x n_elems: two rounds of sum and inbox */
 	struct phub_ring_params ring;
 	uint32_t ring_total_world;
+	uint32_t rank_base;		/* global rank of local index 0 (ring jobs) */
 	bool ring_holds_rank0;
 	struct engine_ring_link {
 		_Atomic uint64_t token;
 		_Atomic uint64_t peer;		/* ipv4 << 16 | udp port */
 		_Atomic uint64_t heard_ns;	/* newest valid datagram from it */
+		_Atomic uint32_t job_id;	/* the peer's id of the job */
 		uint8_t mac[6];
 	} ring_prev, ring_next;
 };

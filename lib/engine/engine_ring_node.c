@@ -5,6 +5,7 @@
  */
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -62,6 +63,7 @@ static void
 link_set(struct engine_ring_link *l, const struct phub_engine_ring_link *from)
 {
 	memcpy(l->mac, from->peer.mac, sizeof(l->mac));
+	atomic_store_explicit(&l->job_id, from->job_id, memory_order_relaxed);
 	atomic_store_explicit(&l->peer, peer_key(from->peer.ipv4, from->peer.udp_port),
 			memory_order_release);
 	atomic_store_explicit(&l->token, from->token, memory_order_release);
@@ -77,6 +79,7 @@ link_get(const struct engine_ring_link *l, struct phub_engine_ring_link *to)
 	to->peer.udp_port = (uint16_t)key;
 	memcpy(to->peer.mac, l->mac, sizeof(to->peer.mac));
 	to->token = atomic_load_explicit(&l->token, memory_order_acquire);
+	to->job_id = atomic_load_explicit(&l->job_id, memory_order_relaxed);
 }
 
 int
@@ -341,36 +344,58 @@ phub_engine_ring_receive(struct phub_engine_job *job, const struct phub_engine_r
 }
 
 unsigned int
+phub_engine_ring_poll_some(struct phub_engine_job *job, uint64_t now_ns,
+		bool (*owns)(void *arg, uint32_t server),
+		void (*send)(void *arg, const struct phub_engine_ring_send *what), void *arg,
+		struct phub_engine_stats *stats, uint32_t *cursor, unsigned int budget)
+{
+	uint32_t n = job->n_segments, start, k, c;
+	unsigned int sent = 0;
+	bool owned = false;
+
+	if (job->ring_segs == NULL || n == 0)
+		return 0;
+	start = *cursor < n ? *cursor : 0;
+	c = seg_chunk(job, start);
+	for (k = 0; k < n && sent < budget; k++) {
+		uint32_t seg = start + k < n ? start + k : start + k - n;
+		struct phub_ring_out due[2];
+		unsigned int i, due_n;
+
+		/* The chunk of seg: the next one when seg reaches its first segment. */
+		if (seg == 0)
+			c = 0;
+		else if (c + 1 < job->n_chunks && job->chunk_first_segment[c + 1] == seg)
+			c++;
+		if (k == 0 || seg == job->chunk_first_segment[c]) {
+			struct phub_layout_chunk chunk;
+
+			phub_layout_chunk_get(job->layout, c, &chunk);
+			owned = owns == NULL || owns(arg, chunk.server);
+		}
+		if (!owned)
+			continue;
+		due_n = phub_ring_poll(&job->ring_segs[seg], &job->ring, 0, now_ns, due);
+		for (i = 0; i < due_n; i++) {
+			struct phub_engine_ring_send what;
+
+			ring_send_of(job, seg, &due[i], &what);
+			stats->ring_retransmits += (uint64_t)__builtin_popcount(what.steps);
+			send(arg, &what);
+		}
+		sent += due_n != 0;
+	}
+	*cursor = start + k < n ? start + k : start + k - n;
+	return sent;
+}
+
+unsigned int
 phub_engine_ring_poll(struct phub_engine_job *job, uint64_t now_ns,
 		bool (*owns)(void *arg, uint32_t server),
 		void (*send)(void *arg, const struct phub_engine_ring_send *what), void *arg,
 		struct phub_engine_stats *stats)
 {
-	unsigned int sent = 0;
+	uint32_t cursor = 0;
 
-	if (job->ring_segs == NULL)
-		return 0;
-	for (uint32_t c = 0; c < job->n_chunks; c++) {
-		struct phub_layout_chunk chunk;
-
-		phub_layout_chunk_get(job->layout, c, &chunk);
-		if (owns != NULL && !owns(arg, chunk.server))
-			continue;
-		for (uint32_t s = 0; s < chunk.n_segments; s++) {
-			uint32_t seg = job->chunk_first_segment[c] + s;
-			struct phub_ring_out due[2];
-			unsigned int k, due_n;
-
-			due_n = phub_ring_poll(&job->ring_segs[seg], &job->ring, 0, now_ns, due);
-			for (k = 0; k < due_n; k++) {
-				struct phub_engine_ring_send what;
-
-				ring_send_of(job, seg, &due[k], &what);
-				stats->ring_retransmits += (uint64_t)__builtin_popcount(what.steps);
-				send(arg, &what);
-				sent++;
-			}
-		}
-	}
-	return sent;
+	return phub_engine_ring_poll_some(job, now_ns, owns, send, arg, stats, &cursor, UINT_MAX);
 }

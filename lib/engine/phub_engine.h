@@ -100,6 +100,11 @@ struct phub_engine_ring_params {
 	uint16_t racks;			/* R, 2 .. PHUB_RING_MAX_RACKS */
 	uint16_t pos;			/* this PBox's position, 0 .. R-1 */
 	uint32_t total_world;		/* ranks over every rack: the mean divides by it */
+	/*
+	 * The job's global rank of this rack's first rank: workers name themselves by global
+	 * rank on the wire (PUSH, PULL, JOIN), the engine by local index 0 .. world_size - 1.
+	 */
+	uint32_t rank_base;
 	bool holds_rank0;		/* this rack's rank 0 is the job's: its weights start it */
 	uint64_t rto_ns;		/* first retransmission timeout of a ring segment */
 	uint64_t rto_max_ns;		/* ceiling of its back-off */
@@ -199,6 +204,12 @@ struct phub_engine_params {
 	void *clock_arg;		/* passed to clock */
 };
 
+/*
+ * CLOCK_MONOTONIC in nanoseconds: the engine's default clock, and the one callers stamp ring
+ * requests with (phub_engine_ring_request.now_ns) when they left the clock at its default.
+ */
+uint64_t phub_engine_monotonic_ns(void);
+
 /* The job table, on CLOCK_MONOTONIC. NULL and errno ENOMEM. */
 struct phub_engine *phub_engine_create(void);
 /* The job table, with params (NULL: defaults). NULL and errno ENOMEM. */
@@ -273,6 +284,19 @@ uint32_t phub_engine_job_id(const struct phub_engine_job *job);
  */
 uint32_t phub_engine_job_slot(const struct phub_engine_job *job);
 uint16_t phub_engine_job_world_size(const struct phub_engine_job *job);
+/*
+ * The global rank of local index 0 (0 but in a ring job: the ranks of the racks before this
+ * one) and the ranks over every rack (world_size but in a ring job). Wire ranks are global;
+ * the rank arguments of this API are local, from 0 to world_size - 1.
+ */
+uint32_t phub_engine_job_rank_base(const struct phub_engine_job *job);
+uint32_t phub_engine_job_total_world(const struct phub_engine_job *job);
+/*
+ * The local index of a wire (global) rank: false when the rank is another rack's or beyond
+ * the job.
+ */
+bool phub_engine_job_local_rank(const struct phub_engine_job *job, uint32_t global_rank,
+		uint16_t *local);
 enum phub_dtype phub_engine_job_dtype(const struct phub_engine_job *job);
 const struct phub_layout *phub_engine_job_layout(const struct phub_engine_job *job);
 /*
@@ -480,10 +504,14 @@ void phub_engine_memory_need(const struct phub_engine_memory_params *p,
  * segment's sum runs the optimizer there and answers MODEL_ALL to this rack's workers.
  */
 
-/* One ring link's identity: the peer PBox's address and the token its datagrams carry. */
+/*
+ * One ring link's identity: the peer PBox's address, the token the link's datagrams carry, and
+ * the peer's id of the job (job ids are each PBox's own): what datagrams to the peer carry.
+ */
 struct phub_engine_ring_link {
 	struct phub_engine_peer peer;
 	uint64_t token;
+	uint32_t job_id;
 };
 
 /*
@@ -537,6 +565,17 @@ unsigned int phub_engine_ring_poll(struct phub_engine_job *job, uint64_t now_ns,
 		bool (*owns)(void *arg, uint32_t server),
 		void (*send)(void *arg, const struct phub_engine_ring_send *what), void *arg,
 		struct phub_engine_stats *stats);
+
+/*
+ * phub_engine_ring_poll() with a budget: at most budget segments send, starting at the segment
+ * *cursor names and going round; *cursor is left where the scan stopped, so that the next one
+ * starts there. A segment past the budget is not looked at (its timer stays due), so none
+ * starves behind others that keep being due. Returns how many segments sent.
+ */
+unsigned int phub_engine_ring_poll_some(struct phub_engine_job *job, uint64_t now_ns,
+		bool (*owns)(void *arg, uint32_t server),
+		void (*send)(void *arg, const struct phub_engine_ring_send *what), void *arg,
+		struct phub_engine_stats *stats, uint32_t *cursor, unsigned int budget);
 
 /* Nanoseconds since a valid ring datagram from prev and a RING_ACK from next (control). */
 void phub_engine_job_ring_silence(const struct phub_engine_job *job, uint64_t now_ns,

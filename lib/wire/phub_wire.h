@@ -250,7 +250,13 @@ enum phub_wire_payload {
  * RING_GATHER 0x41  PBox -> next PBox, all-gather phase: fully reduced values of one segment;
  *                 fields as RING_REDUCE.
  * RING_ACK 0x42   the RING_REDUCE/RING_GATHER segment was taken in; fields as ACK, aux = step.
- * 0x43-0x4f       reserved for PBox-to-PBox traffic (PHUB_DROP_RESERVED_OPCODE).
+ * RING_HELLO 0x43 PBox -> ring neighbour's control port: a ring job's link, offered. Body:
+ *                 struct phub_wire_ring_hello_body + endpoints; worker_rank = the sender's ring
+ *                 position (as in the body); job_id = the sender's id of the job, which ring
+ *                 datagrams to it carry. Sent until answered, then as a keep-alive.
+ * RING_HELLO_ACK 0x44  the answer, from the receiver's control port: the same body, the
+ *                 receiver's own.
+ * 0x45-0x4f       reserved for PBox-to-PBox traffic (PHUB_DROP_RESERVED_OPCODE).
  */
 #define PHUB_WIRE_OPCODES(_) \
 	_(JOIN,		0x01, "join",		0, BODY) \
@@ -270,7 +276,9 @@ enum phub_wire_payload {
 						PHUB_WIRE_USE_AUX, BODY) \
 	_(RING_REDUCE,	0x40, "ring_reduce",	PHUB_WIRE_USE_DATA, ELEMS) \
 	_(RING_GATHER,	0x41, "ring_gather",	PHUB_WIRE_USE_DATA, ELEMS) \
-	_(RING_ACK,	0x42, "ring_ack",	PHUB_WIRE_USE_DATA, NONE)
+	_(RING_ACK,	0x42, "ring_ack",	PHUB_WIRE_USE_DATA, NONE) \
+	_(RING_HELLO,	0x43, "ring_hello",	PHUB_WIRE_USE_JOB, BODY) \
+	_(RING_HELLO_ACK, 0x44, "ring_hello_ack", PHUB_WIRE_USE_JOB, BODY)
 
 enum phub_wire_opcode {
 #define PHUB_WIRE_OP_ENUM(n, v, s, use, pl) PHUB_WIRE_OP_##n = (v),
@@ -337,6 +345,7 @@ enum phub_wire_opcode {
 	_(ERROR_LENGTH,		"error_length_mismatch") \
 	_(ERROR_CODE,		"error_bad_code") \
 	_(ERROR_TEXT,		"error_text_not_utf8") \
+	_(RING_HELLO_FIELDS,	"ring_hello_bad_fields") \
 	/* second group: session and slot state, returned by the engine */ \
 	_(BAD_TOKEN,		"bad_token") \
 	_(UNKNOWN_JOB,		"unknown_job") \
@@ -869,6 +878,64 @@ enum phub_drop_reason phub_wire_error_parse(const void *body, size_t len,
 		struct phub_wire_error_msg *out);
 /* Write an ERROR body from a parsed one. Bytes, -EINVAL or -ENOSPC. */
 int phub_wire_error_encode(void *buf, size_t cap, const struct phub_wire_error_msg *err);
+
+/* ---- RING_HELLO, RING_HELLO_ACK (docs/protocol.md section 12) ---- */
+
+#define PHUB_WIRE_RING_MAX_RACKS 16
+#define PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS 64
+
+/*
+ * RING_HELLO and RING_HELLO_ACK body, 88 bytes, then endpoint_count endpoint entries of 8
+ * bytes (struct phub_wire_endpoint_entry): the data endpoints where the sender takes ring
+ * datagrams (the first is the one its ring datagrams come from and go to).
+ *
+ * +---------------------------------------------------------------+
+ * |      name: 64 bytes, the job's, as in JOIN                ... |  0
+ * +---------------------------------------------------------------+
+ * |                 nonce (64 bits): the job's secret             | 64
+ * +---------------------------------------------------------------+
+ * |  token (64 bits): what ring datagrams to the sender carry,    | 72
+ * |  and the RING_ACKs it sends; never 0                          |
+ * +-------------------------------+-------------------------------+
+ * |        racks (2 .. 16)        |   pos (the sender's, < racks) | 80
+ * +-------------------------------+-------------------------------+
+ * |   endpoint_count (1 .. 64)    |          reserved (0)         | 84
+ * +-------------------------------+-------------------------------+
+ */
+struct __attribute__((packed)) phub_wire_ring_hello_body {
+	char name[PHUB_WIRE_JOB_NAME_LEN];
+	phub_be64_t nonce;
+	phub_be64_t token;
+	phub_be16_t racks;
+	phub_be16_t pos;
+	phub_be16_t endpoint_count;
+	phub_be16_t reserved;
+};
+
+static_assert(sizeof(struct phub_wire_ring_hello_body) == 88, "RING_HELLO body is 88 bytes");
+
+/* One RING_HELLO or RING_HELLO_ACK, parsed or to send. */
+struct phub_wire_ring_hello {
+	uint32_t job_id;		/* the header's: the sender's id of the job (not parsed) */
+	char name[PHUB_WIRE_JOB_NAME_LEN];
+	uint64_t nonce;
+	uint64_t token;
+	uint16_t racks;
+	uint16_t pos;
+	uint16_t endpoint_count;
+	struct phub_wire_endpoint endpoints[PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS];
+};
+
+/*
+ * Write a whole RING_HELLO or RING_HELLO_ACK datagram (opcode), worker_rank = h->pos, job_id =
+ * h->job_id. Bytes,
+ * -EINVAL (a field out of its bounds) or -ENOSPC.
+ */
+int phub_wire_ring_hello_write(void *buf, size_t cap, uint8_t opcode,
+		const struct phub_wire_ring_hello *h);
+/* Validate a RING_HELLO(_ACK) body of len bytes; never reads past body + len. */
+enum phub_drop_reason phub_wire_ring_hello_parse(const void *body, size_t len,
+		struct phub_wire_ring_hello *out);
 
 #ifdef __cplusplus
 }

@@ -158,6 +158,16 @@ check_body(const struct phub_wire_msg *m)
 			r = PHUB_DROP_JOIN_ACK_JOB;
 		break;
 	}
+	case PHUB_WIRE_OP_RING_HELLO:
+	case PHUB_WIRE_OP_RING_HELLO_ACK: {
+		struct phub_wire_ring_hello hello;
+
+		r = phub_wire_ring_hello_parse(m->payload, m->payload_len, &hello);
+		/* The position is said twice, as JOIN's rank. */
+		if (r == PHUB_DROP_OK && hello.pos != m->worker_rank)
+			r = PHUB_DROP_RING_HELLO_FIELDS;
+		break;
+	}
 	case PHUB_WIRE_OP_ERROR: {
 		struct phub_wire_error_msg err;
 

@@ -24,30 +24,42 @@ hyper_ok(uint32_t bits)
 	return (bits & 0x80000000u) == 0 && (bits & 0x7f800000u) != 0x7f800000u;
 }
 
+/* A job name field, as JOIN and RING_HELLO carry it. */
+static enum phub_drop_reason
+job_name_check(const char name[PHUB_WIRE_JOB_NAME_LEN])
+{
+	const char *nul;
+
+	/* The name must end within its 64 bytes, or a reader of it would run past the field. */
+	nul = memchr(name, '\0', PHUB_WIRE_JOB_NAME_LEN);
+	if (nul == NULL)
+		return PHUB_DROP_JOIN_NAME_UNTERMINATED;
+	/* One job, one spelling: at least one printable ASCII character, NUL padding after it. */
+	if (nul == name)
+		return PHUB_DROP_JOIN_NAME;
+	for (const char *c = name; c < nul; c++)
+		if (*c < 0x21 || *c > 0x7e)
+			return PHUB_DROP_JOIN_NAME;
+	for (const char *c = nul; c < name + PHUB_WIRE_JOB_NAME_LEN; c++)
+		if (*c != '\0')
+			return PHUB_DROP_JOIN_NAME;
+	return PHUB_DROP_OK;
+}
+
 enum phub_drop_reason
 phub_wire_join_parse(const void *body, size_t len, struct phub_wire_join_seg *out)
 {
 	struct phub_wire_join_body b;
-	const char *nul;
+	enum phub_drop_reason r;
 	unsigned int esize;
 
 	/* Shorter than the fixed part: not even the key counts are there. */
 	if (body == NULL || len < JOIN_FIXED)
 		return PHUB_DROP_BODY_SHORT;
 	memcpy(&b, body, sizeof(b));
-	/* The name must end within its 64 bytes, or a reader of it would run past the field. */
-	nul = memchr(b.name, '\0', sizeof(b.name));
-	if (nul == NULL)
-		return PHUB_DROP_JOIN_NAME_UNTERMINATED;
-	/* One job, one spelling: at least one printable ASCII character, NUL padding after it. */
-	if (nul == b.name)
-		return PHUB_DROP_JOIN_NAME;
-	for (const char *c = b.name; c < nul; c++)
-		if (*c < 0x21 || *c > 0x7e)
-			return PHUB_DROP_JOIN_NAME;
-	for (const char *c = nul; c < b.name + sizeof(b.name); c++)
-		if (*c != '\0')
-			return PHUB_DROP_JOIN_NAME;
+	r = job_name_check(b.name);
+	if (r != PHUB_DROP_OK)
+		return r;
 
 	memset(out, 0, sizeof(*out));
 	memcpy(out->join.name, b.name, sizeof(b.name));
@@ -700,5 +712,95 @@ phub_wire_error_write(void *buf, size_t cap, const struct phub_wire_msg *about,
 	msg.aux = code;
 	msg.payload = body;
 	msg.payload_len = (uint16_t)len;
+	return phub_wire_encode(buf, cap, &msg);
+}
+
+/* ---- RING_HELLO, RING_HELLO_ACK ---- */
+
+#define HELLO_FIXED sizeof(struct phub_wire_ring_hello_body)
+#define ENDPOINT_SIZE sizeof(struct phub_wire_endpoint_entry)
+
+enum phub_drop_reason
+phub_wire_ring_hello_parse(const void *body, size_t len, struct phub_wire_ring_hello *out)
+{
+	const uint8_t *p = body;
+	struct phub_wire_ring_hello_body b;
+	enum phub_drop_reason r;
+
+	if (body == NULL || len < HELLO_FIXED)
+		return PHUB_DROP_BODY_SHORT;
+	memcpy(&b, body, sizeof(b));
+	r = job_name_check(b.name);
+	if (r != PHUB_DROP_OK)
+		return r;
+	memset(out, 0, sizeof(*out));
+	memcpy(out->name, b.name, sizeof(b.name));
+	out->nonce = wire_ld64(&b.nonce);
+	out->token = wire_ld64(&b.token);
+	out->racks = wire_ld16(&b.racks);
+	out->pos = wire_ld16(&b.pos);
+	out->endpoint_count = wire_ld16(&b.endpoint_count);
+	/*
+	 * A ring of 2 .. 16 racks with the sender on it, a token to carry (0 is "no session"), at
+	 * least one endpoint to send to, and exactly the endpoints the count says.
+	 */
+	if (out->racks < 2 || out->racks > PHUB_WIRE_RING_MAX_RACKS || out->pos >= out->racks ||
+	    out->token == 0 || wire_ld16(&b.reserved) != 0 || out->endpoint_count == 0 ||
+	    out->endpoint_count > PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS ||
+	    len != HELLO_FIXED + (size_t)out->endpoint_count * ENDPOINT_SIZE)
+		return PHUB_DROP_RING_HELLO_FIELDS;
+	for (uint16_t i = 0; i < out->endpoint_count; i++) {
+		const uint8_t *e = p + HELLO_FIXED + (size_t)i * ENDPOINT_SIZE;
+
+		out->endpoints[i].ipv4 = wire_ld32(e);
+		out->endpoints[i].udp_port = wire_ld16(e + 4);
+		/* A ring peer names where it is: no "the source's address" shorthand here. */
+		if (out->endpoints[i].ipv4 == 0 || out->endpoints[i].udp_port == 0 ||
+		    wire_ld16(e + 6) != 0)
+			return PHUB_DROP_RING_HELLO_FIELDS;
+	}
+	return PHUB_DROP_OK;
+}
+
+int
+phub_wire_ring_hello_write(void *buf, size_t cap, uint8_t opcode,
+		const struct phub_wire_ring_hello *h)
+{
+	uint8_t *body = (uint8_t *)buf + PHUB_WIRE_HDR_LEN;
+	struct phub_wire_ring_hello_body b;
+	struct phub_wire_msg msg;
+	size_t len;
+
+	if (buf == NULL || h == NULL ||
+	    (opcode != PHUB_WIRE_OP_RING_HELLO && opcode != PHUB_WIRE_OP_RING_HELLO_ACK) ||
+	    h->endpoint_count > PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS)
+		return -EINVAL;
+	len = HELLO_FIXED + (size_t)h->endpoint_count * ENDPOINT_SIZE;
+	if (cap < PHUB_WIRE_HDR_LEN + len)
+		return -ENOSPC;
+	memset(&b, 0, sizeof(b));
+	memcpy(b.name, h->name, sizeof(b.name));
+	b.name[sizeof(b.name) - 1] = '\0';
+	/* NUL padding after the name, whatever the caller's array held there. */
+	memset(b.name + strlen(b.name), 0, sizeof(b.name) - strlen(b.name));
+	wire_st64(&b.nonce, h->nonce);
+	wire_st64(&b.token, h->token);
+	wire_st16(&b.racks, h->racks);
+	wire_st16(&b.pos, h->pos);
+	wire_st16(&b.endpoint_count, h->endpoint_count);
+	memcpy(body, &b, sizeof(b));
+	for (uint16_t i = 0; i < h->endpoint_count; i++) {
+		uint8_t *e = body + HELLO_FIXED + (size_t)i * ENDPOINT_SIZE;
+
+		wire_st32(e, h->endpoints[i].ipv4);
+		wire_st16(e + 4, h->endpoints[i].udp_port);
+		wire_st16(e + 6, 0);
+	}
+	phub_wire_msg_init(&msg, opcode);
+	msg.job_id = h->job_id;
+	msg.worker_rank = h->pos;
+	msg.payload = body;
+	msg.payload_len = (uint16_t)len;
+	/* phub_wire_encode() checks the body as a receiver would: nothing invalid leaves. */
 	return phub_wire_encode(buf, cap, &msg);
 }

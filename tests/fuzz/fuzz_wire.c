@@ -97,6 +97,7 @@ fuzz_bodies(const uint8_t *data, size_t size)
 	struct phub_wire_join_seg js;
 	struct phub_wire_join_ack_seg as;
 	struct phub_wire_error_msg es;
+	struct phub_wire_ring_hello hs;
 
 	if (phub_wire_join_parse(data, size, &js) == PHUB_DROP_OK) {
 		require(phub_wire_join_seg_encode(out, sizeof(out), &js) == (int)size);
@@ -113,6 +114,12 @@ fuzz_bodies(const uint8_t *data, size_t size)
 	if (phub_wire_error_parse(data, size, &es) == PHUB_DROP_OK) {
 		require(phub_wire_error_encode(out, sizeof(out), &es) == (int)size);
 		require(memcmp(out, data, size) == 0);
+	}
+	/* A RING_HELLO body the parser takes is written back byte for byte. */
+	if (phub_wire_ring_hello_parse(data, size, &hs) == PHUB_DROP_OK) {
+		require(phub_wire_ring_hello_write(out, sizeof(out), PHUB_WIRE_OP_RING_HELLO, &hs) ==
+			(int)(PHUB_WIRE_HDR_LEN + size));
+		require(memcmp(out + PHUB_WIRE_HDR_LEN, data, size) == 0);
 	}
 }
 

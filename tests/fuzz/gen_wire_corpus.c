@@ -199,6 +199,27 @@ main(int argc, char **argv)
 	save("error_join_no_session.bin", buf, phub_wire_error_write(buf, sizeof(buf), NULL,
 			PHUB_WIRE_ERR_BAD_NONCE, "nonce does not match the job's"));
 
+	/* RING_HELLO and RING_HELLO_ACK, and the bare body. */
+	{
+		struct phub_wire_ring_hello h;
+
+		memset(&h, 0, sizeof(h));
+		h.job_id = 0x0102;
+		snprintf(h.name, sizeof(h.name), "%s", "spanning");
+		h.nonce = 0x9f3c61d2a7e4b508ull;
+		h.token = 0x5a5a0102a5a50304ull;
+		h.racks = 3;
+		h.pos = 2;
+		h.endpoint_count = 2;
+		h.endpoints[0] = (struct phub_wire_endpoint){ .ipv4 = 0x0a1e0003, .udp_port = 47001 };
+		h.endpoints[1] = (struct phub_wire_endpoint){ .ipv4 = 0x0a1e0003, .udp_port = 47002 };
+		len = phub_wire_ring_hello_write(buf, sizeof(buf), PHUB_WIRE_OP_RING_HELLO, &h);
+		save("ring_hello.bin", buf, len);
+		save("body_ring_hello.bin", buf + PHUB_WIRE_HDR_LEN, len - PHUB_WIRE_HDR_LEN);
+		save("ring_hello_ack.bin", buf, phub_wire_ring_hello_write(buf, sizeof(buf),
+				PHUB_WIRE_OP_RING_HELLO_ACK, &h));
+	}
+
 	/* A PUSH from a later version with an 8-byte header extension. */
 	len = data_msg(buf + 8, PHUB_WIRE_OP_PUSH, 0, PHUB_DTYPE_FP32, 16);
 	memmove(buf, buf + 8, PHUB_WIRE_HDR_LEN);

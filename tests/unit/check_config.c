@@ -636,6 +636,42 @@ START_TEST(test_drivers_dir_comes_from_file_then_params_then_environment)
 }
 END_TEST
 
+/* A ring job's racks: each rack's PBox (this one or a peer), first rank, and our position. */
+START_TEST(test_ring_job_racks_resolve_to_peers_and_rank_bases)
+{
+	const struct phub_config_job *job;
+
+	enter_data_dir();
+	ck_assert_msg(load_data("good_ring.json") == 0, "%s", err);
+	ck_assert_str_eq(cfg.name, "rack1");
+	ck_assert_int_eq(phub_config_job_find(&cfg, "spanning"), 0);
+	job = &cfg.jobs[0];
+	ck_assert_uint_eq(job->workers, 6);
+	ck_assert_uint_eq(job->n_racks, 3);
+	ck_assert_uint_eq(job->ring_pos, 1);
+	ck_assert_int_eq(job->racks[0].peer, 0);
+	ck_assert_int_eq(job->racks[1].peer, -1);
+	ck_assert_int_eq(job->racks[2].peer, 1);
+	ck_assert_uint_eq(job->racks[0].rank_base, 0);
+	ck_assert_uint_eq(job->racks[1].rank_base, 2);
+	ck_assert_uint_eq(job->racks[1].ranks, 3);
+	ck_assert_uint_eq(job->racks[2].rank_base, 5);
+	ck_assert_uint_eq(cfg.jobs[1].n_racks, 0);
+	/* Peers reach through the named port; the control port defaults to 47000. */
+	ck_assert_uint_eq(cfg.peers[0].port_index, 1);
+	ck_assert_uint_eq(cfg.peers[0].udp_port, 47000);
+	ck_assert_uint_eq(cfg.peers[1].udp_port, 47100);
+	phub_config_free(&cfg);
+	/* Without a name the PBox is "pbox"; a peer without a port uses the first. */
+	ck_assert_msg(load_string("{\"eal\": {\"lcores\": [0, 1]}, \"ports\": [{\"name\": \"p\", "
+			"\"device\": \"net_tap0\", \"driver\": \"tap\", \"ipv4\": "
+			"\"10.0.0.1/24\", \"lcores\": [1]}], \"peers\": [{\"name\": \"r\", "
+			"\"ipv4\": \"10.0.0.2\"}]}") == 0, "%s", err);
+	ck_assert_str_eq(cfg.name, "pbox");
+	ck_assert_uint_eq(cfg.peers[0].port_index, 0);
+}
+END_TEST
+
 /* A one-port configuration for a driver, with a device of the right kind. */
 static int
 load_driver(enum phub_config_driver_id id)
@@ -863,6 +899,7 @@ phub_config_suite(void)
 		{ "lcore map", test_lcore_map_is_flat_and_sorted_by_port_then_queue },
 		{ "udp ports", test_data_lcore_k_listens_on_base_plus_one_plus_k },
 		{ "lookups", test_lookups_find_what_the_file_names },
+		{ "ring racks", test_ring_job_racks_resolve_to_peers_and_rank_bases },
 		{ "virtual rack example", test_virtual_rack_example_loads },
 		{ "bare-metal example",
 		  test_baremetal_example_loads_with_its_nics_on_two_numa_nodes },

@@ -184,6 +184,7 @@ rack_create(struct sim *s, unsigned int r, unsigned int ranks, unsigned int firs
 		.racks = (uint16_t)s->racks,
 		.pos = (uint16_t)r,
 		.total_world = s->total,
+		.rank_base = first_rank,
 		.holds_rank0 = first_rank == 0,
 		.rto_ns = 2 * NS_PER_MS,
 		.rto_max_ns = 32 * NS_PER_MS,
@@ -292,7 +293,8 @@ rack_push_all(struct sim *s, unsigned int r, uint32_t it)
 		req.iteration = it;
 		req.elem_offset = order[i].seg * SEG_ELEMS;
 		req.elem_count = count;
-		req.rank = order[i].rank;
+		/* Workers name themselves by global rank; the engine maps it to its rack's. */
+		req.rank = (uint16_t)(k->first_rank + order[i].rank);
 		req.seg_index = (uint16_t)order[i].seg;
 		req.seg_count = (uint16_t)chunk.n_segments;
 		req.dtype = (uint8_t)s->dtype;
@@ -603,6 +605,96 @@ START_TEST(test_hostile_ring_traffic_is_counted_by_reason)
 }
 END_TEST
 
+/*
+ * Workers carry global ranks: rack 1 of { 2, 2 } takes ranks 2 and 3 (its local 0 and 1) and
+ * refuses another rack's rank and one beyond the job, as RANK_RANGE.
+ */
+START_TEST(test_ring_job_maps_global_ranks_to_its_rack)
+{
+	static const unsigned int ranks[] = { 2, 2 };
+	struct sim *s = sim_new(2, PHUB_DTYPE_FP32, PHUB_OPT_SGD, true, 5);
+	struct phub_engine_request req;
+	struct phub_engine_reply reply;
+	struct rack *k;
+	uint16_t local;
+
+	sim_run(s, ranks);
+	k = &s->rack[1];
+	ck_assert_uint_eq(phub_engine_job_rank_base(k->job), 2);
+	ck_assert_uint_eq(phub_engine_job_total_world(k->job), 4);
+	ck_assert(phub_engine_job_local_rank(k->job, 3, &local));
+	ck_assert_uint_eq(local, 1);
+	ck_assert(!phub_engine_job_local_rank(k->job, 1, &local));
+	ck_assert(!phub_engine_job_local_rank(k->job, 4, &local));
+	memset(&req, 0, sizeof(req));
+	req.session_token = k->token[0];
+	req.chunk_id = 1;		/* 256 elements: four whole segments */
+	req.iteration = ITERATIONS - 1;
+	req.elem_count = SEG_ELEMS;
+	req.seg_count = 4;
+	req.src_ipv4 = rack_ip(1) + 100;
+	req.src_udp_port = 40000;
+	req.rank = 2;		/* rack 1's local 0: a PULL of the finished iteration is answered */
+	phub_engine_pull(k->job, &req, &reply, &k->stats);
+	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_MODEL_ONE);
+	req.rank = 1;		/* rack 0's */
+	phub_engine_pull(k->job, &req, &reply, &k->stats);
+	ck_assert_int_eq(reply.reason, PHUB_DROP_RANK_RANGE);
+	req.rank = 4;		/* nobody's */
+	phub_engine_pull(k->job, &req, &reply, &k->stats);
+	ck_assert_int_eq(reply.reason, PHUB_DROP_RANK_RANGE);
+	ck_assert_uint_eq(k->stats.drops[PHUB_DROP_RANK_RANGE], 2);
+	sim_free(s);
+}
+END_TEST
+
+static unsigned int budget_sends;
+static uint64_t budget_seen[64];	/* bit per (chunk, segment offset / SEG_ELEMS) */
+
+static void
+budget_send(void *arg, const struct phub_engine_ring_send *what)
+{
+	unsigned int bit = what->chunk_id * 4 + what->elem_offset / SEG_ELEMS;
+
+	(void)arg;
+	ck_assert_uint_lt(bit, 64 * 64);
+	budget_seen[bit / 64] |= UINT64_C(1) << (bit % 64);
+	budget_sends++;
+}
+
+/*
+ * Retransmission with a budget: one segment per scan, every due segment in turn (the scan
+ * resumes where it stopped), none starved behind the first ones.
+ */
+START_TEST(test_ring_poll_with_a_budget_serves_every_segment_in_turn)
+{
+	struct sim *s = sim_new(2, PHUB_DTYPE_FP32, PHUB_OPT_SGD, false, 11);
+	struct phub_engine_job_info info;
+	uint32_t cursor = 0;
+	unsigned int distinct = 0;
+
+	s->total = 2;
+	rack_create(s, 0, 1, 0);
+	rack_create(s, 1, 1, 1);
+	rings_connect(s);
+	s->loss_pct = 100;		/* every first send lost: all segments wait for their RTO */
+	rack_push_all(s, 0, 0);
+	phub_engine_job_get_info(s->rack[0].job, &info);
+	memset(budget_seen, 0, sizeof(budget_seen));
+	budget_sends = 0;
+	/* A second apart: every segment served before is due again at each scan. */
+	for (uint32_t k = 0; k < info.n_segments; k++)
+		ck_assert_uint_eq(phub_engine_ring_poll_some(s->rack[0].job, sim_now(s) +
+				(1000 + 1000 * (uint64_t)k) * NS_PER_MS, NULL, budget_send, NULL,
+				&s->rack[0].stats, &cursor, 1), 1);
+	for (unsigned int w = 0; w < 64; w++)
+		distinct += (unsigned int)__builtin_popcountll(budget_seen[w]);
+	ck_assert_uint_eq(budget_sends, info.n_segments);
+	ck_assert_uint_eq(distinct, info.n_segments);
+	sim_free(s);
+}
+END_TEST
+
 /* A job without a ring takes no ring datagram. */
 START_TEST(test_one_rack_job_refuses_ring_datagrams)
 {
@@ -632,6 +724,8 @@ phub_engine_ring_suite(void)
 	tcase_add_test(tc, test_deterministic_ring_is_bit_reproducible);
 	tcase_add_test(tc, test_hostile_ring_traffic_is_counted_by_reason);
 	tcase_add_test(tc, test_one_rack_job_refuses_ring_datagrams);
+	tcase_add_test(tc, test_ring_job_maps_global_ranks_to_its_rack);
+	tcase_add_test(tc, test_ring_poll_with_a_budget_serves_every_segment_in_turn);
 	suite_add_tcase(s, tc);
 	return s;
 }

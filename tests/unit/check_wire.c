@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -200,6 +201,28 @@ make_error(uint8_t *buf)
 	return (size_t)len;
 }
 
+/* A RING_HELLO of position 1 in a ring of 3, with two endpoints. */
+static size_t
+make_hello(uint8_t *buf, uint8_t opcode)
+{
+	struct phub_wire_ring_hello h;
+	int len;
+
+	memset(&h, 0, sizeof(h));
+	h.job_id = 0x0305;
+	snprintf(h.name, sizeof(h.name), "%s", "spanning");
+	h.nonce = 0x9f3c61d2a7e4b508ull;
+	h.token = 0x1122334455667788ull;
+	h.racks = 3;
+	h.pos = 1;
+	h.endpoint_count = 2;
+	h.endpoints[0] = (struct phub_wire_endpoint){ .ipv4 = 0x0a1e0002, .udp_port = 47001 };
+	h.endpoints[1] = (struct phub_wire_endpoint){ .ipv4 = 0x0a1e0002, .udp_port = 47002 };
+	len = phub_wire_ring_hello_write(buf, BUF_SIZE, opcode, &h);
+	ck_assert_int_eq(len, HDR + 88 + 2 * 8);
+	return (size_t)len;
+}
+
 /* ---- names and sizes ---- */
 
 START_TEST(test_every_drop_reason_has_a_distinct_name)
@@ -227,7 +250,9 @@ START_TEST(test_opcode_dtype_error_and_optimizer_names_follow_their_lists)
 	ck_assert_str_eq(phub_wire_opcode_name(0x10), "push");
 	ck_assert_str_eq(phub_wire_opcode_name(0x3f), "error");
 	ck_assert_str_eq(phub_wire_opcode_name(0x42), "ring_ack");
-	ck_assert_str_eq(phub_wire_opcode_name(0x43), "unknown");
+	ck_assert_str_eq(phub_wire_opcode_name(0x43), "ring_hello");
+	ck_assert_str_eq(phub_wire_opcode_name(0x44), "ring_hello_ack");
+	ck_assert_str_eq(phub_wire_opcode_name(0x45), "unknown");
 	ck_assert_str_eq(phub_wire_opcode_name(0x00), "unknown");
 	ck_assert_str_eq(phub_wire_dtype_name(PHUB_DTYPE_BF16), "bf16");
 	ck_assert_str_eq(phub_wire_dtype_name(3), "unknown");
@@ -315,6 +340,17 @@ make_opcode(uint8_t *buf, uint8_t opcode, uint8_t flags)
 		about.elem_count = 32;
 		len = phub_wire_error_write(buf, BUF_SIZE, &about, PHUB_WIRE_ERR_JOB_FULL,
 				"job \xc3\xa9t\xc3\xa9 full");
+		break;
+	}
+	case PHUB_WIRE_OP_RING_HELLO:
+	case PHUB_WIRE_OP_RING_HELLO_ACK: {
+		static uint8_t plain[BUF_SIZE];
+
+		/* The writer sets no flag: the same datagram with the caller's, encoded again. */
+		len = (int)make_hello(plain, opcode);
+		ck_assert_int_eq(phub_wire_parse(plain, (size_t)len, &m), PHUB_DROP_OK);
+		m.flags |= flags;
+		len = phub_wire_encode(buf, BUF_SIZE, &m);
 		break;
 	}
 	default:
@@ -515,7 +551,7 @@ START_TEST(test_encoder_refuses_invalid_message_and_small_buffer)
 	m.payload = NULL;
 	ck_assert_int_eq(phub_wire_encode(buf, sizeof(buf), &m), -EINVAL);
 	m.payload = payload;
-	m.opcode = 0x44;
+	m.opcode = 0x45;
 	ck_assert_int_eq(phub_wire_encode(buf, sizeof(buf), &m), -EINVAL);
 	ck_assert_int_eq(phub_wire_msg_check(&m), PHUB_DROP_RESERVED_OPCODE);
 }
@@ -568,7 +604,7 @@ END_TEST
 /* ---- one defect per drop reason ---- */
 
 /* Valid datagrams the defect cases start from. */
-enum base { B_ACK, B_PUSH, B_PUSH_CSUM, B_JOIN, B_JOIN_ACK, B_ERROR, B_LEAVE };
+enum base { B_ACK, B_PUSH, B_PUSH_CSUM, B_JOIN, B_JOIN_ACK, B_ERROR, B_LEAVE, B_HELLO };
 
 static size_t
 make_leave(uint8_t *buf)
@@ -601,6 +637,8 @@ make_base(uint8_t *buf, enum base b)
 		return make_error(buf);
 	case B_LEAVE:
 		return make_leave(buf);
+	case B_HELLO:
+		return make_hello(buf, PHUB_WIRE_OP_RING_HELLO);
 	}
 	return 0;
 }
@@ -637,6 +675,8 @@ struct defect {
 #define EP1_PORT (HDR + 32 + 8 + 4)	/* JOIN_ACK: port of endpoint 1 */
 #define CHUNK1 (HDR + 32 + 2 * 8 + 2)	/* JOIN_ACK: endpoint index of chunk 1 */
 #define KEY1_ELEMS (JB(key_count) + 4 + 8 + 4)	/* JOIN: elem_count of key 1 */
+#define HB(field) (HDR + offsetof(struct phub_wire_ring_hello_body, field))
+#define HELLO_EP1_PORT (HDR + 88 + 8 + 4)	/* RING_HELLO: port of endpoint 1 */
 
 static const struct defect defects[] = {
 	{ "datagram shorter than the header", PHUB_DROP_TOO_SHORT, B_ACK, { { 0 } }, -1, 0 },
@@ -758,6 +798,26 @@ static const struct defect defects[] = {
 	  { SET16(TEXT, 0xc080) }, 0, 0 },
 	{ "ERROR text with a surrogate", PHUB_DROP_ERROR_TEXT, B_ERROR,
 	  { SET32(TEXT, 0xeda08061) }, 0, 0 },
+	{ "RING_HELLO ring of 1", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
+	  { SET16(HB(racks), 1), SET16(HB(pos), 0) }, 0, 0 },
+	{ "RING_HELLO ring of 17", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
+	  { SET16(HB(racks), 17) }, 0, 0 },
+	{ "RING_HELLO position 3 of 3", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
+	  { SET16(HB(pos), 3), SET16(H(worker_rank), 3) }, 0, 0 },
+	{ "RING_HELLO token 0", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
+	  { SET64(HB(token), 0) }, 0, 0 },
+	{ "RING_HELLO no endpoint", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
+	  { SET16(HB(endpoint_count), 0) }, 0, 0 },
+	{ "RING_HELLO 3 endpoints announced, 2 sent", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
+	  { SET16(HB(endpoint_count), 3) }, 0, 0 },
+	{ "RING_HELLO endpoint port 0", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
+	  { SET16(HELLO_EP1_PORT, 0) }, 0, 0 },
+	{ "RING_HELLO position differs from the header's", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
+	  { SET16(H(worker_rank), 2) }, 0, 0 },
+	{ "RING_HELLO reserved half-word", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
+	  { SET16(HB(reserved), 1) }, 0, 0 },
+	{ "RING_HELLO name unterminated", PHUB_DROP_JOIN_NAME_UNTERMINATED, B_HELLO,
+	  { { HB(name), P_FILL_NAME, 'a' } }, 0, 0 },
 };
 #define N_DEFECTS ((int)(sizeof(defects) / sizeof(defects[0])))
 
@@ -965,6 +1025,45 @@ START_TEST(test_body_parsers_refuse_every_truncated_body)
 	free(join);
 	free(ack);
 	free(err);
+}
+END_TEST
+
+START_TEST(test_ring_hello_round_trips_and_refuses_every_cut)
+{
+	static uint8_t buf[BUF_SIZE];
+	struct phub_wire_ring_hello h;
+	struct phub_wire_msg m;
+	size_t len = make_hello(buf, PHUB_WIRE_OP_RING_HELLO_ACK);
+	uint8_t *body;
+
+	ck_assert_int_eq(phub_wire_parse(buf, len, &m), PHUB_DROP_OK);
+	ck_assert_uint_eq(m.opcode, PHUB_WIRE_OP_RING_HELLO_ACK);
+	ck_assert_uint_eq(m.worker_rank, 1);
+	ck_assert_uint_eq(m.job_id, 0x0305);
+	ck_assert_int_eq(phub_wire_ring_hello_parse(m.payload, m.payload_len, &h), PHUB_DROP_OK);
+	ck_assert_str_eq(h.name, "spanning");
+	ck_assert(h.nonce == 0x9f3c61d2a7e4b508ull);
+	ck_assert(h.token == 0x1122334455667788ull);
+	ck_assert_uint_eq(h.racks, 3);
+	ck_assert_uint_eq(h.pos, 1);
+	ck_assert_uint_eq(h.endpoint_count, 2);
+	ck_assert_uint_eq(h.endpoints[1].ipv4, 0x0a1e0002);
+	ck_assert_uint_eq(h.endpoints[1].udp_port, 47002);
+	body = malloc(m.payload_len);
+	ck_assert_ptr_nonnull(body);
+	memcpy(body, m.payload, m.payload_len);
+	for (size_t k = 0; k < m.payload_len; k++)
+		ck_assert_int_ne(phub_wire_ring_hello_parse(body, k, &h), PHUB_DROP_OK);
+	free(body);
+	/* The writer refuses what a receiver would: a token of 0, another opcode. */
+	ck_assert_int_eq(phub_wire_ring_hello_parse(m.payload, m.payload_len, &h), PHUB_DROP_OK);
+	h.token = 0;
+	ck_assert_int_eq(phub_wire_ring_hello_write(buf, BUF_SIZE, PHUB_WIRE_OP_RING_HELLO, &h),
+			-EINVAL);
+	h.token = 1;
+	ck_assert_int_eq(phub_wire_ring_hello_write(buf, BUF_SIZE, PHUB_WIRE_OP_JOIN, &h), -EINVAL);
+	ck_assert_int_eq(phub_wire_ring_hello_write(buf, HDR + 88, PHUB_WIRE_OP_RING_HELLO, &h),
+			-ENOSPC);
 }
 END_TEST
 
@@ -1316,6 +1415,7 @@ phub_wire_suite(void)
 	tc = tcase_create("truncation");
 	tcase_add_loop_test(tc, test_truncation_at_every_length_is_a_length_drop, 0, N_OPCODES);
 	tcase_add_test(tc, test_body_parsers_refuse_every_truncated_body);
+	tcase_add_test(tc, test_ring_hello_round_trips_and_refuses_every_cut);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("crc32c");

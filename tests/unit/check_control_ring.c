@@ -1,0 +1,944 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * lib/control's ring of PBoxes: two or three control planes and engines wired by a fake network
+ * that loses datagrams between the PBoxes. RING_HELLO links the racks (the engines then take
+ * each other's ring datagrams and finish the initial round), workers of another rack are told
+ * where to go, a HELLO that does not fit is counted and ignored, and a neighbour that falls
+ * silent or restarts ends the job with an ERROR that names it.
+ */
+
+#include <check.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "control/phub_control.h"
+#include "engine/phub_ring.h"
+
+#define MAX_RACKS 3
+#define MAX_RANKS 8
+#define NONCE 0x9f3c61d2a7e4b508ull
+#define DEAD_MS 1000u
+#define STEP_NS (10 * 1000000ull)
+#define CONTROL_PORT 47000
+#define DATA_PORT 47001
+#define QUEUE_MAX 8192
+#define RETRANSMIT_BUDGET 2	/* segments a PBox retransmits per tick, as the appliance's */
+
+static const struct phub_wire_key wkeys[] = {
+	{ .key_id = 1, .elem_count = 5 },	/* fewer elements than racks in a part */
+	{ .key_id = 2, .elem_count = 700 },
+};
+#define N_KEYS 2
+
+static const char *const rack_names[MAX_RACKS] = { "rack0", "rack1", "rack2" };
+
+/* What a worker of a rack got from its PBox. */
+struct worker {
+	bool joined;
+	uint64_t token;
+	uint16_t error;			/* the last ERROR's code, 0: none */
+	char error_text[PHUB_WIRE_ERROR_MSG_MAX + 1];
+	unsigned int models;		/* segments of the initial round broadcast to it */
+};
+
+struct pbox {
+	struct phub_engine *engine;
+	struct phub_control *ctl;
+	struct phub_control_ring_peer peers[MAX_RACKS];
+	struct phub_control_rack racks[MAX_RACKS];
+	struct phub_control_declared_job declared;
+	struct phub_wire_endpoint ring_endpoint;
+	struct phub_engine_stats stats;
+	uint32_t ring_cursor;		/* where its next retransmission scan starts */
+	bool cut;			/* its uplink is down: nothing in or out */
+	unsigned int first_rank, ranks;
+};
+
+/* A datagram between PBoxes: control (bytes) or ring data (an engine request). */
+struct dgram {
+	bool ring;
+	unsigned int to;
+	uint32_t job_id;		/* ring: the receiver's id of the job (the header's) */
+	struct phub_control_peer from;
+	size_t len;
+	uint8_t bytes[PHUB_WIRE_MAX_DATAGRAM];
+	struct phub_engine_ring_request req;
+	float payload[512];
+};
+
+static struct {
+	uint64_t now;
+	unsigned int racks;
+	unsigned int loss_pct;
+	uint64_t rnd;
+	struct pbox box[MAX_RACKS];
+	struct worker worker[MAX_RANKS];	/* by global rank */
+	struct dgram *queue;
+	size_t queued;
+	unsigned int polling;		/* the PBox whose ring poll is running */
+} net;
+
+static const struct phub_layout_server one_server[1] = {
+	{ .lcore = 0, .port = 0, .port_numa = PHUB_LAYOUT_NUMA_ANY, .lcore_numa = 0 },
+};
+
+static uint32_t
+box_ip(unsigned int i)
+{
+	return 0x0a1e0001u + i;		/* 10.30.0.1 + i: the spine */
+}
+
+static uint32_t
+worker_ip(unsigned int rank)
+{
+	return 0x0a140000u + 1u + rank;	/* 10.20.0.1 + rank */
+}
+
+static uint64_t
+rnd(void)
+{
+	net.rnd ^= net.rnd << 13;
+	net.rnd ^= net.rnd >> 7;
+	net.rnd ^= net.rnd << 17;
+	return net.rnd;
+}
+
+static uint64_t
+clock_now(void *ctx)
+{
+	(void)ctx;
+	return net.now;
+}
+
+static struct dgram *
+post(void)
+{
+	ck_assert_uint_lt(net.queued, QUEUE_MAX);
+	return &net.queue[net.queued++];
+}
+
+static bool
+lost(unsigned int from, unsigned int to)
+{
+	return net.box[from].cut || net.box[to].cut || rnd() % 100 < net.loss_pct;
+}
+
+/* What a PBox's control plane sends: to another PBox's control port, or to one of its workers. */
+static void
+box_send(void *ctx, const struct phub_control_peer *to, const void *buf, size_t len)
+{
+	unsigned int from = (unsigned int)(uintptr_t)ctx;
+	struct phub_wire_msg msg;
+
+	for (unsigned int j = 0; j < net.racks; j++) {
+		struct dgram *d;
+
+		if (to->ipv4 != box_ip(j))
+			continue;
+		ck_assert_uint_eq(to->udp_port, CONTROL_PORT);
+		if (lost(from, j))
+			return;
+		d = post();
+		d->ring = false;
+		d->to = j;
+		d->from = (struct phub_control_peer){ .ipv4 = box_ip(from),
+			.udp_port = CONTROL_PORT, .mac = { 2, 0, 0, 0, 0, (uint8_t)from } };
+		memcpy(d->bytes, buf, len);
+		d->len = len;
+		return;
+	}
+	/* A worker: keep its session token and the ERRORs it gets. */
+	ck_assert_uint_ge(to->ipv4, worker_ip(0));
+	ck_assert_uint_lt(to->ipv4, worker_ip(MAX_RANKS));
+	ck_assert_int_eq(phub_wire_parse(buf, len, &msg), PHUB_DROP_OK);
+	if (msg.opcode == PHUB_WIRE_OP_JOIN_ACK) {
+		net.worker[to->ipv4 - worker_ip(0)].joined = true;
+		net.worker[to->ipv4 - worker_ip(0)].token = msg.session_token;
+	} else if (msg.opcode == PHUB_WIRE_OP_ERROR) {
+		struct phub_wire_error_msg e;
+		struct worker *w = &net.worker[to->ipv4 - worker_ip(0)];
+
+		ck_assert_int_eq(phub_wire_error_parse(msg.payload, msg.payload_len, &e),
+				PHUB_DROP_OK);
+		/* The ERROR names the worker by its own, global, rank. */
+		ck_assert_uint_eq(msg.worker_rank, to->ipv4 - worker_ip(0));
+		w->error = e.code;
+		snprintf(w->error_text, sizeof(w->error_text), "%.*s", e.msg_len, e.text);
+	}
+}
+
+static void
+job_release(void *ctx, struct phub_engine_job *job)
+{
+	struct pbox *b = &net.box[(uintptr_t)ctx];
+
+	phub_engine_job_unpublish(b->engine, job);
+	phub_engine_job_free(job);
+}
+
+static const struct phub_control_ops ops = {
+	.now_ns = clock_now, .send = box_send, .job_release = job_release,
+};
+
+/* PBox i of a ring whose rack r holds ranks[r] ranks. */
+static void
+box_create(unsigned int i, const unsigned int *ranks)
+{
+	struct pbox *b = &net.box[i];
+	struct phub_engine_params ep = { .clock = clock_now };
+	struct phub_control_params p;
+	unsigned int n_peers = 0, first = 0;
+
+	memset(b, 0, sizeof(*b));
+	for (unsigned int r = 0; r < net.racks; r++) {
+		b->racks[r].name = rack_names[r];
+		b->racks[r].ranks = (uint16_t)ranks[r];
+		if (r == i) {
+			b->racks[r].peer = -1;
+			b->first_rank = first;
+			b->ranks = ranks[r];
+		} else {
+			b->racks[r].peer = (int16_t)n_peers;
+			b->peers[n_peers++] = (struct phub_control_ring_peer){
+				.name = rack_names[r], .ipv4 = box_ip(r), .udp_port = CONTROL_PORT,
+				.port = 0 };
+		}
+		first += ranks[r];
+	}
+	b->declared = (struct phub_control_declared_job){ .name = "spanning", .nonce = NONCE,
+		.workers = (uint16_t)first, .dtype = PHUB_DTYPE_FP32,
+		.optimizer = { .type = PHUB_OPT_SGD, .lr = 0.5f }, .n_racks = (uint16_t)net.racks,
+		.racks = b->racks };
+	b->ring_endpoint = (struct phub_wire_endpoint){ .ipv4 = box_ip(i), .udp_port = DATA_PORT };
+	b->engine = phub_engine_create_with(&ep);
+	ck_assert_ptr_nonnull(b->engine);
+	/* Jobs of other users first: the ring job's id differs from PBox to PBox, as it does. */
+	for (unsigned int k = 0; k < i; k++) {
+		static const struct phub_layout_key key = { .key_id = 1, .n_elems = 16 };
+		char name[16];
+		struct phub_engine_job_params other = { .name = name, .nonce = 1, .world_size = 1,
+			.dtype = PHUB_DTYPE_FP32, .optimizer = { .type = PHUB_OPT_SGD, .lr = 0.5f },
+			.keys = &key, .n_keys = 1, .chunk_bytes = 1024, .segment_elems = 16 };
+
+		snprintf(name, sizeof(name), "local%u", k);
+		ck_assert_ptr_nonnull(phub_engine_job_create(b->engine, &other));
+	}
+	memset(&p, 0, sizeof(p));
+	p.engine = b->engine;
+	p.ops = &ops;
+	p.ctx = (void *)(uintptr_t)i;
+	p.servers = one_server;
+	p.endpoints = &b->ring_endpoint;
+	p.n_servers = 1;
+	p.mtu = 1500;
+	p.chunk_bytes = 1024;
+	p.worker_dead_ms = DEAD_MS;
+	p.declared = &b->declared;
+	p.n_declared = 1;
+	p.rack_name = rack_names[i];
+	p.ring_peers = b->peers;
+	p.n_ring_peers = n_peers;
+	p.ring_endpoints = &b->ring_endpoint;
+	p.n_ring_endpoints = 1;
+	b->ctl = phub_control_create(&p);
+	ck_assert_ptr_nonnull(b->ctl);
+}
+
+static void
+box_free(unsigned int i)
+{
+	struct pbox *b = &net.box[i];
+	struct phub_engine_job *job;
+
+	phub_control_free(b->ctl);
+	while ((job = phub_engine_job_next(b->engine, NULL)) != NULL) {
+		phub_engine_job_unpublish(b->engine, job);
+		phub_engine_job_free(job);
+	}
+	phub_engine_free(b->engine);
+}
+
+static void
+ring_setup(unsigned int racks, const unsigned int *ranks, unsigned int loss_pct, uint64_t seed)
+{
+	free(net.queue);
+	memset(&net, 0, sizeof(net));
+	net.queue = calloc(QUEUE_MAX, sizeof(*net.queue));
+	ck_assert_ptr_nonnull(net.queue);
+	net.now = 5000000000ull;
+	net.racks = racks;
+	net.loss_pct = loss_pct;
+	net.rnd = seed;
+	for (unsigned int i = 0; i < racks; i++)
+		box_create(i, ranks);
+}
+
+static void
+ring_teardown(void)
+{
+	for (unsigned int i = 0; i < net.racks; i++)
+		box_free(i);
+	free(net.queue);
+	net.queue = NULL;
+}
+
+/* Worker rank (global) JOINs the PBox of rack box. */
+static void
+worker_join(unsigned int box, unsigned int rank)
+{
+	struct phub_wire_join_params jp;
+	struct phub_control_peer from = { .ipv4 = worker_ip(rank), .udp_port = 40000,
+		.mac = { 2, 1, 0, 0, 0, (uint8_t)rank } };
+	uint8_t buf[PHUB_WIRE_MAX_DATAGRAM];
+	int len;
+
+	memset(&jp, 0, sizeof(jp));
+	snprintf(jp.join.name, sizeof(jp.join.name), "%s", "spanning");
+	jp.join.nonce = NONCE;
+	jp.join.rank = (uint16_t)rank;
+	jp.join.world_size = net.box[box].declared.workers;
+	jp.join.dtype = PHUB_DTYPE_FP32;
+	jp.join.optimizer = PHUB_OPT_SGD;
+	jp.join.hyper.lr = 0.5f;
+	jp.keys = wkeys;
+	jp.key_count = N_KEYS;
+	len = phub_wire_join_write(buf, sizeof(buf), &jp, 1500, 0);
+	ck_assert_int_gt(len, 0);
+	phub_control_input(net.box[box].ctl, &from, buf, (size_t)len);
+}
+
+static void
+join_all(void)
+{
+	for (unsigned int i = 0; i < net.racks; i++)
+		for (unsigned int k = 0; k < net.box[i].ranks; k++) {
+			unsigned int rank = net.box[i].first_rank + k;
+
+			worker_join(i, rank);
+			ck_assert_msg(net.worker[rank].joined, "rank %u: %s", rank,
+					net.worker[rank].error_text);
+		}
+}
+
+static struct phub_engine_job *
+box_job(unsigned int i)
+{
+	return phub_engine_job_find(net.box[i].engine, "spanning");
+}
+
+/* A header-only datagram of worker rank's session (LEAVE, PING) to the PBox of rack box. */
+static void
+worker_session_msg(unsigned int box, unsigned int rank, uint8_t opcode)
+{
+	struct phub_control_peer from = { .ipv4 = worker_ip(rank), .udp_port = 40000 };
+	struct phub_wire_msg m;
+	uint8_t buf[PHUB_WIRE_HDR_LEN];
+
+	phub_wire_msg_init(&m, opcode);
+	m.job_id = phub_engine_job_id(box_job(box));
+	m.session_token = net.worker[rank].token;
+	m.worker_rank = (uint16_t)rank;
+	ck_assert_int_eq(phub_wire_encode(buf, sizeof(buf), &m), PHUB_WIRE_HDR_LEN);
+	phub_control_input(net.box[box].ctl, &from, buf, sizeof(buf));
+}
+
+static void
+worker_leave(unsigned int box, unsigned int rank)
+{
+	worker_session_msg(box, rank, PHUB_WIRE_OP_LEAVE);
+	net.worker[rank].joined = false;
+}
+
+/* Every joined worker's keep-alive, as libphub sends while it computes. */
+static void
+ping_all(void)
+{
+	for (unsigned int i = 0; i < net.racks; i++)
+		for (unsigned int k = 0; k < net.box[i].ranks && box_job(i) != NULL; k++)
+			if (net.worker[net.box[i].first_rank + k].joined)
+				worker_session_msg(i, net.box[i].first_rank + k, PHUB_WIRE_OP_PING);
+}
+
+/* Ring datagrams of a RING_SEND from PBox i to its next, as the appliance builds them. */
+static void
+ring_send(unsigned int i, const struct phub_engine_ring_send *what)
+{
+	struct phub_engine_ring_link next;
+	unsigned int to = (i + 1) % net.racks;
+
+	ck_assert(phub_engine_job_ring(box_job(i), NULL, NULL, &next));
+	for (unsigned int step = 0; step < phub_ring_steps(net.racks); step++) {
+		uint32_t off, count;
+		struct dgram *d;
+
+		if ((what->steps & (1u << step)) == 0)
+			continue;
+		phub_ring_part(net.racks, what->elem_count, phub_ring_send_part(net.racks, i, step),
+				&off, &count);
+		if (lost(i, to))
+			continue;
+		/* Where the engine was told next is: the address a HELLO gave. */
+		ck_assert_uint_eq(next.peer.ipv4, box_ip(to));
+		ck_assert_uint_eq(next.peer.udp_port, DATA_PORT);
+		d = post();
+		memset(&d->req, 0, sizeof(d->req));
+		d->ring = true;
+		d->to = to;
+		d->job_id = next.job_id;
+		d->req.session_token = next.token;
+		d->req.chunk_id = what->chunk_id;
+		d->req.iteration = what->iteration;
+		d->req.elem_offset = what->elem_offset + off;
+		d->req.elem_count = count;
+		d->req.step = step;
+		d->req.rank = (uint16_t)i;
+		d->req.opcode = phub_ring_step_is_reduce(net.racks, step) ?
+			PHUB_WIRE_OP_RING_REDUCE : PHUB_WIRE_OP_RING_GATHER;
+		d->req.dtype = PHUB_DTYPE_FP32;
+		d->req.src_ipv4 = box_ip(i);
+		d->req.src_udp_port = DATA_PORT;
+		memcpy(d->payload, what->sum + off, count * sizeof(float));
+		d->req.payload_len = count * sizeof(float);
+	}
+}
+
+static void
+broadcast(unsigned int i)
+{
+	for (unsigned int k = 0; k < net.box[i].ranks; k++)
+		net.worker[net.box[i].first_rank + k].models++;
+}
+
+static void
+box_reply(unsigned int i, const struct phub_engine_reply *reply)
+{
+	if (reply->actions & PHUB_ENGINE_RING_SEND)
+		ring_send(i, &reply->ring);
+	if (reply->actions & PHUB_ENGINE_MODEL_ALL)
+		broadcast(i);
+}
+
+/* Every worker of the job pushes the initial round (iteration 0) to its PBox. */
+static void
+push_initial_round(void)
+{
+	for (unsigned int i = 0; i < net.racks; i++) {
+		struct phub_engine_job *job = box_job(i);
+		const struct phub_layout *layout = phub_engine_job_layout(job);
+		uint32_t seg_elems = phub_layout_segment_elems(layout);
+		struct phub_engine_job_info info;
+
+		phub_engine_job_get_info(job, &info);
+		for (uint32_t c = 0; c < info.n_chunks; c++) {
+			struct phub_layout_chunk chunk;
+
+			phub_layout_chunk_get(layout, c, &chunk);
+			for (uint32_t s = 0; s < chunk.n_segments; s++)
+				for (unsigned int k = 0; k < net.box[i].ranks; k++) {
+					unsigned int rank = net.box[i].first_rank + k;
+					struct phub_engine_request req;
+					struct phub_engine_reply reply;
+					float w[512];
+					uint32_t n = chunk.n_elems - s * seg_elems;
+
+					if (n > seg_elems)
+						n = seg_elems;
+					for (uint32_t e = 0; e < n; e++)
+						w[e] = (float)(rank + 1) * 0.5f + (float)e;
+					memset(&req, 0, sizeof(req));
+					req.session_token = net.worker[rank].token;
+					req.chunk_id = c;
+					req.elem_offset = s * seg_elems;
+					req.elem_count = n;
+					req.rank = (uint16_t)rank;	/* global */
+					req.seg_index = (uint16_t)s;
+					req.seg_count = (uint16_t)chunk.n_segments;
+					req.dtype = PHUB_DTYPE_FP32;
+					req.src_ipv4 = worker_ip(rank);
+					req.src_udp_port = 40000;
+					req.payload = w;
+					req.payload_len = n * sizeof(float);
+					phub_engine_push(job, &req, &reply, &net.box[i].stats);
+					ck_assert_msg(reply.actions & PHUB_ENGINE_ACK,
+							"rank %u: %s", rank,
+							phub_drop_reason_name(reply.reason));
+					box_reply(i, &reply);
+				}
+		}
+	}
+}
+
+static void
+deliver_ring(struct dgram *d)
+{
+	struct phub_engine_job *job = box_job(d->to);
+	struct phub_engine_reply reply;
+	struct phub_engine_ring_link prev;
+	unsigned int back = (d->to + net.racks - 1) % net.racks;
+	struct dgram *ack;
+
+	/* The appliance looks the job up by the header's id: another job's is unknown_job. */
+	if (job == NULL || phub_engine_job_id(job) != d->job_id)
+		return;
+	d->req.payload = d->payload;
+	d->req.now_ns = net.now;
+	phub_engine_ring_receive(job, &d->req, &reply, &net.box[d->to].stats);
+	if (d->req.opcode == PHUB_WIRE_OP_RING_ACK) {
+		ck_assert_int_eq(reply.reason, PHUB_DROP_OK);
+		return;
+	}
+	if (reply.actions == PHUB_ENGINE_DROP) {
+		/* Honest traffic is refused only ahead of time (the sender retransmits). */
+		ck_assert_msg(reply.reason == PHUB_DROP_FUTURE_ITERATION, "ring datagram to %u: %s",
+				d->to, phub_drop_reason_name(reply.reason));
+		return;
+	}
+	ck_assert(reply.actions & PHUB_ENGINE_RING_ACK);
+	ck_assert(phub_engine_job_ring(job, NULL, &prev, NULL));
+	if (!lost(d->to, back)) {
+		ack = post();
+		*ack = *d;
+		ack->to = back;
+		ack->job_id = prev.job_id;
+		ack->req.opcode = PHUB_WIRE_OP_RING_ACK;
+		ack->req.session_token = prev.token;
+		ack->req.rank = (uint16_t)d->to;
+		ack->req.src_ipv4 = box_ip(d->to);
+		ack->req.payload_len = 0;
+	}
+	box_reply(d->to, &reply);
+}
+
+static void
+poll_send(void *arg, const struct phub_engine_ring_send *what)
+{
+	(void)arg;
+	ring_send(net.polling, what);
+}
+
+/* One tick: the clock moves, every PBox polls, every datagram in flight arrives. */
+static void
+tick(void)
+{
+	struct dgram *batch;
+	size_t n;
+
+	net.now += STEP_NS;
+	for (unsigned int i = 0; i < net.racks; i++) {
+		struct phub_engine_job *job = box_job(i);
+
+		phub_control_poll(net.box[i].ctl);
+		job = box_job(i);
+		if (job != NULL) {
+			net.polling = i;
+			/* A budget, as the appliance's: under loss each segment gets its turn. */
+			ck_assert_uint_le(phub_engine_ring_poll_some(job, net.now, NULL, poll_send,
+					NULL, &net.box[i].stats, &net.box[i].ring_cursor,
+					RETRANSMIT_BUDGET), RETRANSMIT_BUDGET);
+		}
+	}
+	/* Datagrams sent while delivering wait for the next tick. */
+	n = net.queued;
+	batch = malloc(n * sizeof(*batch) + 1);
+	ck_assert_ptr_nonnull(batch);
+	memcpy(batch, net.queue, n * sizeof(*batch));
+	net.queued = 0;
+	for (size_t k = 0; k < n; k++) {
+		struct dgram *d = &batch[k];
+
+		if (d->ring)
+			deliver_ring(d);
+		else
+			phub_control_input(net.box[d->to].ctl, &d->from, d->bytes, d->len);
+	}
+	free(batch);
+}
+
+static bool
+all_linked(void)
+{
+	for (unsigned int i = 0; i < net.racks; i++) {
+		struct phub_control_ring_link_info prev, next;
+
+		if (box_job(i) == NULL ||
+		    !phub_control_job_ring_links(net.box[i].ctl, box_job(i), &prev, &next) ||
+		    !prev.known || !next.known)
+			return false;
+	}
+	return true;
+}
+
+/* The engines' links agree: i's datagrams to i+1 carry the token i+1 expects, from i's address. */
+static void
+assert_links_agree(void)
+{
+	for (unsigned int i = 0; i < net.racks; i++) {
+		unsigned int to = (i + 1) % net.racks;
+		struct phub_engine_ring_link mine, theirs;
+
+		ck_assert(phub_engine_job_ring(box_job(i), NULL, NULL, &mine));
+		ck_assert(phub_engine_job_ring(box_job(to), NULL, &theirs, NULL));
+		ck_assert(mine.token != 0);
+		ck_assert(mine.token == theirs.token);
+		/* Job ids are each PBox's own: a link carries the peer's. */
+		ck_assert_uint_eq(mine.job_id, phub_engine_job_id(box_job(to)));
+		ck_assert_uint_eq(theirs.job_id, phub_engine_job_id(box_job(i)));
+		ck_assert_uint_eq(mine.peer.ipv4, box_ip(to));
+		ck_assert_uint_eq(mine.peer.udp_port, DATA_PORT);
+		ck_assert_uint_eq(mine.peer.mac[5], to);
+		ck_assert_uint_eq(theirs.peer.ipv4, box_ip(i));
+		ck_assert_uint_eq(theirs.peer.udp_port, DATA_PORT);
+	}
+}
+
+static unsigned int
+segments_of(unsigned int i)
+{
+	struct phub_engine_job_info info;
+
+	phub_engine_job_get_info(box_job(i), &info);
+	return info.n_segments;
+}
+
+/* Link under loss, then run the initial round over the ring: every worker gets every segment. */
+static void
+link_and_run(unsigned int racks, const unsigned int *ranks, unsigned int loss_pct, uint64_t seed)
+{
+	unsigned int guard = 0, total = 0;
+	struct phub_control_stats st;
+	bool done = false;
+
+	ring_setup(racks, ranks, loss_pct, seed);
+	join_all();
+	while (!all_linked()) {
+		ck_assert_uint_lt(++guard, 100);	/* 1 s: well within worker_dead_ms */
+		tick();
+	}
+	assert_links_agree();
+	phub_control_get_stats(net.box[0].ctl, &st);
+	ck_assert_uint_ge(st.ring_hellos_taken, 1);
+	ck_assert_uint_eq(st.ring_hellos_refused, 0);
+	push_initial_round();
+	for (guard = 0; !done; guard++) {
+		ck_assert_uint_lt(guard, 2000);
+		tick();
+		done = true;
+		for (unsigned int r = 0; r < MAX_RANKS; r++)
+			if (net.worker[r].joined)
+				done &= net.worker[r].models == segments_of(0);
+	}
+	for (unsigned int i = 0; i < racks; i++)
+		total += ranks[i];
+	for (unsigned int r = 0; r < total; r++)
+		ck_assert_uint_eq(net.worker[r].error, 0);
+	/* Rank 0's weights are every rack's model: the ring carried them exactly. */
+	for (unsigned int i = 1; i < racks; i++)
+		ck_assert_mem_eq(phub_engine_job_model(box_job(i)),
+				phub_engine_job_model(box_job(0)), (5 + 700) * sizeof(float));
+	ck_assert(phub_engine_job_model(box_job(0))[5] == 0.5f);
+}
+
+START_TEST(test_two_racks_link_and_run_the_initial_round_under_loss)
+{
+	static const unsigned int ranks[] = { 2, 2 };
+
+	link_and_run(2, ranks, 30, 0x1234567u);
+	ring_teardown();
+}
+END_TEST
+
+START_TEST(test_three_racks_of_one_two_three_link_and_run)
+{
+	static const unsigned int ranks[] = { 1, 2, 3 };
+
+	link_and_run(3, ranks, 10, 0xabcdefu);
+	ring_teardown();
+}
+END_TEST
+
+/* A worker that JOINs another rack's PBox learns which rack holds its rank, and where. */
+START_TEST(test_join_of_another_racks_rank_names_the_rack)
+{
+	static const unsigned int ranks[] = { 1, 2, 3 };
+
+	ring_setup(3, ranks, 0, 1);
+	worker_join(1, 0);
+	ck_assert(!net.worker[0].joined);
+	ck_assert_uint_eq(net.worker[0].error, PHUB_WIRE_ERR_RANK_RANGE);
+	ck_assert_str_eq(net.worker[0].error_text, "job spanning: rank 0 is rack rack0's "
+			"(10.30.0.1): join that rack's PBox; this one (rack1) holds ranks 1 .. 2");
+	/* No job was made by the refused JOIN; the rack's own ranks are taken. */
+	ck_assert_ptr_null(box_job(1));
+	worker_join(1, 2);
+	ck_assert(net.worker[2].joined);
+	ck_assert_uint_eq(phub_engine_job_world_size(box_job(1)), 2);
+	ck_assert_uint_eq(phub_engine_job_rank_base(box_job(1)), 1);
+	ck_assert_uint_eq(phub_engine_job_total_world(box_job(1)), 6);
+	worker_join(1, 5);
+	ck_assert_uint_eq(net.worker[5].error, PHUB_WIRE_ERR_RANK_RANGE);
+	ring_teardown();
+}
+END_TEST
+
+/* A HELLO before the job exists here goes unanswered; the neighbour offers it again. */
+START_TEST(test_hello_before_the_job_exists_is_unanswered)
+{
+	static const unsigned int ranks[] = { 1, 1 };
+	struct phub_control_stats st;
+
+	ring_setup(2, ranks, 0, 1);
+	worker_join(0, 0);
+	for (unsigned int k = 0; k < 50; k++)
+		tick();
+	phub_control_get_stats(net.box[1].ctl, &st);
+	ck_assert_uint_ge(st.ring_hellos_early, 2);	/* offered every 200 ms */
+	ck_assert_uint_eq(st.ring_hellos_sent, 0);
+	ck_assert(!all_linked());
+	worker_join(1, 1);
+	for (unsigned int k = 0; k < 30 && !all_linked(); k++)
+		tick();
+	ck_assert(all_linked());
+	assert_links_agree();
+	ring_teardown();
+}
+END_TEST
+
+/* A HELLO with another nonce, ring size, position or address is counted and changes nothing. */
+START_TEST(test_hello_that_does_not_fit_is_counted_and_ignored)
+{
+	static const unsigned int ranks[] = { 1, 1, 1 };
+	struct phub_control_peer from = { .ipv4 = 0x0a1e0003u, .udp_port = CONTROL_PORT };
+	struct phub_wire_ring_hello h;
+	struct phub_control_stats st;
+	uint8_t buf[PHUB_WIRE_MAX_DATAGRAM];
+	int len;
+
+	ring_setup(3, ranks, 0, 1);
+	worker_join(0, 0);
+	memset(&h, 0, sizeof(h));
+	snprintf(h.name, sizeof(h.name), "%s", "spanning");
+	h.nonce = NONCE;
+	h.token = 77;
+	h.racks = 3;
+	h.pos = 2;		/* rack0's prev */
+	h.endpoint_count = 1;
+	h.endpoints[0] = (struct phub_wire_endpoint){ .ipv4 = box_ip(2), .udp_port = DATA_PORT };
+#define SEND_HELLO(field, value) \
+	do { \
+		struct phub_wire_ring_hello bad = h; \
+		bad.field = value; \
+		len = phub_wire_ring_hello_write(buf, sizeof(buf), PHUB_WIRE_OP_RING_HELLO, &bad); \
+		ck_assert_int_gt(len, 0); \
+		phub_control_input(net.box[0].ctl, &from, buf, (size_t)len); \
+	} while (0)
+	SEND_HELLO(nonce, NONCE + 1);
+	SEND_HELLO(racks, 4);
+	SEND_HELLO(pos, 0);		/* ourselves: not a neighbour */
+	SEND_HELLO(name[0], 'S');	/* no such ring job */
+	from.ipv4 = box_ip(1);		/* rack1's address claiming rack2's position */
+	SEND_HELLO(token, 77);
+#undef SEND_HELLO
+	phub_control_get_stats(net.box[0].ctl, &st);
+	ck_assert_uint_eq(st.ring_hellos_refused, 5);
+	ck_assert_uint_eq(st.ring_hellos_taken, 0);
+	ck_assert_uint_eq(net.queued, 0);	/* nothing answered */
+	/* The right one, from the right address, is taken and answered. */
+	from.ipv4 = box_ip(2);
+	len = phub_wire_ring_hello_write(buf, sizeof(buf), PHUB_WIRE_OP_RING_HELLO, &h);
+	phub_control_input(net.box[0].ctl, &from, buf, (size_t)len);
+	phub_control_get_stats(net.box[0].ctl, &st);
+	ck_assert_uint_eq(st.ring_hellos_taken, 1);
+	ck_assert_uint_eq(st.ring_hellos_sent, 1);
+	ring_teardown();
+}
+END_TEST
+
+/* A neighbour that falls silent ends the job within worker_dead_ms, every worker told why. */
+START_TEST(test_silent_peer_ends_the_job_with_an_error_naming_it)
+{
+	static const unsigned int ranks[] = { 2, 1 };
+	uint64_t cut_at;
+	unsigned int ticks = 0;
+	struct phub_control_stats st;
+
+	ring_setup(2, ranks, 0, 1);
+	join_all();
+	while (!all_linked())
+		tick();
+	net.box[1].cut = true;
+	cut_at = net.now;
+	while (box_job(0) != NULL) {
+		ck_assert_uint_lt(++ticks, 1000);
+		ping_all();	/* the workers are alive: only the ring peer is silent */
+		tick();
+	}
+	/* Within worker_dead_ms of the last word, plus one liveness period. */
+	ck_assert_uint_le(net.now - cut_at, (uint64_t)DEAD_MS * 1000000u + 200000000u);
+	ck_assert_uint_gt(net.now - cut_at, (uint64_t)DEAD_MS * 1000000u / 2);
+	for (unsigned int r = 0; r < 2; r++) {
+		static const char want[] = "ring peer rack1 (10.30.0.2) silent for ";
+
+		ck_assert_uint_eq(net.worker[r].error, PHUB_WIRE_ERR_JOB_ABORTED);
+		ck_assert_msg(strncmp(net.worker[r].error_text, want, strlen(want)) == 0, "%s",
+				net.worker[r].error_text);
+	}
+	phub_control_get_stats(net.box[0].ctl, &st);
+	ck_assert_uint_eq(st.ring_jobs_failed, 1);
+	ring_teardown();
+}
+END_TEST
+
+/* A neighbour back with another token restarted: its state is gone, the job ends here too. */
+START_TEST(test_restarted_peer_ends_the_job)
+{
+	static const unsigned int ranks[] = { 1, 1, 1 };
+
+	ring_setup(3, ranks, 0, 1);
+	join_all();
+	while (!all_linked())
+		tick();
+	/* rack2 restarts: a new control plane and engine, its worker joins again. */
+	box_free(2);
+	box_create(2, ranks);
+	net.worker[2].joined = false;
+	worker_join(2, 2);
+	for (unsigned int k = 0; k < 100 && box_job(0) != NULL; k++)
+		tick();
+	ck_assert_ptr_null(box_job(0));
+	ck_assert_uint_eq(net.worker[0].error, PHUB_WIRE_ERR_JOB_ABORTED);
+	ck_assert_str_eq(net.worker[0].error_text, "ring peer rack2 (10.30.0.3) restarted: its "
+			"session of the job is a new one");
+	ring_teardown();
+}
+END_TEST
+
+/* A declared ring that the ring code could not index is refused at creation. */
+START_TEST(test_control_refuses_a_declared_ring_it_cannot_index)
+{
+	static const unsigned int ranks[] = { 1, 1 };
+	struct phub_control_rack racks[2] = { { "rack0", 1, -1 }, { "rack1", 1, 5 } };
+	struct phub_control_declared_job d;
+	struct phub_control_params p;
+
+	ring_setup(2, ranks, 0, 1);
+	d = net.box[0].declared;
+	d.racks = racks;
+	memset(&p, 0, sizeof(p));
+	p.engine = net.box[0].engine;
+	p.ops = &ops;
+	p.servers = one_server;
+	p.endpoints = &net.box[0].ring_endpoint;
+	p.n_servers = 1;
+	p.mtu = 1500;
+	p.declared = &d;
+	p.n_declared = 1;
+	p.ring_peers = net.box[0].peers;
+	p.n_ring_peers = 1;
+	ck_assert_ptr_null(phub_control_create(&p));	/* peer 5 of 1 */
+	racks[1].peer = -1;
+	ck_assert_ptr_null(phub_control_create(&p));	/* this PBox twice */
+	racks[1].peer = 0;
+	d.workers = 3;
+	ck_assert_ptr_null(phub_control_create(&p));	/* 2 ranks for 3 workers */
+	{
+		struct phub_control *ok;
+
+		d.workers = 2;
+		ok = phub_control_create(&p);
+		ck_assert_ptr_nonnull(ok);
+		phub_control_free(ok);
+	}
+	ring_teardown();
+}
+END_TEST
+
+/*
+ * A rack whose workers all left keeps its ring job until the ring is quiet (its neighbour may
+ * still need its last steps), then ends it without an ERROR; a JOIN meanwhile starts anew.
+ */
+START_TEST(test_ring_job_left_by_its_workers_drains_then_ends)
+{
+	static const unsigned int ranks[] = { 1, 1 };
+	uint32_t old_id;
+	uint64_t left_at;
+
+	link_and_run(2, ranks, 0, 7);
+	old_id = phub_engine_job_id(box_job(0));
+	worker_leave(0, 0);
+	ck_assert_ptr_nonnull(box_job(0));	/* draining */
+	/* A JOIN while it drains: a new job, not the old one's last iteration. */
+	worker_join(0, 0);
+	ck_assert(net.worker[0].joined);
+	ck_assert_uint_ne(phub_engine_job_id(box_job(0)), old_id);
+	worker_leave(0, 0);
+	left_at = net.now;
+	while (box_job(0) != NULL) {
+		ck_assert_uint_lt(net.now - left_at, (uint64_t)DEAD_MS * 1000000u);
+		tick();
+	}
+	ck_assert_uint_ge(net.now - left_at, 500000000u);	/* quiet for half a second */
+	ck_assert_uint_eq(net.worker[0].error, 0);
+	ring_teardown();
+}
+END_TEST
+
+/* A ring job's checkpoint is not restored (a ring does not resume): its files go. */
+START_TEST(test_ring_job_is_not_restored_from_its_checkpoint)
+{
+	static const unsigned int ranks[] = { 1, 1 };
+	char dirpath[] = "/tmp/phub-control-ring-test.XXXXXX";
+	struct phub_engine_ckpt_restore_params rp = { .servers = one_server, .n_servers = 1 };
+	struct phub_control_ckpt_dir dir;
+	struct phub_control_ckpt_write w;
+	DIR *d;
+	struct dirent *e;
+	unsigned int files = 0;
+
+	link_and_run(2, ranks, 0, 9);
+	ck_assert_ptr_nonnull(mkdtemp(dirpath));
+	ck_assert_int_eq(phub_control_ckpt_open(&dir, dirpath), 0);
+	memset(&w, 0, sizeof(w));
+	w.job = box_job(0);
+	w.src = PHUB_ENGINE_CKPT_LIVE;
+	w.iteration = 0;
+	phub_control_ckpt_write(&dir, &w);
+	ck_assert_msg(w.rc == 0, "%s", w.err);
+	/* rack0 starts again on the directory. */
+	box_free(0);
+	box_create(0, ranks);
+	ck_assert_uint_eq(phub_control_ckpt_restore(&dir, net.box[0].ctl, &rp, NULL, NULL), 0);
+	ck_assert_ptr_null(box_job(0));
+	d = opendir(dirpath);
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL)
+		files += e->d_name[0] != '.';
+	closedir(d);
+	ck_assert_uint_eq(files, 0);
+	phub_control_ckpt_close(&dir);
+	ck_assert_int_eq(rmdir(dirpath), 0);
+	ring_teardown();
+}
+END_TEST
+
+Suite *
+phub_control_ring_suite(void)
+{
+	Suite *s = suite_create("control_ring");
+	TCase *tc = tcase_create("ring");
+
+	tcase_add_test(tc, test_two_racks_link_and_run_the_initial_round_under_loss);
+	tcase_add_test(tc, test_three_racks_of_one_two_three_link_and_run);
+	tcase_add_test(tc, test_join_of_another_racks_rank_names_the_rack);
+	tcase_add_test(tc, test_hello_before_the_job_exists_is_unanswered);
+	tcase_add_test(tc, test_hello_that_does_not_fit_is_counted_and_ignored);
+	tcase_add_test(tc, test_silent_peer_ends_the_job_with_an_error_naming_it);
+	tcase_add_test(tc, test_restarted_peer_ends_the_job);
+	tcase_add_test(tc, test_control_refuses_a_declared_ring_it_cannot_index);
+	tcase_add_test(tc, test_ring_job_left_by_its_workers_drains_then_ends);
+	tcase_add_test(tc, test_ring_job_is_not_restored_from_its_checkpoint);
+	suite_add_tcase(s, tc);
+	return s;
+}
