@@ -155,10 +155,13 @@ def ring_config(c, r, p, jobs, udp_port=UDP_BASE_PORT):
 
 
 def strip_ring(c):
-    """What a PBox without the ring (today's lib/config) accepts: no name, no peers[].port, no
-    ring jobs. For tests that use a multi-rack's racks one by one."""
+    """What a PBox without the ring (today's lib/config and app/pbox) takes and can serve: no
+    name, no peers[].port, no ring jobs, and no uplink port: such a PBox places workers' chunks
+    on every port's lcores, and a worker cannot reach the uplink's address. For tests that use
+    a multi-rack's racks one by one."""
     c.pop("name", None)
     for peer in c.get("peers", []):
         peer.pop("port", None)
     c["jobs"] = [j for j in c.get("jobs", []) if "racks" not in j]
+    c["ports"] = [p for p in c.get("ports", []) if p.get("name") != UPLINK_PORT]
     return c

@@ -246,6 +246,7 @@ class MultiRackTest(unittest.TestCase):
         job = multirack.parse_ring_job("ring:" + self.NONCE, [2, 2])
         c = multirack.strip_ring(multirack.ring_config(self.base_config(), 0, p, [job]))
         self.assertNotIn("name", c)
+        self.assertEqual([q["name"] for q in c["ports"]], ["p0"])
         self.assertEqual(c["peers"], [{"name": "rack1", "ipv4": "10.32.0.2", "udp_port": 47000}])
         self.assertEqual([j["name"] for j in c["jobs"]], ["local"])
 
