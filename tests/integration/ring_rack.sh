@@ -38,52 +38,20 @@ pbox_bin=$2
 bench_bin=$3
 scenario=$4
 
-if [ "$(id -u)" -ne 0 ]; then
-	echo "SKIP: the virtual multi-rack needs root (network namespaces)"
-	exit 77
-fi
 if ! ip netns list >/dev/null 2>&1; then
 	echo "SKIP: no network namespaces here (ip netns)"
 	exit 77
 fi
-if [ ! -c /dev/net/tun ]; then
-	echo "SKIP: no /dev/net/tun for net_tap"
-	exit 77
-fi
-
-# A name and ids of its own per scenario: racks I .. I+2, the spine I+3 at most.
-id=$(( (16#$(printf '%s' "$scenario" | md5sum | cut -c1-4) % 40) + 200 ))
-name="rg$id"
+# shellcheck source=tests/integration/rack_lib.sh
+. "$(dirname "$0")/rack_lib.sh"
+# rack_lib: root and /dev/net/tun or 77; the name and id of this scenario's (multi-)rack (ids
+# 150 .. 249: its racks and spine take I .. I+3 at most), $tmp, cleanup on exit (the bench_pids,
+# the multi-rack, $tmp); phubrack, fail, expect.
+lib_init "$scenario"
+name=$rack
 nonce=0x5ad1c0ffee7e4b31
 nonce_b=0x7e11d00d2b9a4c63
 state_root=${PHUB_VRACK_STATE_DIR:-/run/phub-vrack}
-tmp=$(mktemp -d)
-failed=0
-pids=()
-python_dir=$(cd "$(dirname "$0")/../../python" && pwd)
-
-# shellcheck disable=SC2317 # called by the EXIT trap
-cleanup()
-{
-	local pid
-	for pid in "${pids[@]}"; do
-		kill -KILL "$pid" 2>/dev/null
-	done
-	"$vrack" down --name "$name" >/dev/null 2>&1
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-phubrack()
-{
-	PYTHONPATH=$python_dir PYTHONDONTWRITEBYTECODE=1 python3 -m phubrack "$@"
-}
-
-fail()
-{
-	echo "FAIL: $*"
-	failed=1
-}
 
 # step WHAT: a line in the log with the seconds since the start.
 step()
@@ -170,8 +138,8 @@ expect()
 	phubrack expect "$@" || fail "report $1 does not hold: ${*:2}"
 }
 
-# telemetry Q COMMAND...: rack Q's PBox's answers, merged.
-telemetry()
+# rack_telemetry Q COMMAND...: rack Q's PBox's answers, merged.
+rack_telemetry()
 {
 	local r=$1
 	shift
@@ -281,7 +249,7 @@ try:
 except socket.timeout:
     pass
 ' "$spine_net.2" &
-	pids+=($!)
+	bench_pids+=($!)
 	sleep 0.5
 	got=$(ip netns exec "$name.0-pbox" python3 -c '
 import socket, sys, time
@@ -339,7 +307,7 @@ ring-2x2)
 	start_pboxes
 	ring_bench "$tmp/r.json" --keys 8 --key-elems 20000 --iterations 10 &&
 		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' 'r["workers"] == 4'
-	telemetry 0 /phub/ring >"$tmp/ring0.json"
+	rack_telemetry 0 /phub/ring >"$tmp/ring0.json"
 	grep -q rack1 "$tmp/ring0.json" || fail "rack 0's /phub/ring does not name its peer rack1"
 	pboxes_stop
 	;;
@@ -397,7 +365,7 @@ ring-pbox-killed)
 			--nonce "$nonce" --rank "$g" --json --timeout 60 --connect-timeout-ms 30000 \
 			--dead-ms "$dead_ms" --keys 4 --key-elems 8000 --iterations 100000 \
 			>"$tmp/rank$g.json" 2>"$tmp/rank$g.err" &
-		pids[g]=$!
+		bench_pids[g]=$!
 	done
 	# Mid-training: every rank past iteration 3.
 	for _ in $(seq 300); do
@@ -416,17 +384,17 @@ ring-pbox-killed)
 	bound_ms=$((dead_ms + 4000))
 	for g in 0 1 2 3; do
 		rc=0
-		while kill -0 "${pids[g]}" 2>/dev/null; do
+		while kill -0 "${bench_pids[g]}" 2>/dev/null; do
 			[ $(( ($(date +%s%N) - killed_at) / 1000000 )) -lt $((bound_ms + 5000)) ] || break
 			sleep 0.05
 		done
-		if kill -0 "${pids[g]}" 2>/dev/null; then
+		if kill -0 "${bench_pids[g]}" 2>/dev/null; then
 			fail "rank $g still runs $((bound_ms + 5000)) ms after rack 1's PBox was killed"
-			kill -KILL "${pids[g]}" 2>/dev/null
+			kill -KILL "${bench_pids[g]}" 2>/dev/null
 			continue
 		fi
 		took=$(( ($(date +%s%N) - killed_at) / 1000000 ))
-		wait "${pids[g]}" || rc=$?
+		wait "${bench_pids[g]}" || rc=$?
 		echo "rank $g: exit $rc, $took ms after the kill: $(grep -h 'phub-bench: rank' \
 			"$tmp/rank$g.err" | tail -n 1)"
 		[ "$rc" -eq 1 ] || fail "rank $g exited $rc, expected 1 (failed)"
@@ -441,7 +409,7 @@ ring-pbox-killed)
 				fail "rank $g (rack 1) failed without naming its PBox"
 		fi
 	done
-	pids=()
+	bench_pids=()
 	"$vrack" pbox-stop --name "$name" --rack 0 >/dev/null 2>&1 ||
 		fail "rack 0's PBox did not stop on SIGTERM after its peer died"
 	;;
