@@ -305,10 +305,24 @@ print(len(seen))
 ring-2x2)
 	multi_up 2 2 --ring-job "ring:$nonce"
 	start_pboxes
-	ring_bench "$tmp/r.json" --keys 8 --key-elems 20000 --iterations 10 &&
+	ring_bench "$tmp/r.json" --keys 8 --key-elems 20000 --iterations 30 &
+	bench_pids+=($!)
+	# While the job runs, rack 0's /phub/ring names its neighbour.
+	for _ in $(seq 100); do
+		rack_telemetry 0 /phub/ring >"$tmp/ring0.json"
+		grep -q rack1 "$tmp/ring0.json" && break
+		kill -0 "${bench_pids[0]}" 2>/dev/null || break
+		sleep 0.2
+	done
+	grep -q rack1 "$tmp/ring0.json" ||
+		fail "rack 0's /phub/ring did not name its peer rack1 while the job ran"
+	# ring_bench ran in a subshell: its failure is known here by its status.
+	if wait "${bench_pids[0]}"; then
 		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' 'r["workers"] == 4'
-	rack_telemetry 0 /phub/ring >"$tmp/ring0.json"
-	grep -q rack1 "$tmp/ring0.json" || fail "rack 0's /phub/ring does not name its peer rack1"
+	else
+		fail "the ring job failed"
+	fi
+	bench_pids=()
 	pboxes_stop
 	;;
 ring-3x123)
