@@ -84,6 +84,7 @@ multi_up()
 		racks_spec+="${racks_spec:+,}10.$((id + r)).0.1:${counts[r]:-${counts[0]}}"
 	done
 	n_racks=$racks
+	step "multi-rack $name up: $racks racks, --racks $racks_spec"
 }
 
 # config Q: rack Q's PBox config.
@@ -115,6 +116,7 @@ start_pboxes()
 			exit 1
 		fi
 	done
+	step "PBoxes started"
 }
 
 # ring_bench OUT [phub-bench options...]: every rank of the ring job, each from its rack.
@@ -126,6 +128,7 @@ ring_bench()
 		--nonce "$nonce" --json --quiet --timeout 60 --connect-timeout-ms 30000 "$@" \
 		>"$out" 2>"$out.err"
 	local rc=$?
+	step "phub-bench $out: exit $rc, $(phubrack brief ring "$out" 2>/dev/null)"
 	if [ $rc -ne 0 ]; then
 		fail "phub-bench --racks $racks_spec $* exited $rc"
 		tail -n 5 "$out.err"
