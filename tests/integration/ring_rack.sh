@@ -13,10 +13,11 @@
 #             workers R.0-w*       workers R.1-w*      workers R.2-w*
 #
 # Scenarios:
-#   ring-topology       runs today: the multi-rack's namespaces, addresses, spine links (rate
-#                       and impairment), the ring keys of every config, datagrams across the
-#                       spine, each rack's PBox serving a single-rack job verified with the
-#                       multi-rack up (configs stripped of the ring keys), refusals, down.
+#   ring-topology       runs on any PBox: the multi-rack's namespaces, addresses, spine links
+#                       (rate and impairment), the ring keys of every config, datagrams across
+#                       the spine, each rack's PBox serving a single-rack job verified with the
+#                       multi-rack up (configs stripped of the ring keys), a flat job across the
+#                       routed spine (--routed), refusals, down.
 #   ring-2x2            2 racks x 2 workers, exact (fp32, sgd), /phub/ring answers
 #   ring-3x123          3 racks of 1, 2, 3 workers; odd key sizes and a key over 1M elements
 #   ring-fp16-adam      fp16 and Adam, within the tolerance of the dtype
@@ -183,7 +184,7 @@ ring-topology)
 	check "a refused up left something behind" test -z "$(ip netns list | grep "^$name")"
 
 	step "multi-rack up"
-	multi_up 2 2 --spine-rate 100mbit --spine-netem "r1:tx:loss 5% duplicate 5%" \
+	multi_up 2 2 --spine-rate 100mbit --spine-netem "r1:tx:loss 5% duplicate 5%" --routed \
 		--ring-job "ring:$nonce" --ring-job "local2:$nonce_b:1,2:fp16:adam:deterministic"
 	spine_net=10.$((id + 2)).0
 	for ns in "$name-spine" "$name.0-tor" "$name.0-pbox" "$name.0-w1" "$name.0-w2" \
@@ -202,6 +203,12 @@ ring-topology)
 		sh -c "tc -n $name.1-pbox qdisc show dev pv1 | grep -q 'tbf.*rate 100Mbit'"
 	check "no impairment program on rack 1's uplink" \
 		sh -c "tc -n $name.1-pbox filter show dev pv1 egress | grep -q impair-loss50000-dup50000"
+	check "no tbf on rack 1's ToR link to the spine (--routed)" \
+		sh -c "tc -n $name.1-tor qdisc show dev sp0 | grep -q 'tbf.*rate 100Mbit'"
+	check "no impairment on rack 1's ToR link to the spine (--routed)" \
+		sh -c "tc -n $name.1-tor filter show dev sp0 egress | grep -q impair-loss50000"
+	check "rack 1's workers have no route to rack 0 through their ToR (--routed)" \
+		sh -c "ip -n $name.1-w2 route | grep -q '^10.$id.0.0/24 via 10.$((id + 1)).0.254'"
 	check "rack 0's uplink is impaired (only rack 1's tx was asked for)" \
 		sh -c "! tc -n $name.0-pbox filter show dev pv1 egress | grep -q impair"
 	for r in 0 1; do
@@ -296,6 +303,13 @@ print(len(seen))
 		--job onerack --keys 4 --key-elems 3000 --iterations 3 --json --quiet --timeout 60 \
 		>"$tmp/one.json" 2>"$tmp/one.err" || { fail "--racks with one rack"; tail -3 "$tmp/one.err"; }
 	expect "$tmp/one.json" 'r["verified"]' 'r["bitwise"]' 'len(r["model_digest"]) == 16'
+	# --routed: a flat job, rack 1's workers on rack 0's PBox across the spine and both ToRs.
+	step "a flat job across the routed spine"
+	timeout 120 "$bench_bin" --racks "10.$id.0.1:2,10.$id.0.1:2" --netns-prefix "$name.%r-w" \
+		--job flat --keys 4 --key-elems 3000 --iterations 3 --json --quiet --timeout 60 \
+		>"$tmp/flat.json" 2>"$tmp/flat.err" ||
+		{ fail "a flat job across the spine"; tail -3 "$tmp/flat.err"; }
+	expect "$tmp/flat.json" 'r["verified"]' 'r["bitwise"]' 'r["workers"] == 4'
 	step "stop and down"
 	pboxes_stop
 
