@@ -18,6 +18,8 @@ struct bench_config {
 	uint64_t nonce;
 	uint16_t world_size;
 	const char *netns_prefix;	/* worker i enters /run/netns/<prefix><i>; NULL: stay */
+	const char *netns_prefixes;	/* with racks: one prefix per rack, comma-separated */
+	const struct phub_bench_racks *racks;	/* --racks: the PBox of each rank; n 0: server */
 	enum phub_dtype dtype;
 	struct phub_optimizer_params optimizer;
 	uint32_t iterations;

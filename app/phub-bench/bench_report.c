@@ -2,6 +2,7 @@
 /* The figures of a run: quantiles, per-worker and total rates, and the JSON report of --json. */
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +41,8 @@ phub_bench_run_exact(const struct phub_bench_run *run)
 {
 	/* Random gradients summed in arrival order round differently from the reference. */
 	return phub_bench_verify_exact(run->optimizer.type) &&
-		(!run->random_gradients || run->deterministic);
+		!phub_bench_order_dependent(run->random_gradients, run->deterministic,
+			run->racks != NULL ? run->racks->n : 0);
 }
 
 uint64_t
@@ -198,6 +200,12 @@ worker_json(const struct phub_bench_worker_result *r, uint64_t xbytes, bool *ok)
 	set(w, "bitwise", json_boolean(r->status == 0 && r->bitwise), ok);
 	set(w, "max_abs_error", real(r->max_abs_error), ok);
 	set(w, "mismatches", json_integer((json_int_t)r->mismatches), ok);
+	if (r->digest != 0) {
+		char hex[24];
+
+		snprintf(hex, sizeof(hex), "%016" PRIx64, r->digest);
+		set(w, "model_digest", json_string(hex), ok);
+	}
 	return w;
 }
 
@@ -239,6 +247,20 @@ phub_bench_report_json(const struct phub_bench_run *run, const struct phub_bench
 	opt = NULL;
 	if (run->server != NULL)
 		set(root, "server", ascii_string(run->server), &ok);
+	if (run->racks != NULL && run->racks->n > 0) {
+		json_t *racks = json_array();
+
+		for (i = 0; racks != NULL && i < run->racks->n; i++) {
+			json_t *r = json_object();
+
+			set(r, "server", ascii_string(run->racks->rack[i].server), &ok);
+			set(r, "ranks", json_integer(run->racks->rack[i].ranks), &ok);
+			set(r, "first_rank", json_integer(run->racks->rack[i].first_rank), &ok);
+			if (r == NULL || json_array_append_new(racks, r) != 0)
+				ok = false;
+		}
+		set(root, "racks", racks, &ok);
+	}
 	set(root, "port", json_integer(run->port), &ok);
 	if (run->job != NULL)
 		set(root, "job", ascii_string(run->job), &ok);
@@ -273,6 +295,15 @@ phub_bench_report_json(const struct phub_bench_run *run, const struct phub_bench
 	}
 	set(root, "per_worker", per, &ok);
 	per = NULL;
+	/* One digest when every worker reported the same model (its bits, run to run). */
+	for (i = 0; i < n && results[i].digest != 0 && results[i].digest == results[0].digest; i++)
+		;
+	if (n > 0 && i == n) {
+		char hex[24];
+
+		snprintf(hex, sizeof(hex), "%016" PRIx64, results[0].digest);
+		set(root, "model_digest", json_string(hex), &ok);
+	}
 	if (!ok)
 		goto nomem;
 	return root;

@@ -93,15 +93,23 @@ fail(struct worker *w, int status, const char *fmt, ...)
 
 /*
  * Move this process into the worker's network namespace of the virtual rack, which numbers its
- * workers from 1: rank i enters <prefix><i + 1>.
+ * workers from 1: rank i enters <prefix><i + 1>; across racks, the rank's index in its rack
+ * counts, under its rack's prefix (phub_bench_netns_name()).
  */
 static int
 enter_netns(struct worker *w)
 {
+	char name[PATH_MAX - 16];
 	char path[PATH_MAX];
 	int fd, e;
 
-	snprintf(path, sizeof(path), "/run/netns/%s%u", w->cfg->netns_prefix, w->rank + 1u);
+	e = phub_bench_netns_name(w->cfg->netns_prefix, w->cfg->netns_prefixes, w->cfg->racks,
+		w->rank, name, sizeof(name));
+	if (e != 0) {
+		fail(w, e, "no network namespace for rank %u: %s", w->rank, strerror(-e));
+		return e;
+	}
+	snprintf(path, sizeof(path), "/run/netns/%s", name);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		e = errno;
@@ -155,7 +163,8 @@ verify_against(struct worker *w, const char *model, uint32_t iterations,
 		.optimizer = cfg->optimizer,
 		.world_size = cfg->world_size,
 		.iterations = iterations,
-		.order_dependent = cfg->random_gradients && !cfg->deterministic,
+		.order_dependent = phub_bench_order_dependent(cfg->random_gradients,
+			cfg->deterministic, cfg->racks != NULL ? cfg->racks->n : 0),
 	};
 	size_t es = phub_dtype_size(cfg->dtype);
 	struct phub_bench_verifier *v;
@@ -414,6 +423,7 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 {
 	const struct phub_bench_layout *l = cfg->layout;
 	struct worker w = { .cfg = cfg, .rank = rank, .fd = fd };
+	const char *server = cfg->server;
 	struct phub_connect_params p;
 	struct phub_info info;
 	uint32_t first = 1;
@@ -429,8 +439,18 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 	w.res.rank = rank;
 	w.prog.phase = BENCH_PHASE_CONNECTING;
 	progress(&w, true);
-	if (cfg->netns_prefix != NULL && enter_netns(&w) != 0)
+	if ((cfg->netns_prefix != NULL || cfg->netns_prefixes != NULL) && enter_netns(&w) != 0)
 		goto out;
+	if (cfg->racks != NULL && cfg->racks->n > 0) {
+		/* Its own rack's PBox, with its global rank and the whole world's size. */
+		int r = phub_bench_rack_of(cfg->racks, rank, NULL);
+
+		if (r < 0) {
+			fail(&w, -ERANGE, "rank %u is in no rack of --racks", rank);
+			goto out;
+		}
+		server = cfg->racks->rack[r].server;
+	}
 	keys = calloc(l->n_keys, sizeof(*keys));
 	initial = calloc(l->n_keys, sizeof(*initial));
 	times = calloc(cfg->iterations, sizeof(*times));
@@ -446,7 +466,7 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 	}
 
 	memset(&p, 0, sizeof(p));
-	p.server = cfg->server;
+	p.server = server;
 	p.server_port = cfg->port;
 	p.bind_addr = cfg->bind_addr;
 	p.job = cfg->job;
@@ -482,7 +502,7 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 		if (err[0] != '\0')
 			fail(&w, -e, "cannot join (%s): %s", strerror(e), err);
 		else
-			fail(&w, -e, "cannot join job '%s' at %s:%u: %s", cfg->job, cfg->server,
+			fail(&w, -e, "cannot join job '%s' at %s:%u: %s", cfg->job, server,
 				cfg->port, strerror(e));
 		goto out;
 	}
@@ -507,6 +527,9 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 	h = NULL;
 	inject_fault(&w, model);
 	verify(&w, model);
+	/* The model's bits, for runs that must repeat them (deterministic across racks). */
+	w.res.digest = phub_bench_digest(model, l->total_elems * phub_dtype_size(cfg->dtype),
+		PHUB_BENCH_DIGEST_INIT);
 out:
 	if (h != NULL) {
 		stats_take(&w, h);

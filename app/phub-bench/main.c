@@ -30,6 +30,8 @@
 
 struct options {
 	struct bench_config cfg;
+	struct phub_bench_racks racks;
+	const char *racks_spec;
 	const char *model;
 	const char *layout_file;
 	uint32_t keys;
@@ -66,8 +68,9 @@ usage(FILE *f)
 	unsigned int i;
 
 	fprintf(f,
-		"usage: phub-bench --server IP --workers N (--model NAME|FILE | --layout FILE |\n"
-		"                  --keys N --key-elems E) [options]\n"
+		"usage: phub-bench (--server IP --workers N | --racks IP0:N0,IP1:N1,...)\n"
+		"                  (--model NAME|FILE | --layout FILE | --keys N --key-elems E)\n"
+		"                  [options]\n"
 		"  Emulated workers with zero compute (PHub 4.4): every worker pushes a whole\n"
 		"  model of gradients and pulls the model back, --iterations times, then checks\n"
 		"  the model against a reference computed locally.\n"
@@ -75,7 +78,16 @@ usage(FILE *f)
 		"  --port N             its control port (default %u)\n"
 		"  --workers N          workers in the job (world size)\n"
 		"  --rank I             run only rank I of the N (by hand, e.g. in a namespace)\n"
-		"  --netns-prefix P     rank i joins from network namespace /run/netns/<P><i+1>\n"
+		"  --racks IP0:N0,IP1:N1,...   a job across racks, in ring order: rack r's PBox\n"
+		"                       (control address) holds Nr ranks, the global ranks after\n"
+		"                       those of the racks before it; each rank joins its rack's\n"
+		"                       PBox with its global rank and world size N0+N1+...\n"
+		"                       (instead of --server; --workers, if given, must match)\n"
+		"  --netns-prefix P     rank i joins from network namespace /run/netns/<P><i+1>;\n"
+		"                       with --racks, a %%r in P is the rack's number and i\n"
+		"                       counts within the rack (rank i of rack r: <P/r><i+1>)\n"
+		"  --netns-prefixes P0,P1,...   with --racks: one prefix per rack; rank i of\n"
+		"                       rack r joins from <Pr><i+1>\n"
 		"  --model NAME|FILE    a model by its name, as phub-plan takes it, in any case:\n"
 		"                      ",
 		PHUB_DEFAULT_PORT);
@@ -162,7 +174,7 @@ enum {
 	OPT_MTU, OPT_WINDOW, OPT_CHUNK, OPT_CSUM, OPT_CONNECT_TIMEOUT, OPT_DEAD, OPT_TIMEOUT,
 	OPT_JSON, OPT_QUIET, OPT_PRINT_LAYOUT, OPT_LIST_MODELS, OPT_HELP, OPT_PAUSE_AT,
 	OPT_GRADIENTS,
-	OPT_DETERMINISTIC,
+	OPT_DETERMINISTIC, OPT_RACKS, OPT_NETNS_PREFIXES,
 };
 
 static const struct option long_opts[] = {
@@ -171,6 +183,8 @@ static const struct option long_opts[] = {
 	{ "workers", required_argument, NULL, OPT_WORKERS },
 	{ "rank", required_argument, NULL, OPT_RANK },
 	{ "netns-prefix", required_argument, NULL, OPT_NETNS },
+	{ "racks", required_argument, NULL, OPT_RACKS },
+	{ "netns-prefixes", required_argument, NULL, OPT_NETNS_PREFIXES },
 	{ "model", required_argument, NULL, OPT_MODEL },
 	{ "layout", required_argument, NULL, OPT_LAYOUT },
 	{ "keys", required_argument, NULL, OPT_KEYS },
@@ -273,6 +287,12 @@ parse_args(int argc, char **argv, struct options *o)
 			break;
 		case OPT_NETNS:
 			c->netns_prefix = optarg;
+			break;
+		case OPT_RACKS:
+			o->racks_spec = optarg;
+			break;
+		case OPT_NETNS_PREFIXES:
+			c->netns_prefixes = optarg;
 			break;
 		case OPT_MODEL:
 			o->model = optarg;
@@ -425,8 +445,41 @@ parse_args(int argc, char **argv, struct options *o)
 	}
 	if (o->print_layout)
 		return 0;
+	if (o->racks_spec != NULL) {
+		char err[256];
+
+		if (c->server != NULL) {
+			fprintf(stderr, "phub-bench: --racks names every rack's PBox: no --server\n");
+			return -EINVAL;
+		}
+		if (phub_bench_racks_parse(o->racks_spec, &o->racks, err, sizeof(err)) != 0 ||
+				(c->netns_prefixes != NULL &&
+				 phub_bench_prefixes_check(c->netns_prefixes, o->racks.n, err,
+					 sizeof(err)) != 0)) {
+			fprintf(stderr, "phub-bench: %s\n", err);
+			return -EINVAL;
+		}
+		if (have_workers && c->world_size != o->racks.world_size) {
+			fprintf(stderr, "phub-bench: --workers %u is not the %u ranks of --racks\n",
+				c->world_size, o->racks.world_size);
+			return -EINVAL;
+		}
+		if (c->netns_prefix != NULL && c->netns_prefixes != NULL) {
+			fprintf(stderr, "phub-bench: --netns-prefix or --netns-prefixes, not both\n");
+			return -EINVAL;
+		}
+		c->world_size = o->racks.world_size;
+		c->racks = &o->racks;
+		/* What the progress lines and the report call the server. */
+		c->server = o->racks_spec;
+		have_workers = true;
+	} else if (c->netns_prefixes != NULL) {
+		fprintf(stderr, "phub-bench: --netns-prefixes goes with --racks\n");
+		return -EINVAL;
+	}
 	if (c->server == NULL || !have_workers) {
-		fprintf(stderr, "phub-bench: --server and --workers are required (--help)\n");
+		fprintf(stderr, "phub-bench: --server and --workers (or --racks) are required"
+			" (--help)\n");
 		return -EINVAL;
 	}
 	if (o->rank >= (int)c->world_size) {
@@ -793,6 +846,11 @@ print_table(const struct phub_bench_run *run,
 		printf("phub-bench: verification within %g + %g * |reference|; max abs error"
 			" %g%s\n", atol, rtol, s->max_abs_error, s->bitwise ? " (bitwise)" : "");
 	printf("phub-bench: job iterations/s %.2f (slowest worker)\n", s->job_iterations_per_s);
+	for (i = 1; i < n && kids[i].res.digest == kids[0].res.digest; i++)
+		;
+	if (n > 0 && i == n && kids[0].res.digest != 0)
+		printf("phub-bench: model digest %016" PRIx64 " (FNV-1a of the final model, every"
+			" worker)\n", kids[0].res.digest);
 }
 
 /* Workers that ran to the end but whose model is not the reference. */
@@ -870,7 +928,7 @@ main(int argc, char **argv)
 		phub_bench_layout_free(layout);
 		return EXIT_SUCCESS;
 	}
-	if (inet_pton(AF_INET, o.cfg.server, &a) != 1) {
+	if (o.racks.n == 0 && inet_pton(AF_INET, o.cfg.server, &a) != 1) {
 		fprintf(stderr, "phub-bench: --server '%s' is not an IPv4 address\n",
 			o.cfg.server);
 		goto out_usage;
@@ -976,6 +1034,7 @@ main(int argc, char **argv)
 		.job = o.cfg.job,
 		.random_gradients = o.cfg.random_gradients,
 		.deterministic = o.cfg.deterministic,
+		.racks = &o.racks,
 	};
 	phub_bench_summarize(&run, results, times, n, n, &sum);
 	if (o.json) {

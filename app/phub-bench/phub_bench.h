@@ -167,6 +167,56 @@ void phub_bench_verify_range(struct phub_bench_verifier *v, uint32_t key, uint64
 void phub_bench_reference_key(struct phub_bench_verifier *v, uint32_t key, uint32_t n_elems,
 		void *out);
 
+/* ---- Racks ---------------------------------------------------------------------------------- */
+
+/*
+ * A job across racks: each rack's PBox and how many of the job's ranks it holds, in ring order.
+ * Rack r holds the contiguous global ranks first_rank .. first_rank + ranks - 1 after those of
+ * racks 0 .. r-1; every rank joins its own rack's PBox with its global rank and the total
+ * world size (docs/hierarchy.md).
+ */
+#define PHUB_BENCH_MAX_RACKS 16u
+
+struct phub_bench_rack {
+	char server[16];	/* the PBox's control address, dotted IPv4 */
+	uint16_t ranks;
+	uint16_t first_rank;
+};
+
+struct phub_bench_racks {
+	unsigned int n;		/* 0: one PBox (--server) */
+	struct phub_bench_rack rack[PHUB_BENCH_MAX_RACKS];
+	uint16_t world_size;	/* the sum of the ranks */
+};
+
+/* "IP0:N0,IP1:N1,..." into out; 0, or -EINVAL with the reason in err. */
+int phub_bench_racks_parse(const char *spec, struct phub_bench_racks *out, char *err,
+		size_t errlen);
+
+/* The rack of global rank (and its index inside the rack in *local); -ERANGE past the world. */
+int phub_bench_rack_of(const struct phub_bench_racks *racks, uint32_t rank, uint32_t *local);
+
+/* A comma list of one namespace prefix per rack: 0, or -EINVAL (another count) with err. */
+int phub_bench_prefixes_check(const char *list, unsigned int n_racks, char *err,
+		size_t errlen);
+
+/*
+ * The network namespace (the name under /run/netns) global rank joins from: with prefixes (a
+ * comma list, one per rack) <prefix of its rack><index in its rack + 1>; with a prefix that
+ * holds %r, the prefix with %r replaced by the rack's number, then <index in its rack + 1>;
+ * with a plain prefix <prefix><rank + 1>, as without racks. racks NULL or empty: one rack.
+ * 0, -ERANGE (rank past the world), -EINVAL (no prefix) or -ENAMETOOLONG.
+ */
+int phub_bench_netns_name(const char *prefix, const char *prefixes,
+		const struct phub_bench_racks *racks, uint32_t rank, char *buf, size_t len);
+
+/* Whether the PBoxes' sums depend on the order of addition (verify within tolerance). */
+bool phub_bench_order_dependent(bool random_gradients, bool deterministic, unsigned int n_racks);
+
+/* FNV-1a (64 bits) of len bytes, continuing from h (start with PHUB_BENCH_DIGEST_INIT). */
+#define PHUB_BENCH_DIGEST_INIT 0xcbf29ce484222325ull
+uint64_t phub_bench_digest(const void *data, size_t len, uint64_t h);
+
 /* ---- Statistics and report ------------------------------------------------------------------ */
 
 /* The q-quantile (0 <= q <= 1) of n values by nearest rank; sorts values; 0 when n is 0. */
@@ -196,6 +246,7 @@ struct phub_bench_worker_result {
 	bool bitwise;			/* every element byte-equal to the reference */
 	double max_abs_error;
 	uint64_t mismatches;
+	uint64_t digest;		/* phub_bench_digest() of its final model (0: none) */
 };
 
 /* What the run was. */
@@ -211,6 +262,7 @@ struct phub_bench_run {
 	const char *job;
 	bool random_gradients;		/* --gradients random */
 	bool deterministic;		/* --deterministic */
+	const struct phub_bench_racks *racks;	/* --racks; NULL or empty: one PBox */
 };
 
 /* Whether the run is compared byte for byte: an exact optimizer and order-free sums. */

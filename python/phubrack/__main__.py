@@ -19,13 +19,19 @@
                             logs; exit 1 when any failed
   netem-plan ARGS...        virtual-rack's netem fallback: the netem arguments as shell
                             assignments (loss=... dup=...), or exit 1 saying what it lacks
+  rack-plan --id I --racks R --workers N|N0,N1,.. [--ports P] [--ring-job SPEC]...
+                            the multi-rack's address plan as shell assignments (plan_ids,
+                            plan_workers, plan_spine, plan_spine_net); checks the ring jobs
+  ring-config FILE --rack Q (the options of rack-plan)
+                            rack Q's PBox config: its name, peers[] and the ring jobs
+  ring-strip FILE           remove the ring keys (name, peers[].port, ring jobs) from a config
 """
 
 import collections
 import json
 import sys
 
-from . import config, netem, report, telemetry, testlog
+from . import config, multirack, netem, report, telemetry, testlog
 
 
 def usage():
@@ -139,6 +145,72 @@ def cmd_netem_plan(args):
     return 0
 
 
+def parse_plan_args(args):
+    """The options of rack-plan and ring-config: (plan, ring jobs, rack or None)."""
+    opts = {"--id": None, "--racks": None, "--workers": None, "--ports": "1", "--rack": None}
+    specs = []
+    i = 0
+    while i < len(args):
+        if i + 1 >= len(args):
+            raise multirack.PlanError("option %s needs a value" % args[i])
+        if args[i] == "--ring-job":
+            specs.append(args[i + 1])
+        elif args[i] in opts:
+            opts[args[i]] = args[i + 1]
+        else:
+            raise multirack.PlanError("unknown option '%s'" % args[i])
+        i += 2
+    for key in ("--id", "--racks", "--workers"):
+        if opts[key] is None:
+            raise multirack.PlanError("%s is required" % key)
+    try:
+        base_id, racks, ports = int(opts["--id"]), int(opts["--racks"]), int(opts["--ports"])
+    except ValueError:
+        raise multirack.PlanError("--id, --racks and --ports are integers")
+    workers = multirack.parse_counts("--workers", opts["--workers"], racks)
+    p = multirack.plan(base_id, racks, workers, ports)
+    jobs = [multirack.parse_ring_job(s, workers) for s in specs]
+    rack = None
+    if opts["--rack"] is not None:
+        rack = int(opts["--rack"])
+        if not 0 <= rack < racks:
+            raise multirack.PlanError("--rack %d: racks are 0..%d" % (rack, racks - 1))
+    return p, jobs, rack
+
+
+def cmd_rack_plan(args):
+    try:
+        p, jobs, _ = parse_plan_args(args)
+        multirack.ring_config({"ports": [{"name": multirack.UPLINK_PORT}]}, 0, p, jobs)
+    except multirack.PlanError as e:
+        sys.stderr.write("virtual-rack: %s\n" % e)
+        return 1
+    print(multirack.shell(p))
+    return 0
+
+
+def cmd_ring_config(args):
+    if len(args) < 1:
+        return usage()
+    try:
+        p, jobs, rack = parse_plan_args(args[1:])
+        if rack is None:
+            raise multirack.PlanError("ring-config: --rack is required")
+        config.edit(args[0], "ring_config(c, %d, p, jobs)" % rack,
+                    {"ring_config": multirack.ring_config, "p": p, "jobs": jobs})
+    except multirack.PlanError as e:
+        sys.stderr.write("virtual-rack: %s\n" % e)
+        return 1
+    return 0
+
+
+def cmd_ring_strip(args):
+    if len(args) != 1:
+        return usage()
+    config.edit(args[0], "strip_ring(c)", {"strip_ring": multirack.strip_ring})
+    return 0
+
+
 def main(argv):
     if not argv:
         return usage()
@@ -163,6 +235,12 @@ def main(argv):
         return cmd_test_summary(args)
     if cmd == "netem-plan":
         return cmd_netem_plan(args)
+    if cmd == "rack-plan":
+        return cmd_rack_plan(args)
+    if cmd == "ring-config":
+        return cmd_ring_config(args)
+    if cmd == "ring-strip":
+        return cmd_ring_strip(args)
     return usage()
 
 

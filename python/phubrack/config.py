@@ -4,11 +4,12 @@
 import json
 
 
-def edit(path, statements):
-    """Run Python statements on the config as the dict c, then write it back (indent 2)."""
+def edit(path, statements, env=None):
+    """Run Python statements on the config as the dict c (with env's names beside it), then
+    write it back (indent 2)."""
     with open(path) as f:
         c = json.load(f)
-    exec(statements, {"c": c})
+    exec(statements, dict(env or {}, c=c))
     with open(path, "w") as f:
         json.dump(c, f, indent=2)
         f.write("\n")

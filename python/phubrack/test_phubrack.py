@@ -9,7 +9,7 @@ import sys
 import tempfile
 import unittest
 
-from phubrack import config, netem, report, telemetry
+from phubrack import config, multirack, netem, report, telemetry
 
 PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -154,6 +154,103 @@ class NetemTest(unittest.TestCase):
         self.assertEqual(netem.shell(netem.plan([])).splitlines()[0], "loss=0")
 
 
+class MultiRackTest(unittest.TestCase):
+    NONCE = "0x5ad1c0ffee7e4b31"
+
+    def base_config(self):
+        return {"ports": [{"name": "p0", "ipv4": "10.30.0.1/24"},
+                          {"name": "uplink", "ipv4": "10.33.0.1/24"}],
+                "jobs": [{"name": "local", "nonce": "0x7e11d00d2b9a4c63", "workers": 2}]}
+
+    def test_plan_gives_each_rack_its_own_net_and_the_spine_the_next_id(self):
+        p = multirack.plan(30, 3, [1, 2, 3])
+        self.assertEqual([rk["net"] for rk in p["rack"]],
+                         ["10.30.0.0/24", "10.31.0.0/24", "10.32.0.0/24"])
+        self.assertEqual(p["spine_net"], "10.33.0.0/24")
+        self.assertEqual([rk["spine"] for rk in p["rack"]],
+                         ["10.33.0.1", "10.33.0.2", "10.33.0.3"])
+        self.assertEqual(p["rack"][2]["workers"], ["10.32.0.101", "10.32.0.102", "10.32.0.103"])
+        self.assertEqual(p["rack"][1]["pbox"], ["10.31.0.1"])
+        self.assertEqual(multirack.plan(1, 2, [2, 2], ports=2)["rack"][0]["pbox"],
+                         ["10.1.0.1", "10.1.0.2"])
+
+    def test_plan_refuses_too_many_racks_and_ids_past_254(self):
+        for args in ((30, 1, [2]), (30, 17, [1] * 17), (253, 2, [1, 1]), (0, 2, [1, 1]),
+                     (30, 2, [1])):
+            with self.assertRaises(multirack.PlanError):
+                multirack.plan(*args)
+        multirack.plan(251, 3, [1, 1, 1])    # spine 254
+
+    def test_counts_one_for_all_or_one_per_rack(self):
+        self.assertEqual(multirack.parse_counts("w", "2", 3), [2, 2, 2])
+        self.assertEqual(multirack.parse_counts("w", "1,2,3", 3), [1, 2, 3])
+        for bad in ("1,2", "0", "x", "151", "1,,2", ""):
+            with self.assertRaises(multirack.PlanError):
+                multirack.parse_counts("w", bad, 3)
+
+    def test_shell_assignments(self):
+        out = multirack.shell(multirack.plan(30, 2, [1, 2]))
+        self.assertEqual(out.splitlines(), ["plan_ids=(30 31)", "plan_workers=(1 2)",
+                                            "plan_spine=(10.32.0.1 10.32.0.2)",
+                                            "plan_spine_net=10.32.0.0/24"])
+
+    def test_ring_job_declares_the_world_and_ranks_per_rack_in_ring_order(self):
+        job = multirack.parse_ring_job("ring:" + self.NONCE.upper().replace("X", "x"),
+                                       [1, 2, 3])
+        self.assertEqual(job, {"name": "ring", "nonce": self.NONCE, "workers": 6,
+                               "racks": [{"pbox": "rack0", "ranks": 1},
+                                         {"pbox": "rack1", "ranks": 2},
+                                         {"pbox": "rack2", "ranks": 3}]})
+        self.assertEqual(multirack.first_ranks(job), [0, 1, 3])
+        job = multirack.parse_ring_job("j:%s:2:fp16:adam:deterministic" % self.NONCE, [3, 3])
+        self.assertEqual((job["workers"], job["dtype"], job["optimizer"], job["deterministic"]),
+                         (4, "fp16", {"type": "adam"}, True))
+        self.assertEqual(multirack.parse_ring_job("j:%s:1,3" % self.NONCE, [3, 3])["racks"],
+                         [{"pbox": "rack0", "ranks": 1}, {"pbox": "rack1", "ranks": 3}])
+
+    def test_ring_job_refusals(self):
+        for spec in ("j", "j:0x1", "j:%s:1,2,3" % self.NONCE, "j:%s:2:fp64" % self.NONCE,
+                     "j:%s:2:fp32:lamb" % self.NONCE, "j:%s:2:fp32:sgd:yes" % self.NONCE,
+                     ":%s" % self.NONCE, "j:%s:2:fp32:sgd:deterministic:x" % self.NONCE):
+            with self.assertRaises(multirack.PlanError, msg=spec):
+                multirack.parse_ring_job(spec, [2, 2])
+
+    def test_ring_config_names_the_rack_its_peers_and_the_ring_jobs(self):
+        p = multirack.plan(30, 3, [1, 2, 3])
+        job = multirack.parse_ring_job("ring:" + self.NONCE, [1, 2, 3])
+        c = multirack.ring_config(self.base_config(), 1, p, [job])
+        self.assertEqual(c["name"], "rack1")
+        self.assertEqual(c["peers"], [
+            {"name": "rack0", "ipv4": "10.33.0.1", "udp_port": 47000, "port": "uplink"},
+            {"name": "rack2", "ipv4": "10.33.0.3", "udp_port": 47000, "port": "uplink"}])
+        self.assertEqual([j["name"] for j in c["jobs"]], ["local", "ring"])
+        self.assertEqual(c["jobs"][1], job)
+        self.assertIsNot(c["jobs"][1], job)
+        # The same job in every rack's config.
+        c0 = multirack.ring_config(self.base_config(), 0, p, [job])
+        self.assertEqual(c0["jobs"], c["jobs"])
+        self.assertEqual([q["name"] for q in c0["peers"]], ["rack1", "rack2"])
+
+    def test_ring_config_refusals(self):
+        p = multirack.plan(30, 2, [2, 2])
+        job = multirack.parse_ring_job("ring:" + self.NONCE, [2, 2])
+        with self.assertRaises(multirack.PlanError):
+            multirack.ring_config(self.base_config(), 0, p, [job, job])
+        with self.assertRaises(multirack.PlanError):
+            multirack.ring_config({"ports": [{"name": "p0"}]}, 0, p, [job])
+        with self.assertRaises(multirack.PlanError):
+            multirack.ring_config(self.base_config(), 0, multirack.plan(30, 3, [2, 2, 2]), [job])
+
+    def test_strip_ring_leaves_what_a_single_rack_pbox_takes(self):
+        p = multirack.plan(30, 2, [2, 2])
+        job = multirack.parse_ring_job("ring:" + self.NONCE, [2, 2])
+        c = multirack.strip_ring(multirack.ring_config(self.base_config(), 0, p, [job]))
+        self.assertNotIn("name", c)
+        self.assertEqual([q["name"] for q in c["ports"]], ["p0"])
+        self.assertEqual(c["peers"], [{"name": "rack1", "ipv4": "10.32.0.2", "udp_port": 47000}])
+        self.assertEqual([j["name"] for j in c["jobs"]], ["local"])
+
+
 class CommandLineTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
@@ -241,6 +338,30 @@ class CommandLineTest(unittest.TestCase):
                          (1, "3 passed, 1 failed, 1 skipped\n"))
         self.assertEqual(run_cli("test-summary", dirs[0])[:2],
                          (0, "2 passed, 0 failed, 1 skipped\n"))
+
+    def test_rack_plan_and_ring_config(self):
+        rc, out, _ = run_cli("rack-plan", "--id", "40", "--racks", "2", "--workers", "1,2")
+        self.assertEqual(rc, 0)
+        self.assertIn("plan_spine=(10.42.0.1 10.42.0.2)\n", out)
+        rc, out, err = run_cli("rack-plan", "--id", "40", "--racks", "2", "--workers", "1",
+                               "--ring-job", "j:0x1")
+        self.assertEqual((rc, out), (1, ""))
+        self.assertIn("nonce", err)
+        path = os.path.join(self.dir.name, "pbox.json")
+        with open(path, "w") as f:
+            json.dump({"ports": [{"name": "p0"}, {"name": "uplink"}], "jobs": []}, f)
+        rc, _, err = run_cli("ring-config", path, "--rack", "1", "--id", "40", "--racks", "2",
+                             "--workers", "1,2", "--ring-job", "r:0x5ad1c0ffee7e4b31::bf16")
+        self.assertEqual(rc, 0, err)
+        with open(path) as f:
+            c = json.load(f)
+        self.assertEqual((c["name"], c["peers"][0]["ipv4"], c["jobs"][0]["workers"],
+                          c["jobs"][0]["dtype"]), ("rack1", "10.42.0.1", 3, "bf16"))
+        self.assertEqual(run_cli("ring-config", path, "--rack", "2", "--id", "40", "--racks",
+                                 "2", "--workers", "1")[0], 1)
+        self.assertEqual(run_cli("ring-strip", path)[0], 0)
+        with open(path) as f:
+            self.assertNotIn("name", json.load(f))
 
     def test_unknown_command_is_a_usage_error(self):
         rc, _, err = run_cli("frobnicate")

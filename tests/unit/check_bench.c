@@ -671,6 +671,170 @@ START_TEST(test_dtype_names_round_trip)
 }
 END_TEST
 
+/* ---- racks ---- */
+
+START_TEST(test_racks_parse_in_ring_order_with_contiguous_ranks)
+{
+	struct phub_bench_racks r;
+	char err[256];
+	uint32_t local = 99;
+
+	ck_assert_int_eq(phub_bench_racks_parse("10.30.0.1:1,10.31.0.1:2,10.32.0.1:3", &r, err,
+		sizeof(err)), 0);
+	ck_assert_uint_eq(r.n, 3);
+	ck_assert_uint_eq(r.world_size, 6);
+	ck_assert_str_eq(r.rack[1].server, "10.31.0.1");
+	ck_assert_uint_eq(r.rack[0].first_rank, 0);
+	ck_assert_uint_eq(r.rack[1].first_rank, 1);
+	ck_assert_uint_eq(r.rack[2].first_rank, 3);
+	ck_assert_uint_eq(r.rack[2].ranks, 3);
+	/* Global rank -> rack and index inside it. */
+	ck_assert_int_eq(phub_bench_rack_of(&r, 0, &local), 0);
+	ck_assert_uint_eq(local, 0);
+	ck_assert_int_eq(phub_bench_rack_of(&r, 1, &local), 1);
+	ck_assert_uint_eq(local, 0);
+	ck_assert_int_eq(phub_bench_rack_of(&r, 2, &local), 1);
+	ck_assert_uint_eq(local, 1);
+	ck_assert_int_eq(phub_bench_rack_of(&r, 5, &local), 2);
+	ck_assert_uint_eq(local, 2);
+	ck_assert_int_eq(phub_bench_rack_of(&r, 6, &local), -ERANGE);
+	/* One rack is a job on one PBox. */
+	ck_assert_int_eq(phub_bench_racks_parse("10.1.0.1:4", &r, err, sizeof(err)), 0);
+	ck_assert_uint_eq(r.n, 1);
+	ck_assert_uint_eq(r.world_size, 4);
+}
+END_TEST
+
+START_TEST(test_racks_parse_refuses_what_is_not_ip_colon_ranks)
+{
+	const char *bad[] = { "", "10.1.0.1", "10.1.0.1:0", "10.1.0.1:x", "10.1.0.1:2,",
+		"host:2", "10.1.0.1:-1", "10.1.0.1:2,,10.2.0.1:2", "10.1.0.1:65535,10.2.0.1:1",
+		"10.1.0.1:2:47000", "10.1.0.1:2 ", "10.1.0.1:01",
+		"1:1,1:1,1:1,1:1,1:1,1:1,1:1,1:1,1:1,1:1,1:1,1:1,1:1,1:1,1:1,1:1,1:1" };
+	struct phub_bench_racks r;
+	char err[256];
+	unsigned int i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		ck_assert_msg(phub_bench_racks_parse(bad[i], &r, err, sizeof(err)) == -EINVAL,
+			"'%s' accepted", bad[i]);
+		ck_assert_msg(strncmp(err, "--racks", 7) == 0, "'%s': %s", bad[i], err);
+	}
+	ck_assert_int_eq(phub_bench_racks_parse(NULL, &r, err, sizeof(err)), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_netns_names_per_rack)
+{
+	struct phub_bench_racks r;
+	char err[256], buf[64];
+
+	ck_assert_int_eq(phub_bench_racks_parse("10.30.0.1:1,10.31.0.1:2,10.32.0.1:3", &r, err,
+		sizeof(err)), 0);
+	/* %r: the rack's number; the index within the rack counts from 1. */
+	ck_assert_int_eq(phub_bench_netns_name("ring.%r-w", NULL, &r, 0, buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "ring.0-w1");
+	ck_assert_int_eq(phub_bench_netns_name("ring.%r-w", NULL, &r, 2, buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "ring.1-w2");
+	ck_assert_int_eq(phub_bench_netns_name("r%r.%r-", NULL, &r, 5, buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "r2.2-3");
+	/* A list: one prefix per rack. */
+	ck_assert_int_eq(phub_bench_netns_name(NULL, "a-w,bb-w,c", &r, 1, buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "bb-w1");
+	ck_assert_int_eq(phub_bench_netns_name(NULL, "a-w,bb-w,c", &r, 4, buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "c2");
+	/* A plain prefix: the global rank, as without racks. */
+	ck_assert_int_eq(phub_bench_netns_name("all", NULL, &r, 4, buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "all5");
+	ck_assert_int_eq(phub_bench_netns_name("pt7-w", NULL, NULL, 0, buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "pt7-w1");
+	/* Errors. */
+	ck_assert_int_eq(phub_bench_netns_name("x%r", NULL, &r, 6, buf, sizeof(buf)), -ERANGE);
+	ck_assert_int_eq(phub_bench_netns_name("a-very-long-prefix-%r-", NULL, &r, 0, buf, 8),
+		-ENAMETOOLONG);
+	ck_assert_int_eq(phub_bench_netns_name(NULL, NULL, &r, 0, buf, sizeof(buf)), -EINVAL);
+	ck_assert_int_eq(phub_bench_prefixes_check("a,b,c", 3, err, sizeof(err)), 0);
+	ck_assert_int_eq(phub_bench_prefixes_check("a,b", 3, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "2 prefix(es) for 3 rack(s)"));
+}
+END_TEST
+
+START_TEST(test_order_dependence_and_exact_runs_across_racks)
+{
+	struct phub_bench_layout *l = phub_bench_layout_synthetic(2, 10);
+	struct phub_bench_run run = test_run(l);
+	struct phub_bench_racks r;
+	char err[64];
+
+	ck_assert(!phub_bench_order_dependent(false, false, 3));
+	ck_assert(!phub_bench_order_dependent(true, true, 0));
+	ck_assert(!phub_bench_order_dependent(true, true, 1));
+	ck_assert(phub_bench_order_dependent(true, false, 0));
+	/* The ring adds rack sums from a different rack per part: a tolerance check. */
+	ck_assert(phub_bench_order_dependent(true, true, 2));
+	ck_assert_int_eq(phub_bench_racks_parse("10.1.0.1:1,10.2.0.1:1", &r, err, sizeof(err)),
+		0);
+	run.random_gradients = true;
+	run.deterministic = true;
+	ck_assert(phub_bench_run_exact(&run));
+	run.racks = &r;
+	ck_assert(!phub_bench_run_exact(&run));
+	run.random_gradients = false;
+	ck_assert(phub_bench_run_exact(&run));
+	phub_bench_layout_free(l);
+}
+END_TEST
+
+START_TEST(test_digest_is_fnv1a_and_the_report_shows_one_when_all_agree)
+{
+	struct phub_bench_layout *l = phub_bench_layout_synthetic(2, 10);
+	struct phub_bench_run run = test_run(l);
+	struct phub_bench_worker_result res[2] = {
+		{ .rank = 0, .verified = true },
+		{ .rank = 1, .verified = true },
+	};
+	struct phub_bench_racks r;
+	struct phub_bench_summary s;
+	char err[64];
+	json_t *j, *racks;
+
+	/* FNV-1a 64 test vectors. */
+	ck_assert_uint_eq(phub_bench_digest("", 0, PHUB_BENCH_DIGEST_INIT),
+		0xcbf29ce484222325ull);
+	ck_assert_uint_eq(phub_bench_digest("a", 1, PHUB_BENCH_DIGEST_INIT),
+		0xaf63dc4c8601ec8cull);
+	ck_assert_uint_eq(phub_bench_digest("foobar", 6, PHUB_BENCH_DIGEST_INIT),
+		0x85944171f73967e8ull);
+	ck_assert_uint_eq(phub_bench_digest("bar", 3, phub_bench_digest("foo", 3,
+		PHUB_BENCH_DIGEST_INIT)), 0x85944171f73967e8ull);
+	ck_assert_int_eq(phub_bench_racks_parse("10.1.0.1:1,10.2.0.1:1", &r, err, sizeof(err)),
+		0);
+	run.racks = &r;
+	res[0].digest = res[1].digest = 0x0123456789abcdefull;
+	phub_bench_summarize(&run, res, NULL, 2, 2, &s);
+	j = phub_bench_report_json(&run, &s, res, 2, NULL);
+	ck_assert_ptr_nonnull(j);
+	ck_assert_str_eq(json_string_value(json_object_get(j, "model_digest")),
+		"0123456789abcdef");
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(
+		json_object_get(j, "per_worker"), 1), "model_digest")), "0123456789abcdef");
+	racks = json_object_get(j, "racks");
+	ck_assert_uint_eq(json_array_size(racks), 2);
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(racks, 1), "server")),
+		"10.2.0.1");
+	ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(racks, 1),
+		"first_rank")), 1);
+	json_decref(j);
+	/* Models that differ: no run-wide digest. */
+	res[1].digest = 1;
+	j = phub_bench_report_json(&run, &s, res, 2, NULL);
+	ck_assert_ptr_null(json_object_get(j, "model_digest"));
+	json_decref(j);
+	phub_bench_layout_free(l);
+}
+END_TEST
+
 static TCase *
 tcase(const char *name, const TTest *test)
 {
@@ -722,5 +886,14 @@ phub_bench_suite(void)
 		test_summary_adds_worker_rates_and_pools_exchange_times));
 	suite_add_tcase(s, tcase("report_json", test_report_json_has_the_documented_fields));
 	suite_add_tcase(s, tcase("dtype_names", test_dtype_names_round_trip));
+	suite_add_tcase(s, tcase("racks_parse",
+		test_racks_parse_in_ring_order_with_contiguous_ranks));
+	suite_add_tcase(s, tcase("racks_refused",
+		test_racks_parse_refuses_what_is_not_ip_colon_ranks));
+	suite_add_tcase(s, tcase("racks_netns", test_netns_names_per_rack));
+	suite_add_tcase(s, tcase("racks_exact",
+		test_order_dependence_and_exact_runs_across_racks));
+	suite_add_tcase(s, tcase("digest",
+		test_digest_is_fnv1a_and_the_report_shows_one_when_all_agree));
 	return s;
 }
