@@ -9,7 +9,7 @@
  *
  *   phub-hostile --server IP [--port 47000] [--victim JOB_ID]... [--victim-name NAME]
  *                [--victim-world N] [--repeat N] [--guesses N] [--ping] [--join-keys N]
- *                [--csum]
+ *                [--csum] [--misdirect] [--ring-spray JOB_ID]
  *
  * --victim: a job that runs beside (the test reads its id from /phub/jobs; an attacker would
  * scan the 2^32 ids, this tries the right ones with guessed tokens, the worst case).
@@ -24,6 +24,10 @@
  * port+1 .. port+n, n >= 2), as a stale map would; print {"misdirected": datagrams sent,
  * "segments": of the chunk, "models": segments whose MODEL came back} and stop. A PBox hands
  * each such datagram to the chunk's lcore (counted as wrong_lcore) and answers it as usual.
+ * --ring-spray JOB_ID: only send --repeat RING_REDUCE, RING_GATHER and RING_ACK datagrams each
+ * for that job (a job across racks, as the PBox at --server:--port knows it: send them to a data
+ * port of its uplink) with guessed tokens, as a host on the spine that is not the job's ring
+ * peer would; print {"sent": datagrams} and stop. The PBox must drop each as bad_token.
  * --csum: only JOIN a job of its own asking for CRC32C (JOIN flag CSUM), PUSH its three
  * segments with CSUM, then one PUSH whose payload was changed after its CRC was computed (the UDP
  * checksum is the kernel's, so only the CRC can tell), then that PUSH intact; print as JSON
@@ -71,6 +75,8 @@ struct hostile_params {
 	uint32_t join_keys;		/* --join-keys: one JOIN claiming this many keys */
 	bool csum;			/* --csum: the checksum exchange alone */
 	bool misdirect;			/* --misdirect: initial round to the wrong lcore */
+	uint32_t ring_job;		/* --ring-spray: ring datagrams for this job id */
+	bool ring_spray;
 };
 
 /* The legitimate session of the hostile's own job. */
@@ -787,6 +793,49 @@ csum_exchange(const struct hostile_params *hp)
 	return 0;
 }
 
+/* --ring-spray: ring steps and acknowledgements of a job across racks, with guessed tokens. */
+static int
+ring_spray(const struct hostile_params *hp)
+{
+	static const uint8_t opcodes[] = {
+		PHUB_WIRE_OP_RING_REDUCE, PHUB_WIRE_OP_RING_GATHER, PHUB_WIRE_OP_RING_ACK,
+	};
+	struct tally t = { 0 };
+	uint8_t buf[BUF_SIZE];
+	int fd = udp_socket();
+
+	/*
+	 * The kernel keeps only a few datagrams while it resolves the PBox's address: one goes
+	 * first, alone, and is not counted (the PBox drops it like the others).
+	 */
+	for (unsigned int i = 0; i <= hp->repeat; i++) {
+		if (i == 1) {
+			usleep(300 * 1000);
+			t.sent = 0;
+		}
+		for (size_t o = 0; o < (i == 0 ? 1 : sizeof(opcodes)); o++) {
+			struct phub_wire_msg m;
+
+			phub_wire_msg_init(&m, opcodes[o]);
+			m.job_id = hp->ring_job;
+			m.session_token = random_u64();
+			m.worker_rank = 0;
+			m.iteration = 1;
+			m.elem_count = 4;
+			m.aux = 0;	/* the ring step */
+			if (opcodes[o] != PHUB_WIRE_OP_RING_ACK) {
+				m.dtype = PHUB_DTYPE_FP32;
+				m.payload = (const uint8_t *)zeros;
+				m.payload_len = 4 * sizeof(float);
+			}
+			send_raw(&t, fd, &hp->ctrl, buf, phub_wire_encode(buf, sizeof(buf), &m));
+		}
+	}
+	printf("{\"sent\": %" PRIu64 "}\n", t.sent);
+	close(fd);
+	return 0;
+}
+
 /* --misdirect: the initial round of our own job, every PUSH to the other lcore's port. */
 static int
 misdirect(const struct hostile_params *hp)
@@ -858,7 +907,7 @@ usage(void)
 {
 	fprintf(stderr, "usage: phub-hostile --server IP [--port P] [--victim JOB_ID]... "
 			"[--victim-name NAME] [--victim-world N] [--repeat N] [--guesses N] [--ping] "
-			"[--join-keys N] [--csum] [--misdirect]\n");
+			"[--join-keys N] [--csum] [--misdirect] [--ring-spray JOB_ID]\n");
 	exit(2);
 }
 
@@ -904,6 +953,9 @@ main(int argc, char **argv)
 			hp.repeat = (unsigned int)strtoul(v, NULL, 0);
 		} else if (strcmp(argv[i], "--join-keys") == 0) {
 			hp.join_keys = (uint32_t)strtoul(v, NULL, 0);
+		} else if (strcmp(argv[i], "--ring-spray") == 0) {
+			hp.ring_job = (uint32_t)strtoul(v, NULL, 0);
+			hp.ring_spray = true;
 		} else if (strcmp(argv[i], "--guesses") == 0) {
 			hp.guesses = (unsigned int)strtoul(v, NULL, 0);
 		} else {
@@ -921,6 +973,8 @@ main(int argc, char **argv)
 		return csum_exchange(&hp);
 	if (hp.misdirect)
 		return misdirect(&hp);
+	if (hp.ring_spray)
+		return ring_spray(&hp);
 
 	fd = udp_socket();
 	fd2 = udp_socket();

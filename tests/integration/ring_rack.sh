@@ -25,10 +25,14 @@
 #   ring-deterministic  random gradients, deterministic sums: two runs, the same model bits
 #   ring-pbox-killed    kill -9 of rack 1's PBox mid-training: every rank of every rack fails
 #                       within the bound, rack 0's naming rack1
+#   ring-hostile        a job across the racks and a job local to rack 0 on the same PBoxes,
+#                       while a host on the spine sends ring datagrams with guessed tokens to
+#                       rack 0's uplink: each dropped as bad_token, both jobs exact
 # All but ring-topology need the PBox's ring (name, peers[].port, jobs[].racks): until it is
 # there the PBox refuses their configs and they fail, saying so.
 #
-# usage: ring_rack.sh VIRTUAL_RACK PHUB_PBOX PHUB_BENCH SCENARIO
+# usage: ring_rack.sh VIRTUAL_RACK PHUB_PBOX PHUB_BENCH SCENARIO [PHUB_HOSTILE]
+# (PHUB_HOSTILE, tests/integration/phub_hostile.c: for ring-hostile.)
 # Like the other rack tests, run one at a time on a machine: flock /tmp/phub-rack.lock meson test
 # -C build ring-2x2 (the script takes no lock itself, so that it never waits on its own runner).
 # Exits 77 with the reason when it cannot run here (not root, no netns, no /dev/net/tun).
@@ -38,6 +42,7 @@ vrack=$1
 pbox_bin=$2
 bench_bin=$3
 scenario=$4
+hostile_bin=${5:-}
 
 if ! ip netns list >/dev/null 2>&1; then
 	echo "SKIP: no network namespaces here (ip netns)"
@@ -388,6 +393,64 @@ ring-deterministic)
 		phubrack holds 't0["model_digest"] == t1["model_digest"]' "$tmp/a.json" \
 			"$tmp/b.json" || fail "two deterministic runs ended with different models"
 	fi
+	pboxes_stop
+	;;
+ring-hostile)
+	multi_up 2 2 --ring-job "ring:$nonce"
+	start_pboxes
+	ring_bench "$tmp/r.json" --keys 8 --key-elems 20000 --iterations 200 &
+	bench_pids+=($!)
+	# A job of rack 0 alone beside it, on the same PBox and worker namespaces.
+	timeout 200 "$bench_bin" --server "10.$id.0.1" --workers 2 --netns-prefix "$name.0-w" \
+		--job local --nonce "$nonce_b" --keys 4 --key-elems 10000 --iterations 40 --json \
+		--quiet --timeout 60 >"$tmp/local.json" 2>"$tmp/local.err" &
+	bench_pids+=($!)
+	# The ring job's id on rack 0's PBox, once it is linked to its neighbour.
+	ring_id=
+	for _ in $(seq 100); do
+		rack_telemetry 0 /phub/ring >"$tmp/ring0.json"
+		ring_id=$(phubrack query \
+			'[k for k, j in t["/phub/ring"]["jobs"].items() if j["linked"]][0]' \
+			"$tmp/ring0.json" 2>/dev/null) && break
+		sleep 0.1
+	done
+	[ -n "$ring_id" ] || fail "the ring job never showed linked in rack 0's /phub/ring"
+	bad_token() {
+		rack_telemetry 0 /phub/stats |
+			phubrack query --default 0 't["/phub/stats"]["drops"]["bad_token"]'
+	}
+	before=$(bad_token)
+	# A host on the spine (not a ring peer) sprays rack 0's uplink data port.
+	spine_net=10.$((id + 2)).0
+	ip -n "$name-spine" addr add "$spine_net.200/24" dev br0
+	ip netns exec "$name-spine" "$hostile_bin" --server "$spine_net.1" --port 47001 \
+		--ring-spray "${ring_id:-1}" --repeat 50 >"$tmp/spray.json" 2>"$tmp/spray.err" ||
+		{ fail "phub-hostile --ring-spray"; cat "$tmp/spray.err"; }
+	sent=$(phubrack query 't["sent"]' "$tmp/spray.json" 2>/dev/null || echo 0)
+	# The PBox counts what it took off the wire; give the last datagrams a moment.
+	for _ in $(seq 50); do
+		after=$(bad_token)
+		[ $((after - before)) -ge "$sent" ] && break
+		sleep 0.1
+	done
+	echo "ring spray: $sent datagrams with guessed tokens, bad_token $before -> $after"
+	kill -0 "${bench_pids[0]}" 2>/dev/null ||
+		fail "the ring job ended before the spray was counted (make it longer)"
+	[ "$sent" -eq 150 ] || fail "phub-hostile sent $sent ring datagrams, not 150"
+	[ $((after - before)) -ge "$sent" ] ||
+		fail "rack 0 counted $((after - before)) bad_token drops for $sent guessed tokens"
+	if wait "${bench_pids[0]}"; then
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' 'r["workers"] == 4'
+	else
+		fail "the ring job failed"
+	fi
+	if wait "${bench_pids[1]}"; then
+		expect "$tmp/local.json" 'r["verified"]' 'r["bitwise"]' 'r["workers"] == 2'
+	else
+		fail "the local job beside the ring job failed"
+		tail -n 3 "$tmp/local.err"
+	fi
+	bench_pids=()
 	pboxes_stop
 	;;
 ring-pbox-killed)
