@@ -461,7 +461,7 @@ cmd_ring_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 		struct phub_engine_ring_params ring;
 		struct phub_engine_job_info info;
 		struct rte_tel_data *j, *p;
-		uint64_t prev_ns, next_ns;
+		uint64_t prev_ns, next_ns, srtt_ns, rttvar_ns, rto_ns;
 		char id[16];
 
 		if (!phub_engine_job_ring(job, &ring, &prev, &next))
@@ -476,6 +476,10 @@ cmd_ring_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 		rte_tel_data_add_dict_u64(j, "position", ring.pos);
 		rte_tel_data_add_dict_u64(j, "racks", ring.racks);
 		rte_tel_data_add_dict_u64(j, "linked", prev.token != 0 && next.token != 0);
+		phub_engine_job_ring_rtt(job, &srtt_ns, &rttvar_ns, &rto_ns);
+		rte_tel_data_add_dict_u64(j, "rtt_us", srtt_ns / 1000);
+		rte_tel_data_add_dict_u64(j, "rttvar_us", rttvar_ns / 1000);
+		rte_tel_data_add_dict_u64(j, "rto_us", rto_ns / 1000);
 		p = ring_peer_dict(info.name, (uint16_t)((ring.pos + ring.racks - 1u) % ring.racks),
 				&prev, prev_ns);
 		if (p != NULL)

@@ -149,6 +149,13 @@ struct phub_engine_job {
 		_Atomic uint64_t heard_ns;	/* newest valid datagram from it */
 		_Atomic uint32_t job_id;	/* the peer's id of the job */
 		uint8_t mac[6];
+		/*
+		 * Round trip to this peer and back (RFC 6298's estimator, from RING_ACKs of
+		 * next): 0 until the first sample. Every lcore that owns chunks of the job
+		 * updates it; a lost update only delays the estimate.
+		 */
+		_Atomic uint64_t srtt_ns;
+		_Atomic uint64_t rttvar_ns;
 	} ring_prev, ring_next;
 };
 

@@ -132,6 +132,7 @@ round_advance(struct phub_ring_seg *seg, const struct phub_ring_params *p,
 		/* The timer runs for the oldest unacknowledged send; start it if none was out. */
 		if ((r->sent & ~r->acked) == 0) {
 			r->rto_deadline_ns = now_ns + p->rto_ns;
+			r->timer_ns = now_ns;
 			r->retries = 0;
 		}
 		r->sent |= fresh;
@@ -240,18 +241,23 @@ phub_ring_receive(struct phub_ring_seg *seg, const struct phub_ring_params *p, u
 
 bool
 phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t iteration,
-	      uint32_t step, uint64_t now_ns)
+	      uint32_t step, uint64_t now_ns, uint64_t *rtt_ns)
 {
 	struct phub_ring_round *r = &seg->round[iteration & 1];
 	uint32_t bit = 1u << step;
 
+	if (rtt_ns != NULL)
+		*rtt_ns = 0;
 	if (step >= phub_ring_steps(p->racks) || !r->active || r->iteration != iteration)
 		return false;
 	if ((r->sent & bit) == 0 || (r->acked & bit) != 0)
 		return false;
+	if (rtt_ns != NULL && r->retries == 0 && now_ns > r->timer_ns)
+		*rtt_ns = now_ns - r->timer_ns;
 	r->acked |= bit;
 	r->retries = 0;
 	r->rto_deadline_ns = now_ns + p->rto_ns;
+	r->timer_ns = now_ns;
 	return true;
 }
 

@@ -94,6 +94,55 @@ phub_engine_job_ring_peers(struct phub_engine_job *job, const struct phub_engine
 	return 0;
 }
 
+/*
+ * The ring's parameters with the retransmission timeout the link to next has shown it needs:
+ * srtt + 4 rttvar, never below the configured floor nor above the ceiling. A fixed timeout
+ * below the round trip (a loaded PBox, a queue on a rate-limited spine) resent most steps.
+ */
+static void
+ring_params_now(const struct phub_engine_job *job, struct phub_ring_params *p)
+{
+	uint64_t srtt = atomic_load_explicit(&job->ring_next.srtt_ns, memory_order_relaxed);
+	uint64_t rto = srtt + 4 * atomic_load_explicit(&job->ring_next.rttvar_ns,
+			memory_order_relaxed);
+
+	*p = job->ring;
+	if (srtt != 0 && rto > p->rto_ns)
+		p->rto_ns = rto < p->rto_max_ns ? rto : p->rto_max_ns;
+}
+
+/* One round-trip sample into the link's estimator (RFC 6298, gains 1/8 and 1/4). */
+static void
+ring_rtt_sample(struct engine_ring_link *l, uint64_t sample)
+{
+	uint64_t srtt = atomic_load_explicit(&l->srtt_ns, memory_order_relaxed);
+	uint64_t var = atomic_load_explicit(&l->rttvar_ns, memory_order_relaxed);
+
+	if (srtt == 0) {
+		srtt = sample;
+		var = sample / 2;
+	} else {
+		uint64_t err = srtt > sample ? srtt - sample : sample - srtt;
+
+		var = var - var / 4 + err / 4;
+		srtt = srtt - srtt / 8 + sample / 8;
+	}
+	atomic_store_explicit(&l->srtt_ns, srtt, memory_order_relaxed);
+	atomic_store_explicit(&l->rttvar_ns, var, memory_order_relaxed);
+}
+
+void
+phub_engine_job_ring_rtt(const struct phub_engine_job *job, uint64_t *srtt_ns,
+		uint64_t *rttvar_ns, uint64_t *rto_ns)
+{
+	struct phub_ring_params p;
+
+	ring_params_now(job, &p);
+	*srtt_ns = atomic_load_explicit(&job->ring_next.srtt_ns, memory_order_relaxed);
+	*rttvar_ns = atomic_load_explicit(&job->ring_next.rttvar_ns, memory_order_relaxed);
+	*rto_ns = p.rto_ns;
+}
+
 bool
 phub_engine_job_ring(const struct phub_engine_job *job, struct phub_engine_ring_params *p,
 		struct phub_engine_ring_link *prev, struct phub_engine_ring_link *next)
@@ -188,6 +237,7 @@ engine_ring_rack_done(struct phub_engine_job *job, uint32_t seg, uint64_t elem,
 		const struct phub_engine_request *req, uint64_t now, struct phub_engine_reply *reply,
 		struct phub_engine_stats *stats)
 {
+	struct phub_ring_params params;
 	struct phub_ring_out out;
 	const float *rack = job->agg + elem;
 	uint32_t n = req->elem_count;
@@ -207,8 +257,9 @@ engine_ring_rack_done(struct phub_engine_job *job, uint32_t seg, uint64_t elem,
 	}
 	reply->actions = PHUB_ENGINE_ACK;
 	reply->reason = PHUB_DROP_OK;
+	ring_params_now(job, &params);
 	/* iteration is the slot's, which the ring expects next: the call cannot fail. */
-	phub_ring_local(&job->ring_segs[seg], &job->ring, n, req->iteration, rack, now, &out);
+	phub_ring_local(&job->ring_segs[seg], &params, n, req->iteration, rack, now, &out);
 	if (out.send_steps != 0) {
 		reply->actions |= PHUB_ENGINE_RING_SEND;
 		ring_send_of(job, seg, &out, &reply->ring);
@@ -264,6 +315,7 @@ phub_engine_ring_receive(struct phub_engine_job *job, const struct phub_engine_r
 {
 	struct phub_layout_chunk chunk;
 	struct engine_ring_link *link;
+	struct phub_ring_params params;
 	struct phub_ring_out out;
 	uint32_t index, seg, seg_base, n;
 	uint64_t elem, now;
@@ -295,11 +347,18 @@ phub_engine_ring_receive(struct phub_engine_job *job, const struct phub_engine_r
 	elem = chunk.elem_base + seg_base;
 	now = req->now_ns;
 
+	ring_params_now(job, &params);
 	if (req->opcode == PHUB_WIRE_OP_RING_ACK) {
+		uint64_t rtt;
+
 		atomic_store_explicit(&link->heard_ns, now, memory_order_relaxed);
 		reply->reason = PHUB_DROP_OK;
-		if (phub_ring_ack(&job->ring_segs[seg], &job->ring, req->iteration, req->step, now))
+		if (phub_ring_ack(&job->ring_segs[seg], &params, req->iteration, req->step, now,
+				&rtt)) {
 			stats->ring_acks++;
+			if (rtt != 0)
+				ring_rtt_sample(link, rtt);
+		}
 		return;
 	}
 	if (req->dtype != PHUB_DTYPE_FP32) {
@@ -311,7 +370,7 @@ phub_engine_ring_receive(struct phub_engine_job *job, const struct phub_engine_r
 		return;
 	}
 	reduce = req->opcode == PHUB_WIRE_OP_RING_REDUCE;
-	switch (phub_ring_receive(&job->ring_segs[seg], &job->ring, n, reduce, req->iteration,
+	switch (phub_ring_receive(&job->ring_segs[seg], &params, n, reduce, req->iteration,
 			req->step, req->elem_offset - seg_base, req->elem_count, req->payload, now,
 			&out)) {
 	case PHUB_RING_TAKEN:
@@ -350,11 +409,13 @@ phub_engine_ring_poll_some(struct phub_engine_job *job, uint64_t now_ns,
 		struct phub_engine_stats *stats, uint32_t *cursor, unsigned int budget)
 {
 	uint32_t n = job->n_segments, start, k, c;
+	struct phub_ring_params params;
 	unsigned int sent = 0;
 	bool owned = false;
 
 	if (job->ring_segs == NULL || n == 0)
 		return 0;
+	ring_params_now(job, &params);
 	start = *cursor < n ? *cursor : 0;
 	c = seg_chunk(job, start);
 	for (k = 0; k < n && sent < budget; k++) {
@@ -375,7 +436,7 @@ phub_engine_ring_poll_some(struct phub_engine_job *job, uint64_t now_ns,
 		}
 		if (!owned)
 			continue;
-		due_n = phub_ring_poll(&job->ring_segs[seg], &job->ring, 0, now_ns, due);
+		due_n = phub_ring_poll(&job->ring_segs[seg], &params, 0, now_ns, due);
 		for (i = 0; i < due_n; i++) {
 			struct phub_engine_ring_send what;
 

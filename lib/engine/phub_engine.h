@@ -577,6 +577,14 @@ unsigned int phub_engine_ring_poll_some(struct phub_engine_job *job, uint64_t no
 		void (*send)(void *arg, const struct phub_engine_ring_send *what), void *arg,
 		struct phub_engine_stats *stats, uint32_t *cursor, unsigned int budget);
 
+/*
+ * The round trip to next as RING_ACKs measured it (smoothed, and its variation; 0 before the
+ * first sample) and the retransmission timeout it sets: srtt + 4 rttvar within the job's
+ * rto_ns .. rto_max_ns.
+ */
+void phub_engine_job_ring_rtt(const struct phub_engine_job *job, uint64_t *srtt_ns,
+		uint64_t *rttvar_ns, uint64_t *rto_ns);
+
 /* Nanoseconds since a valid ring datagram from prev and a RING_ACK from next (control). */
 void phub_engine_job_ring_silence(const struct phub_engine_job *job, uint64_t now_ns,
 		uint64_t *prev_ns, uint64_t *next_ns);

@@ -80,6 +80,7 @@ struct phub_ring_round {
 	uint32_t sent;		/* steps sent at least once */
 	uint32_t acked;		/* steps pos+1 acknowledged */
 	uint64_t rto_deadline_ns;	/* retransmit the unacknowledged sent steps after this */
+	uint64_t timer_ns;	/* when that timer (re)started: an ACK's round-trip sample */
 };
 
 /*
@@ -151,11 +152,14 @@ phub_ring_receive(struct phub_ring_seg *seg, const struct phub_ring_params *p, u
 
 /*
  * A RING_ACK from pos+1. Returns true when it acknowledged a step sent and not acknowledged
- * before; the retransmission timer then restarts for what is still unacknowledged.
+ * before; the retransmission timer then restarts for what is still unacknowledged. rtt_ns
+ * (may be NULL) gets a round-trip sample, or 0: the time since the timer started, when
+ * nothing of the round was retransmitted since (Karn's rule: a retransmitted step's ACK
+ * could answer either copy).
  */
 bool
 phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t iteration,
-	      uint32_t step, uint64_t now_ns);
+	      uint32_t step, uint64_t now_ns, uint64_t *rtt_ns);
 
 /*
  * Retransmissions due at now_ns: for each round whose timer expired, out[parity] gets the

@@ -74,6 +74,7 @@ struct soft_pbox {
 	bool stop;
 	bool paused;
 	bool paused_seen;
+	unsigned int steps;		/* passes over the sockets allowed while paused */
 	struct soft_pbox_stats pub;
 	struct soft_pbox_arrival *log;
 	size_t log_n;
@@ -470,8 +471,10 @@ pbox_main(void *arg)
 			pthread_mutex_unlock(&sp->lock);
 			break;
 		}
-		paused = sp->paused;
-		sp->paused_seen = paused;
+		paused = sp->paused && sp->steps == 0;
+		if (sp->paused && sp->steps > 0)
+			sp->steps--;
+		sp->paused_seen = sp->paused;
 		stats_publish(sp);
 		pthread_cond_broadcast(&sp->cond);
 		pthread_mutex_unlock(&sp->lock);
@@ -732,6 +735,18 @@ uint16_t
 soft_pbox_data_port(const struct soft_pbox *sp, unsigned int lcore)
 {
 	return lcore < sp->p.n_lcores ? sp->ports[1 + lcore] : 0;
+}
+
+void
+soft_pbox_step(struct soft_pbox *sp)
+{
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&sp->lock);
+	sp->steps++;
+	if (write(sp->wake_fd, &one, sizeof(one)) < 0)
+		abort();
+	pthread_mutex_unlock(&sp->lock);
 }
 
 void

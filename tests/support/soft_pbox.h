@@ -87,6 +87,12 @@ uint16_t soft_pbox_data_port(const struct soft_pbox *sp, unsigned int lcore);
  */
 void soft_pbox_pause(struct soft_pbox *sp, bool paused);
 
+/*
+ * While paused: one pass over the sockets (one batch of what is queued on each, answered),
+ * then paused again; returns at once. However late the caller runs, at most that much moves.
+ */
+void soft_pbox_step(struct soft_pbox *sp);
+
 /* Copy up to cap arrivals from the start of the log; returns how many the log holds. */
 size_t soft_pbox_arrivals(struct soft_pbox *sp, struct soft_pbox_arrival *out, size_t cap);
 

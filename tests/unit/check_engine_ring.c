@@ -516,6 +516,17 @@ START_TEST(test_ring_of_racks_matches_one_pbox_with_every_worker)
 	/* The ring carried the sums, and the loss was repaired by retransmission. */
 	ck_assert_uint_gt(taken, 0);
 	ck_assert_uint_gt(retransmits, 0);
+	/* Every PBox measured its round trip to next, and its RTO stays within the bounds. */
+	for (r = 0; r < c->racks; r++) {
+		struct phub_engine_ring_params rp;
+		uint64_t srtt, var, rto;
+
+		ck_assert(phub_engine_job_ring(ring->rack[r].job, &rp, NULL, NULL));
+		phub_engine_job_ring_rtt(ring->rack[r].job, &srtt, &var, &rto);
+		ck_assert_uint_gt(srtt, 0);
+		ck_assert_uint_ge(rto, rp.rto_ns);
+		ck_assert_uint_le(rto, rp.rto_max_ns);
+	}
 	sim_free(ring);
 	sim_free(flat);
 }

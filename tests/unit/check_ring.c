@@ -108,6 +108,7 @@ START_TEST(test_hostile_and_repeated_segments_get_their_verdicts)
 	struct phub_ring_out out;
 	float payload[MAX_ELEMS], rack[300];
 	uint32_t off, count, off2, count2;
+	uint64_t rtt;
 	unsigned int part;
 
 	for (unsigned int i = 0; i < 300; i++) {
@@ -157,11 +158,17 @@ START_TEST(test_hostile_and_repeated_segments_get_their_verdicts)
 	ck_assert_int_eq(phub_ring_local(&seg, &p, 300, 5, rack, 0, &out), -EALREADY);
 	ck_assert_int_eq(phub_ring_local(&seg, &p, 300, 7, rack, 0, &out), -EINVAL);
 
-	/* ACKs: only for steps sent, once each; the timer resends only what is unacknowledged. */
-	ck_assert(phub_ring_ack(&seg, &p, 5, 0, 0));
-	ck_assert(!phub_ring_ack(&seg, &p, 5, 0, 0));
-	ck_assert(!phub_ring_ack(&seg, &p, 5, 3, 0));
-	ck_assert(!phub_ring_ack(&seg, &p, 4, 1, 0));
+	/*
+	 * ACKs: only for steps sent, once each; the timer resends only what is unacknowledged.
+	 * The first ACK, 0.5 ms after the sends, is a round-trip sample; an ACK that comes once
+	 * something was resent is none (it may answer either copy).
+	 */
+	ck_assert(phub_ring_ack(&seg, &p, 5, 0, NS_PER_MS / 2, &rtt));
+	ck_assert_uint_eq(rtt, NS_PER_MS / 2);
+	ck_assert(!phub_ring_ack(&seg, &p, 5, 0, NS_PER_MS / 2, &rtt));
+	ck_assert_uint_eq(rtt, 0);
+	ck_assert(!phub_ring_ack(&seg, &p, 5, 3, 0, NULL));
+	ck_assert(!phub_ring_ack(&seg, &p, 4, 1, 0, NULL));
 	{
 		struct phub_ring_out due[2];
 
@@ -174,7 +181,8 @@ START_TEST(test_hostile_and_repeated_segments_get_their_verdicts)
 		ck_assert_uint_eq(phub_ring_poll(&seg, &p, 300, 8 * NS_PER_MS, due), 1);
 	}
 	ck_assert(!phub_ring_idle(&seg));
-	ck_assert(phub_ring_ack(&seg, &p, 5, 1, 0));
+	ck_assert(phub_ring_ack(&seg, &p, 5, 1, 9 * NS_PER_MS, &rtt));
+	ck_assert_uint_eq(rtt, 0);
 	ck_assert(phub_ring_idle(&seg));
 }
 END_TEST
@@ -325,7 +333,7 @@ deliver(struct sim *s, size_t idx)
 
 	s->queue[idx] = s->queue[--s->queued];
 	if (m.kind == MSG_ACK) {
-		phub_ring_ack(&b->seg, &b->p, m.iteration, m.step, s->now);
+		phub_ring_ack(&b->seg, &b->p, m.iteration, m.step, s->now, NULL);
 		return;
 	}
 	switch (phub_ring_receive(&b->seg, &b->p, s->elems, m.kind == MSG_REDUCE, m.iteration,
