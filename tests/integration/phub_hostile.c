@@ -830,6 +830,8 @@ ring_spray(const struct hostile_params *hp)
 			}
 			send_raw(&t, fd, &hp->ctrl, buf, phub_wire_encode(buf, sizeof(buf), &m));
 		}
+		/* Paced: the uplink carries the ring's own bursts; do not be what it drops. */
+		usleep(2000);
 	}
 	printf("{\"sent\": %" PRIu64 "}\n", t.sent);
 	close(fd);
