@@ -51,6 +51,8 @@ class ConnectParams(ctypes.Structure):
         ("dead_ms", ctypes.c_uint32),
         ("connect_timeout_ms", ctypes.c_uint32),
         ("flags", ctypes.c_uint),
+        ("progress", ctypes.c_void_p),      # phub_connect()'s callback: not used from Python
+        ("progress_arg", ctypes.c_void_p),
         _SPARE,
     ]
 
@@ -61,7 +63,10 @@ class Stats(ctypes.Structure):
         "pulls", "acks", "models", "replays", "rx_dropped", "tx_errors", "pings",
         "ops_completed")] + [(n, ctypes.c_uint32) for n in (
             "srtt_us", "rttvar_us", "rto_us", "window_bytes", "inflight_bytes")] + [
-        ("reconnects", ctypes.c_uint64), ("rollbacks", ctypes.c_uint64), _SPARE]
+        ("reconnects", ctypes.c_uint64), ("rollbacks", ctypes.c_uint64)] + [
+            (n, ctypes.c_uint64) for n in (
+                "tx_csum", "rx_csum", "join_acks", "initial_acks", "initial_models",
+                "pulls_early")] + [_SPARE]
 
 
 class Info(ctypes.Structure):

@@ -38,6 +38,7 @@ main(void)
 	FIELD(phub_connect_params, window_bytes); FIELD(phub_connect_params, rto_min_ms);
 	FIELD(phub_connect_params, rto_max_ms); FIELD(phub_connect_params, dead_ms);
 	FIELD(phub_connect_params, connect_timeout_ms); FIELD(phub_connect_params, flags);
+	FIELD(phub_connect_params, progress); FIELD(phub_connect_params, progress_arg);
 	END();
 	BEGIN(phub_stats);
 	FIELD(phub_stats, tx_datagrams); FIELD(phub_stats, tx_bytes);
@@ -48,6 +49,9 @@ main(void)
 	FIELD(phub_stats, srtt_us); FIELD(phub_stats, rttvar_us); FIELD(phub_stats, rto_us);
 	FIELD(phub_stats, window_bytes); FIELD(phub_stats, inflight_bytes);
 	FIELD(phub_stats, reconnects); FIELD(phub_stats, rollbacks);
+	FIELD(phub_stats, tx_csum); FIELD(phub_stats, rx_csum); FIELD(phub_stats, join_acks);
+	FIELD(phub_stats, initial_acks); FIELD(phub_stats, initial_models);
+	FIELD(phub_stats, pulls_early);
 	END();
 	BEGIN(phub_info);
 	FIELD(phub_info, job_id); FIELD(phub_info, rank); FIELD(phub_info, world_size);

@@ -203,3 +203,8 @@ def test_ctypes_mirror_matches_phub_h():
             d = getattr(py, name)
             assert [d.offset, d.size] == fields[name], f"{cname}.{name}"
         assert ctypes.sizeof(py) >= fields["size"][1], cname
+        # The fields listed reach the end of the C struct (up to its tail padding): a field
+        # appended to phub.h but left out of layout_dump.c and the mirror shows here.
+        end = max(o + s for k, (o, s) in fields.items() if k != "size")
+        assert end > fields["size"][1] - 8, f"{cname}: fields end at {end} of {fields['size'][1]}"
+
