@@ -286,24 +286,6 @@ hdr_len_of(const struct phub_wire_msg *m)
 	return (m->flags & PHUB_WIRE_F_HYPER) ? PHUB_WIRE_HDR_LEN_HYPER : PHUB_WIRE_HDR_LEN;
 }
 
-static inline uint32_t
-float_bits(float f)
-{
-	uint32_t u;
-
-	memcpy(&u, &f, sizeof(u));
-	return u;
-}
-
-static inline float
-bits_float(uint32_t u)
-{
-	float f;
-
-	memcpy(&f, &u, sizeof(f));
-	return f;
-}
-
 /* Store msg's fields as a version 1 header at buf, with csum finished from payload_crc. */
 static void
 hdr_store(uint8_t *buf, const struct phub_wire_msg *m, uint32_t payload_crc)
@@ -335,8 +317,8 @@ hdr_store(uint8_t *buf, const struct phub_wire_msg *m, uint32_t payload_crc)
 	if (m->flags & PHUB_WIRE_F_HYPER) {
 		struct phub_wire_hyper_ext x;
 
-		wire_st32(&x.lr, float_bits(m->hyper_lr));
-		wire_st32(&x.weight_decay, float_bits(m->hyper_weight_decay));
+		wire_st32(&x.lr, wire_float_bits(m->hyper_lr));
+		wire_st32(&x.weight_decay, wire_float_bits(m->hyper_weight_decay));
 		memcpy(buf + PHUB_WIRE_HDR_LEN, &x, sizeof(x));
 	}
 	if (m->flags & PHUB_WIRE_F_CSUM)
@@ -449,8 +431,8 @@ phub_wire_parse(const void *buf, size_t len, struct phub_wire_msg *out)
 		if (h.hdr_len < PHUB_WIRE_HDR_LEN_HYPER)
 			return PHUB_DROP_BAD_HYPER;
 		memcpy(&x, p + PHUB_WIRE_HDR_LEN, sizeof(x));
-		out->hyper_lr = bits_float(wire_ld32(&x.lr));
-		out->hyper_weight_decay = bits_float(wire_ld32(&x.weight_decay));
+		out->hyper_lr = wire_bits_float(wire_ld32(&x.lr));
+		out->hyper_weight_decay = wire_bits_float(wire_ld32(&x.weight_decay));
 	}
 	reserved = wire_ld32(&h.reserved);
 
