@@ -19,19 +19,25 @@
                             logs; exit 1 when any failed
   netem-plan ARGS...        virtual-rack's netem fallback: the netem arguments as shell
                             assignments (loss=... dup=...), or exit 1 saying what it lacks
+  netem-links --workers N[,N1,..] [--spine-rate RATE] [--netem SPEC]... [--spine-netem SPEC]...
+                            the impaired links of --netem and --spine-netem: "worker R W DIR
+                            ARGS..." and "spine R DIR ARGS..." lines, or exit 1 saying why
   rack-plan --id I --racks R --workers N|N0,N1,.. [--ports P] [--ring-job SPEC]...
                             the multi-rack's address plan as shell assignments (plan_ids,
                             plan_workers, plan_spine, plan_spine_net); checks the ring jobs
   ring-config FILE --rack Q (the options of rack-plan)
                             rack Q's PBox config: its name, peers[] and the ring jobs
   ring-strip FILE           remove the ring keys (name, peers[].port, ring jobs) from a config
+  pbox-config FILE --rack NAME --id I --ports P --lcores L --mtu M --driver D
+              --memory-mb MB --checkpoint-dir DIR --checkpoint-interval N [--uplink ADDR]
+                            write a virtual rack's PBox config to FILE (rackconfig.py)
 """
 
 import collections
 import json
 import sys
 
-from . import config, multirack, netem, report, telemetry, testlog
+from . import config, multirack, netem, rackconfig, report, telemetry, testlog
 
 
 def usage():
@@ -145,6 +151,34 @@ def cmd_netem_plan(args):
     return 0
 
 
+def cmd_netem_links(args):
+    workers, rate, specs, spine_specs = None, None, [], []
+    try:
+        for key, value in zip(args[::2], args[1::2]):
+            if key == "--workers":
+                workers = [int(n) for n in value.split(",")]
+            elif key == "--spine-rate":
+                rate = value
+            elif key == "--netem":
+                specs.append(value)
+            elif key == "--spine-netem":
+                spine_specs.append(value)
+            else:
+                raise netem.NetemError("netem-links: unknown option '%s'" % key)
+        if len(args) % 2 or not workers:
+            raise netem.NetemError("netem-links: --workers N[,N1,..] and option values")
+        links = netem.worker_links(specs, workers)
+        spine = netem.spine_links(spine_specs, len(workers), rate)
+    except (netem.NetemError, ValueError) as e:
+        sys.stderr.write("virtual-rack: %s\n" % e)
+        return 1
+    for r, w, d, a in links:
+        print("worker", r, w, d, " ".join(a))
+    for r, d, a in spine:
+        print("spine", r, d, " ".join(a))
+    return 0
+
+
 def parse_plan_args(args):
     """The options of rack-plan and ring-config: (plan, ring jobs, rack or None)."""
     opts = {"--id": None, "--racks": None, "--workers": None, "--ports": "1", "--rack": None}
@@ -211,6 +245,38 @@ def cmd_ring_strip(args):
     return 0
 
 
+PBOX_CONFIG_OPTS = {"--rack": str, "--id": int, "--ports": int, "--lcores": int, "--mtu": int,
+                    "--driver": str, "--memory-mb": int, "--checkpoint-dir": str,
+                    "--checkpoint-interval": int, "--uplink": str}
+
+
+def cmd_pbox_config(args):
+    if len(args) < 1 or len(args) % 2 != 1:
+        return usage()
+    opts = {"--uplink": None}
+    try:
+        for key, value in zip(args[1::2], args[2::2]):
+            if key not in PBOX_CONFIG_OPTS:
+                raise rackconfig.RackConfigError("pbox-config: unknown option '%s'" % key)
+            try:
+                opts[key] = PBOX_CONFIG_OPTS[key](value)
+            except ValueError:
+                raise rackconfig.RackConfigError("pbox-config: %s '%s': an integer"
+                                                 % (key, value))
+        missing = [k for k in PBOX_CONFIG_OPTS if k not in opts]
+        if missing:
+            raise rackconfig.RackConfigError("pbox-config: %s is required" % missing[0])
+        c = rackconfig.pbox_config(opts["--rack"], opts["--id"], opts["--ports"],
+                                   opts["--lcores"], opts["--mtu"], opts["--driver"],
+                                   opts["--memory-mb"], opts["--checkpoint-dir"],
+                                   opts["--checkpoint-interval"], opts["--uplink"])
+    except rackconfig.RackConfigError as e:
+        sys.stderr.write("virtual-rack: %s\n" % e)
+        return 1
+    rackconfig.write(args[0], c)
+    return 0
+
+
 def main(argv):
     if not argv:
         return usage()
@@ -235,12 +301,16 @@ def main(argv):
         return cmd_test_summary(args)
     if cmd == "netem-plan":
         return cmd_netem_plan(args)
+    if cmd == "netem-links":
+        return cmd_netem_links(args)
     if cmd == "rack-plan":
         return cmd_rack_plan(args)
     if cmd == "ring-config":
         return cmd_ring_config(args)
     if cmd == "ring-strip":
         return cmd_ring_strip(args)
+    if cmd == "pbox-config":
+        return cmd_pbox_config(args)
     return usage()
 
 

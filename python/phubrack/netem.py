@@ -133,3 +133,76 @@ def shell(p):
              ("delay_us", "" if p["delay_us"] is None else p["delay_us"]),
              ("jitter_us", p["jitter_us"]), ("delay_ppm", p["delay_ppm"])]
     return "\n".join("%s=%s" % kv for kv in pairs)
+
+
+_RACK_PREFIX = re.compile(r"^r([0-9]+):(.+)$")
+_WORKER_PREFIX = re.compile(r"^w([0-9]+):(.+)$")
+_DIR_PREFIX = re.compile(r"^(tx|rx|both):(.+)$")
+
+
+def _rack_prefix(option, spec, racks):
+    """'r<Q>:REST' -> ([Q], REST) when the rack has several racks, else (every rack, spec)."""
+    m = _RACK_PREFIX.match(spec) if racks > 1 else None
+    if m is None:
+        return list(range(racks)), spec
+    q = int(m.group(1))
+    if q >= racks:
+        raise NetemError("%s rack '%s': expected an integer in 0..%d" % (option, m.group(1),
+                                                                         racks - 1))
+    return [q], m.group(2)
+
+
+def _dir_prefix(rest):
+    m = _DIR_PREFIX.match(rest)
+    return (m.group(1), m.group(2)) if m else ("both", rest)
+
+
+def worker_links(specs, workers):
+    """--netem "[r<Q>:]w<i>:[tx:|rx:|both:]ARGS" (r<Q>: only with several racks; without it
+    every rack) as a list of (rack, worker, direction, args), in the order given. workers is
+    the worker count of each rack."""
+    links = []
+    for spec in specs:
+        racks, rest = _rack_prefix("--netem", spec, len(workers))
+        m = _WORKER_PREFIX.match(rest)
+        if m is None:
+            raise NetemError("--netem '%s': expected %sw<i>:[tx:|rx:]ARGS"
+                             % (spec, "[r<q>:]" if len(workers) > 1 else ""))
+        direction, text = _dir_prefix(m.group(2))
+        args = text.split()
+        if not args:
+            raise NetemError("--netem '%s': no netem arguments" % spec)
+        for r in racks:
+            w = int(m.group(1))
+            if not 1 <= w <= workers[r]:
+                raise NetemError("--netem worker '%s': expected an integer in 1..%d"
+                                 % (m.group(1), workers[r]))
+            links.append((r, w, direction, args))
+    return links
+
+
+def spine_links(specs, racks, rate=None):
+    """--spine-netem "[r<Q>:][tx:|rx:|both:]ARGS" per rack's spine link and direction, the
+    later spec winning, and --spine-rate's "rate RATE" added to both directions of every link:
+    a list of (rack, direction, args) with direction tx or rx, links without arguments left
+    out."""
+    chosen = {}
+    for spec in specs:
+        chosen_racks, rest = _rack_prefix("--spine-netem", spec, racks)
+        direction, text = _dir_prefix(rest)
+        args = text.split()
+        if not args:
+            raise NetemError("--spine-netem '%s': no netem arguments" % spec)
+        for r in chosen_racks:
+            for d in ("tx", "rx"):
+                if direction in (d, "both"):
+                    chosen[(r, d)] = args
+    links = []
+    for r in range(racks):
+        for d in ("tx", "rx"):
+            args = list(chosen.get((r, d), []))
+            if rate:
+                args += ["rate", rate]
+            if args:
+                links.append((r, d, args))
+    return links

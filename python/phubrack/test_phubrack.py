@@ -9,7 +9,7 @@ import sys
 import tempfile
 import unittest
 
-from phubrack import config, multirack, netem, report, telemetry
+from phubrack import config, multirack, netem, rackconfig, report, telemetry
 
 PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -152,6 +152,65 @@ class NetemTest(unittest.TestCase):
         self.assertEqual(lines["delay_us"], "1000")
         self.assertEqual(lines["rate"], "")
         self.assertEqual(netem.shell(netem.plan([])).splitlines()[0], "loss=0")
+
+
+class NetemLinksTest(unittest.TestCase):
+    def test_worker_specs_every_rack_or_one_and_a_direction(self):
+        links = netem.worker_links(["w1:loss 1%", "r1:w3:tx:delay 2ms 1ms"], [2, 3])
+        self.assertEqual(links, [(0, 1, "both", ["loss", "1%"]), (1, 1, "both", ["loss", "1%"]),
+                                 (1, 3, "tx", ["delay", "2ms", "1ms"])])
+
+    def test_worker_spec_refusals(self):
+        for spec, workers, why in [("r0:w1:loss 1%", [2], "expected w<i>"),
+                                   ("w3:loss 1%", [2], "1..2"),
+                                   ("w0:loss 1%", [2], "1..2"),
+                                   ("r2:w1:loss 1%", [1, 1], "0..1"),
+                                   ("w1:rx: ", [2], "no netem arguments"),
+                                   ("loss 1%", [2, 2], "[r<q>:]w<i>")]:
+            with self.assertRaises(netem.NetemError) as e:
+                netem.worker_links([spec], workers)
+            self.assertIn(why, str(e.exception), spec)
+
+    def test_spine_specs_later_wins_per_direction_and_rate_on_every_link(self):
+        links = netem.spine_links(["loss 5%", "r0:rx:duplicate 5%"], 2, "100mbit")
+        self.assertEqual(links, [(0, "tx", ["loss", "5%", "rate", "100mbit"]),
+                                 (0, "rx", ["duplicate", "5%", "rate", "100mbit"]),
+                                 (1, "tx", ["loss", "5%", "rate", "100mbit"]),
+                                 (1, "rx", ["loss", "5%", "rate", "100mbit"])])
+        self.assertEqual(netem.spine_links(["r1:tx:delay 1ms"], 2),
+                         [(1, "tx", ["delay", "1ms"])])
+        self.assertEqual(netem.spine_links([], 3), [])
+        with self.assertRaises(netem.NetemError):
+            netem.spine_links(["r3:loss 1%"], 3)
+
+
+class RackConfigTest(unittest.TestCase):
+    def test_af_packet_rack_one_lcore_per_port_and_the_uplink_on_lcore_1(self):
+        c = rackconfig.pbox_config("vr.1", 7, 2, 2, 9000, "af_packet", 1024, "/ck", 4,
+                                   uplink="10.9.0.2", ncpu=2)
+        self.assertEqual(c["eal"]["lcores"], [0, 1, "2@0"])
+        self.assertEqual(c["eal"]["file_prefix"], "phub-vr.1")
+        self.assertEqual([(p["name"], p["ipv4"], p["lcores"]) for p in c["ports"]],
+                         [("p0", "10.7.0.1/24", [1]), ("p1", "10.7.0.2/24", [2]),
+                          ("uplink", "10.9.0.2/24", [1])])
+        self.assertIn("iface=pv1,", c["ports"][1]["device"])
+        self.assertEqual(c["checkpoint"], {"dir": "/ck", "interval_iterations": 4})
+        self.assertEqual((c["udp_base_port"], c["chunk_bytes"], c["jobs"]), (47000, 32768, []))
+
+    def test_port_mtu_within_what_the_driver_carries(self):
+        tap = rackconfig.pbox_config("r", 1, 1, 2, 9000, "tap", 2048, "/c", 0, ncpu=4)
+        self.assertEqual((tap["ports"][0]["mtu"], tap["ports"][0]["lcores"]), (1500, [1, 2]))
+        xdp = rackconfig.pbox_config("r", 1, 1, 1, 3506, "af_xdp", 2048, "/c", 0)
+        self.assertEqual(xdp["ports"][0]["mtu"], 3442)
+        pkt = rackconfig.pbox_config("r", 1, 1, 1, 1500, "af_packet", 2048, "/c", 0)
+        self.assertEqual(pkt["ports"][0]["mtu"], 1500)
+
+    def test_refusals(self):
+        for args in [("r", 1, 1, 1, 9000, "virtio", 2048, "/c", 0),
+                     ("r", 0, 1, 1, 9000, "tap", 2048, "/c", 0),
+                     ("r", 1, 2, 1, 9000, "af_packet", 2048, "/c", 0)]:
+            with self.assertRaises(rackconfig.RackConfigError):
+                rackconfig.pbox_config(*args)
 
 
 class MultiRackTest(unittest.TestCase):
@@ -362,6 +421,36 @@ class CommandLineTest(unittest.TestCase):
         self.assertEqual(run_cli("ring-strip", path)[0], 0)
         with open(path) as f:
             self.assertNotIn("name", json.load(f))
+
+    def test_pbox_config_writes_the_file_or_says_why_not(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "pbox.json")
+            rc, _, err = run_cli("pbox-config", path, "--rack", "r", "--id", "3", "--ports", "1",
+                                 "--lcores", "2", "--mtu", "9000", "--driver", "tap",
+                                 "--memory-mb", "512", "--checkpoint-dir", d,
+                                 "--checkpoint-interval", "2")
+            self.assertEqual(rc, 0, err)
+            with open(path) as f:
+                c = json.load(f)
+            self.assertEqual((c["eal"]["memory_mb"], c["ports"][0]["ipv4"]), (512, "10.3.0.1/24"))
+            self.assertEqual(os.listdir(d), ["pbox.json"])
+            rc, _, err = run_cli("pbox-config", path, "--rack", "r", "--id", "x")
+            self.assertEqual(rc, 1)
+            self.assertIn("--id 'x'", err)
+            rc, _, err = run_cli("pbox-config", path, "--rack", "r", "--id", "3")
+            self.assertEqual(rc, 1)
+            self.assertIn("is required", err)
+
+    def test_netem_links_lines_or_the_refusal(self):
+        rc, out, err = run_cli("netem-links", "--workers", "2,1", "--netem", "r1:w1:loss 2%",
+                               "--spine-rate", "1gbit")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out.splitlines(), ["worker 1 1 both loss 2%", "spine 0 tx rate 1gbit",
+                                            "spine 0 rx rate 1gbit", "spine 1 tx rate 1gbit",
+                                            "spine 1 rx rate 1gbit"])
+        rc, _, err = run_cli("netem-links", "--workers", "2", "--netem", "w5:loss 1%")
+        self.assertEqual(rc, 1)
+        self.assertIn("1..2", err)
 
     def test_unknown_command_is_a_usage_error(self):
         rc, _, err = run_cli("frobnicate")
