@@ -3,7 +3,8 @@
 """Allreduce of ResNet-50's gradients with torch.distributed (gloo): the baseline beside PHub.
 
 Each of N processes allreduces tensors of ResNet-50's parameter shapes (161 tensors, 25,557,032
-fp32 values) for K iterations after a warm-up and rank 0 prints one JSON object: exchanges/s (one
+fp32 values), or of the keys of a --layout file (a JSON list of element counts, as phub-bench
+takes it), for K iterations after a warm-up and rank 0 prints one JSON object: exchanges/s (one
 exchange = the allreduce of every tensor, timed by the slowest rank), p50/p99 ms, Gbit/s.
 Rendezvous: a TCP store at --master-addr:--master-port (rank 0 listens there).
 """
@@ -85,12 +86,22 @@ def main():
     ap.add_argument("--bucket-mb", type=float, default=25.0)
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--timeout-s", type=int, default=120)
+    ap.add_argument("--layout", help="JSON list of tensor sizes in elements (default ResNet-50)")
+    ap.add_argument("--model-name", default=None, help="the model's name in the output")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
-    shapes, source = resnet50_shapes()
+    if args.layout:
+        with open(args.layout) as f:
+            sizes = json.load(f)
+        if not isinstance(sizes, list) or not sizes or \
+                not all(isinstance(n, int) and n > 0 for n in sizes):
+            sys.exit(f"--layout {args.layout}: expected a JSON list of positive integers")
+        shapes, source = [(n,) for n in sizes], args.layout
+    else:
+        shapes, source = resnet50_shapes()
     total = sum(numel(s) for s in shapes)
-    if len(shapes) != RESNET50_TENSORS or total != RESNET50_PARAMS:
+    if not args.layout and (len(shapes) != RESNET50_TENSORS or total != RESNET50_PARAMS):
         sys.exit(f"ResNet-50 layout from {source}: {len(shapes)} tensors, {total} values; "
                  f"expected {RESNET50_TENSORS} and {RESNET50_PARAMS}")
 
@@ -143,7 +154,7 @@ def main():
         model_bits = total * 4 * 8
         n = args.world_size
         print(json.dumps({
-            "backend": "gloo", "torch": torch.__version__, "model": "resnet50",
+            "backend": "gloo", "torch": torch.__version__, "model": args.model_name or ("layout" if args.layout else "resnet50"),
             "layout_source": source, "tensors": len(shapes), "params": total,
             "world_size": n, "mode": args.mode, "iterations": args.iterations,
             "warmup": args.warmup, "threads": args.threads,
