@@ -63,6 +63,22 @@ def human_bytes(n):
     return str(n)
 
 
+def lines_figure(xs, series, xlabel, ylabel, title, png, meta, out, md):
+    """Two lines against integer xs, from 0 up; the figure's heading in md."""
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for (ys, label), style in zip(series, ("o-", "s--")):
+        ax.plot(xs, ys, style, label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.set_xticks(xs)
+    ax.legend()
+    ax.set_title(title)
+    finish(fig, meta, os.path.join(out, png))
+    md.append("### %s (%s)\n" % (title, png))
+    md.append("`%s`; %s.\n" % (meta["command"], caption(meta)))
+
+
 def workers_figure(rows, meta, out, md):
     """Fig 15: PUSH datagrams/s of the PBox and frames/s of testpmd against W (medians)."""
     by = {}
@@ -72,18 +88,11 @@ def workers_figure(rows, meta, out, md):
     ws = sorted({w for _, w in by})
     pbox = [statistics.median(by.get(("pbox", w), [0])) for w in ws]
     tpmd = [statistics.median(by.get(("testpmd", w), [0])) for w in ws]
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    ax.plot(ws, [p / 1e3 for p in pbox], "o-", label="phub-pbox: PUSH datagrams/s")
-    ax.plot(ws, [t / 1e3 for t in tpmd], "s--", label="testpmd macswap: frames/s")
-    ax.set_xlabel("emulated workers W (8 KB segments, one memif port, one data lcore)")
-    ax.set_ylabel("thousands per second")
-    ax.set_ylim(bottom=0)
-    ax.set_xticks(ws)
-    ax.legend()
-    ax.set_title("Packet path vs workers (PHub Fig. 15)")
-    finish(fig, meta, os.path.join(out, "fig15-workers.png"))
-    md.append("### Packet path vs workers (fig15-workers.png)\n")
-    md.append("`%s`; %s.\n" % (meta["command"], caption(meta)))
+    lines_figure(ws, [([p / 1e3 for p in pbox], "phub-pbox: PUSH datagrams/s"),
+                      ([t / 1e3 for t in tpmd], "testpmd macswap: frames/s")],
+                 "emulated workers W (8 KB segments, one memif port, one data lcore)",
+                 "thousands per second", "Packet path vs workers (PHub Fig. 15)",
+                 "fig15-workers.png", meta, out, md)
     md.append("| W | PBox PUSH/s (median) | testpmd frames/s (median) | ratio |")
     md.append("|---|---|---|---|")
     for w, p, t in zip(ws, pbox, tpmd):
@@ -127,18 +136,10 @@ def jobs_figure(doc, meta, out, md):
     """Fig 18: per-job rate relative to one job alone, and the total, against jobs."""
     rows = doc["rows"]
     js = [r["jobs"] for r in rows]
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    ax.plot(js, [r["total"] for r in rows], "o-", label="total exchanges/s")
-    ax.plot(js, [r["per_job_mean"] for r in rows], "s--", label="per job (mean)")
-    ax.set_xlabel("concurrent jobs on one PBox (1 worker each)")
-    ax.set_ylabel("exchanges/s")
-    ax.set_ylim(bottom=0)
-    ax.set_xticks(js)
-    ax.legend()
-    ax.set_title("Concurrent jobs (PHub Fig. 18)")
-    finish(fig, meta, os.path.join(out, "fig18-jobs.png"))
-    md.append("### Concurrent jobs (fig18-jobs.png)\n")
-    md.append("`%s`; %s.\n" % (meta["command"], caption(meta)))
+    lines_figure(js, [([r["total"] for r in rows], "total exchanges/s"),
+                      ([r["per_job_mean"] for r in rows], "per job (mean)")],
+                 "concurrent jobs on one PBox (1 worker each)", "exchanges/s",
+                 "Concurrent jobs (PHub Fig. 18)", "fig18-jobs.png", meta, out, md)
     md.append("| jobs | per job exch/s | vs one job | total | PBox ns/PUSH | exact |")
     md.append("|---|---|---|---|---|---|")
     for r in rows:
