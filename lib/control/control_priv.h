@@ -51,6 +51,14 @@ struct cjob {
 	bool orphan_seen;
 	uint64_t orphan_since_ns;
 	struct cring ring;
+	/*
+	 * Elastic jobs: the ranks removed, in order (change c removed removed[c - 1]), and the
+	 * last change each rank acknowledged (WORLD_ACK); WORLD goes again every liveness period
+	 * to a rank behind.
+	 */
+	uint16_t changes;
+	uint16_t removed[PHUB_ENGINE_MAX_WORKERS];
+	uint16_t world_acked[PHUB_ENGINE_MAX_WORKERS];
 };
 
 /* The MAC and port of recent JOIN sources, for the ERROR JOIN_TIMEOUT of one left incomplete. */

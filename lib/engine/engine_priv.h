@@ -43,6 +43,8 @@ struct segment_slot {
 	 * staging buffer. Always 0 in the default mode.
 	 */
 	uint16_t next_add;
+	/* Deterministic jobs: the aggregation buffer holds the ranks below next_add that came. */
+	bool acc_used;
 	uint64_t seen_bits[PHUB_ENGINE_BITMAP_WORDS];
 	/*
 	 * The step hyper-parameters of the iteration being aggregated, from its first PUSH:
@@ -118,6 +120,15 @@ struct phub_engine_job {
 	uint32_t cell_row_len;
 	uint32_t n_cell_rows;
 	bool deterministic;
+	/*
+	 * Elastic jobs (on_worker_dead "continue"): ranks the control thread removed. A removed
+	 * rank's bit is set once, with release, after its token was revoked, and never cleared;
+	 * data threads read it with acquire to know which ranks a segment still waits for.
+	 */
+	bool elastic;
+	_Atomic uint64_t removed_bits[PHUB_ENGINE_BITMAP_WORDS];
+	/* Bumped (release) after each removal: data threads scan their segments once per change. */
+	_Atomic uint32_t members_epoch;
 	struct phub_optimizer_params optimizer;
 	struct phub_layout *layout;
 	phub_engine_clock_fn clock;	/* the engine's, copied; NULL: CLOCK_MONOTONIC */
@@ -129,6 +140,8 @@ struct phub_engine_job {
 	_Atomic uint64_t segments_completed;
 	uint64_t nonce;
 	uint32_t first_iteration;
+	/* Elastic jobs: the first iteration of each removed rank's absence (control thread). */
+	uint32_t removed_from[PHUB_ENGINE_MAX_WORKERS];
 	uint64_t created_ns;
 	uint64_t memory_bytes;
 	struct phub_engine_allocator allocator;
@@ -187,6 +200,44 @@ void engine_segment_finish(struct phub_engine_job *job, uint32_t seg, uint64_t e
 		const float *sum, uint32_t n, uint32_t iteration, struct phub_engine_stats *stats);
 void engine_reply_model(const struct phub_engine_job *job, uint64_t elem, uint32_t n,
 		uint32_t iteration, unsigned int actions, struct phub_engine_reply *reply);
+
+/*
+ * Whether the ranks taken by a slot (bits), with rank extra (UINT16_MAX: none), include every
+ * rank of the job that has not been removed: the segment is complete.
+ */
+static inline bool
+engine_slot_covers(const struct phub_engine_job *job, const uint64_t *bits, uint16_t extra)
+{
+	for (unsigned int w = 0; w < PHUB_ENGINE_BITMAP_WORDS; w++) {
+		unsigned int lo = w * 64;
+		uint64_t want, have = bits[w];
+
+		if (lo >= job->world_size)
+			break;
+		want = job->world_size - lo >= 64 ? UINT64_MAX :
+			(UINT64_C(1) << (job->world_size - lo)) - 1;
+		want &= ~atomic_load_explicit(&job->removed_bits[w], memory_order_acquire);
+		if (extra / 64u == w)
+			have |= UINT64_C(1) << (extra % 64);
+		if ((want & ~have) != 0)
+			return false;
+	}
+	return true;
+}
+
+static inline bool
+engine_rank_removed(const struct phub_engine_job *job, uint16_t rank)
+{
+	return (atomic_load_explicit(&job->removed_bits[rank / 64], memory_order_acquire) >>
+			(rank % 64)) & 1;
+}
+
+/*
+ * engine_node.c: complete a slot of an elastic job whose remaining ranks were removed (the
+ * ranks it took are all it will get); false when it still waits for a rank or took none.
+ */
+bool engine_slot_complete_elastic(struct phub_engine_job *job, uint32_t seg, uint64_t elem,
+		uint32_t n, struct phub_engine_reply *reply, struct phub_engine_stats *stats);
 
 /* engine_ckpt.c: the shadow's memory, with the job's allocator. */
 uint64_t engine_ckpt_memory(const struct phub_engine_job *job);
