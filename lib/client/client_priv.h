@@ -21,6 +21,9 @@
 #include "layout/phub_layout.h"
 #include "wire/phub_wire.h"
 
+/* Ranks of a job at most: the PBox's bitmap (PHUB_ENGINE_MAX_WORKERS). */
+#define CLIENT_MAX_RANKS 256
+
 #define CLIENT_DTYPE_SAME_(n, v, sz, s) \
 	static_assert(PHUB_DTYPE_##n == (v), "phub.h: PHUB_DTYPE_" #n " differs from phub_types.h");
 PHUB_FOREACH_DTYPE(CLIENT_DTYPE_SAME_)
@@ -223,6 +226,9 @@ struct phub {
 	bool stop;
 	char errmsg[CLIENT_ERRMSG];
 	struct phub_stats pub_stats;	/* snapshot published by the progress thread */
+	/* Elastic jobs: each rank's first iteration without it, UINT32_MAX while it is in. */
+	uint32_t removed_from[CLIENT_MAX_RANKS];
+	uint16_t world_live;		/* the ranks left */
 	atomic_bool sleeping;		/* the progress thread is (about to be) in ppoll */
 
 	/* Progress thread only. */
