@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,6 +32,8 @@ struct worker {
 	double last_progress;
 	struct bench_progress prog;
 	struct phub_bench_worker_result res;
+	/* Each rank's first iteration out of an elastic job; UINT32_MAX: in throughout. */
+	uint32_t *removed_from;
 };
 
 double
@@ -165,6 +168,7 @@ verify_against(struct worker *w, const char *model, uint32_t iterations,
 		.iterations = iterations,
 		.order_dependent = phub_bench_order_dependent(cfg->random_gradients,
 			cfg->deterministic, cfg->racks != NULL ? cfg->racks->n : 0),
+		.removed_from = w->removed_from,
 	};
 	size_t es = phub_dtype_size(cfg->dtype);
 	struct phub_bench_verifier *v;
@@ -314,6 +318,12 @@ exchange(struct worker *w, struct phub *h, uint32_t first, char *model, double *
 		w->prog.timed = w->res.timed;
 		w->prog.timed_s = w->res.timed_s;
 		progress(w, false);
+		if (it == cfg->die_at) {
+			/* A crash at an iteration boundary: no LEAVE, no result, nothing more. */
+			fprintf(stderr, "phub-bench: rank %u dies after iteration %u (--die-at)\n",
+				w->rank, it);
+			raise(SIGKILL);
+		}
 		if (it == cfg->pause_at && cfg->pause_ms > 0) {
 			struct timespec ts = {
 				.tv_sec = cfg->pause_ms / 1000,
@@ -455,7 +465,11 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 	initial = calloc(l->n_keys, sizeof(*initial));
 	times = calloc(cfg->iterations, sizeof(*times));
 	model = malloc(l->total_elems * phub_dtype_size(cfg->dtype));
-	if (keys == NULL || initial == NULL || times == NULL || model == NULL) {
+	w.removed_from = malloc(cfg->world_size * sizeof(*w.removed_from));
+	for (uint32_t r = 0; w.removed_from != NULL && r < cfg->world_size; r++)
+		w.removed_from[r] = UINT32_MAX;
+	if (keys == NULL || initial == NULL || times == NULL || model == NULL ||
+	    w.removed_from == NULL) {
 		fail(&w, -ENOMEM, "out of memory for a %" PRIu64 "-element model", l->total_elems);
 		goto out;
 	}
@@ -522,6 +536,14 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 	if (exchange(&w, h, first, model, times) != 0)
 		goto out;
 	stats_take(&w, h);
+	/* An elastic job's membership history, for the reference (phub_rank_removed()). */
+	w.res.world_end = phub_world_size(h);
+	for (uint16_t r = 0; r < cfg->world_size; r++) {
+		uint32_t from;
+
+		w.removed_from[r] = phub_rank_removed(h, r, &from) == 1 ? from : UINT32_MAX;
+		w.res.removed += w.removed_from[r] != UINT32_MAX;
+	}
 	/* Every rank has the final model once its last wait returned: leave, then check. */
 	phub_close(h);
 	h = NULL;
@@ -543,5 +565,6 @@ out:
 	free(times);
 	free(initial);
 	free(keys);
+	free(w.removed_from);
 	return w.res.status == 0 && w.res.verified ? EXIT_SUCCESS : EXIT_FAILURE;
 }

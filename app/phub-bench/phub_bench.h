@@ -123,6 +123,11 @@ struct phub_bench_verify_params {
 	 * aggregation): compare within tolerance even for SGD and NONE.
 	 */
 	bool order_dependent;
+	/*
+	 * An elastic job's membership history: rank r's gradients count in iterations before
+	 * removed_from[r] (UINT32_MAX: every one), the mean over the ranks in. NULL: all ranks.
+	 */
+	const uint32_t *removed_from;
 };
 
 /* What one comparison found; phub_bench_verify_key() adds to it. */
@@ -247,6 +252,8 @@ struct phub_bench_worker_result {
 	double max_abs_error;
 	uint64_t mismatches;
 	uint64_t digest;		/* phub_bench_digest() of its final model (0: none) */
+	uint16_t world_end;		/* ranks left at the end (libphub's phub_world_size()) */
+	uint16_t removed;		/* ranks an elastic job removed */
 };
 
 /* What the run was. */
