@@ -11,6 +11,9 @@
 #   R-pbox: pv0 - pbr0 - pt0 (net_tap, 2 queues, BPF steering) - phub-pbox lcores 1, 2
 #                        R-w1        R-w2   ...   R-wN: phub-bench ranks 0 .. N-1
 #
+# elastic: a job declared with on_worker_dead "continue" loses rank 3 (SIGKILL after iteration
+# 4); the PBox removes it and the three others finish with their 3-rank reference's model.
+#
 # restart and sigterm stop the PBox in the middle of the run (SIGKILL, SIGTERM at an
 # iteration boundary) and start it again on its checkpoints in $STATE_ROOT/R/checkpoints.
 #
@@ -704,6 +707,45 @@ restart-orphan)
 		--job orphan &&
 		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' 'r["reconnects"] == 0' \
 			'all(w["resumed_at"] == 0 for w in r["per_worker"])'
+	;;
+elastic)
+	# A job of 4 declared on_worker_dead "continue": rank 3 is killed (it SIGKILLs itself
+	# after iteration 4, no LEAVE), the PBox removes it after timeouts.worker_dead_ms from
+	# iteration 5 on, tells the others (WORLD), and ranks 0-2 finish the 10 iterations with
+	# the model a reference of that membership history computes, bit for bit (rank order).
+	config_edit='c.setdefault("timeouts", {})["worker_dead_ms"] = 1500
+c["jobs"] = [{"name": "elastic", "nonce": "0x5ad1c0ffee7e4b37", "workers": 4,
+    "deterministic": True, "on_worker_dead": "continue",
+    "optimizer": {"type": "sgd", "lr": 0.01}}]'
+	rack 4
+	start=$(date +%s%N)
+	for r in 0 1 2 3; do
+		extra=()
+		[ "$r" -eq 3 ] && extra=(--die-at 4)
+		start_rank "$tmp/e$r.json" "$r" 4 --layout "$mixed_layout" --iterations 10 \
+			--gradients random --deterministic --job elastic --nonce 0x5ad1c0ffee7e4b37 \
+			--optimizer sgd --lr 0.01 "${extra[@]}"
+	done
+	{
+		wait "${rank_pids[3]}" && fail "rank 3 did not die"
+	} 2>/dev/null
+	grep -q 'dies after iteration 4' "$tmp/e3.json.err" || fail "rank 3 did not die at 4"
+	for r in 0 1 2; do
+		if wait "${rank_pids[r]}"; then
+			expect "$tmp/e$r.json" 'r["verified"]' 'r["bitwise"]' \
+				'r["verify_mode"] == "exact"' \
+				'r["per_worker"][0]["world_end"] == 3' \
+				'r["per_worker"][0]["removed"] == 1' \
+				'r["per_worker"][0]["iterations"] == 10'
+		else
+			fail "rank $r did not finish without rank 3"
+			tail -n 5 "$tmp/e$r.json.err"
+		fi
+	done
+	echo "three ranks finished $(( ($(date +%s%N) - start) / 1000000 )) ms after the start"
+	grep -q 'rank 3 silent for [0-9]* ms .*removed from iteration 5 on' \
+		"$state_dir/pbox.log" || fail "the PBox did not log the removal"
+	grep 'removed from iteration' "$state_dir/pbox.log"
 	;;
 worker-timeout)
 	# Rank 2 is killed (SIGKILL) and never comes back: after timeouts.worker_dead_ms the
