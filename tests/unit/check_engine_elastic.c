@@ -310,7 +310,7 @@ START_TEST(test_removed_rank_leaves_the_model_a_reference_of_the_others_computes
 
 	/* Rank 0's initial weights, then the membership history: four ranks, three after. */
 	fill(want, 0, 0);
-	run_history(true, false);	/* sets chunk0_elems */
+	free(run_history(true, false));	/* sets chunk0_elems */
 	reference(want, 1, ITERATIONS, members_history);
 	/* Rank order and arrival order alike when the ranks arrive in rank order. */
 	got = run_history(false, false);
