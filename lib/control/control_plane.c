@@ -480,8 +480,8 @@ join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
 	if (phub_engine_job_rank_removed(job, rank, &removed_from)) {
 		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_RANK_TAKEN,
 				"job %s: rank %u was removed from iteration %u on (on_worker_dead "
-				"continue); a removed rank cannot join again", join->name, join->rank,
-				removed_from);
+				"continue); a removed rank cannot join again", join->name,
+				join->rank, removed_from);
 		return;
 	}
 	/* The data path reads it with the endpoint: CSUM on this rank's ACKs and MODELs. */
@@ -837,8 +837,8 @@ job_remove_rank(struct phub_control *ctl, struct phub_engine_job *job, uint16_t 
 	control_log(ctl, PHUB_CONTROL_LOG_NOTICE, "job %s (id %u): rank %u silent for %" PRIu64
 			" ms (timeouts.worker_dead_ms %u): removed from iteration %u on "
 			"(on_worker_dead continue); %u of %u ranks go on", info.name, info.job_id,
-			phub_engine_job_rank_base(job) + dead, silent_ms, ctl->p.worker_dead_ms, from,
-			info.live, info.world_size);
+			phub_engine_job_rank_base(job) + dead, silent_ms, ctl->p.worker_dead_ms,
+			from, info.live, info.world_size);
 	send_worlds(ctl, job);
 	if (info.joined == 0)
 		phub_control_job_end(ctl, job);

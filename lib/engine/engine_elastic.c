@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Elastic jobs: a rank removed by the control thread, and the data threads' segments completing without it. */
+/* Elastic jobs: a dead rank removed, and the segments that data threads complete without it. */
 
 #include <errno.h>
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Unit tests of elastic jobs in lib/engine: a removed rank, the segments it held up, and exact models after it. */
+/* Unit tests of lib/engine's elastic jobs: a rank removed, the segments it held up, the models. */
 
 #include <errno.h>
 #include <pthread.h>
@@ -349,7 +349,7 @@ START_TEST(test_the_reference_tells_the_membership_apart)
 }
 END_TEST
 
-START_TEST(test_deterministic_elastic_job_is_bit_identical_across_runs_of_one_history)
+START_TEST(test_deterministic_elastic_job_is_bit_identical_across_runs_of_a_history)
 {
 	float *a = run_history(true, false);
 	float *b = run_history(true, true);
@@ -500,7 +500,7 @@ phub_engine_elastic_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_removed_rank_leaves_the_model_a_reference_of_the_others_computes);
 	tcase_add_test(tc, test_the_reference_tells_the_membership_apart);
-	tcase_add_test(tc, test_deterministic_elastic_job_is_bit_identical_across_runs_of_one_history);
+	tcase_add_test(tc, test_deterministic_elastic_job_is_bit_identical_across_runs_of_a_history);
 	tcase_add_test(tc, test_remove_refuses_what_it_cannot_do);
 	suite_add_tcase(s, tc);
 
