@@ -748,9 +748,11 @@ phub_engine_job_waiting_on(const struct phub_engine_job *job, uint32_t *iteratio
 		for (unsigned int w = 0; w < PHUB_ENGINE_BITMAP_WORDS; w++)
 			waiting[w] |= ~bits[w];
 	}
-	/* A rank an elastic job removed is waited on by nobody. */
+	/* A rank an elastic job removed (and has not readmitted) is waited on by nobody. */
 	for (unsigned int w = 0; w < PHUB_ENGINE_BITMAP_WORDS; w++)
-		waiting[w] &= ~atomic_load_explicit(&job->removed_bits[w], memory_order_acquire);
+		waiting[w] &= ~(atomic_load_explicit(&job->removed_bits[w], memory_order_acquire) &
+				~atomic_load_explicit(&job->joining_bits[w],
+				memory_order_acquire));
 	/* Only the job's ranks: the bits past world_size were never set. */
 	for (unsigned int w = 0; w < PHUB_ENGINE_BITMAP_WORDS; w++) {
 		unsigned int lo = w * 64;

@@ -295,7 +295,8 @@ push_ordered(struct phub_engine_job *job, struct segment_slot *slot,
 	uint16_t to, top;
 
 	while (job->elastic && slot->next_add < world && slot->next_add != r &&
-	       !slot_has_rank(slot, slot->next_add) && engine_rank_removed(job, slot->next_add))
+	       !slot_has_rank(slot, slot->next_add) &&
+	       !engine_rank_required(job, slot->next_add, req->iteration))
 		slot->next_add++;
 	if (r != slot->next_add && !last) {
 		memcpy(staged_at(job, r, elem), req->payload, req->payload_len);
@@ -368,7 +369,7 @@ engine_slot_complete_elastic(struct phub_engine_job *job, uint32_t seg, uint64_t
 	uint16_t top;
 
 	/* Nobody pushed yet (the live ranks will), or a rank that is not removed is missing. */
-	if (slot->seen == 0 || !engine_slot_covers(job, slot->seen_bits, UINT16_MAX))
+	if (slot->seen == 0 || !engine_slot_covers(job, slot->seen_bits, UINT16_MAX, iteration))
 		return false;
 	/* The initial round's model is rank 0's weights: without them it cannot end. */
 	if (iteration == 0 && !slot_has_rank(slot, 0))
@@ -469,6 +470,11 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 		drop(reply, stats, PHUB_DROP_FUTURE_ITERATION);
 		return;
 	}
+	/* A readmitted rank counts from its boundary on: before it, the others went without it. */
+	if (job->elastic && !engine_rank_required(job, req->rank, req->iteration)) {
+		drop(reply, stats, PHUB_DROP_STALE_ITERATION);
+		return;
+	}
 	cell_pushed(cell, req->iteration);
 	if (slot_has_rank(slot, req->rank)) {
 		/* A retransmission whose ACK was lost: ACK again, add nothing. */
@@ -489,8 +495,8 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 		return;
 	}
 
-	last = job->elastic ? engine_slot_covers(job, slot->seen_bits, req->rank) :
-		slot->seen + 1 == job->world_size;
+	last = job->elastic ? engine_slot_covers(job, slot->seen_bits, req->rank,
+			req->iteration) : slot->seen + 1 == job->world_size;
 	/* A ring job's last arrival completes the rack sum only: the ring comes before the step. */
 	fused = last && job->ring_segs == NULL;
 	/* The profiling counters measure the CPU: CLOCK_MONOTONIC whatever clock the job has. */

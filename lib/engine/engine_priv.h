@@ -127,6 +127,12 @@ struct phub_engine_job {
 	 */
 	bool elastic;
 	_Atomic uint64_t removed_bits[PHUB_ENGINE_BITMAP_WORDS];
+	/*
+	 * Removed ranks readmitted at an iteration boundary: required again from rejoin_from[r]
+	 * on (stored before the bit, with release). A removed bit stays set while joining.
+	 */
+	_Atomic uint64_t joining_bits[PHUB_ENGINE_BITMAP_WORDS];
+	_Atomic uint32_t rejoin_from[PHUB_ENGINE_MAX_WORKERS];
 	/* Bumped (release) after each removal: data threads scan their segments once per change. */
 	_Atomic uint32_t members_epoch;
 	struct phub_optimizer_params optimizer;
@@ -202,21 +208,46 @@ void engine_reply_model(const struct phub_engine_job *job, uint64_t elem, uint32
 		uint32_t iteration, unsigned int actions, struct phub_engine_reply *reply);
 
 /*
- * Whether the ranks taken by a slot (bits), with rank extra (UINT16_MAX: none), include every
- * rank of the job that has not been removed: the segment is complete.
+ * Whether rank r counts in iteration it of an elastic job: not removed, or readmitted from an
+ * iteration at or before it.
  */
 static inline bool
-engine_slot_covers(const struct phub_engine_job *job, const uint64_t *bits, uint16_t extra)
+engine_rank_required(const struct phub_engine_job *job, uint16_t r, uint32_t it)
+{
+	uint64_t bit = UINT64_C(1) << (r % 64);
+
+	if (!(atomic_load_explicit(&job->removed_bits[r / 64], memory_order_acquire) & bit))
+		return true;
+	if (!(atomic_load_explicit(&job->joining_bits[r / 64], memory_order_acquire) & bit))
+		return false;
+	return phub_wire_iter_cmp(it, atomic_load_explicit(&job->rejoin_from[r],
+			memory_order_relaxed)) >= 0;
+}
+
+/*
+ * Whether the ranks taken by a slot (bits), with rank extra (UINT16_MAX: none), include every
+ * rank of the job that counts in iteration it: the segment is complete.
+ */
+static inline bool
+engine_slot_covers(const struct phub_engine_job *job, const uint64_t *bits, uint16_t extra,
+		uint32_t it)
 {
 	for (unsigned int w = 0; w < PHUB_ENGINE_BITMAP_WORDS; w++) {
 		unsigned int lo = w * 64;
-		uint64_t want, have = bits[w];
+		uint64_t want, have = bits[w], joining;
 
 		if (lo >= job->world_size)
 			break;
 		want = job->world_size - lo >= 64 ? UINT64_MAX :
 			(UINT64_C(1) << (job->world_size - lo)) - 1;
 		want &= ~atomic_load_explicit(&job->removed_bits[w], memory_order_acquire);
+		joining = atomic_load_explicit(&job->joining_bits[w], memory_order_acquire);
+		for (; joining != 0; joining &= joining - 1) {
+			uint16_t r = (uint16_t)(lo + (unsigned int)__builtin_ctzll(joining));
+
+			if (engine_rank_required(job, r, it))
+				want |= UINT64_C(1) << (r % 64);
+		}
 		if (extra / 64u == w)
 			have |= UINT64_C(1) << (extra % 64);
 		if ((want & ~have) != 0)
@@ -225,11 +256,15 @@ engine_slot_covers(const struct phub_engine_job *job, const uint64_t *bits, uint
 	return true;
 }
 
+/* Removed and not readmitted: out of the job. */
 static inline bool
 engine_rank_removed(const struct phub_engine_job *job, uint16_t rank)
 {
-	return (atomic_load_explicit(&job->removed_bits[rank / 64], memory_order_acquire) >>
-			(rank % 64)) & 1;
+	uint64_t bit = UINT64_C(1) << (rank % 64);
+
+	return (atomic_load_explicit(&job->removed_bits[rank / 64], memory_order_acquire) &
+			~atomic_load_explicit(&job->joining_bits[rank / 64], memory_order_acquire) &
+			bit) != 0;
 }
 
 /*

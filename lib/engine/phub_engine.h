@@ -486,10 +486,24 @@ int phub_engine_job_waiting_on(const struct phub_engine_job *job, uint32_t *iter
  * barrier of every rank, whose model is rank 0's weights).
  */
 int phub_engine_job_rank_remove(struct phub_engine_job *job, uint16_t rank, uint32_t *iteration);
-/* Whether rank was removed, and from which iteration (NULL: not wanted). Any thread. */
+/*
+ * Readmit a removed rank at an iteration boundary (control thread, before its JOIN): 0 with
+ * *iteration the first iteration it counts in again, two past the newest any segment is
+ * summing, so that no data thread can be completing it already; the rank pushes from there
+ * (earlier PUSHes of it are dropped as stale). -EINVAL, or -EALREADY when it is not removed.
+ * A readmitted rank that dies again is removed again (phub_engine_job_rank_remove()).
+ */
+int phub_engine_job_rank_readmit(struct phub_engine_job *job, uint16_t rank, uint32_t *iteration);
+/* Whether rank was readmitted and is in from *iteration on (NULL: not wanted). Any thread. */
+bool phub_engine_job_rank_joining(const struct phub_engine_job *job, uint16_t rank,
+		uint32_t *iteration);
+/*
+ * Whether rank is removed (and not readmitted), and from which iteration (NULL: not wanted).
+ * Any thread.
+ */
 bool phub_engine_job_rank_removed(const struct phub_engine_job *job, uint16_t rank,
 		uint32_t *iteration);
-/* Ranks not removed. Any thread. */
+/* Ranks not removed, or readmitted. Any thread. */
 uint16_t phub_engine_job_live(const struct phub_engine_job *job);
 bool phub_engine_job_elastic(const struct phub_engine_job *job);
 

@@ -402,6 +402,92 @@ START_TEST(test_remove_refuses_what_it_cannot_do)
 }
 END_TEST
 
+/* Rank DEAD out from DIES_AT + 1 (all of DIES_AT but chunk 0's), in again from REJOIN_AT. */
+#define REJOIN_AT (DIES_AT + 3)
+#define REJOIN_LAST (REJOIN_AT + 3)
+
+static unsigned int
+members_rejoin(uint32_t t, uint32_t e)
+{
+	return t >= REJOIN_AT ? (1u << WORLD) - 1 : members_history(t, e);
+}
+
+START_TEST(test_readmitted_rank_counts_again_from_its_boundary)
+{
+	struct phub_engine *engine = phub_engine_create();
+	struct phub_engine_job_params p = test_params(true, true);
+	struct phub_engine_job *job = phub_engine_job_create(engine, &p);
+	float *want = malloc(N_ELEMS * sizeof(float));
+	struct phub_engine_stats stats;
+	struct phub_engine_job_info info;
+	struct phub_layout_chunk c0;
+	uint64_t tok[WORLD];
+	uint32_t from, epoch = 0, it;
+	unsigned int done = 0;
+	static float g[N_ELEMS];
+
+	memset(&stats, 0, sizeof(stats));
+	phub_layout_chunk_get(phub_engine_job_layout(job), 0, &c0);
+	chunk0_elems = c0.n_elems;
+	phub_engine_job_get_info(job, &info);
+	for (uint16_t r = 0; r < WORLD; r++)
+		tok[r] = join(job, r);
+	/* Not removed: nothing to readmit. */
+	ck_assert_int_eq(phub_engine_job_rank_readmit(job, DEAD, &from), -EALREADY);
+	for (uint32_t t = 0; t < DIES_AT; t++)
+		for (uint16_t r = 0; r < WORLD; r++)
+			push_rank(job, r, tok[r], t, false, &stats);
+	for (uint16_t r = 0; r < WORLD; r++)
+		push_rank(job, r, tok[r], DIES_AT, r == DEAD, &stats);
+	ck_assert_int_eq(phub_engine_job_rank_remove(job, DEAD, &from), 0);
+	phub_engine_elastic_poll(job, owns_all, count_done, &done, &stats, &epoch);
+	/* Every segment waits for iteration DIES_AT + 1: it comes back two later. */
+	ck_assert_int_eq(phub_engine_job_rank_readmit(job, DEAD, &from), 0);
+	ck_assert_uint_eq(from, REJOIN_AT);
+	ck_assert(phub_engine_job_rank_joining(job, DEAD, &it));
+	ck_assert_uint_eq(it, REJOIN_AT);
+	ck_assert(!phub_engine_job_rank_removed(job, DEAD, NULL));
+	ck_assert_uint_eq(phub_engine_job_live(job), WORLD);
+	tok[DEAD] = join(job, DEAD);
+	/* Before its boundary the others go on without it; its PUSHes there are stale. */
+	for (uint32_t t = DIES_AT + 1; t < REJOIN_AT; t++) {
+		unsigned int m = 0;
+
+		fill(g, DEAD, t);
+		ck_assert_uint_eq(push(job, DEAD, tok[DEAD], 1, 0, t, g, &stats),
+				PHUB_ENGINE_DROP);
+		for (uint16_t r = 0; r < WORLD; r++)
+			if (r != DEAD)
+				m += push_rank(job, r, tok[r], t, false, &stats);
+		ck_assert_uint_eq(m, info.n_segments);
+	}
+	ck_assert_uint_ge(stats.drops[PHUB_DROP_STALE_ITERATION], REJOIN_AT - DIES_AT - 1);
+	/* From it on, every segment waits for it again: the last of the four completes it. */
+	for (uint32_t t = REJOIN_AT; t <= REJOIN_LAST; t++) {
+		unsigned int m = 0;
+
+		for (uint16_t r = 0; r < WORLD; r++) {
+			unsigned int got = push_rank(job, r, tok[r], t, false, &stats);
+
+			ck_assert_uint_eq(got, r == WORLD - 1 ? info.n_segments : 0);
+			m += got;
+		}
+		ck_assert_uint_eq(m, info.n_segments);
+	}
+	fill(want, 0, 0);
+	reference(want, 1, REJOIN_LAST, members_rejoin);
+	ck_assert_mem_eq(phub_engine_job_model(job), want, N_ELEMS * sizeof(float));
+	/* Gone again: removed from its boundary at the earliest, the others go on. */
+	ck_assert_int_eq(phub_engine_job_rank_remove(job, DEAD, &from), 0);
+	ck_assert_uint_eq(from, REJOIN_LAST + 1);
+	ck_assert(!phub_engine_job_rank_joining(job, DEAD, NULL));
+	ck_assert(phub_engine_job_rank_removed(job, DEAD, NULL));
+	ck_assert_uint_eq(phub_engine_job_live(job), WORLD - 1);
+	free(want);
+	phub_engine_free(engine);
+}
+END_TEST
+
 /*
  * The control thread removes a rank while a data thread pushes the others' segments and scans
  * after each change: every iteration completes, and ThreadSanitizer sees the removal published
@@ -502,6 +588,7 @@ phub_engine_elastic_suite(void)
 	tcase_add_test(tc, test_the_reference_tells_the_membership_apart);
 	tcase_add_test(tc, test_deterministic_elastic_job_is_bit_identical_across_runs_of_a_history);
 	tcase_add_test(tc, test_remove_refuses_what_it_cannot_do);
+	tcase_add_test(tc, test_readmitted_rank_counts_again_from_its_boundary);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("races");
