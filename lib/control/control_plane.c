@@ -431,6 +431,15 @@ send_join_ack(struct phub_control *ctl, const struct phub_control_peer *to,
 	p.ack.job_id = info.job_id;
 	/* The first iteration to push: one past what every segment finished (0: a new job). */
 	p.ack.iteration = info.iteration_min + 1;
+	/* A readmitted rank's: its boundary, before which the others go on without it. */
+	{
+		uint16_t local;
+		uint32_t from;
+
+		if (phub_engine_job_local_rank(job, rank, &local) &&
+		    phub_engine_job_rank_joining(job, local, &from))
+			p.ack.iteration = from;
+	}
 	p.ack.chunk_bytes = phub_layout_chunk_elems(layout) * PHUB_LAYOUT_MODEL_ELEM_SIZE;
 	p.ack.seg_elems = phub_layout_segment_elems(layout);
 	p.session_token = token;
@@ -452,6 +461,8 @@ send_join_ack(struct phub_control *ctl, const struct phub_control_peer *to,
 	free(map);
 }
 
+static void send_worlds(struct phub_control *ctl, struct phub_engine_job *job);
+
 static void
 join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
 		const struct phub_wire_msg *msg, const struct phub_control_join *cj)
@@ -460,8 +471,8 @@ join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
 	struct phub_engine_peer peer, old;
 	struct phub_engine_job *job;
 	uint64_t token, old_token;
-	uint32_t removed_from;
-	bool created, replay;
+	uint32_t removed_from, rejoin_at;
+	bool created, replay, readmitted = false;
 	uint16_t rank;
 	struct cjob *c;
 	int rc;
@@ -476,13 +487,26 @@ join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
 	peer.ipv4 = to->ipv4;
 	peer.udp_port = to->udp_port;
 	memcpy(peer.mac, to->mac, sizeof(peer.mac));
-	/* A removed rank stays out: the others' sums no longer wait for it (docs/design.md). */
+	/*
+	 * A removed rank comes back at an iteration boundary (docs/design.md, "Elastic jobs"):
+	 * the others hear of it (WORLD), and it hears of every change from the first.
+	 */
 	if (phub_engine_job_rank_removed(job, rank, &removed_from)) {
-		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_RANK_TAKEN,
-				"job %s: rank %u was removed from iteration %u on (on_worker_dead "
-				"continue); a removed rank cannot join again", join->name,
-				join->rank, removed_from);
-		return;
+		c = control_cjob(ctl, job);
+		if (c->changes >= CONTROL_MAX_CHANGES ||
+		    phub_engine_job_rank_readmit(job, rank, &rejoin_at) != 0) {
+			control_send_error(ctl, to, msg, PHUB_WIRE_ERR_RANK_TAKEN,
+					"job %s: rank %u was removed from iteration %u on and "
+					"cannot join again", join->name, join->rank, removed_from);
+			return;
+		}
+		c->change_rank[c->changes] = rank;
+		c->change_iteration[c->changes++] = rejoin_at;
+		c->world_acked[rank] = 0;
+		control_log(ctl, PHUB_CONTROL_LOG_NOTICE, "job %s: rank %u, removed from "
+				"iteration %u, joins again from iteration %u", join->name,
+				join->rank, removed_from, rejoin_at);
+		readmitted = true;
 	}
 	/* The data path reads it with the endpoint: CSUM on this rank's ACKs and MODELs. */
 	peer.flags = (join->join_flags & PHUB_WIRE_JOIN_F_CSUM) ? PHUB_ENGINE_PEER_F_CSUM : 0;
@@ -510,6 +534,8 @@ join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
 	send_join_ack(ctl, to, job, join->rank, token,
 			(uint8_t)(((peer.flags & PHUB_ENGINE_PEER_F_CSUM) ? PHUB_WIRE_F_CSUM : 0) |
 				(replay ? PHUB_WIRE_F_REPLAY : 0)));
+	if (readmitted)
+		send_worlds(ctl, job);
 }
 
 static void
@@ -600,17 +626,16 @@ send_world(struct phub_control *ctl, struct phub_engine_job *job, uint16_t rank)
 {
 	struct cjob *cj = control_cjob(ctl, job);
 	uint16_t change = (uint16_t)(cj->world_acked[rank] + 1u);
-	uint16_t gone = cj->removed[change - 1u];
+	uint16_t who = cj->change_rank[change - 1u];
+	uint32_t from = cj->change_iteration[change - 1u];
 	struct phub_control_peer to;
 	struct phub_engine_peer peer;
 	struct phub_wire_msg m;
-	uint32_t from = 0;
 	uint64_t token;
 	int len;
 
 	if (!phub_engine_job_rank(job, rank, &peer, &token))
 		return;
-	phub_engine_job_rank_removed(job, gone, &from);
 	to.ipv4 = peer.ipv4;
 	to.udp_port = peer.udp_port;
 	to.port = cj->rank_port[rank];
@@ -620,7 +645,7 @@ send_world(struct phub_control *ctl, struct phub_engine_job *job, uint16_t rank)
 	m.session_token = token;
 	m.worker_rank = (uint16_t)(phub_engine_job_rank_base(job) + rank);
 	m.iteration = from;
-	m.aux = PHUB_WIRE_WORLD_AUX(change, phub_engine_job_rank_base(job) + gone);
+	m.aux = PHUB_WIRE_WORLD_AUX(change, phub_engine_job_rank_base(job) + who);
 	if (peer.flags & PHUB_ENGINE_PEER_F_CSUM)
 		m.flags |= PHUB_WIRE_F_CSUM;
 	len = phub_wire_encode(ctl->buf, sizeof(ctl->buf), &m);
@@ -828,10 +853,13 @@ job_remove_rank(struct phub_control *ctl, struct phub_engine_job *job, uint16_t 
 	uint32_t from;
 	int rc;
 
+	if (cj->changes >= CONTROL_MAX_CHANGES)
+		return false;
 	rc = phub_engine_job_rank_remove(job, dead, &from);
 	if (rc != 0)
 		return false;
-	cj->removed[cj->changes++] = dead;
+	cj->change_rank[cj->changes] = dead;
+	cj->change_iteration[cj->changes++] = from;
 	ctl->stats.ranks_removed++;
 	phub_engine_job_get_info(job, &info);
 	control_log(ctl, PHUB_CONTROL_LOG_NOTICE, "job %s (id %u): rank %u silent for %" PRIu64
@@ -964,7 +992,7 @@ check_liveness(struct phub_control *ctl, uint64_t now)
 		struct phub_engine_job *job = cj->job;
 		uint64_t silent_ns;
 		uint32_t iteration;
-		uint16_t dead;
+		uint16_t dead = 0;
 
 		if (job == NULL || orphan_expired(ctl, job, now) ||
 		    job_abandoned(ctl, job, dead_ns) || control_ring_check(ctl, cj, now))
