@@ -103,6 +103,17 @@ phub_bench_verifier_free(struct phub_bench_verifier *v)
 	free(v);
 }
 
+bool
+phub_bench_rank_in(const struct phub_bench_change *changes, uint32_t n, uint16_t rank, uint32_t t)
+{
+	bool in = true;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (changes[i].rank == rank && t >= changes[i].iteration)
+			in = changes[i].joined;
+	return in;
+}
+
 /* Replay elements [off, off + n) of key through every iteration; the result is in v->out. */
 static void
 reference_block(struct phub_bench_verifier *v, uint32_t key, uint64_t off, size_t n)
@@ -125,7 +136,7 @@ reference_block(struct phub_bench_verifier *v, uint32_t key, uint64_t off, size_
 
 		/* The ranks in at iteration t: every one, but in an elastic job that lost some. */
 		for (r = 0; r < nw; r++)
-			if (v->p.removed_from == NULL || t < v->p.removed_from[r])
+			if (phub_bench_rank_in(v->p.changes, v->p.n_changes, r, t))
 				v->srcs[in++] = (const char *)phub_bench_grad(pat, r, t, key) +
 					off * pat->elem_size;
 		if (in == 0)

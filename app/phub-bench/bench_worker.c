@@ -32,8 +32,9 @@ struct worker {
 	double last_progress;
 	struct bench_progress prog;
 	struct phub_bench_worker_result res;
-	/* Each rank's first iteration out of an elastic job; UINT32_MAX: in throughout. */
-	uint32_t *removed_from;
+	/* An elastic job's membership changes, as libphub took them (phub_world_change()). */
+	struct phub_bench_change *changes;
+	uint32_t n_changes;
 };
 
 double
@@ -168,7 +169,8 @@ verify_against(struct worker *w, const char *model, uint32_t iterations,
 		.iterations = iterations,
 		.order_dependent = phub_bench_order_dependent(cfg->random_gradients,
 			cfg->deterministic, cfg->racks != NULL ? cfg->racks->n : 0),
-		.removed_from = w->removed_from,
+		.changes = w->changes,
+		.n_changes = w->n_changes,
 	};
 	size_t es = phub_dtype_size(cfg->dtype);
 	struct phub_bench_verifier *v;
@@ -428,6 +430,30 @@ connect_progress(void *arg, const struct phub_stats *st)
 	progress(w, false);
 }
 
+/* The membership changes libphub took (an elastic job), for the reference. 0 or -ENOMEM. */
+static int
+history_take(struct worker *w, struct phub *h)
+{
+	struct phub_stats st;
+	struct phub_world_change c;
+
+	if (phub_stats(h, &st) != 0 || st.world_changes == 0)
+		return 0;
+	w->changes = calloc(st.world_changes, sizeof(*w->changes));
+	if (w->changes == NULL) {
+		fail(w, -ENOMEM, "out of memory for %" PRIu64 " membership changes",
+			st.world_changes);
+		return -ENOMEM;
+	}
+	while (w->n_changes < st.world_changes &&
+	       phub_world_change(h, w->n_changes, &c) == 0) {
+		w->changes[w->n_changes++] = (struct phub_bench_change){
+			.rank = c.rank, .joined = c.joined != 0, .iteration = c.iteration,
+		};
+	}
+	return 0;
+}
+
 int
 bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 {
@@ -465,11 +491,7 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 	initial = calloc(l->n_keys, sizeof(*initial));
 	times = calloc(cfg->iterations, sizeof(*times));
 	model = malloc(l->total_elems * phub_dtype_size(cfg->dtype));
-	w.removed_from = malloc(cfg->world_size * sizeof(*w.removed_from));
-	for (uint32_t r = 0; w.removed_from != NULL && r < cfg->world_size; r++)
-		w.removed_from[r] = UINT32_MAX;
-	if (keys == NULL || initial == NULL || times == NULL || model == NULL ||
-	    w.removed_from == NULL) {
+	if (keys == NULL || initial == NULL || times == NULL || model == NULL) {
 		fail(&w, -ENOMEM, "out of memory for a %" PRIu64 "-element model", l->total_elems);
 		goto out;
 	}
@@ -536,14 +558,12 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 	if (exchange(&w, h, first, model, times) != 0)
 		goto out;
 	stats_take(&w, h);
-	/* An elastic job's membership history, for the reference (phub_rank_removed()). */
+	/* An elastic job's membership history, for the reference (phub_world_change()). */
 	w.res.world_end = phub_world_size(h);
-	for (uint16_t r = 0; r < cfg->world_size; r++) {
-		uint32_t from;
-
-		w.removed_from[r] = phub_rank_removed(h, r, &from) == 1 ? from : UINT32_MAX;
-		w.res.removed += w.removed_from[r] != UINT32_MAX;
-	}
+	for (uint16_t r = 0; r < cfg->world_size; r++)
+		w.res.removed += phub_rank_removed(h, r, NULL) == 1;
+	if (history_take(&w, h) != 0)
+		goto out;
 	/* Every rank has the final model once its last wait returned: leave, then check. */
 	phub_close(h);
 	h = NULL;
@@ -565,6 +585,6 @@ out:
 	free(times);
 	free(initial);
 	free(keys);
-	free(w.removed_from);
+	free(w.changes);
 	return w.res.status == 0 && w.res.verified ? EXIT_SUCCESS : EXIT_FAILURE;
 }

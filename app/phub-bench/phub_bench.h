@@ -124,11 +124,24 @@ struct phub_bench_verify_params {
 	 */
 	bool order_dependent;
 	/*
-	 * An elastic job's membership history: rank r's gradients count in iterations before
-	 * removed_from[r] (UINT32_MAX: every one), the mean over the ranks in. NULL: all ranks.
+	 * An elastic job's membership history (libphub's phub_world_change()), in order: rank r
+	 * counts in iteration t when its last change at or before t has it in (no change: every
+	 * rank is in); the mean is over the ranks in. 0 changes: every rank throughout.
 	 */
-	const uint32_t *removed_from;
+	const struct phub_bench_change *changes;
+	uint32_t n_changes;
 };
+
+/* One membership change of an elastic job. */
+struct phub_bench_change {
+	uint16_t rank;
+	bool joined;		/* in again from iteration; false: out from iteration */
+	uint32_t iteration;
+};
+
+/* Whether rank counts in iteration t, given the changes (in order). */
+bool phub_bench_rank_in(const struct phub_bench_change *changes, uint32_t n, uint16_t rank,
+		uint32_t t);
 
 /* What one comparison found; phub_bench_verify_key() adds to it. */
 struct phub_bench_verify_result {

@@ -314,6 +314,22 @@ phub_world_size(struct phub *h)
 }
 
 int
+phub_world_change(struct phub *h, uint32_t i, struct phub_world_change *change)
+{
+	int rc = 0;
+
+	if (h == NULL || change == NULL)
+		return -EINVAL;
+	pthread_mutex_lock(&h->lock);
+	if (i >= h->stats.world_changes || i >= CLIENT_MAX_CHANGES)
+		rc = -ENOENT;
+	else
+		*change = h->changes[i];
+	pthread_mutex_unlock(&h->lock);
+	return rc;
+}
+
+int
 phub_rank_removed(struct phub *h, uint16_t rank, uint32_t *iteration)
 {
 	uint32_t from;

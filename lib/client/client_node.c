@@ -612,27 +612,38 @@ rx_error(struct phub *h, const struct phub_wire_msg *msg)
 }
 
 /*
- * WORLD: an elastic job removed a rank. Changes are taken in order, each answered (WORLD_ACK to
- * the control port); one taken before is answered again (our answer was lost), one past the next
- * is left for the PBox to send again after the one before it.
+ * WORLD: an elastic job removed a rank, or took one back. Changes are taken in order, each
+ * answered (WORLD_ACK to the control port); one taken before is answered again (our answer was
+ * lost), one past the next is left for the PBox to send again after the one before it. Whether
+ * a change takes the rank out or back in follows from the changes before it.
  */
 static void
 rx_world(struct phub *h, const struct phub_wire_msg *msg)
 {
 	uint16_t change = PHUB_WIRE_WORLD_CHANGE(msg->aux);
-	uint16_t gone = PHUB_WIRE_WORLD_RANK(msg->aux);
+	uint16_t who = PHUB_WIRE_WORLD_RANK(msg->aux);
 	struct phub_wire_msg ack;
 
 	if (msg->job_id != h->job_id || msg->session_token != h->token || change == 0 ||
-	    change > h->stats.world_changes + 1 || gone >= h->world_size || gone == h->rank) {
+	    change > h->stats.world_changes + 1 || who >= h->world_size) {
 		h->stats.rx_dropped++;
 		return;
 	}
 	if (change == h->stats.world_changes + 1) {
+		bool out = h->removed_from[who] != UINT32_MAX;
+
 		pthread_mutex_lock(&h->lock);
-		if (h->removed_from[gone] == UINT32_MAX && h->world_live > 0)
+		if (out) {
+			h->removed_from[who] = UINT32_MAX;
+			h->world_live++;
+		} else {
+			h->removed_from[who] = msg->iteration;
 			h->world_live--;
-		h->removed_from[gone] = msg->iteration;
+		}
+		if (change <= CLIENT_MAX_CHANGES)
+			h->changes[change - 1] = (struct phub_world_change){
+				.rank = who, .joined = out, .iteration = msg->iteration,
+			};
 		h->stats.world_changes = change;
 		h->stats.world_size = h->world_live;
 		pthread_mutex_unlock(&h->lock);

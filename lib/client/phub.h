@@ -317,11 +317,26 @@ int phub_info(struct phub *h, struct phub_info *info);
 uint16_t phub_world_size(struct phub *h);
 
 /*
- * Whether rank was removed from the job (1, with *iteration the first iteration none of its
- * gradients reached: its sums divide by the ranks left), or not (0); -EINVAL for a bad rank.
- * iteration may be NULL.
+ * Whether rank is out of the job now (1, with *iteration the first iteration none of its
+ * gradients reached: its sums divide by the ranks left), or in (0); -EINVAL for a bad rank.
+ * iteration may be NULL. A removed rank may come back (phub_world_change()).
  */
 int phub_rank_removed(struct phub *h, uint16_t rank, uint32_t *iteration);
+
+/* One change of an elastic job's membership, as the PBox announced it (WORLD). */
+struct phub_world_change {
+	uint16_t rank;		/* the rank removed or back */
+	uint8_t joined;		/* 1: back in from iteration on; 0: out from iteration on */
+	uint32_t iteration;
+};
+
+/*
+ * Change i (from 0, in the order they happened) of the job's membership: 0, -ENOENT past the
+ * last one taken (phub_stats().world_changes of them), -EINVAL. A rank's gradients count in
+ * iteration t when its last change at or before t (none: every rank is in from the start) has
+ * it in: the history a reference of the job's model follows.
+ */
+int phub_world_change(struct phub *h, uint32_t i, struct phub_world_change *change);
 
 /*
  * Leave the job and free the session: tickets still pending complete with -ECANCELED (their

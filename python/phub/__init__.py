@@ -351,6 +351,16 @@ class Session:
             raise ValueError(f"phub: rank_removed({rank}): no such rank")
         return it.value if rc == 1 else None
 
+    def world_changes(self):
+        """The membership changes taken so far, in order (phub_world_change): a list of
+        (rank, joined, iteration); joined False: out from iteration on, True: back in."""
+        self._check_open()
+        out, c, i = [], _lib.WorldChange(), 0
+        while self._lib.phub_world_change(self._h, i, ctypes.byref(c)) == 0:
+            out.append((c.rank, bool(c.joined), c.iteration))
+            i += 1
+        return out
+
     def last_error(self):
         return self._reason(0) if self._h else ""
 

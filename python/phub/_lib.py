@@ -70,6 +70,11 @@ class Stats(ctypes.Structure):
                 "pulls_early", "world_size", "world_changes")] + [_SPARE]
 
 
+class WorldChange(ctypes.Structure):
+    _fields_ = [("rank", ctypes.c_uint16), ("joined", ctypes.c_uint8),
+                ("iteration", ctypes.c_uint32)]
+
+
 class Info(ctypes.Structure):
     _fields_ = [
         ("job_id", ctypes.c_uint32),
@@ -156,6 +161,8 @@ def load():
         lib.phub_world_size.argtypes = [vp]
         lib.phub_rank_removed.restype = ctypes.c_int
         lib.phub_rank_removed.argtypes = [vp, ctypes.c_uint16, ctypes.POINTER(ctypes.c_uint32)]
+        lib.phub_world_change.restype = ctypes.c_int
+        lib.phub_world_change.argtypes = [vp, ctypes.c_uint32, ctypes.POINTER(WorldChange)]
     if hasattr(lib, "phub_set_key_hyper"):
         lib.phub_set_key_hyper.restype = ctypes.c_int
         lib.phub_set_key_hyper.argtypes = [vp, ctypes.c_uint32, ctypes.POINTER(KeyHyper)]

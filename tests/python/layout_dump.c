@@ -62,6 +62,10 @@ main(void)
 	FIELD(phub_info, n_elems); FIELD(phub_info, n_endpoints);
 	FIELD(phub_info, first_iteration);
 	END();
+	BEGIN(phub_world_change);
+	FIELD(phub_world_change, rank); FIELD(phub_world_change, joined);
+	FIELD(phub_world_change, iteration);
+	END();
 	printf("}\n");
 	return 0;
 }

@@ -194,7 +194,7 @@ def test_ctypes_mirror_matches_phub_h():
     c = json.loads(subprocess.run([dump], capture_output=True, text=True, check=True).stdout)
     mirrors = {"phub_key": _lib.Key, "phub_key_hyper": _lib.KeyHyper,
                "phub_connect_params": _lib.ConnectParams, "phub_stats": _lib.Stats,
-               "phub_info": _lib.Info}
+               "phub_info": _lib.Info, "phub_world_change": _lib.WorldChange}
     for cname, fields in c.items():
         py = mirrors[cname]
         names = [f[0] for f in py._fields_ if f[0] != "_spare"]

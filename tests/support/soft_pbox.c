@@ -204,9 +204,21 @@ control_send(void *ctx, const struct phub_control_peer *to, const void *buf, siz
 	ctrl_send(sp, sp->fds[to->port], &dst, buf, len);
 }
 
+/* The control plane's log lines on stderr, when the params ask (phub-soft-pbox does). */
+static void
+control_log_line(void *ctx, enum phub_control_log_level level, const char *text)
+{
+	const struct soft_pbox *sp = ctx;
+
+	(void)level;
+	if (sp->p.log_stderr)
+		fprintf(stderr, "phub-soft-pbox: %s\n", text);
+}
+
 static const struct phub_control_ops control_ops = {
 	.now_ns = now_ns,
 	.send = control_send,
+	.log = control_log_line,
 };
 
 /* ---- PUSH, PULL ---- */

@@ -29,7 +29,8 @@ usage(FILE *f)
 		"  --checkpoint-dir DIR  restore the jobs checkpointed there at start; SIGUSR1\n"
 		"                   checkpoints every job there now\n"
 		"  --help\n"
-		"Runs until SIGINT or SIGTERM, then prints its counters to stderr.\n");
+		"Runs until SIGINT or SIGTERM, then prints its counters to stderr; the control\n"
+		"plane's log lines (jobs made and ended, timeouts) go to stderr as they come.\n");
 }
 
 static int
@@ -58,7 +59,7 @@ main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct soft_pbox_params p = { .port = 47000, .bind_addr = "127.0.0.1" };
+	struct soft_pbox_params p = { .port = 47000, .bind_addr = "127.0.0.1", .log_stderr = true };
 	struct soft_pbox_stats st;
 	struct soft_pbox *sp;
 	unsigned long v;
