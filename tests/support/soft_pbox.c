@@ -444,6 +444,7 @@ on_datagram(struct soft_pbox *sp, unsigned int sock, const struct sockaddr_in *s
 	switch (msg.opcode) {
 	case PHUB_WIRE_OP_JOIN:
 	case PHUB_WIRE_OP_LEAVE:
+	case PHUB_WIRE_OP_WORLD_ACK:
 		/* Only the control port takes them, as on the appliance. */
 		if (sock == 0)
 			phub_control_input(sp->ctl, &from, buf, len);
