@@ -243,11 +243,12 @@ enum phub_wire_payload {
  *                 token when the sender has a session, else 0. Any payload (path MTU probing).
  * PONG 0x21       answer to PING: aux, iteration and payload echoed.
  * WORLD 0x22      PBox -> worker control: the job's membership changed (an elastic job removed
- *                 a rank that died). job_id, token and worker_rank are the addressee's;
- *                 aux = change << 16 | the removed rank (global): change counts the job's
- *                 removals from 1, so the ranks left are world_size - change; iteration = the
- *                 first iteration that none of the removed rank's gradients reaches. Sent for
- *                 each change in order until the worker answers it.
+ *                 a rank that died, or took a removed one back). job_id, token and worker_rank
+ *                 are the addressee's; aux = change << 16 | the rank (global): change counts
+ *                 the job's changes from 1; iteration = the first iteration without the rank
+ *                 (none of its gradients reaches it), or with it again. Whether a change takes
+ *                 the rank out or in follows from the changes before it. Sent for each change
+ *                 in order until the worker answers it.
  * WORLD_ACK 0x23  worker -> PBox control: the WORLD with this aux was taken (session, iteration
  *                 and aux echoed). A worker answers only the change after the last it took
  *                 (and any earlier one again), so it takes every change, in order.
