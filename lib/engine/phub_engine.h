@@ -339,6 +339,8 @@ const float *phub_engine_job_state(const struct phub_engine_job *job, unsigned i
 #define PHUB_ENGINE_CKPT_HEADER_BYTES 152
 /* Header flags. */
 #define PHUB_ENGINE_CKPT_F_DETERMINISTIC 0x1u
+/* An elastic job (on_worker_dead "continue"); the membership is not kept: every rank is in. */
+#define PHUB_ENGINE_CKPT_F_ELASTIC 0x2u
 
 /* Where phub_engine_ckpt_write() takes the state from. */
 enum phub_engine_ckpt_source {

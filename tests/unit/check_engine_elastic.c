@@ -2,6 +2,8 @@
 /* Unit tests of lib/engine's elastic jobs: a rank removed, the segments it held up, the models. */
 
 #include <errno.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -488,6 +490,41 @@ START_TEST(test_readmitted_rank_counts_again_from_its_boundary)
 }
 END_TEST
 
+START_TEST(test_checkpoint_keeps_the_job_elastic)
+{
+	struct phub_engine *engine = phub_engine_create();
+	struct phub_engine_job_params p = test_params(true, true);
+	struct phub_engine_job *job = phub_engine_job_create(engine, &p), *back;
+	struct phub_engine_ckpt_restore_params rp = { .n_servers = 0 };
+	struct phub_engine_ckpt_info info;
+	struct phub_engine_stats stats;
+	char err[256];
+	int fd = memfd_create("ckpt", 0);
+
+	memset(&stats, 0, sizeof(stats));
+	ck_assert_int_ge(fd, 0);
+	for (uint16_t r = 0; r < WORLD; r++) {
+		uint64_t t = join(job, r);
+
+		push_rank(job, r, t, 0, false, &stats);
+	}
+	ck_assert_int_eq(phub_engine_ckpt_write(job, PHUB_ENGINE_CKPT_LIVE, 0, fd, err,
+			sizeof(err)), 0);
+	phub_engine_job_unpublish(engine, job);
+	phub_engine_job_free(job);
+	ck_assert_int_eq(lseek(fd, 0, SEEK_SET), 0);
+	ck_assert_int_eq(phub_engine_ckpt_peek(fd, &info, err, sizeof(err)), 0);
+	ck_assert_uint_eq(info.flags, PHUB_ENGINE_CKPT_F_DETERMINISTIC | PHUB_ENGINE_CKPT_F_ELASTIC);
+	ck_assert_int_eq(lseek(fd, 0, SEEK_SET), 0);
+	back = phub_engine_ckpt_restore(engine, fd, &rp, &info, err, sizeof(err));
+	ck_assert_msg(back != NULL, "%s", err);
+	ck_assert(phub_engine_job_elastic(back));
+	ck_assert(phub_engine_job_deterministic(back));
+	close(fd);
+	phub_engine_free(engine);
+}
+END_TEST
+
 /*
  * The control thread removes a rank while a data thread pushes the others' segments and scans
  * after each change: every iteration completes, and ThreadSanitizer sees the removal published
@@ -589,6 +626,7 @@ phub_engine_elastic_suite(void)
 	tcase_add_test(tc, test_deterministic_elastic_job_is_bit_identical_across_runs_of_a_history);
 	tcase_add_test(tc, test_remove_refuses_what_it_cannot_do);
 	tcase_add_test(tc, test_readmitted_rank_counts_again_from_its_boundary);
+	tcase_add_test(tc, test_checkpoint_keeps_the_job_elastic);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("races");
