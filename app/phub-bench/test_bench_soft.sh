@@ -14,7 +14,8 @@
 #   wrong-nonce  rank 1 joins rank 0's job with another nonce: refused, exit 1
 #   worker-dies  a worker is killed mid-run: the parent says so and exits 1, no hang
 #   elastic      an elastic job of 4 ranks, one phub-bench per rank: rank 3 dies (SIGKILL, no
-#                LEAVE) after iteration 4, the soft PBox removes it after --worker-dead-ms and
+#                LEAVE) after iteration 4, the soft PBox removes it after --worker-dead-ms (1.5 s:
+#                above libphub's 1 s keep-alive, or the waiting ranks look silent too) and
 #                the three others finish with the model their membership reference computes,
 #                bit for bit, and report 3 ranks left
 #   elastic-rejoin  the same, then rank 3 is started again once removed: the PBox takes it back
@@ -178,7 +179,7 @@ wrong-nonce)
 	json_check 'r["verified"] is False' 'r["per_worker"][0]["rank"] == 1'
 	;;
 elastic)
-	start_pbox --worker-dead-ms 400
+	start_pbox --worker-dead-ms 1500
 	common=(--server 127.0.0.1 --port "$port" --quiet --json --job "elastic-$$"
 		--workers 4 --keys 5 --key-elems 3000 --iterations 8 --gradients random
 		--deterministic --elastic)

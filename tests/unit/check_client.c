@@ -1616,7 +1616,7 @@ out:
 START_TEST(test_elastic_job_goes_on_without_a_rank_that_left_with_the_others_mean)
 {
 	struct soft_pbox_params pp = {
-		.bind_addr = "127.0.0.1", .n_lcores = 2, .seed = 42, .worker_dead_ms = 300,
+		.bind_addr = "127.0.0.1", .n_lcores = 2, .seed = 42, .worker_dead_ms = 1500,
 	};
 	struct soft_pbox *sp = soft_pbox_start(&pp);
 	struct elastic_worker w[3];
