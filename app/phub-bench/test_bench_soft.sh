@@ -208,7 +208,7 @@ elastic)
 	echo "PASS: three ranks finished without the fourth, models exact to their reference"
 	;;
 elastic-rejoin)
-	start_pbox --worker-dead-ms 1500
+	start_pbox --worker-dead-ms 1500 --log
 	common=(--server 127.0.0.1 --port "$port" --quiet --json --job "rejoin-$$"
 		--workers 4 --keys 5 --key-elems 3000 --iterations 12 --gradients random
 		--deterministic --elastic)

@@ -335,9 +335,9 @@ class Session:
         self._lib.phub_info(self._h, ctypes.byref(inf))
         return {n: getattr(inf, n) for n, _ in _lib.Info._fields_ if n != "_spare"}
 
-    def world_size(self):
-        """The ranks still in the job (phub_world_size): fewer once an elastic job removed
-        one that died."""
+    def live_ranks(self):
+        """The ranks still in the job (phub_world_size): fewer than world_size once an
+        elastic job removed one that died."""
         self._check_open()
         return self._lib.phub_world_size(self._h)
 

@@ -29,8 +29,9 @@ usage(FILE *f)
 		"  --checkpoint-dir DIR  restore the jobs checkpointed there at start; SIGUSR1\n"
 		"                   checkpoints every job there now\n"
 		"  --help\n"
-		"Runs until SIGINT or SIGTERM, then prints its counters to stderr; the control\n"
-		"plane's log lines (jobs made and ended, timeouts) go to stderr as they come.\n");
+		"  --log            the control plane's log lines (jobs made and ended, timeouts)\n"
+		"                   on stderr as they come\n"
+		"Runs until SIGINT or SIGTERM, then prints its counters to stderr.\n");
 }
 
 static int
@@ -56,10 +57,11 @@ main(int argc, char **argv)
 		{ "seed", required_argument, NULL, 's' },
 		{ "checkpoint-dir", required_argument, NULL, 'C' },
 		{ "worker-dead-ms", required_argument, NULL, 'D' },
+		{ "log", no_argument, NULL, 'g' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct soft_pbox_params p = { .port = 47000, .bind_addr = "127.0.0.1", .log_stderr = true };
+	struct soft_pbox_params p = { .port = 47000, .bind_addr = "127.0.0.1" };
 	struct soft_pbox_stats st;
 	struct soft_pbox *sp;
 	unsigned long v;
@@ -106,6 +108,9 @@ main(int argc, char **argv)
 			break;
 		case 'C':
 			p.checkpoint_dir = optarg;
+			break;
+		case 'g':
+			p.log_stderr = true;
 			break;
 		case 'D':
 			if (parse_u(optarg, 3600000, &v) != 0 || v == 0)
