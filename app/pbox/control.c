@@ -215,6 +215,7 @@ pbox_control_init(struct pbox *pb)
 		declared[i] = (struct phub_control_declared_job){
 			.name = j->name, .nonce = j->nonce, .workers = j->workers,
 			.dtype = (enum phub_dtype)j->dtype, .deterministic = j->deterministic,
+			.elastic = j->on_worker_dead == PHUB_CONFIG_ON_DEAD_CONTINUE,
 			.optimizer = {
 				.type = (enum phub_opt_type)j->optimizer.type,
 				.lr = (float)j->optimizer.lr,

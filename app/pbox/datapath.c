@@ -864,6 +864,26 @@ ring_poll_send(void *arg, const struct phub_engine_ring_send *what)
 	send_ring(c->lc, c->job, what);
 }
 
+/* A segment that a removed rank no longer holds up: its MODEL to every rank left. */
+static void
+elastic_done(void *arg, const struct phub_engine_segment_done *what)
+{
+	struct ring_poll_ctx *c = arg;
+	const struct phub_layout *layout = phub_engine_job_layout(c->job);
+	struct phub_wire_msg about;
+	uint32_t server = 0;
+
+	phub_layout_chunk_server(layout, what->chunk_id, &server);
+	phub_wire_msg_init(&about, PHUB_WIRE_OP_MODEL);
+	about.job_id = phub_engine_job_id(c->job);
+	about.chunk_id = what->chunk_id;
+	about.elem_offset = what->elem_offset;
+	about.seg_index = what->seg_index;
+	about.seg_count = what->seg_count;
+	about.flags = what->seg_index + 1u == what->seg_count ? PHUB_WIRE_F_LAST : 0;
+	send_model(c->lc, c->job, &about, &what->reply, pbox.servers[server].port, true);
+}
+
 /*
  * Retransmit the ring steps of this lcore's segments whose RTO passed, every PBOX_RING_POLL_US
  * (the shortest RTO is a millisecond or more): one pass over the ring jobs' segments.
@@ -880,10 +900,15 @@ ring_poll(struct pbox_lcore *lc, uint64_t tsc)
 	lc->stats.ring_polls++;
 	for (c.job = phub_engine_job_next(pbox.engine, NULL); c.job != NULL;
 	     c.job = phub_engine_job_next(pbox.engine, c.job))
+	{
 		sent += phub_engine_ring_poll_some(c.job, lc->now_ns, ring_poll_owns,
 				ring_poll_send, &c, &lc->engine_stats,
 				&lc->ring_cursor[phub_engine_job_slot(c.job)],
 				PBOX_RING_RETRANSMIT_BUDGET);
+		/* An elastic job that removed a rank: once per change, a scan of our segments. */
+		sent += phub_engine_elastic_poll(c.job, ring_poll_owns, elastic_done, &c,
+				&lc->engine_stats, &lc->elastic_epoch[phub_engine_job_slot(c.job)]);
+	}
 	return sent;
 }
 

@@ -234,6 +234,9 @@ job_dict(struct rte_tel_data *d, const struct phub_engine_job *job)
 	rte_tel_data_add_dict_u64(d, "elements", info.n_elems);
 	rte_tel_data_add_dict_u64(d, "memory_bytes", info.memory_bytes);
 	rte_tel_data_add_dict_u64(d, "deterministic", info.deterministic);
+	/* An elastic job: the ranks not removed (world_size in any other job). */
+	rte_tel_data_add_dict_string(d, "on_worker_dead", info.elastic ? "continue" : "fail");
+	rte_tel_data_add_dict_u64(d, "live", info.live);
 	/* UINT32_MAX + 1 wraps to 0: no iteration has finished yet. */
 	rte_tel_data_add_dict_u64(d, "iterations_done", (uint32_t)(info.iteration_min + 1));
 	rte_tel_data_add_dict_u64(d, "iteration_newest", (uint32_t)(info.iteration_max + 1));

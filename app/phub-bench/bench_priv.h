@@ -31,6 +31,11 @@ struct bench_config {
 	uint32_t dead_ms;
 	uint32_t pause_at;		/* after this iteration (0: never) each worker waits... */
 	uint32_t pause_ms;		/* ... this long */
+	/*
+	 * --die-at (with --rank): after this iteration the worker kills itself with SIGKILL, no
+	 * LEAVE, as a crashed worker would (0: never); for elastic-job tests.
+	 */
+	uint32_t die_at;
 	unsigned int connect_flags;
 	bool random_gradients;
 	bool deterministic;

@@ -196,6 +196,8 @@ worker_json(const struct phub_bench_worker_result *r, uint64_t xbytes, bool *ok)
 	set(w, "reconnects", json_integer(r->reconnects), ok);
 	set(w, "rollbacks", json_integer(r->rollbacks), ok);
 	set(w, "resumed_at", json_integer(r->resumed_at), ok);
+	set(w, "world_end", json_integer(r->world_end), ok);
+	set(w, "removed", json_integer(r->removed), ok);
 	set(w, "verified", json_boolean(r->status == 0 && r->verified), ok);
 	set(w, "bitwise", json_boolean(r->status == 0 && r->bitwise), ok);
 	set(w, "max_abs_error", real(r->max_abs_error), ok);

@@ -103,6 +103,17 @@ phub_bench_verifier_free(struct phub_bench_verifier *v)
 	free(v);
 }
 
+bool
+phub_bench_rank_in(const struct phub_bench_change *changes, uint32_t n, uint16_t rank, uint32_t t)
+{
+	bool in = true;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (changes[i].rank == rank && t >= changes[i].iteration)
+			in = changes[i].joined;
+	return in;
+}
+
 /* Replay elements [off, off + n) of key through every iteration; the result is in v->out. */
 static void
 reference_block(struct phub_bench_verifier *v, uint32_t key, uint64_t off, size_t n)
@@ -121,16 +132,22 @@ reference_block(struct phub_bench_verifier *v, uint32_t key, uint64_t off, size_
 	memset(v->m, 0, n * sizeof(float));
 	memset(v->v, 0, n * sizeof(float));
 	for (t = 1; t <= v->p.iterations; t++) {
+		uint16_t in = 0;
+
+		/* The ranks in at iteration t: every one, but in an elastic job that lost some. */
 		for (r = 0; r < nw; r++)
-			v->srcs[r] = (const char *)phub_bench_grad(pat, r, t, key) +
-				off * pat->elem_size;
-		/* Ranks 0 .. N-2 summed in order, rank N-1 as the last arrival. */
-		if (nw > 1)
-			k->sum(v->acc, false, v->srcs, nw - 1, pat->dtype, n);
-		phub_opt_step_init(&step, &v->p.optimizer, t, nw);
+			if (phub_bench_rank_in(v->p.changes, v->p.n_changes, r, t))
+				v->srcs[in++] = (const char *)phub_bench_grad(pat, r, t, key) +
+					off * pat->elem_size;
+		if (in == 0)
+			continue;
+		/* Ranks summed in order, the last one in as the last arrival; the mean over them. */
+		if (in > 1)
+			k->sum(v->acc, false, v->srcs, in - 1u, pat->dtype, n);
+		phub_opt_step_init(&step, &v->p.optimizer, t, in);
 		buf = (struct phub_opt_buffers){
-			.acc = nw > 1 ? v->acc : NULL,
-			.grad = v->srcs[nw - 1],
+			.acc = in > 1 ? v->acc : NULL,
+			.grad = v->srcs[in - 1],
 			.weight = v->weight,
 			.m = v->m,
 			.v = v->v,

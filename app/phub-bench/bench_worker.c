@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,6 +32,9 @@ struct worker {
 	double last_progress;
 	struct bench_progress prog;
 	struct phub_bench_worker_result res;
+	/* An elastic job's membership changes, as libphub took them (phub_world_change()). */
+	struct phub_bench_change *changes;
+	uint32_t n_changes;
 };
 
 double
@@ -165,6 +169,8 @@ verify_against(struct worker *w, const char *model, uint32_t iterations,
 		.iterations = iterations,
 		.order_dependent = phub_bench_order_dependent(cfg->random_gradients,
 			cfg->deterministic, cfg->racks != NULL ? cfg->racks->n : 0),
+		.changes = w->changes,
+		.n_changes = w->n_changes,
 	};
 	size_t es = phub_dtype_size(cfg->dtype);
 	struct phub_bench_verifier *v;
@@ -314,6 +320,12 @@ exchange(struct worker *w, struct phub *h, uint32_t first, char *model, double *
 		w->prog.timed = w->res.timed;
 		w->prog.timed_s = w->res.timed_s;
 		progress(w, false);
+		if (it == cfg->die_at) {
+			/* A crash at an iteration boundary: no LEAVE, no result, nothing more. */
+			fprintf(stderr, "phub-bench: rank %u dies after iteration %u (--die-at)\n",
+				w->rank, it);
+			raise(SIGKILL);
+		}
 		if (it == cfg->pause_at && cfg->pause_ms > 0) {
 			struct timespec ts = {
 				.tv_sec = cfg->pause_ms / 1000,
@@ -416,6 +428,30 @@ connect_progress(void *arg, const struct phub_stats *st)
 	w->prog.initial_acks = st->initial_acks;
 	w->prog.initial_models = st->initial_models;
 	progress(w, false);
+}
+
+/* The membership changes libphub took (an elastic job), for the reference. 0 or -ENOMEM. */
+static int
+history_take(struct worker *w, struct phub *h)
+{
+	struct phub_stats st;
+	struct phub_world_change c;
+
+	if (phub_stats(h, &st) != 0 || st.world_changes == 0)
+		return 0;
+	w->changes = calloc(st.world_changes, sizeof(*w->changes));
+	if (w->changes == NULL) {
+		fail(w, -ENOMEM, "out of memory for %" PRIu64 " membership changes",
+			st.world_changes);
+		return -ENOMEM;
+	}
+	while (w->n_changes < st.world_changes &&
+	       phub_world_change(h, w->n_changes, &c) == 0) {
+		w->changes[w->n_changes++] = (struct phub_bench_change){
+			.rank = c.rank, .joined = c.joined != 0, .iteration = c.iteration,
+		};
+	}
+	return 0;
 }
 
 int
@@ -522,6 +558,12 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 	if (exchange(&w, h, first, model, times) != 0)
 		goto out;
 	stats_take(&w, h);
+	/* An elastic job's membership history, for the reference (phub_world_change()). */
+	w.res.world_end = phub_world_size(h);
+	for (uint16_t r = 0; r < cfg->world_size; r++)
+		w.res.removed += phub_rank_removed(h, r, NULL) == 1;
+	if (history_take(&w, h) != 0)
+		goto out;
 	/* Every rank has the final model once its last wait returned: leave, then check. */
 	phub_close(h);
 	h = NULL;
@@ -543,5 +585,6 @@ out:
 	free(times);
 	free(initial);
 	free(keys);
+	free(w.changes);
 	return w.res.status == 0 && w.res.verified ? EXIT_SUCCESS : EXIT_FAILURE;
 }

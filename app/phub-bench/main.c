@@ -123,6 +123,11 @@ usage(FILE *f)
 		"                       rank-order sums match the reference bit for bit (else\n"
 		"                       the check is within tolerance)\n"
 		"  --deterministic      ask the PBox to sum in rank order (JOIN flag)\n"
+		"  --elastic            an elastic job (JOIN flag): a rank that dies is removed\n"
+		"                       and the others go on; each worker's reference follows the\n"
+		"                       ranks the PBox removed and from which iteration\n"
+		"  --die-at I           with --rank: the worker kills itself (SIGKILL, no LEAVE)\n"
+		"                       after iteration I, as a crashed worker (elastic tests)\n"
 		"  --connect-timeout-ms T   joining fails after T ms without progress\n"
 		"                       (default 10000)\n"
 		"  --dead-ms T          PBox silent this long: the worker fails (default 10000)\n"
@@ -174,7 +179,7 @@ enum {
 	OPT_MTU, OPT_WINDOW, OPT_CHUNK, OPT_CSUM, OPT_CONNECT_TIMEOUT, OPT_DEAD, OPT_TIMEOUT,
 	OPT_JSON, OPT_QUIET, OPT_PRINT_LAYOUT, OPT_LIST_MODELS, OPT_HELP, OPT_PAUSE_AT,
 	OPT_GRADIENTS,
-	OPT_DETERMINISTIC, OPT_RACKS, OPT_NETNS_PREFIXES,
+	OPT_DETERMINISTIC, OPT_RACKS, OPT_NETNS_PREFIXES, OPT_ELASTIC, OPT_DIE_AT,
 };
 
 static const struct option long_opts[] = {
@@ -208,6 +213,8 @@ static const struct option long_opts[] = {
 	{ "csum", no_argument, NULL, OPT_CSUM },
 	{ "gradients", required_argument, NULL, OPT_GRADIENTS },
 	{ "deterministic", no_argument, NULL, OPT_DETERMINISTIC },
+	{ "elastic", no_argument, NULL, OPT_ELASTIC },
+	{ "die-at", required_argument, NULL, OPT_DIE_AT },
 	{ "connect-timeout-ms", required_argument, NULL, OPT_CONNECT_TIMEOUT },
 	{ "dead-ms", required_argument, NULL, OPT_DEAD },
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
@@ -376,6 +383,13 @@ parse_args(int argc, char **argv, struct options *o)
 			c->deterministic = true;
 			c->connect_flags |= PHUB_CONNECT_F_DETERMINISTIC;
 			break;
+		case OPT_ELASTIC:
+			c->connect_flags |= PHUB_CONNECT_F_ELASTIC;
+			break;
+		case OPT_DIE_AT:
+			rc = parse_u64(optarg, 1, UINT32_MAX, &v);
+			c->die_at = (uint32_t)v;
+			break;
 		case OPT_CONNECT_TIMEOUT:
 			rc = parse_u64(optarg, 1, 3600000, &v);
 			c->connect_timeout_ms = (uint32_t)v;
@@ -480,6 +494,10 @@ parse_args(int argc, char **argv, struct options *o)
 	if (c->server == NULL || !have_workers) {
 		fprintf(stderr, "phub-bench: --server and --workers (or --racks) are required"
 			" (--help)\n");
+		return -EINVAL;
+	}
+	if (c->die_at != 0 && o->rank < 0) {
+		fprintf(stderr, "phub-bench: --die-at is for one rank: give --rank\n");
 		return -EINVAL;
 	}
 	if (o->rank >= (int)c->world_size) {

@@ -123,7 +123,25 @@ struct phub_bench_verify_params {
 	 * aggregation): compare within tolerance even for SGD and NONE.
 	 */
 	bool order_dependent;
+	/*
+	 * An elastic job's membership history (libphub's phub_world_change()), in order: rank r
+	 * counts in iteration t when its last change at or before t has it in (no change: every
+	 * rank is in); the mean is over the ranks in. 0 changes: every rank throughout.
+	 */
+	const struct phub_bench_change *changes;
+	uint32_t n_changes;
 };
+
+/* One membership change of an elastic job. */
+struct phub_bench_change {
+	uint16_t rank;
+	bool joined;		/* in again from iteration; false: out from iteration */
+	uint32_t iteration;
+};
+
+/* Whether rank counts in iteration t, given the changes (in order). */
+bool phub_bench_rank_in(const struct phub_bench_change *changes, uint32_t n, uint16_t rank,
+		uint32_t t);
 
 /* What one comparison found; phub_bench_verify_key() adds to it. */
 struct phub_bench_verify_result {
@@ -247,6 +265,8 @@ struct phub_bench_worker_result {
 	double max_abs_error;
 	uint64_t mismatches;
 	uint64_t digest;		/* phub_bench_digest() of its final model (0: none) */
+	uint16_t world_end;		/* ranks left at the end (libphub's phub_world_size()) */
+	uint16_t removed;		/* ranks an elastic job removed */
 };
 
 /* What the run was. */

@@ -13,6 +13,13 @@
 #   unreachable  no PBox: a clear error and exit 1 within a bounded time
 #   wrong-nonce  rank 1 joins rank 0's job with another nonce: refused, exit 1
 #   worker-dies  a worker is killed mid-run: the parent says so and exits 1, no hang
+#   elastic      an elastic job of 4 ranks, one phub-bench per rank: rank 3 dies (SIGKILL, no
+#                LEAVE) after iteration 4, the soft PBox removes it after --worker-dead-ms (1.5 s:
+#                above libphub's 1 s keep-alive, or the waiting ranks look silent too) and
+#                the three others finish with the model their membership reference computes,
+#                bit for bit, and report 3 ranks left
+#   elastic-rejoin  the same, then rank 3 is started again once removed: the PBox takes it back
+#                at an iteration boundary, and all four finish with the model of that history
 #   pbox-dies    the PBox is killed mid-run: the workers fail and the parent exits 1
 #   fault        PHUB_BENCH_FAULT=ulp (rank 0's model one ulp off): SGD fails the check with
 #                the key and element named; Nesterov accepts it as rounding (not bitwise)
@@ -170,6 +177,81 @@ wrong-nonce)
 	[ "$rc" = 1 ] || fail "exit $rc, expected 1"
 	grep -qi "nonce\|permission" "$tmp/bench.err" || fail "the refusal does not say why"
 	json_check 'r["verified"] is False' 'r["per_worker"][0]["rank"] == 1'
+	;;
+elastic)
+	start_pbox --worker-dead-ms 1500
+	common=(--server 127.0.0.1 --port "$port" --quiet --json --job "elastic-$$"
+		--workers 4 --keys 5 --key-elems 3000 --iterations 8 --gradients random
+		--deterministic --elastic)
+	pids=()
+	for r in 0 1 2 3; do
+		extra=()
+		[ "$r" = 3 ] && extra=(--die-at 4)
+		timeout 120 "$bench" "${common[@]}" --rank "$r" "${extra[@]}" \
+			>"$tmp/bench$r.out" 2>"$tmp/bench$r.err" &
+		pids+=($!)
+	done
+	for r in 0 1 2 3; do
+		wait "${pids[$r]}"
+		rcs[$r]=$?
+	done
+	[ "${rcs[3]}" != 0 ] || fail "rank 3 did not die"
+	grep -q "dies after iteration 4" "$tmp/bench3.err" || fail "rank 3 did not die at 4"
+	for r in 0 1 2; do
+		[ "${rcs[$r]}" = 0 ] || fail "rank $r exited ${rcs[$r]}"
+		cp "$tmp/bench$r.out" "$tmp/bench.out"
+		json_check 'r["verified"] is True' 'r["verify_mode"] == "exact"' \
+			'all(w["bitwise"] for w in r["per_worker"])' \
+			'all(w["world_end"] == 3 and w["removed"] == 1 for w in r["per_worker"])' \
+			'r["per_worker"][0]["iterations"] == 8'
+	done
+	echo "PASS: three ranks finished without the fourth, models exact to their reference"
+	;;
+elastic-rejoin)
+	start_pbox --worker-dead-ms 1500 --log
+	common=(--server 127.0.0.1 --port "$port" --quiet --json --job "rejoin-$$"
+		--workers 4 --keys 5 --key-elems 3000 --iterations 12 --gradients random
+		--deterministic --elastic)
+	pids=()
+	for r in 0 1 2 3; do
+		extra=()
+		# The others wait after iteration 6 (PINGing: worker_dead_ms is above libphub's 1 s
+	# keep-alive), so that rank 3 is back before the end.
+		if [ "$r" = 3 ]; then extra=(--die-at 4); else extra=(--pause-at 6:3000); fi
+		timeout 120 "$bench" "${common[@]}" --rank "$r" "${extra[@]}" \
+			>"$tmp/bench$r.out" 2>"$tmp/bench$r.err" &
+		pids+=($!)
+	done
+	wait "${pids[3]}" && fail "rank 3 did not die"
+	for _ in $(seq 100); do
+		grep -q 'removed from iteration' "$tmp/pbox.err" && break
+		sleep 0.05
+	done
+	grep -q 'rank 3 silent .*removed from iteration 5 on' "$tmp/pbox.err" ||
+		fail "the PBox did not remove rank 3"
+	timeout 120 "$bench" "${common[@]}" --rank 3 >"$tmp/again3.out" 2>"$tmp/again3.err"
+	rc3=$?
+	for r in 0 1 2; do
+		wait "${pids[$r]}"
+		rcs[$r]=$?
+	done
+	back=$(sed -n 's/.*rank 3, removed from iteration 5, joins again from iteration \([0-9]*\).*/\1/p' \
+		"$tmp/pbox.err")
+	[ -n "$back" ] || fail "the PBox did not take rank 3 back"
+	echo "rank 3: out from iteration 5, back from iteration $back"
+	grep -q "resumes job 'rejoin-$$' at iteration $back" "$tmp/again3.err" ||
+		fail "rank 3 did not resume at $back"
+	[ "$rc3" = 0 ] || fail "rank 3 (again) exited $rc3"
+	for r in 0 1 2 again3; do
+		f=$tmp/bench$r.out
+		[ "$r" = again3 ] && f=$tmp/again3.out
+		[ "$r" = again3 ] || [ "${rcs[$r]}" = 0 ] || fail "rank $r exited ${rcs[$r]}"
+		cp "$f" "$tmp/bench.out"
+		json_check 'r["verified"] is True' 'r["verify_mode"] == "exact"' \
+			'all(w["bitwise"] for w in r["per_worker"])' \
+			'all(w["world_end"] == 4 and w["removed"] == 0 for w in r["per_worker"])'
+	done
+	echo "PASS: rank 3 died, was removed, came back; four models exact to that history"
 	;;
 worker-dies)
 	start_pbox

@@ -300,6 +300,52 @@ phub_info(struct phub *h, struct phub_info *info)
 	return 0;
 }
 
+uint16_t
+phub_world_size(struct phub *h)
+{
+	uint16_t n;
+
+	if (h == NULL)
+		return 0;
+	pthread_mutex_lock(&h->lock);
+	n = h->world_live;
+	pthread_mutex_unlock(&h->lock);
+	return n;
+}
+
+int
+phub_world_change(struct phub *h, uint32_t i, struct phub_world_change *change)
+{
+	int rc = 0;
+
+	if (h == NULL || change == NULL)
+		return -EINVAL;
+	pthread_mutex_lock(&h->lock);
+	if (i >= h->stats.world_changes || i >= CLIENT_MAX_CHANGES)
+		rc = -ENOENT;
+	else
+		*change = h->changes[i];
+	pthread_mutex_unlock(&h->lock);
+	return rc;
+}
+
+int
+phub_rank_removed(struct phub *h, uint16_t rank, uint32_t *iteration)
+{
+	uint32_t from;
+
+	if (h == NULL || rank >= h->world_size)
+		return -EINVAL;
+	pthread_mutex_lock(&h->lock);
+	from = h->removed_from[rank];
+	pthread_mutex_unlock(&h->lock);
+	if (from == UINT32_MAX)
+		return 0;
+	if (iteration != NULL)
+		*iteration = from;
+	return 1;
+}
+
 int
 phub_resume(struct phub *h, uint32_t *iteration)
 {
@@ -386,9 +432,11 @@ params_check(const struct phub_connect_params *p, char *err, size_t errlen)
 		client_set_err(err, errlen, "mtu %u is below %d", p->mtu, PHUB_WIRE_MIN_MTU);
 		return -EINVAL;
 	}
-	if ((p->flags & ~(PHUB_CONNECT_F_CSUM | PHUB_CONNECT_F_DETERMINISTIC)) != 0) {
+	if ((p->flags & ~(PHUB_CONNECT_F_CSUM | PHUB_CONNECT_F_DETERMINISTIC |
+			PHUB_CONNECT_F_ELASTIC)) != 0) {
 		client_set_err(err, errlen, "unknown flags 0x%x",
-				p->flags & ~(PHUB_CONNECT_F_CSUM | PHUB_CONNECT_F_DETERMINISTIC));
+				p->flags & ~(PHUB_CONNECT_F_CSUM | PHUB_CONNECT_F_DETERMINISTIC |
+					PHUB_CONNECT_F_ELASTIC));
 		return -EINVAL;
 	}
 	return 0;
@@ -597,6 +645,10 @@ phub_connect(const struct phub_connect_params *p, char *err, size_t errlen)
 	h->start_ns = client_now_ns();
 	h->rank = p->rank;
 	h->world_size = p->world_size;
+	h->world_live = p->world_size;
+	h->stats.world_size = p->world_size;
+	for (unsigned int r = 0; r < CLIENT_MAX_RANKS; r++)
+		h->removed_from[r] = UINT32_MAX;
 	h->dtype = (uint8_t)p->dtype;
 	h->elem_size = (uint32_t)phub_dtype_size((enum phub_dtype)p->dtype);
 	h->tx_flags = (p->flags & PHUB_CONNECT_F_CSUM) ? PHUB_WIRE_F_CSUM : 0;

@@ -73,6 +73,8 @@ join_prepare(struct phub *h, const struct phub_connect_params *p, struct client_
 	j->join_flags = (p->flags & PHUB_CONNECT_F_CSUM) ? PHUB_WIRE_JOIN_F_CSUM : 0;
 	if (p->flags & PHUB_CONNECT_F_DETERMINISTIC)
 		j->join_flags |= PHUB_WIRE_JOIN_F_DETERMINISTIC;
+	if (p->flags & PHUB_CONNECT_F_ELASTIC)
+		j->join_flags |= PHUB_WIRE_JOIN_F_ELASTIC;
 	j->hyper.lr = p->lr;
 	j->hyper.momentum = p->momentum;
 	j->hyper.weight_decay = p->weight_decay;

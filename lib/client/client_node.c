@@ -611,6 +611,53 @@ rx_error(struct phub *h, const struct phub_wire_msg *msg)
 			(int)e.msg_len, e.text);
 }
 
+/*
+ * WORLD: an elastic job removed a rank, or took one back. Changes are taken in order, each
+ * answered (WORLD_ACK to the control port); one taken before is answered again (our answer was
+ * lost), one past the next is left for the PBox to send again after the one before it. Whether
+ * a change takes the rank out or back in follows from the changes before it.
+ */
+static void
+rx_world(struct phub *h, const struct phub_wire_msg *msg)
+{
+	uint16_t change = PHUB_WIRE_WORLD_CHANGE(msg->aux);
+	uint16_t who = PHUB_WIRE_WORLD_RANK(msg->aux);
+	struct phub_wire_msg ack;
+
+	if (msg->job_id != h->job_id || msg->session_token != h->token || change == 0 ||
+	    change > h->stats.world_changes + 1 || who >= h->world_size) {
+		h->stats.rx_dropped++;
+		return;
+	}
+	if (change == h->stats.world_changes + 1) {
+		bool out = h->removed_from[who] != UINT32_MAX;
+
+		pthread_mutex_lock(&h->lock);
+		if (out) {
+			h->removed_from[who] = UINT32_MAX;
+			h->world_live++;
+		} else {
+			h->removed_from[who] = msg->iteration;
+			h->world_live--;
+		}
+		if (change <= CLIENT_MAX_CHANGES)
+			h->changes[change - 1] = (struct phub_world_change){
+				.rank = who, .joined = out, .iteration = msg->iteration,
+			};
+		h->stats.world_changes = change;
+		h->stats.world_size = h->world_live;
+		pthread_mutex_unlock(&h->lock);
+	}
+	phub_wire_msg_init(&ack, PHUB_WIRE_OP_WORLD_ACK);
+	ack.flags = 0;
+	ack.job_id = h->job_id;
+	ack.session_token = h->token;
+	ack.worker_rank = h->rank;
+	ack.iteration = msg->iteration;
+	ack.aux = msg->aux;
+	tx_add(h, &h->ctrl, &ack, NULL);
+}
+
 static void
 rx_one(struct phub *h, const uint8_t *buf, size_t len, uint64_t now)
 {
@@ -640,6 +687,9 @@ rx_one(struct phub *h, const uint8_t *buf, size_t len, uint64_t now)
 		break;
 	case PHUB_WIRE_OP_ERROR:
 		rx_error(h, &msg);
+		break;
+	case PHUB_WIRE_OP_WORLD:
+		rx_world(h, &msg);
 		break;
 	default:
 		/* Late JOIN_ACKs and the like: nothing left to do with them. */

@@ -21,6 +21,11 @@
 #include "layout/phub_layout.h"
 #include "wire/phub_wire.h"
 
+/* Ranks of a job at most: the PBox's bitmap (PHUB_ENGINE_MAX_WORKERS). */
+#define CLIENT_MAX_RANKS 256
+/* Membership changes of an elastic job kept for phub_world_change() (the PBox's bound). */
+#define CLIENT_MAX_CHANGES 1024
+
 #define CLIENT_DTYPE_SAME_(n, v, sz, s) \
 	static_assert(PHUB_DTYPE_##n == (v), "phub.h: PHUB_DTYPE_" #n " differs from phub_types.h");
 PHUB_FOREACH_DTYPE(CLIENT_DTYPE_SAME_)
@@ -223,6 +228,11 @@ struct phub {
 	bool stop;
 	char errmsg[CLIENT_ERRMSG];
 	struct phub_stats pub_stats;	/* snapshot published by the progress thread */
+	/* Elastic jobs: each rank's first iteration without it, UINT32_MAX while it is in. */
+	uint32_t removed_from[CLIENT_MAX_RANKS];
+	uint16_t world_live;		/* the ranks left */
+	/* The membership changes taken, in order (at most CLIENT_MAX_CHANGES are kept). */
+	struct phub_world_change changes[CLIENT_MAX_CHANGES];
 	atomic_bool sleeping;		/* the progress thread is (about to be) in ppoll */
 
 	/* Progress thread only. */

@@ -64,6 +64,13 @@ phub_dtype_size(enum phub_dtype dtype)
  * configured with "deterministic" gives it to every rank without the flag.
  */
 #define PHUB_CONNECT_F_DETERMINISTIC 0x2u
+/*
+ * An elastic job (on_worker_dead "continue", for a job the PBox's config does not declare): a
+ * rank that dies is removed at an iteration boundary and the job goes on with the others, the
+ * mean over the ranks left; phub_world_size() and phub_rank_removed() say who is left. Every
+ * rank must ask alike (LAYOUT_MISMATCH otherwise).
+ */
+#define PHUB_CONNECT_F_ELASTIC 0x4u
 
 /* One key (a layer's tensor) of the job. Every rank declares the same keys in the same order. */
 struct phub_key {
@@ -157,6 +164,9 @@ struct phub_stats {
 	 * in its broadcast after all: ranks that push in another order, not loss (client.md).
 	 */
 	uint64_t pulls_early;
+	/* Elastic jobs (PHUB_CONNECT_F_ELASTIC): the ranks left, and the changes taken (WORLD). */
+	uint64_t world_size;
+	uint64_t world_changes;
 };
 
 /* What the PBox decided at JOIN. */
@@ -298,6 +308,35 @@ int phub_stats(struct phub *h, struct phub_stats *stats);
 
 /* The job's geometry as the PBox set it; 0 or -EINVAL. */
 int phub_info(struct phub *h, struct phub_info *info);
+
+/*
+ * The ranks of the job still in it: world_size, less the ranks an elastic job removed (a WORLD
+ * from the PBox), 0 for h NULL. Changes come in on the progress thread; a pushpull completed
+ * after a change was made with it.
+ */
+uint16_t phub_world_size(struct phub *h);
+
+/*
+ * Whether rank is out of the job now (1, with *iteration the first iteration none of its
+ * gradients reached: its sums divide by the ranks left), or in (0); -EINVAL for a bad rank.
+ * iteration may be NULL. A removed rank may come back (phub_world_change()).
+ */
+int phub_rank_removed(struct phub *h, uint16_t rank, uint32_t *iteration);
+
+/* One change of an elastic job's membership, as the PBox announced it (WORLD). */
+struct phub_world_change {
+	uint16_t rank;		/* the rank removed or back */
+	uint8_t joined;		/* 1: back in from iteration on; 0: out from iteration on */
+	uint32_t iteration;
+};
+
+/*
+ * Change i (from 0, in the order they happened) of the job's membership: 0, -ENOENT past the
+ * last one taken (phub_stats().world_changes of them), -EINVAL. A rank's gradients count in
+ * iteration t when its last change at or before t (none: every rank is in from the start) has
+ * it in: the history a reference of the job's model follows.
+ */
+int phub_world_change(struct phub *h, uint32_t i, struct phub_world_change *change);
 
 /*
  * Leave the job and free the session: tickets still pending complete with -ECANCELED (their

@@ -136,9 +136,11 @@ dump_jobs(const struct phub_config *cfg, FILE *f)
 		fprintf(f, "%s\n    {\n      \"name\": ", i == 0 ? "" : ",");
 		put_string(f, job->name);
 		fprintf(f, ",\n      \"nonce\": \"0x%016llx\",\n      \"workers\": %u,\n"
-			"      \"dtype\": \"%s\",\n      \"deterministic\": %s,\n",
+			"      \"dtype\": \"%s\",\n      \"deterministic\": %s,\n"
+			"      \"on_worker_dead\": \"%s\",\n",
 			(unsigned long long)job->nonce, job->workers,
-			phub_dtype_name(job->dtype), job->deterministic ? "true" : "false");
+			phub_dtype_name(job->dtype), job->deterministic ? "true" : "false",
+			job->on_worker_dead == PHUB_CONFIG_ON_DEAD_CONTINUE ? "continue" : "fail");
 		dump_optimizer(&job->optimizer, f);
 		if (job->n_racks != 0) {
 			fprintf(f, "      ,\"racks\": [");

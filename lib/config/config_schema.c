@@ -44,6 +44,9 @@ static const char *const idle_names[] = { PHUB_CONFIG_FOREACH_IDLE(NAME_) NULL }
 #define DTYPE_NAME_(id, v, sz, name) [PHUB_DTYPE_##id] = name,
 static const char *const dtype_names[] = { PHUB_FOREACH_DTYPE(DTYPE_NAME_) NULL };
 #undef DTYPE_NAME_
+static const char *const on_dead_names[] = {
+	[PHUB_CONFIG_ON_DEAD_FAIL] = "fail", [PHUB_CONFIG_ON_DEAD_CONTINUE] = "continue", NULL
+};
 #define OPT_NAME_(id, v, name) [PHUB_OPT_##id] = name,
 static const char *const optimizer_names[] = { PHUB_FOREACH_OPT(OPT_NAME_) NULL };
 #undef OPT_NAME_
@@ -653,6 +656,8 @@ static const struct cfg_field job_fields[] = {
 	F_CUSTOM("deterministic", offsetof(struct phub_config_job, deterministic), parse_job_bool,
 		 0),
 	F_CUSTOM("optimizer", offsetof(struct phub_config_job, optimizer), parse_optimizer, 0),
+	F_ENUM("on_worker_dead", struct phub_config_job, on_worker_dead, on_dead_names,
+	       PHUB_CONFIG_ON_DEAD_FAIL, 0),
 	F_CUSTOM("racks", 0, parse_racks, 0),
 	F_END
 };

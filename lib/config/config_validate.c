@@ -428,6 +428,11 @@ validate_job_racks(struct cfg_ctx *ctx, struct phub_config *cfg, unsigned int i)
 	unsigned int self = job->n_racks, total = 0;
 	char path[PATH_LEN];
 
+	if (job->on_worker_dead == PHUB_CONFIG_ON_DEAD_CONTINUE) {
+		snprintf(path, sizeof(path), "jobs[%u].on_worker_dead", i);
+		return cfg_error_at(ctx, path, "\"continue\" is for a job of one PBox: the racks "
+				    "of a ring sum in step, none can go on without a rank");
+	}
 	for (unsigned int r = 0; r < job->n_racks; r++) {
 		struct phub_config_job_rack *rack = &job->racks[r];
 

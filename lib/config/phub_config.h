@@ -211,6 +211,12 @@ struct phub_config_job_rack {
 	uint16_t rank_base;
 };
 
+/* jobs[].on_worker_dead: what a rank silent for timeouts.worker_dead_ms does to its job. */
+enum phub_config_on_worker_dead {
+	PHUB_CONFIG_ON_DEAD_FAIL = 0,		/* the job ends (ERROR WORKER_TIMEOUT) */
+	PHUB_CONFIG_ON_DEAD_CONTINUE = 1,	/* the rank is removed, the others go on */
+};
+
 struct phub_config_job {
 	uint64_t nonce;
 	uint16_t workers;		/* the whole job's ranks, over every rack of its ring */
@@ -219,6 +225,7 @@ struct phub_config_job {
 	struct phub_config_job_rack racks[PHUB_CONFIG_MAX_RACKS];
 	enum phub_dtype dtype;
 	bool deterministic;
+	enum phub_config_on_worker_dead on_worker_dead;
 	struct phub_config_optimizer optimizer;
 	char name[PHUB_CONFIG_JOB_NAME_MAX];
 };

@@ -204,6 +204,17 @@ join_wants_deterministic(const struct phub_control *ctl, const struct phub_wire_
 	return cfg || (join->join_flags & PHUB_WIRE_JOIN_F_DETERMINISTIC) != 0;
 }
 
+/* on_worker_dead: the config's for a declared job, else the JOIN's flag. */
+static bool
+join_wants_elastic(const struct phub_control *ctl, const struct phub_wire_join *join)
+{
+	const struct phub_control_declared_job *d = control_declared_find(ctl, join->name);
+
+	if (d != NULL)
+		return d->elastic;
+	return (join->join_flags & PHUB_WIRE_JOIN_F_ELASTIC) != 0;
+}
+
 static void
 job_create_error(struct phub_control *ctl, const struct phub_control_peer *to,
 		const struct phub_wire_msg *msg, const struct phub_wire_join *join, int err,
@@ -267,6 +278,7 @@ job_create(struct phub_control *ctl, const struct phub_control_peer *to,
 	p.optimizer.beta2 = join->hyper.beta2;
 	p.optimizer.eps = join->hyper.eps;
 	p.deterministic = join_wants_deterministic(ctl, join);
+	p.elastic = join_wants_elastic(ctl, join);
 	/* A job declared in the config fixes the nonce, size, dtype and optimizer. */
 	if (declared != NULL) {
 		if (declared->nonce != join->nonce) {
@@ -385,6 +397,12 @@ job_for_join(struct phub_control *ctl, const struct phub_control_peer *to,
 				join->rank, what);
 		return NULL;
 	}
+	if (join_wants_elastic(ctl, join) != phub_engine_job_elastic(job)) {
+		control_send_error(ctl, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
+				"job %s: rank %u declares another on_worker_dead (elastic flag) "
+				"than the job has", join->name, join->rank);
+		return NULL;
+	}
 	phub_control_decl_complete(&control_cjob(ctl, job)->decl, join);
 	return job;
 }
@@ -413,6 +431,15 @@ send_join_ack(struct phub_control *ctl, const struct phub_control_peer *to,
 	p.ack.job_id = info.job_id;
 	/* The first iteration to push: one past what every segment finished (0: a new job). */
 	p.ack.iteration = info.iteration_min + 1;
+	/* A readmitted rank's: its boundary, before which the others go on without it. */
+	{
+		uint16_t local;
+		uint32_t from;
+
+		if (phub_engine_job_local_rank(job, rank, &local) &&
+		    phub_engine_job_rank_joining(job, local, &from))
+			p.ack.iteration = from;
+	}
 	p.ack.chunk_bytes = phub_layout_chunk_elems(layout) * PHUB_LAYOUT_MODEL_ELEM_SIZE;
 	p.ack.seg_elems = phub_layout_segment_elems(layout);
 	p.session_token = token;
@@ -434,6 +461,8 @@ send_join_ack(struct phub_control *ctl, const struct phub_control_peer *to,
 	free(map);
 }
 
+static void send_worlds(struct phub_control *ctl, struct phub_engine_job *job);
+
 static void
 join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
 		const struct phub_wire_msg *msg, const struct phub_control_join *cj)
@@ -442,7 +471,8 @@ join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
 	struct phub_engine_peer peer, old;
 	struct phub_engine_job *job;
 	uint64_t token, old_token;
-	bool created, replay;
+	uint32_t removed_from, rejoin_at;
+	bool created, replay, readmitted = false;
 	uint16_t rank;
 	struct cjob *c;
 	int rc;
@@ -457,6 +487,27 @@ join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
 	peer.ipv4 = to->ipv4;
 	peer.udp_port = to->udp_port;
 	memcpy(peer.mac, to->mac, sizeof(peer.mac));
+	/*
+	 * A removed rank comes back at an iteration boundary (docs/design.md, "Elastic jobs"):
+	 * the others hear of it (WORLD), and it hears of every change from the first.
+	 */
+	if (phub_engine_job_rank_removed(job, rank, &removed_from)) {
+		c = control_cjob(ctl, job);
+		if (c->changes >= CONTROL_MAX_CHANGES ||
+		    phub_engine_job_rank_readmit(job, rank, &rejoin_at) != 0) {
+			control_send_error(ctl, to, msg, PHUB_WIRE_ERR_RANK_TAKEN,
+					"job %s: rank %u was removed from iteration %u on and "
+					"cannot join again", join->name, join->rank, removed_from);
+			return;
+		}
+		c->change_rank[c->changes] = rank;
+		c->change_iteration[c->changes++] = rejoin_at;
+		c->world_acked[rank] = 0;
+		control_log(ctl, PHUB_CONTROL_LOG_NOTICE, "job %s: rank %u, removed from "
+				"iteration %u, joins again from iteration %u", join->name,
+				join->rank, removed_from, rejoin_at);
+		readmitted = true;
+	}
 	/* The data path reads it with the endpoint: CSUM on this rank's ACKs and MODELs. */
 	peer.flags = (join->join_flags & PHUB_WIRE_JOIN_F_CSUM) ? PHUB_ENGINE_PEER_F_CSUM : 0;
 	/* The same rank from the same source again: its JOIN_ACK was lost, this is a replay. */
@@ -483,6 +534,8 @@ join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
 	send_join_ack(ctl, to, job, join->rank, token,
 			(uint8_t)(((peer.flags & PHUB_ENGINE_PEER_F_CSUM) ? PHUB_WIRE_F_CSUM : 0) |
 				(replay ? PHUB_WIRE_F_REPLAY : 0)));
+	if (readmitted)
+		send_worlds(ctl, job);
 }
 
 static void
@@ -567,6 +620,78 @@ handle_leave(struct phub_control *ctl, const struct phub_control_peer *from,
 	ctl->stats.leaves++;
 }
 
+/* The change after the last one rank acknowledged, to it: WORLD. */
+static void
+send_world(struct phub_control *ctl, struct phub_engine_job *job, uint16_t rank)
+{
+	struct cjob *cj = control_cjob(ctl, job);
+	uint16_t change = (uint16_t)(cj->world_acked[rank] + 1u);
+	uint16_t who = cj->change_rank[change - 1u];
+	uint32_t from = cj->change_iteration[change - 1u];
+	struct phub_control_peer to;
+	struct phub_engine_peer peer;
+	struct phub_wire_msg m;
+	uint64_t token;
+	int len;
+
+	if (!phub_engine_job_rank(job, rank, &peer, &token))
+		return;
+	to.ipv4 = peer.ipv4;
+	to.udp_port = peer.udp_port;
+	to.port = cj->rank_port[rank];
+	memcpy(to.mac, peer.mac, sizeof(to.mac));
+	phub_wire_msg_init(&m, PHUB_WIRE_OP_WORLD);
+	m.job_id = phub_engine_job_id(job);
+	m.session_token = token;
+	m.worker_rank = (uint16_t)(phub_engine_job_rank_base(job) + rank);
+	m.iteration = from;
+	m.aux = PHUB_WIRE_WORLD_AUX(change, phub_engine_job_rank_base(job) + who);
+	if (peer.flags & PHUB_ENGINE_PEER_F_CSUM)
+		m.flags |= PHUB_WIRE_F_CSUM;
+	len = phub_wire_encode(ctl->buf, sizeof(ctl->buf), &m);
+	if (len > 0) {
+		control_send(ctl, &to, ctl->buf, (size_t)len);
+		ctl->stats.worlds_sent++;
+	}
+}
+
+/* Every live rank behind the job's last change hears of the next one. */
+static void
+send_worlds(struct phub_control *ctl, struct phub_engine_job *job)
+{
+	struct cjob *cj = control_cjob(ctl, job);
+
+	for (uint16_t r = 0; r < phub_engine_job_world_size(job); r++)
+		if (cj->world_acked[r] < cj->changes && !phub_engine_job_rank_removed(job, r, NULL))
+			send_world(ctl, job, r);
+}
+
+static void
+handle_world_ack(struct phub_control *ctl, const struct phub_control_peer *from,
+		const struct phub_wire_msg *msg)
+{
+	struct phub_engine_job *job = phub_engine_job_lookup(ctl->p.engine, msg->job_id);
+	struct phub_control_addr src = { .ipv4 = from->ipv4, .udp_port = from->udp_port };
+	uint16_t change = PHUB_WIRE_WORLD_CHANGE(msg->aux);
+	struct cjob *cj;
+	uint16_t rank;
+
+	/* Only the session's own address acknowledges, and only a change that was made. */
+	if (job == NULL || phub_control_session_check(job, &src, msg) != PHUB_DROP_OK ||
+	    !phub_engine_job_local_rank(job, msg->worker_rank, &rank)) {
+		ctl->stats.drops[PHUB_DROP_BAD_TOKEN]++;
+		return;
+	}
+	cj = control_cjob(ctl, job);
+	if (change == 0 || change > cj->changes || change <= cj->world_acked[rank])
+		return;
+	cj->world_acked[rank] = change;
+	ctl->stats.world_acks++;
+	/* The next change at once, if there is one. */
+	if (change < cj->changes)
+		send_world(ctl, job, rank);
+}
+
 static void
 handle_ping(struct phub_control *ctl, const struct phub_control_peer *from,
 		const struct phub_wire_msg *msg)
@@ -620,6 +745,9 @@ phub_control_input(struct phub_control *ctl, const struct phub_control_peer *fro
 		break;
 	case PHUB_WIRE_OP_PING:
 		handle_ping(ctl, from, &msg);
+		break;
+	case PHUB_WIRE_OP_WORLD_ACK:
+		handle_world_ack(ctl, from, &msg);
 		break;
 	case PHUB_WIRE_OP_RING_HELLO:
 	case PHUB_WIRE_OP_RING_HELLO_ACK:
@@ -709,6 +837,40 @@ job_timeout(struct phub_control *ctl, struct phub_engine_job *job, uint16_t dead
 			ctl->p.worker_dead_ms);
 	snprintf(text, sizeof(text), "rank %u silent for %" PRIu64 " ms%s", rank, silent_ms, why);
 	control_job_abort(ctl, job, PHUB_WIRE_ERR_WORKER_TIMEOUT, iteration, text);
+}
+
+/*
+ * An elastic job goes on without a rank that has been silent for worker_dead_ms while others
+ * wait on it: the engine removes it, the others learn the new world size (WORLD). False when
+ * it cannot (the rank has not passed the initial-model round): the job ends as a "fail" one.
+ */
+static bool
+job_remove_rank(struct phub_control *ctl, struct phub_engine_job *job, uint16_t dead,
+		uint64_t silent_ms)
+{
+	struct cjob *cj = control_cjob(ctl, job);
+	struct phub_engine_job_info info;
+	uint32_t from;
+	int rc;
+
+	if (cj->changes >= CONTROL_MAX_CHANGES)
+		return false;
+	rc = phub_engine_job_rank_remove(job, dead, &from);
+	if (rc != 0)
+		return false;
+	cj->change_rank[cj->changes] = dead;
+	cj->change_iteration[cj->changes++] = from;
+	ctl->stats.ranks_removed++;
+	phub_engine_job_get_info(job, &info);
+	control_log(ctl, PHUB_CONTROL_LOG_NOTICE, "job %s (id %u): rank %u silent for %" PRIu64
+			" ms (timeouts.worker_dead_ms %u): removed from iteration %u on "
+			"(on_worker_dead continue); %u of %u ranks go on", info.name, info.job_id,
+			phub_engine_job_rank_base(job) + dead, silent_ms, ctl->p.worker_dead_ms,
+			from, info.live, info.world_size);
+	send_worlds(ctl, job);
+	if (info.joined == 0)
+		phub_control_job_end(ctl, job);
+	return true;
 }
 
 /* The silent rank others wait on, if any: the one silent the longest, for more than dead_ns. */
@@ -830,11 +992,14 @@ check_liveness(struct phub_control *ctl, uint64_t now)
 		struct phub_engine_job *job = cj->job;
 		uint64_t silent_ns;
 		uint32_t iteration;
-		uint16_t dead;
+		uint16_t dead = 0;
 
 		if (job == NULL || orphan_expired(ctl, job, now) ||
 		    job_abandoned(ctl, job, dead_ns) || control_ring_check(ctl, cj, now))
 			continue;
+		/* WORLDs not yet acknowledged go again. */
+		if (cj->changes != 0)
+			send_worlds(ctl, job);
 		if (!job_find_dead(job, dead_ns, &dead, &silent_ns, &iteration)) {
 			cj->suspect_seen = false;
 			continue;
@@ -845,6 +1010,9 @@ check_liveness(struct phub_control *ctl, uint64_t now)
 			continue;
 		}
 		cj->suspect_seen = false;
+		if (phub_engine_job_elastic(job) && job_remove_rank(ctl, job, dead,
+				silent_ns / 1000000u))
+			continue;
 		job_timeout(ctl, job, dead, silent_ns / 1000000u, iteration);
 	}
 }

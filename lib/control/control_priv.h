@@ -34,6 +34,9 @@ struct cring {
 	uint64_t drain_since_ns;
 };
 
+/* Membership changes an elastic job keeps (WORLD's change counts them in 16 bits). */
+#define CONTROL_MAX_CHANGES 1024
+
 /*
  * What the control plane keeps per job, by engine slot (phub_engine_job_slot()). A rank found
  * silent is waited on: the job ends only when the next check finds the same, so that one racy
@@ -51,6 +54,16 @@ struct cjob {
 	bool orphan_seen;
 	uint64_t orphan_since_ns;
 	struct cring ring;
+	/*
+	 * Elastic jobs: the membership changes, in order (change c is change_rank[c - 1] removed
+	 * or readmitted from change_iteration[c - 1]), and the last change each rank acknowledged
+	 * (WORLD_ACK); WORLD goes again every liveness period to a rank behind. At most
+	 * CONTROL_MAX_CHANGES per job: a rank dying past them ends the job as "fail" would.
+	 */
+	uint16_t changes;
+	uint16_t change_rank[CONTROL_MAX_CHANGES];
+	uint32_t change_iteration[CONTROL_MAX_CHANGES];
+	uint16_t world_acked[PHUB_ENGINE_MAX_WORKERS];
 };
 
 /* The MAC and port of recent JOIN sources, for the ERROR JOIN_TIMEOUT of one left incomplete. */

@@ -254,6 +254,7 @@ struct phub_control_declared_job {
 	enum phub_dtype dtype;
 	struct phub_optimizer_params optimizer;
 	bool deterministic;
+	bool elastic;			/* on_worker_dead "continue" (docs/config.md) */
 	/* A job across racks (docs/hierarchy.md): 2 .. 16 racks, this PBox among them; 0: none. */
 	uint16_t n_racks;
 	const struct phub_control_rack *racks;
@@ -313,6 +314,9 @@ struct phub_control_stats {
 	uint64_t ring_hellos_early;	/* for a declared ring job not made here yet: unanswered */
 	uint64_t ring_hellos_refused;	/* another ring, nonce, position or address: logged */
 	uint64_t ring_jobs_failed;	/* ended because a ring peer fell silent or restarted */
+	uint64_t ranks_removed;		/* dead ranks an elastic job went on without */
+	uint64_t worlds_sent;		/* WORLD datagrams, first and again */
+	uint64_t world_acks;		/* WORLD_ACKs that acknowledged a change */
 	uint64_t drops[PHUB_DROP_REASON_MAX];
 };
 

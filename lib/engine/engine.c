@@ -145,6 +145,9 @@ job_check_params(const struct phub_engine_job_params *p)
 			p->ring->holds_rank0 != (p->ring->rank_base == 0) ||
 			p->ring->rto_ns == 0 || p->ring->rto_max_ns < p->ring->rto_ns))
 		return -EINVAL;
+	/* A ring job's ranks are summed by every rack in step: none may leave it alone. */
+	if (p->elastic && p->ring != NULL)
+		return -EINVAL;
 	return 0;
 }
 
@@ -290,6 +293,7 @@ phub_engine_job_create(struct phub_engine *engine, const struct phub_engine_job_
 	job->first_iteration = p->first_iteration;
 	job->ckpt_shadow = p->checkpoint_shadow;
 	job->deterministic = p->deterministic;
+	job->elastic = p->elastic;
 	if (p->ring != NULL) {
 		job->ring.racks = p->ring->racks;
 		job->ring.pos = p->ring->pos;
@@ -630,6 +634,8 @@ phub_engine_job_get_info(const struct phub_engine_job *job, struct phub_engine_j
 	info->iteration_max = hi - 1;
 	info->segments_completed = atomic_load(&job->segments_completed);
 	info->deterministic = job->deterministic;
+	info->elastic = job->elastic;
+	info->live = phub_engine_job_live(job);
 }
 
 bool
@@ -742,6 +748,11 @@ phub_engine_job_waiting_on(const struct phub_engine_job *job, uint32_t *iteratio
 		for (unsigned int w = 0; w < PHUB_ENGINE_BITMAP_WORDS; w++)
 			waiting[w] |= ~bits[w];
 	}
+	/* A rank an elastic job removed (and has not readmitted) is waited on by nobody. */
+	for (unsigned int w = 0; w < PHUB_ENGINE_BITMAP_WORDS; w++)
+		waiting[w] &= ~(atomic_load_explicit(&job->removed_bits[w], memory_order_acquire) &
+				~atomic_load_explicit(&job->joining_bits[w],
+				memory_order_acquire));
 	/* Only the job's ranks: the bits past world_size were never set. */
 	for (unsigned int w = 0; w < PHUB_ENGINE_BITMAP_WORDS; w++) {
 		unsigned int lo = w * 64;

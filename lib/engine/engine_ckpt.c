@@ -399,7 +399,8 @@ header_build(const struct phub_engine_job *job, uint32_t iteration, uint32_t fla
 	put_u64(h + H_NONCE, job->nonce);
 	put_u64(h + H_N_ELEMS, job->n_elems);
 	put_u32(h + H_ITERATION, iteration);
-	put_u32(h + H_FLAGS, flags | (job->deterministic ? PHUB_ENGINE_CKPT_F_DETERMINISTIC : 0));
+	put_u32(h + H_FLAGS, flags | (job->deterministic ? PHUB_ENGINE_CKPT_F_DETERMINISTIC : 0) |
+			(job->elastic ? PHUB_ENGINE_CKPT_F_ELASTIC : 0));
 	/* The layout was cut with fp32-sized chunks of chunk_elems elements. */
 	put_u32(h + H_CHUNK_BYTES, phub_layout_chunk_elems(job->layout) *
 			PHUB_LAYOUT_MODEL_ELEM_SIZE);
@@ -583,7 +584,8 @@ header_parse(const uint8_t *h, struct phub_engine_ckpt_info *info, char *err, si
 	    info->world_size > PHUB_ENGINE_MAX_WORKERS || info->n_keys == 0 ||
 	    info->n_keys > CKPT_MAX_KEYS || info->n_elems == 0 ||
 	    info->n_elems > UINT64_MAX / 64 || info->segment_elems == 0 ||
-	    info->chunk_bytes == 0 || (info->flags & ~PHUB_ENGINE_CKPT_F_DETERMINISTIC) != 0 ||
+	    info->chunk_bytes == 0 ||
+	    (info->flags & ~(PHUB_ENGINE_CKPT_F_DETERMINISTIC | PHUB_ENGINE_CKPT_F_ELASTIC)) != 0 ||
 	    get_u32(h + H_RESERVED) != 0) {
 		set_err(err, errlen, "job %s: a header field is out of range", info->name);
 		return -EBADMSG;
@@ -775,6 +777,8 @@ phub_engine_ckpt_restore(struct phub_engine *engine, int fd,
 	p.checkpoint_shadow = rp->checkpoint_shadow;
 	/* A job restored keeps its summation order: a deterministic run stays one. */
 	p.deterministic = (info->flags & PHUB_ENGINE_CKPT_F_DETERMINISTIC) != 0;
+	/* And its on_worker_dead; who was removed is not kept: every rank JOINs again. */
+	p.elastic = (info->flags & PHUB_ENGINE_CKPT_F_ELASTIC) != 0;
 	job = phub_engine_job_create(engine, &p);
 	free(keys);
 	if (job == NULL) {

@@ -166,11 +166,15 @@ hyper_agrees(struct segment_slot *slot, const struct phub_engine_request *req)
 			slot->hyper_weight_decay == req->hyper_weight_decay);
 }
 
-/* The fused last-arrival step: acc (NULL: none) + grad, the optimizer, the MODEL payload. */
+/*
+ * The fused last-arrival step: acc (NULL: none) + grad (NULL: none), the optimizer, the MODEL
+ * payload. ranks is how many ranks' gradients the sum holds: the mean divides by it (the world
+ * size, but in an elastic job that lost ranks).
+ */
 static void
 push_last(struct phub_engine_job *job, const struct segment_slot *slot, const float *acc,
-		const void *grad, uint32_t iteration, uint32_t n, uint64_t elem, uint64_t t0,
-		struct phub_engine_stats *stats)
+		const void *grad, uint32_t iteration, uint32_t n, uint64_t elem, uint32_t ranks,
+		uint64_t t0, struct phub_engine_stats *stats)
 {
 	const struct phub_kernels *k = phub_kernels_get();
 	struct phub_optimizer_params params = job->optimizer;
@@ -194,7 +198,7 @@ push_last(struct phub_engine_job *job, const struct segment_slot *slot, const fl
 	/* Iteration t is the t-th update: Adam's bias correction counts from 1. */
 	/* The mean is over every rank of the job: in a ring job, over every rack's. */
 	phub_opt_step_init(&step, &params, iteration,
-			job->ring_segs != NULL ? job->ring_total_world : job->world_size);
+			job->ring_segs != NULL ? job->ring_total_world : ranks);
 	k->last(&buf, n, &params, &step);
 	stats->opt_ns += engine_now_ns() - t0;
 }
@@ -210,7 +214,7 @@ push_gradient(struct phub_engine_job *job, const struct segment_slot *slot,
 
 	if (last) {
 		push_last(job, slot, slot->seen == 0 ? NULL : acc, req->payload, req->iteration,
-				req->elem_count, elem, t0, stats);
+				req->elem_count, elem, slot->seen + 1u, t0, stats);
 		return;
 	}
 	if (slot->seen == 0)
@@ -236,48 +240,85 @@ slot_has_rank(const struct segment_slot *slot, uint16_t rank)
 }
 
 /*
+ * Add every rank in [next_add, upto) that the slot took (rank r's gradient is payload; the
+ * others wait in the staging buffer) into the aggregation buffer, in rank order, in one pass of
+ * the sum kernel; the cursor moves to upto.
+ */
+static void
+ordered_add(struct phub_engine_job *job, struct segment_slot *slot, uint16_t upto, uint16_t r,
+		const void *payload, uint64_t elem, uint32_t n_elems)
+{
+	const struct phub_kernels *k = phub_kernels_get();
+	const void *srcs[PHUB_ENGINE_MAX_WORKERS];
+	unsigned int n = 0;
+
+	for (uint16_t i = slot->next_add; i < upto; i++) {
+		if (i == r)
+			srcs[n++] = payload;
+		else if (slot_has_rank(slot, i))
+			srcs[n++] = staged_at(job, i, elem);
+	}
+	if (n > 0) {
+		k->sum(job->agg + elem, slot->acc_used, srcs, n, job->dtype, n_elems);
+		slot->acc_used = true;
+	}
+	slot->next_add = upto;
+}
+
+/* The highest rank the slot took, rank r (UINT16_MAX: none) included. */
+static uint16_t
+slot_top_rank(const struct phub_engine_job *job, const struct segment_slot *slot, uint16_t r)
+{
+	uint16_t top = r != UINT16_MAX ? r : 0;
+
+	for (uint16_t i = job->world_size; i-- > top;)
+		if (i == r || slot_has_rank(slot, i))
+			return i;
+	return top;
+}
+
+/*
  * Deterministic mode: ranks are added in rank order, ((g0 + g1) + g2) + ...,
  * the last one by the fused step, as the reference computes them. An arrival
  * that is not the next to add waits in the staging buffer; the next one is
  * added at once together with every staged rank that follows it, in one pass
- * of the sum kernel, so that in-order arrivals are never copied.
+ * of the sum kernel, so that in-order arrivals are never copied. A rank an elastic job removed
+ * and that the slot did not take is stepped over: it never comes.
  */
 static void
 push_ordered(struct phub_engine_job *job, struct segment_slot *slot,
 		const struct phub_engine_request *req, uint64_t elem, bool last, uint64_t t0,
 		struct phub_engine_stats *stats)
 {
-	const struct phub_kernels *k = phub_kernels_get();
-	const void *srcs[PHUB_ENGINE_MAX_WORKERS];
 	uint16_t world = job->world_size;
 	uint16_t r = req->rank;
-	uint16_t from = slot->next_add, to;
-	unsigned int n = 0;
-	float *acc = job->agg + elem;
+	uint16_t to, top;
 
-	if (r != from && !last) {
+	while (job->elastic && slot->next_add < world && slot->next_add != r &&
+	       !slot_has_rank(slot, slot->next_add) &&
+	       !engine_rank_required(job, slot->next_add, req->iteration))
+		slot->next_add++;
+	if (r != slot->next_add && !last) {
 		memcpy(staged_at(job, r, elem), req->payload, req->payload_len);
 		stats->agg_ns += engine_now_ns() - t0;
 		return;
 	}
-	/* Every rank from the cursor on that is present, this one included. */
-	to = last ? world - 1 : from;
 	if (!last) {
+		/* Every rank from the cursor on that is present, this one included. */
+		to = slot->next_add;
 		while (to < world && (to == r || slot_has_rank(slot, to)))
 			to++;
-	}
-	for (uint16_t i = from; i < to; i++)
-		srcs[n++] = i == r ? req->payload : staged_at(job, i, elem);
-	if (n > 0)
-		k->sum(acc, from > 0, srcs, n, job->dtype, req->elem_count);
-	slot->next_add = to;
-	if (!last) {
+		ordered_add(job, slot, to, r, req->payload, elem, req->elem_count);
 		stats->agg_ns += engine_now_ns() - t0;
 		return;
 	}
-	push_last(job, slot, world > 1 ? acc : NULL,
-			world - 1 == r ? req->payload : staged_at(job, world - 1, elem), req->iteration,
-			req->elem_count, elem, t0, stats);
+	/* The highest rank taken is the fused step's gradient; the ones below it are summed. */
+	top = slot_top_rank(job, slot, r);
+	if (slot->next_add < top)
+		ordered_add(job, slot, top, r, req->payload, elem, req->elem_count);
+	push_last(job, slot, slot->acc_used ? job->agg + elem : NULL,
+			top == r ? req->payload : staged_at(job, top, elem), req->iteration,
+			req->elem_count, elem, slot->seen + 1u, t0, stats);
 }
 
 /*
@@ -294,6 +335,7 @@ slot_complete(struct phub_engine_job *job, struct segment_slot *slot,
 		__atomic_store_n(&slot->seen_bits[w], 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&slot->seen, 0, __ATOMIC_RELAXED);
 	slot->next_add = 0;
+	slot->acc_used = false;
 	__atomic_store_n(&slot->next_iteration, slot->next_iteration + 1, __ATOMIC_RELEASE);
 	stats->segments_completed++;
 	atomic_fetch_add_explicit(&job->segments_completed, 1, memory_order_relaxed);
@@ -311,10 +353,51 @@ engine_segment_finish(struct phub_engine_job *job, uint32_t seg, uint64_t elem, 
 		if (job->model_wire != NULL)
 			k->to_wire(wire_at(job, elem), job->dtype, job->model + elem, n);
 	} else {
-		push_last(job, &job->slots[seg], sum, NULL, iteration, n, elem, engine_now_ns(),
-				stats);
+		push_last(job, &job->slots[seg], sum, NULL, iteration, n, elem, job->world_size,
+				engine_now_ns(), stats);
 	}
 	slot_complete(job, &job->slots[seg], stats);
+}
+
+bool
+engine_slot_complete_elastic(struct phub_engine_job *job, uint32_t seg, uint64_t elem,
+		uint32_t n, struct phub_engine_reply *reply, struct phub_engine_stats *stats)
+{
+	struct segment_slot *slot = &job->slots[seg];
+	uint32_t iteration = slot->next_iteration;
+	uint64_t t0;
+	uint16_t top;
+
+	/* Nobody pushed yet (the live ranks will), or a rank that is not removed is missing. */
+	if (slot->seen == 0 || !engine_slot_covers(job, slot->seen_bits, UINT16_MAX, iteration))
+		return false;
+	/* The initial round's model is rank 0's weights: without them it cannot end. */
+	if (iteration == 0 && !slot_has_rank(slot, 0))
+		return false;
+	t0 = engine_now_ns();
+	if (iteration != 0 && job->deterministic) {
+		/*
+		 * As push_ordered() would have done had the highest rank taken come last: the
+		 * ranks below it summed in rank order, its own gradient in the fused step (or,
+		 * when the cursor has already added it, the sum alone).
+		 */
+		top = slot_top_rank(job, slot, UINT16_MAX);
+		if (slot->next_add <= top) {
+			ordered_add(job, slot, top, UINT16_MAX, NULL, elem, n);
+			push_last(job, slot, slot->acc_used ? job->agg + elem : NULL,
+					top == 0 ? NULL : staged_at(job, top, elem), iteration, n,
+					elem, slot->seen, t0, stats);
+		} else {
+			push_last(job, slot, job->agg + elem, NULL, iteration, n, elem, slot->seen,
+					t0, stats);
+		}
+	} else if (iteration != 0) {
+		push_last(job, slot, job->agg + elem, NULL, iteration, n, elem, slot->seen, t0,
+				stats);
+	}
+	slot_complete(job, slot, stats);
+	engine_reply_model(job, elem, n, iteration, PHUB_ENGINE_MODEL_ALL, reply);
+	return true;
 }
 
 /*
@@ -387,6 +470,11 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 		drop(reply, stats, PHUB_DROP_FUTURE_ITERATION);
 		return;
 	}
+	/* A readmitted rank counts from its boundary on: before it, the others went without it. */
+	if (job->elastic && !engine_rank_required(job, req->rank, req->iteration)) {
+		drop(reply, stats, PHUB_DROP_STALE_ITERATION);
+		return;
+	}
 	cell_pushed(cell, req->iteration);
 	if (slot_has_rank(slot, req->rank)) {
 		/* A retransmission whose ACK was lost: ACK again, add nothing. */
@@ -407,7 +495,8 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 		return;
 	}
 
-	last = slot->seen + 1 == job->world_size;
+	last = job->elastic ? engine_slot_covers(job, slot->seen_bits, req->rank,
+			req->iteration) : slot->seen + 1 == job->world_size;
 	/* A ring job's last arrival completes the rack sum only: the ring comes before the step. */
 	fused = last && job->ring_segs == NULL;
 	/* The profiling counters measure the CPU: CLOCK_MONOTONIC whatever clock the job has. */

@@ -43,6 +43,8 @@ struct segment_slot {
 	 * staging buffer. Always 0 in the default mode.
 	 */
 	uint16_t next_add;
+	/* Deterministic jobs: the aggregation buffer holds the ranks below next_add that came. */
+	bool acc_used;
 	uint64_t seen_bits[PHUB_ENGINE_BITMAP_WORDS];
 	/*
 	 * The step hyper-parameters of the iteration being aggregated, from its first PUSH:
@@ -118,6 +120,21 @@ struct phub_engine_job {
 	uint32_t cell_row_len;
 	uint32_t n_cell_rows;
 	bool deterministic;
+	/*
+	 * Elastic jobs (on_worker_dead "continue"): ranks the control thread removed. A removed
+	 * rank's bit is set once, with release, after its token was revoked, and never cleared;
+	 * data threads read it with acquire to know which ranks a segment still waits for.
+	 */
+	bool elastic;
+	_Atomic uint64_t removed_bits[PHUB_ENGINE_BITMAP_WORDS];
+	/*
+	 * Removed ranks readmitted at an iteration boundary: required again from rejoin_from[r]
+	 * on (stored before the bit, with release). A removed bit stays set while joining.
+	 */
+	_Atomic uint64_t joining_bits[PHUB_ENGINE_BITMAP_WORDS];
+	_Atomic uint32_t rejoin_from[PHUB_ENGINE_MAX_WORKERS];
+	/* Bumped (release) after each removal: data threads scan their segments once per change. */
+	_Atomic uint32_t members_epoch;
 	struct phub_optimizer_params optimizer;
 	struct phub_layout *layout;
 	phub_engine_clock_fn clock;	/* the engine's, copied; NULL: CLOCK_MONOTONIC */
@@ -129,6 +146,8 @@ struct phub_engine_job {
 	_Atomic uint64_t segments_completed;
 	uint64_t nonce;
 	uint32_t first_iteration;
+	/* Elastic jobs: the first iteration of each removed rank's absence (control thread). */
+	uint32_t removed_from[PHUB_ENGINE_MAX_WORKERS];
 	uint64_t created_ns;
 	uint64_t memory_bytes;
 	struct phub_engine_allocator allocator;
@@ -187,6 +206,73 @@ void engine_segment_finish(struct phub_engine_job *job, uint32_t seg, uint64_t e
 		const float *sum, uint32_t n, uint32_t iteration, struct phub_engine_stats *stats);
 void engine_reply_model(const struct phub_engine_job *job, uint64_t elem, uint32_t n,
 		uint32_t iteration, unsigned int actions, struct phub_engine_reply *reply);
+
+/*
+ * Whether rank r counts in iteration it of an elastic job: not removed, or readmitted from an
+ * iteration at or before it.
+ */
+static inline bool
+engine_rank_required(const struct phub_engine_job *job, uint16_t r, uint32_t it)
+{
+	uint64_t bit = UINT64_C(1) << (r % 64);
+
+	if (!(atomic_load_explicit(&job->removed_bits[r / 64], memory_order_acquire) & bit))
+		return true;
+	if (!(atomic_load_explicit(&job->joining_bits[r / 64], memory_order_acquire) & bit))
+		return false;
+	return phub_wire_iter_cmp(it, atomic_load_explicit(&job->rejoin_from[r],
+			memory_order_relaxed)) >= 0;
+}
+
+/*
+ * Whether the ranks taken by a slot (bits), with rank extra (UINT16_MAX: none), include every
+ * rank of the job that counts in iteration it: the segment is complete.
+ */
+static inline bool
+engine_slot_covers(const struct phub_engine_job *job, const uint64_t *bits, uint16_t extra,
+		uint32_t it)
+{
+	for (unsigned int w = 0; w < PHUB_ENGINE_BITMAP_WORDS; w++) {
+		unsigned int lo = w * 64;
+		uint64_t want, have = bits[w], joining;
+
+		if (lo >= job->world_size)
+			break;
+		want = job->world_size - lo >= 64 ? UINT64_MAX :
+			(UINT64_C(1) << (job->world_size - lo)) - 1;
+		want &= ~atomic_load_explicit(&job->removed_bits[w], memory_order_acquire);
+		joining = atomic_load_explicit(&job->joining_bits[w], memory_order_acquire);
+		for (; joining != 0; joining &= joining - 1) {
+			uint16_t r = (uint16_t)(lo + (unsigned int)__builtin_ctzll(joining));
+
+			if (engine_rank_required(job, r, it))
+				want |= UINT64_C(1) << (r % 64);
+		}
+		if (extra / 64u == w)
+			have |= UINT64_C(1) << (extra % 64);
+		if ((want & ~have) != 0)
+			return false;
+	}
+	return true;
+}
+
+/* Removed and not readmitted: out of the job. */
+static inline bool
+engine_rank_removed(const struct phub_engine_job *job, uint16_t rank)
+{
+	uint64_t bit = UINT64_C(1) << (rank % 64);
+
+	return (atomic_load_explicit(&job->removed_bits[rank / 64], memory_order_acquire) &
+			~atomic_load_explicit(&job->joining_bits[rank / 64], memory_order_acquire) &
+			bit) != 0;
+}
+
+/*
+ * engine_node.c: complete a slot of an elastic job whose remaining ranks were removed (the
+ * ranks it took are all it will get); false when it still waits for a rank or took none.
+ */
+bool engine_slot_complete_elastic(struct phub_engine_job *job, uint32_t seg, uint64_t elem,
+		uint32_t n, struct phub_engine_reply *reply, struct phub_engine_stats *stats);
 
 /* engine_ckpt.c: the shadow's memory, with the job's allocator. */
 uint64_t engine_ckpt_memory(const struct phub_engine_job *job);

@@ -89,6 +89,11 @@ struct phub_engine_job_params {
 	 */
 	bool deterministic;
 	/*
+	 * on_worker_dead "continue": the control thread may remove a rank that died
+	 * (phub_engine_job_rank_remove()) and the job goes on with the others. Not with a ring.
+	 */
+	bool elastic;
+	/*
 	 * Cross-rack ring (docs/hierarchy.md): racks >= 2 makes the job one rack's part of a job
 	 * that spans ring.racks PBoxes; world_size stays this rack's ranks. NULL: one rack.
 	 */
@@ -274,6 +279,8 @@ struct phub_engine_job_info {
 	uint32_t iteration_max;		/* some segment has finished this iteration */
 	uint64_t segments_completed;	/* since creation, all lcores */
 	bool deterministic;
+	bool elastic;			/* on_worker_dead "continue" */
+	uint16_t live;			/* ranks not removed (world_size but in an elastic job) */
 };
 
 void phub_engine_job_get_info(const struct phub_engine_job *job, struct phub_engine_job_info *info);
@@ -332,6 +339,8 @@ const float *phub_engine_job_state(const struct phub_engine_job *job, unsigned i
 #define PHUB_ENGINE_CKPT_HEADER_BYTES 152
 /* Header flags. */
 #define PHUB_ENGINE_CKPT_F_DETERMINISTIC 0x1u
+/* An elastic job (on_worker_dead "continue"); the membership is not kept: every rank is in. */
+#define PHUB_ENGINE_CKPT_F_ELASTIC 0x2u
 
 /* Where phub_engine_ckpt_write() takes the state from. */
 enum phub_engine_ckpt_source {
@@ -461,6 +470,64 @@ int phub_engine_job_rank_status(const struct phub_engine_job *job, uint16_t rank
  */
 int phub_engine_job_waiting_on(const struct phub_engine_job *job, uint32_t *iteration,
 		uint64_t waiting[PHUB_ENGINE_BITMAP_WORDS]);
+
+/*
+ * ---- Elastic jobs (engine_elastic.c; docs/design.md, "Elastic jobs") ----
+ *
+ * A rank of an elastic job that died is removed by the control thread: its token is revoked,
+ * so nothing more of it is taken, and every segment stops waiting for it. A gradient of it that
+ * a segment took before counts where it was taken: a segment completes once it holds every rank
+ * not removed, and the mean divides by the ranks it holds. A deterministic job sums those in
+ * rank order, the highest one by the fused step, as a reference of that membership does.
+ */
+
+/*
+ * Remove rank (control thread): 0 with *iteration the first iteration none of the rank's
+ * gradients reaches (one past the newest it pushed); -EINVAL (not an elastic job, or no such
+ * rank), -EALREADY, or -EBUSY when the rank has not pushed past the initial-model round (a
+ * barrier of every rank, whose model is rank 0's weights).
+ */
+int phub_engine_job_rank_remove(struct phub_engine_job *job, uint16_t rank, uint32_t *iteration);
+/*
+ * Readmit a removed rank at an iteration boundary (control thread, before its JOIN): 0 with
+ * *iteration the first iteration it counts in again, two past the newest any segment is
+ * summing, so that no data thread can be completing it already; the rank pushes from there
+ * (earlier PUSHes of it are dropped as stale). -EINVAL, or -EALREADY when it is not removed.
+ * A readmitted rank that dies again is removed again (phub_engine_job_rank_remove()).
+ */
+int phub_engine_job_rank_readmit(struct phub_engine_job *job, uint16_t rank, uint32_t *iteration);
+/* Whether rank was readmitted and is in from *iteration on (NULL: not wanted). Any thread. */
+bool phub_engine_job_rank_joining(const struct phub_engine_job *job, uint16_t rank,
+		uint32_t *iteration);
+/*
+ * Whether rank is removed (and not readmitted), and from which iteration (NULL: not wanted).
+ * Any thread.
+ */
+bool phub_engine_job_rank_removed(const struct phub_engine_job *job, uint16_t rank,
+		uint32_t *iteration);
+/* Ranks not removed, or readmitted. Any thread. */
+uint16_t phub_engine_job_live(const struct phub_engine_job *job);
+bool phub_engine_job_elastic(const struct phub_engine_job *job);
+
+/* A segment that a removal completed: MODEL_ALL of reply, for the segment named here. */
+struct phub_engine_segment_done {
+	uint32_t chunk_id;
+	uint32_t elem_offset;		/* within the chunk */
+	uint16_t seg_index;
+	uint16_t seg_count;
+	struct phub_engine_reply reply;
+};
+
+/*
+ * The data thread's part of a removal: once after each change of membership (*epoch_seen, the
+ * thread's own per job, starts at 0), complete the segments whose server owns() says this thread
+ * owns that waited only on removed ranks, and call done() for each (a MODEL_ALL to send).
+ * Returns how many completed; a cheap comparison when nothing changed. Not an elastic job: 0.
+ */
+unsigned int phub_engine_elastic_poll(struct phub_engine_job *job,
+		bool (*owns)(void *arg, uint32_t server),
+		void (*done)(void *arg, const struct phub_engine_segment_done *what), void *arg,
+		struct phub_engine_stats *stats, uint32_t *epoch_seen);
 
 /* What a job needs, before it exists (engine_memory.c): for the limits, messages, planning. */
 struct phub_engine_memory_params {

@@ -242,6 +242,16 @@ enum phub_wire_payload {
  * PING 0x20       either way: aux = sequence, iteration = sender's current iteration; job_id and
  *                 token when the sender has a session, else 0. Any payload (path MTU probing).
  * PONG 0x21       answer to PING: aux, iteration and payload echoed.
+ * WORLD 0x22      PBox -> worker control: the job's membership changed (an elastic job removed
+ *                 a rank that died, or took a removed one back). job_id, token and worker_rank
+ *                 are the addressee's; aux = change << 16 | the rank (global): change counts
+ *                 the job's changes from 1; iteration = the first iteration without the rank
+ *                 (none of its gradients reaches it), or with it again. Whether a change takes
+ *                 the rank out or in follows from the changes before it. Sent for each change
+ *                 in order until the worker answers it.
+ * WORLD_ACK 0x23  worker -> PBox control: the WORLD with this aux was taken (session, iteration
+ *                 and aux echoed). A worker answers only the change after the last it took
+ *                 (and any earlier one again), so it takes every change, in order.
  * ERROR 0x3f      PBox -> worker (or PBox -> PBox): aux = error code (enum phub_wire_error);
  *                 chunk_id, iteration, elem_offset, elem_count echo the packet that caused it.
  *                 Body: struct phub_wire_error_body + UTF-8 text.
@@ -271,6 +281,10 @@ enum phub_wire_payload {
 						PHUB_WIRE_USE_AUX, ANY) \
 	_(PONG,		0x21, "pong",		PHUB_WIRE_USE_SESSION | PHUB_WIRE_USE_ITER | \
 						PHUB_WIRE_USE_AUX, ANY) \
+	_(WORLD,	0x22, "world",		PHUB_WIRE_USE_SESSION | PHUB_WIRE_USE_ITER | \
+						PHUB_WIRE_USE_AUX, NONE) \
+	_(WORLD_ACK,	0x23, "world_ack",	PHUB_WIRE_USE_SESSION | PHUB_WIRE_USE_ITER | \
+						PHUB_WIRE_USE_AUX, NONE) \
 	_(ERROR,	0x3f, "error",		PHUB_WIRE_USE_SESSION | PHUB_WIRE_USE_CHUNK | \
 						PHUB_WIRE_USE_ITER | PHUB_WIRE_USE_ELEMS | \
 						PHUB_WIRE_USE_AUX, BODY) \
@@ -424,6 +438,11 @@ enum phub_wire_error {
 #undef PHUB_WIRE_ERROR_ENUM
 };
 
+/* WORLD's aux: the change (1, 2, ...) and the removed rank. */
+#define PHUB_WIRE_WORLD_AUX(change, rank) (((uint32_t)(change) << 16) | (uint16_t)(rank))
+#define PHUB_WIRE_WORLD_CHANGE(aux) ((uint16_t)((aux) >> 16))
+#define PHUB_WIRE_WORLD_RANK(aux) ((uint16_t)((aux) & 0xffff))
+
 /* Optimizers named in JOIN: enum phub_opt_type of wire/phub_types.h. */
 
 /*
@@ -431,10 +450,15 @@ enum phub_wire_error {
  * DETERMINISTIC: add the ranks' segments in rank order, not arrival order, so that the sum is
  *                bit-identical across runs (the PBox keeps each rank's segment until all are in).
  * CSUM:          the worker asks the PBox to set PHUB_WIRE_F_CSUM on what it sends to it.
+ * ELASTIC:       on_worker_dead "continue" for a job the PBox's config does not declare: a rank
+ *                that dies is removed and the job goes on with the others (WORLD). Every rank
+ *                must say the same (LAYOUT_MISMATCH otherwise).
  */
 #define PHUB_WIRE_JOIN_F_DETERMINISTIC	0x0001
 #define PHUB_WIRE_JOIN_F_CSUM		0x0002
-#define PHUB_WIRE_JOIN_F_ALL		(PHUB_WIRE_JOIN_F_DETERMINISTIC | PHUB_WIRE_JOIN_F_CSUM)
+#define PHUB_WIRE_JOIN_F_ELASTIC	0x0004
+#define PHUB_WIRE_JOIN_F_ALL		(PHUB_WIRE_JOIN_F_DETERMINISTIC | PHUB_WIRE_JOIN_F_CSUM | \
+					 PHUB_WIRE_JOIN_F_ELASTIC)
 
 /*
  * JOIN body, 120 bytes, then key_count key entries of 8 bytes. Every datagram of a split layout

@@ -127,7 +127,7 @@ class Session:
                  dtype="fp32", optimizer="sgd", lr=0.0, momentum=0.0, weight_decay=0.0,
                  betas=(0.0, 0.0), eps=0.0, initial=None, chunk_bytes=0, mtu=0,
                  window_bytes=0, rto_min_ms=0, rto_max_ms=0, dead_ms=0, connect_timeout_ms=0,
-                 deterministic=False, checksum=False):
+                 deterministic=False, checksum=False, elastic=False):
         self._lib = library()
         self._h = None
         if dtype not in _lib.DTYPES:
@@ -172,7 +172,8 @@ class Session:
         p.rto_min_ms, p.rto_max_ms, p.dead_ms = rto_min_ms, rto_max_ms, dead_ms
         p.connect_timeout_ms = connect_timeout_ms
         p.flags = ((_lib.CONNECT_F_DETERMINISTIC if deterministic else 0) |
-                   (_lib.CONNECT_F_CSUM if checksum else 0))
+                   (_lib.CONNECT_F_CSUM if checksum else 0) |
+                   (_lib.CONNECT_F_ELASTIC if elastic else 0))
         err = ctypes.create_string_buffer(256)
         # ctypes drops the GIL for the call: the JOIN and the initial round (a barrier over
         # every rank, bounded by connect_timeout_ms) do not stall the interpreter's threads.
@@ -334,6 +335,32 @@ class Session:
         self._lib.phub_info(self._h, ctypes.byref(inf))
         return {n: getattr(inf, n) for n, _ in _lib.Info._fields_ if n != "_spare"}
 
+    def live_ranks(self):
+        """The ranks still in the job (phub_world_size): fewer than world_size once an
+        elastic job removed one that died."""
+        self._check_open()
+        return self._lib.phub_world_size(self._h)
+
+    def rank_removed(self, rank):
+        """None while rank is in the job, else the first iteration without it
+        (phub_rank_removed)."""
+        self._check_open()
+        it = ctypes.c_uint32()
+        rc = self._lib.phub_rank_removed(self._h, rank, ctypes.byref(it))
+        if rc < 0:
+            raise ValueError(f"phub: rank_removed({rank}): no such rank")
+        return it.value if rc == 1 else None
+
+    def world_changes(self):
+        """The membership changes taken so far, in order (phub_world_change): a list of
+        (rank, joined, iteration); joined False: out from iteration on, True: back in."""
+        self._check_open()
+        out, c, i = [], _lib.WorldChange(), 0
+        while self._lib.phub_world_change(self._h, i, ctypes.byref(c)) == 0:
+            out.append((c.rank, bool(c.joined), c.iteration))
+            i += 1
+        return out
+
     def last_error(self):
         return self._reason(0) if self._h else ""
 
@@ -365,5 +392,5 @@ def connect(server, job, nonce, rank, world_size, keys, **kw):
     pairs, or a dict. Keyword arguments: port, bind, dtype ("fp32", "fp16", "bf16"), optimizer
     ("none", "sgd", "momentum", "nesterov", "adam", "adamw"), lr, momentum, weight_decay, betas,
     eps, initial (a list of buffers, one per key; rank 0's win), chunk_bytes, mtu, window_bytes,
-    rto_min_ms, rto_max_ms, dead_ms, connect_timeout_ms, deterministic, checksum."""
+    rto_min_ms, rto_max_ms, dead_ms, connect_timeout_ms, deterministic, checksum, elastic."""
     return Session(server, job, nonce, rank, world_size, keys, **kw)

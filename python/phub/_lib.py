@@ -11,6 +11,7 @@ DTYPE_SIZE = {0: 4, 1: 2, 2: 2}
 PRIORITY_DEFAULT = -1
 CONNECT_F_CSUM = 0x1
 CONNECT_F_DETERMINISTIC = 0x2
+CONNECT_F_ELASTIC = 0x4
 
 
 # phub.h grows its structs at the end only, and a zero field means its default: each struct
@@ -66,7 +67,12 @@ class Stats(ctypes.Structure):
         ("reconnects", ctypes.c_uint64), ("rollbacks", ctypes.c_uint64)] + [
             (n, ctypes.c_uint64) for n in (
                 "tx_csum", "rx_csum", "join_acks", "initial_acks", "initial_models",
-                "pulls_early")] + [_SPARE]
+                "pulls_early", "world_size", "world_changes")] + [_SPARE]
+
+
+class WorldChange(ctypes.Structure):
+    _fields_ = [("rank", ctypes.c_uint16), ("joined", ctypes.c_uint8),
+                ("iteration", ctypes.c_uint32)]
 
 
 class Info(ctypes.Structure):
@@ -150,6 +156,13 @@ def load():
     lib.phub_info.argtypes = [vp, ctypes.POINTER(Info)]
     lib.phub_close.restype = None
     lib.phub_close.argtypes = [vp]
+    if hasattr(lib, "phub_world_size"):
+        lib.phub_world_size.restype = ctypes.c_uint16
+        lib.phub_world_size.argtypes = [vp]
+        lib.phub_rank_removed.restype = ctypes.c_int
+        lib.phub_rank_removed.argtypes = [vp, ctypes.c_uint16, ctypes.POINTER(ctypes.c_uint32)]
+        lib.phub_world_change.restype = ctypes.c_int
+        lib.phub_world_change.argtypes = [vp, ctypes.c_uint32, ctypes.POINTER(WorldChange)]
     if hasattr(lib, "phub_set_key_hyper"):
         lib.phub_set_key_hyper.restype = ctypes.c_int
         lib.phub_set_key_hyper.argtypes = [vp, ctypes.c_uint32, ctypes.POINTER(KeyHyper)]

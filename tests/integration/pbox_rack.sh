@@ -11,6 +11,10 @@
 #   R-pbox: pv0 - pbr0 - pt0 (net_tap, 2 queues, BPF steering) - phub-pbox lcores 1, 2
 #                        R-w1        R-w2   ...   R-wN: phub-bench ranks 0 .. N-1
 #
+# elastic: a job declared with on_worker_dead "continue" loses rank 3 (SIGKILL after iteration
+# 4); the PBox removes it and the three others finish with their 3-rank reference's model.
+# elastic-rejoin: the same, then rank 3 starts again and is taken back at an iteration boundary.
+#
 # restart and sigterm stop the PBox in the middle of the run (SIGKILL, SIGTERM at an
 # iteration boundary) and start it again on its checkpoints in $STATE_ROOT/R/checkpoints.
 #
@@ -704,6 +708,85 @@ restart-orphan)
 		--job orphan &&
 		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' 'r["reconnects"] == 0' \
 			'all(w["resumed_at"] == 0 for w in r["per_worker"])'
+	;;
+elastic)
+	# A job of 4 declared on_worker_dead "continue": rank 3 is killed (it SIGKILLs itself
+	# after iteration 4, no LEAVE), the PBox removes it after timeouts.worker_dead_ms from
+	# iteration 5 on, tells the others (WORLD), and ranks 0-2 finish the 10 iterations with
+	# the model a reference of that membership history computes, bit for bit (rank order).
+	config_edit='c.setdefault("timeouts", {})["worker_dead_ms"] = 1500
+c["jobs"] = [{"name": "elastic", "nonce": "0x5ad1c0ffee7e4b37", "workers": 4,
+    "deterministic": True, "on_worker_dead": "continue",
+    "optimizer": {"type": "sgd", "lr": 0.01}}]'
+	rack 4
+	start=$(date +%s%N)
+	for r in 0 1 2 3; do
+		extra=()
+		[ "$r" -eq 3 ] && extra=(--die-at 4)
+		start_rank "$tmp/e$r.json" "$r" 4 --layout "$mixed_layout" --iterations 10 \
+			--gradients random --deterministic --job elastic --nonce 0x5ad1c0ffee7e4b37 \
+			--optimizer sgd --lr 0.01 "${extra[@]}"
+	done
+	{
+		wait "${rank_pids[3]}" && fail "rank 3 did not die"
+	} 2>/dev/null
+	grep -q 'dies after iteration 4' "$tmp/e3.json.err" || fail "rank 3 did not die at 4"
+	for r in 0 1 2; do
+		if wait "${rank_pids[r]}"; then
+			expect "$tmp/e$r.json" 'r["verified"]' 'r["bitwise"]' \
+				'r["verify_mode"] == "exact"' \
+				'r["per_worker"][0]["world_end"] == 3' \
+				'r["per_worker"][0]["removed"] == 1' \
+				'r["per_worker"][0]["iterations"] == 10'
+		else
+			fail "rank $r did not finish without rank 3"
+			tail -n 5 "$tmp/e$r.json.err"
+		fi
+	done
+	echo "three ranks finished $(( ($(date +%s%N) - start) / 1000000 )) ms after the start"
+	grep -q 'rank 3 silent for [0-9]* ms .*removed from iteration 5 on' \
+		"$state_dir/pbox.log" || fail "the PBox did not log the removal"
+	grep 'removed from iteration' "$state_dir/pbox.log"
+	;;
+elastic-rejoin)
+	# As elastic, then rank 3 is started again once the PBox removed it: it JOINs, is taken
+	# back two iterations ahead of the segments (while the others idle after iteration 6),
+	# and the four finish 12 iterations with the model of that history, bit for bit.
+	config_edit='c.setdefault("timeouts", {})["worker_dead_ms"] = 1500
+c["jobs"] = [{"name": "rejoin", "nonce": "0x5ad1c0ffee7e4b38", "workers": 4,
+    "deterministic": True, "on_worker_dead": "continue",
+    "optimizer": {"type": "sgd", "lr": 0.01}}]'
+	rack 4
+	opts=(--layout "$mixed_layout" --iterations 12 --gradients random --deterministic
+		--job rejoin --nonce 0x5ad1c0ffee7e4b38 --optimizer sgd --lr 0.01)
+	for r in 0 1 2 3; do
+		extra=(--pause-at 6:4000)
+		[ "$r" -eq 3 ] && extra=(--die-at 4)
+		start_rank "$tmp/j$r.json" "$r" 4 "${opts[@]}" "${extra[@]}"
+	done
+	{
+		wait "${rank_pids[3]}" && fail "rank 3 did not die"
+	} 2>/dev/null
+	for _ in $(seq 100); do
+		grep -q 'rank 3 silent .*removed from iteration 5 on' "$state_dir/pbox.log" && break
+		sleep 0.05
+	done
+	grep -q 'rank 3 silent .*removed from iteration 5 on' "$state_dir/pbox.log" ||
+		fail "the PBox did not remove rank 3"
+	start_rank "$tmp/j3.json" 3 4 "${opts[@]}"
+	for r in 0 1 2 3; do
+		if wait "${rank_pids[r]}"; then
+			expect "$tmp/j$r.json" 'r["verified"]' 'r["bitwise"]' \
+				'r["verify_mode"] == "exact"' \
+				'r["per_worker"][0]["world_end"] == 4' \
+				'r["per_worker"][0]["removed"] == 0'
+		else
+			fail "rank $r did not finish"
+			tail -n 5 "$tmp/j$r.json.err"
+		fi
+	done
+	grep 'joins again from iteration' "$state_dir/pbox.log" ||
+		fail "the PBox did not take rank 3 back"
 	;;
 worker-timeout)
 	# Rank 2 is killed (SIGKILL) and never comes back: after timeouts.worker_dead_ms the

@@ -52,6 +52,8 @@ main(void)
 	FIELD(phub_stats, tx_csum); FIELD(phub_stats, rx_csum); FIELD(phub_stats, join_acks);
 	FIELD(phub_stats, initial_acks); FIELD(phub_stats, initial_models);
 	FIELD(phub_stats, pulls_early);
+	FIELD(phub_stats, world_size);
+	FIELD(phub_stats, world_changes);
 	END();
 	BEGIN(phub_info);
 	FIELD(phub_info, job_id); FIELD(phub_info, rank); FIELD(phub_info, world_size);
@@ -59,6 +61,10 @@ main(void)
 	FIELD(phub_info, n_keys); FIELD(phub_info, n_chunks); FIELD(phub_info, n_segments);
 	FIELD(phub_info, n_elems); FIELD(phub_info, n_endpoints);
 	FIELD(phub_info, first_iteration);
+	END();
+	BEGIN(phub_world_change);
+	FIELD(phub_world_change, rank); FIELD(phub_world_change, joined);
+	FIELD(phub_world_change, iteration);
 	END();
 	printf("}\n");
 	return 0;

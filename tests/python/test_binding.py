@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import phub
-from conftest import run_ranks
+from conftest import SoftPBox, run_ranks
 
 
 def test_connect_pushpull_pull_two_ranks(soft_pbox, job):
@@ -194,7 +194,7 @@ def test_ctypes_mirror_matches_phub_h():
     c = json.loads(subprocess.run([dump], capture_output=True, text=True, check=True).stdout)
     mirrors = {"phub_key": _lib.Key, "phub_key_hyper": _lib.KeyHyper,
                "phub_connect_params": _lib.ConnectParams, "phub_stats": _lib.Stats,
-               "phub_info": _lib.Info}
+               "phub_info": _lib.Info, "phub_world_change": _lib.WorldChange}
     for cname, fields in c.items():
         py = mirrors[cname]
         names = [f[0] for f in py._fields_ if f[0] != "_spare"]
@@ -208,3 +208,36 @@ def test_ctypes_mirror_matches_phub_h():
         end = max(o + s for k, (o, s) in fields.items() if k != "size")
         assert end > fields["size"][1] - 8, f"{cname}: fields end at {end} of {fields['size'][1]}"
 
+
+
+def test_elastic_job_goes_on_without_a_rank_that_left():
+    """Rank 2 of an elastic job leaves after iteration 1; the soft PBox removes it after its
+    worker_dead_ms and ranks 0 and 1 get the mean of the two from iteration 2 on, and see the
+    change (world_size, rank_removed, world_changes)."""
+    sp = SoftPBox("--worker-dead-ms", "1500")
+    n = 100
+    try:
+        def rank(r):
+            with phub.connect("127.0.0.1", "elastic-py", 0x77, r, 3, [n], port=sp.port,
+                              optimizer="none", elastic=True, deterministic=True) as s:
+                out = np.zeros(n, np.float32)
+                outs = []
+                for it in (1, 2, 3):
+                    if r == 2 and it > 1:
+                        break
+                    g = np.full(n, float(r + 1) * it, np.float32)
+                    s.wait(s.pushpull(0, g, out), 20000)
+                    outs.append(out.copy())
+                return outs, s.live_ranks(), s.rank_removed(2), s.world_changes()
+
+        res = run_ranks(3, rank)
+    finally:
+        sp.stop()
+    for r in (0, 1):
+        outs, world, removed, changes = res[r]
+        # "none": the model is the mean gradient: (1+2+3)/3 at 1, then (1+2)*it/2.
+        np.testing.assert_array_equal(outs[0], np.full(n, 2.0, np.float32))
+        np.testing.assert_array_equal(outs[1], np.full(n, 3.0, np.float32))
+        np.testing.assert_array_equal(outs[2], np.full(n, 4.5, np.float32))
+        assert world == 2 and removed == 2 and changes == [(2, False, 2)]
+    assert res[2][1] == 3 and res[2][2] is None

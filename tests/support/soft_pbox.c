@@ -67,6 +67,7 @@ struct soft_pbox {
 
 	struct phub_engine_stats estats;
 	struct soft_pbox_stats stats;
+	uint32_t elastic_epoch[PHUB_ENGINE_MAX_JOBS];	/* phub_engine_elastic_poll()'s */
 
 	/* Shared with the API, under lock. */
 	pthread_mutex_t lock;
@@ -203,9 +204,21 @@ control_send(void *ctx, const struct phub_control_peer *to, const void *buf, siz
 	ctrl_send(sp, sp->fds[to->port], &dst, buf, len);
 }
 
+/* The control plane's log lines on stderr, when the params ask (phub-soft-pbox does). */
+static void
+control_log_line(void *ctx, enum phub_control_log_level level, const char *text)
+{
+	const struct soft_pbox *sp = ctx;
+
+	(void)level;
+	if (sp->p.log_stderr)
+		fprintf(stderr, "phub-soft-pbox: %s\n", text);
+}
+
 static const struct phub_control_ops control_ops = {
 	.now_ns = now_ns,
 	.send = control_send,
+	.log = control_log_line,
 };
 
 /* ---- PUSH, PULL ---- */
@@ -361,6 +374,51 @@ on_data(struct soft_pbox *sp, unsigned int sock, const struct sockaddr_in *src,
 
 /* ---- the loop ---- */
 
+struct elastic_ctx {
+	struct soft_pbox *sp;
+	struct phub_engine_job *job;
+};
+
+static bool
+elastic_owns(void *arg, uint32_t server)
+{
+	(void)arg;
+	(void)server;
+	return true;	/* one thread is every lcore */
+}
+
+/* A segment that a removed rank no longer holds up: its MODEL to every rank left. */
+static void
+elastic_done(void *arg, const struct phub_engine_segment_done *what)
+{
+	struct elastic_ctx *c = arg;
+	struct phub_wire_msg about;
+	uint32_t server = 0;
+
+	phub_wire_msg_init(&about, PHUB_WIRE_OP_MODEL);
+	about.job_id = phub_engine_job_id(c->job);
+	about.chunk_id = what->chunk_id;
+	about.elem_offset = what->elem_offset;
+	about.elem_count = what->reply.elem_count;
+	about.seg_index = what->seg_index;
+	about.seg_count = what->seg_count;
+	phub_layout_chunk_server(phub_engine_job_layout(c->job), what->chunk_id, &server);
+	send_models(c->sp, c->sp->fds[1 + server], NULL, c->job, &about, &what->reply);
+}
+
+/* As the appliance's data lcores do each millisecond: segments that waited on a removed rank. */
+static void
+elastic_poll(struct soft_pbox *sp)
+{
+	struct elastic_ctx c = { .sp = sp };
+
+	for (c.job = phub_engine_job_next(sp->engine, NULL); c.job != NULL;
+	     c.job = phub_engine_job_next(sp->engine, c.job))
+		phub_engine_elastic_poll(c.job, elastic_owns, elastic_done, &c, &sp->estats,
+				&sp->elastic_epoch[phub_engine_job_slot(c.job)]);
+	data_flush(sp);
+}
+
 static void
 on_datagram(struct soft_pbox *sp, unsigned int sock, const struct sockaddr_in *src,
 		const uint8_t *buf, size_t len)
@@ -386,6 +444,7 @@ on_datagram(struct soft_pbox *sp, unsigned int sock, const struct sockaddr_in *s
 	switch (msg.opcode) {
 	case PHUB_WIRE_OP_JOIN:
 	case PHUB_WIRE_OP_LEAVE:
+	case PHUB_WIRE_OP_WORLD_ACK:
 		/* Only the control port takes them, as on the appliance. */
 		if (sock == 0)
 			phub_control_input(sp->ctl, &from, buf, len);
@@ -483,6 +542,7 @@ pbox_main(void *arg)
 		for (unsigned int i = 0; !paused && i < sp->n_fds; i++)
 			pfd[n++] = (struct pollfd){ .fd = sp->fds[i], .events = POLLIN };
 		phub_control_poll(sp->ctl);
+		elastic_poll(sp);
 		if (poll(pfd, n, POLL_MS) < 0)
 			continue;
 		if (pfd[0].revents & POLLIN) {

@@ -38,6 +38,7 @@ struct soft_pbox_params {
 	 * with ERROR WORKER_TIMEOUT, as on the appliance. 0: 10000.
 	 */
 	uint32_t worker_dead_ms;
+	bool log_stderr;		/* the control plane's log lines on stderr */
 };
 
 /* One PUSH as it arrived (after receive loss), in arrival order. */

@@ -24,9 +24,13 @@ usage(FILE *f)
 		"  --chunk-bytes N  chunk size for JOINs that ask for none (default 32768)\n"
 		"  --loss PCT       drop PCT %% of datagrams received and sent (default 0)\n"
 		"  --seed N         seed of the loss draws (default 1)\n"
+		"  --worker-dead-ms N  a rank silent this long while others wait on it ends its\n"
+		"                   job, or is removed from an elastic one (default 10000)\n"
 		"  --checkpoint-dir DIR  restore the jobs checkpointed there at start; SIGUSR1\n"
 		"                   checkpoints every job there now\n"
 		"  --help\n"
+		"  --log            the control plane's log lines (jobs made and ended, timeouts)\n"
+		"                   on stderr as they come\n"
 		"Runs until SIGINT or SIGTERM, then prints its counters to stderr.\n");
 }
 
@@ -52,6 +56,8 @@ main(int argc, char **argv)
 		{ "loss", required_argument, NULL, 'L' },
 		{ "seed", required_argument, NULL, 's' },
 		{ "checkpoint-dir", required_argument, NULL, 'C' },
+		{ "worker-dead-ms", required_argument, NULL, 'D' },
+		{ "log", no_argument, NULL, 'g' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -102,6 +108,14 @@ main(int argc, char **argv)
 			break;
 		case 'C':
 			p.checkpoint_dir = optarg;
+			break;
+		case 'g':
+			p.log_stderr = true;
+			break;
+		case 'D':
+			if (parse_u(optarg, 3600000, &v) != 0 || v == 0)
+				goto bad;
+			p.worker_dead_ms = (uint32_t)v;
 			break;
 		case 'h':
 			usage(stdout);

@@ -1496,6 +1496,161 @@ START_TEST(test_close_cancels_pending_tickets)
 }
 END_TEST
 
+/* ---- elastic jobs: a rank that dies, the others go on (WORLD) ---- */
+
+enum { ELASTIC_ITERS = 6, ELASTIC_LAST_OF_RANK2 = 2 };
+
+static const struct phub_key elastic_keys[] = {
+	{ .key_id = 1, .n_elems = 9 },
+	{ .key_id = 2, .n_elems = 2000 },
+};
+
+static const struct job_cfg elastic_job = {
+	.name = "elastic", .dtype = PHUB_DTYPE_FP32, .optimizer = "sgd", .opt = PHUB_OPT_SGD,
+	.lr = 0.5f, .keys = elastic_keys, .n_keys = 2, .chunk_bytes = 4096, .n_workers = 3,
+	.n_iter = ELASTIC_ITERS, .flags = PHUB_CONNECT_F_ELASTIC | PHUB_CONNECT_F_DETERMINISTIC,
+};
+
+struct elastic_worker {
+	pthread_t thread;
+	uint16_t port, rank;
+	char err[256];
+	int rc;
+	unsigned int mismatches;
+	uint16_t world;
+	int removed;
+	uint32_t removed_from;
+	struct phub_stats stats;
+};
+
+/*
+ * The model of key k after iteration it when rank 2 took part up to ELASTIC_LAST_OF_RANK2:
+ * ranks summed in order, the mean over those in.
+ */
+static void
+elastic_reference(uint32_t k, unsigned int it, float *w)
+{
+	const struct phub_kernels *sk = phub_kernels_for_isa(PHUB_ISA_SCALAR);
+	struct phub_optimizer_params op = { .type = PHUB_OPT_SGD, .lr = 0.5f };
+	uint32_t n = elastic_keys[k].n_elems;
+	float *acc = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
+
+	fill(&elastic_job, w, k, n, 0, 0, true);
+	for (unsigned int t = 1; t <= it; t++) {
+		unsigned int ranks = t <= ELASTIC_LAST_OF_RANK2 ? 3 : 2;
+		struct phub_opt_step step;
+		struct phub_opt_buffers b = {
+			.weight = w, .acc = acc, .grad = g,
+			.grad_dtype = PHUB_DTYPE_FP32, .out_dtype = PHUB_DTYPE_FP32,
+		};
+
+		for (unsigned int r = 0; r + 1 < ranks; r++) {
+			fill(&elastic_job, g, k, n, r, t, false);
+			if (r == 0)
+				sk->first(acc, g, PHUB_DTYPE_FP32, n);
+			else
+				sk->add(acc, g, PHUB_DTYPE_FP32, n);
+		}
+		fill(&elastic_job, g, k, n, ranks - 1, t, false);
+		phub_opt_step_init(&step, &op, t, ranks);
+		sk->last(&b, n, &op, &step);
+	}
+	free(acc);
+	free(g);
+}
+
+static void *
+elastic_worker_main(void *arg)
+{
+	struct elastic_worker *w = arg;
+	const struct job_cfg *c = &elastic_job;
+	float *initial[2], *grad[2], *out[2], *want[2];
+	unsigned int last = w->rank == 2 ? ELASTIC_LAST_OF_RANK2 : ELASTIC_ITERS;
+	struct phub_connect_params p;
+	struct phub *h;
+
+	for (uint32_t k = 0; k < 2; k++) {
+		initial[k] = malloc(elastic_keys[k].n_elems * sizeof(float));
+		grad[k] = malloc(elastic_keys[k].n_elems * sizeof(float));
+		out[k] = malloc(elastic_keys[k].n_elems * sizeof(float));
+		want[k] = malloc(elastic_keys[k].n_elems * sizeof(float));
+		fill(c, initial[k], k, elastic_keys[k].n_elems, w->rank, 0, true);
+	}
+	params_fill(&p, c, w->port, w->rank, 0x5eed);
+	p.initial = (const void *const *)initial;
+	h = phub_connect(&p, w->err, sizeof(w->err));
+	if (h == NULL) {
+		w->rc = -errno;
+		goto out;
+	}
+	for (unsigned int it = 1; it <= last && w->rc == 0; it++) {
+		for (uint32_t k = 0; k < 2; k++) {
+			fill(c, grad[k], k, elastic_keys[k].n_elems, w->rank, it, false);
+			phub_pushpull(h, elastic_keys[k].key_id, grad[k], out[k],
+					PHUB_PRIORITY_DEFAULT, NULL, NULL);
+		}
+		w->rc = phub_wait_all(h, WAIT_MS);
+		for (uint32_t k = 0; k < 2 && w->rc == 0; k++) {
+			elastic_reference(k, it, want[k]);
+			w->mismatches += memcmp(out[k], want[k],
+					elastic_keys[k].n_elems * sizeof(float)) != 0;
+		}
+	}
+	if (w->rc != 0)
+		snprintf(w->err, sizeof(w->err), "%s", phub_last_error(h));
+	w->world = phub_world_size(h);
+	w->removed = phub_rank_removed(h, 2, &w->removed_from);
+	phub_stats(h, &w->stats);
+	/* Rank 2 goes without a word to the others: its LEAVE ends its session only. */
+	phub_close(h);
+out:
+	for (uint32_t k = 0; k < 2; k++) {
+		free(initial[k]);
+		free(grad[k]);
+		free(out[k]);
+		free(want[k]);
+	}
+	return NULL;
+}
+
+START_TEST(test_elastic_job_goes_on_without_a_rank_that_left_with_the_others_mean)
+{
+	struct soft_pbox_params pp = {
+		.bind_addr = "127.0.0.1", .n_lcores = 2, .seed = 42, .worker_dead_ms = 1500,
+	};
+	struct soft_pbox *sp = soft_pbox_start(&pp);
+	struct elastic_worker w[3];
+
+	ck_assert_ptr_nonnull(sp);
+	memset(w, 0, sizeof(w));
+	for (uint16_t r = 0; r < 3; r++) {
+		w[r].port = soft_pbox_port(sp);
+		w[r].rank = r;
+		ck_assert_int_eq(pthread_create(&w[r].thread, NULL, elastic_worker_main, &w[r]),
+				0);
+	}
+	for (unsigned int r = 0; r < 3; r++)
+		pthread_join(w[r].thread, NULL);
+	soft_pbox_stop(sp);
+	for (unsigned int r = 0; r < 3; r++) {
+		ck_assert_msg(w[r].rc == 0, "rank %u: %d: %s", r, w[r].rc, w[r].err);
+		ck_assert_msg(w[r].mismatches == 0, "rank %u: %u models differ", r,
+				w[r].mismatches);
+	}
+	/* The two that went on learnt the new world and from which iteration it holds. */
+	for (unsigned int r = 0; r < 2; r++) {
+		ck_assert_uint_eq(w[r].world, 2);
+		ck_assert_int_eq(w[r].removed, 1);
+		ck_assert_uint_eq(w[r].removed_from, ELASTIC_LAST_OF_RANK2 + 1);
+		ck_assert_uint_eq(w[r].stats.world_size, 2);
+		ck_assert_uint_eq(w[r].stats.world_changes, 1);
+	}
+	/* Rank 2 left before the change. */
+	ck_assert_uint_eq(w[2].world, 3);
+	ck_assert_int_eq(w[2].removed, 0);
+}
+END_TEST
+
 Suite *
 phub_client_suite(void)
 {
@@ -1541,6 +1696,11 @@ phub_client_suite(void)
 	tcase_add_test(tc, test_bad_arguments_are_refused);
 	tcase_add_test(tc, test_slow_initial_round_that_moves_is_not_failed);
 	tcase_add_test(tc, test_silent_initial_round_fails_after_the_bound);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("elastic");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_elastic_job_goes_on_without_a_rank_that_left_with_the_others_mean);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("restart");

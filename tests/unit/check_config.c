@@ -320,6 +320,7 @@ START_TEST(test_every_key_is_read_as_written)
 	ck_assert_uint_eq(j->workers, 8);
 	ck_assert_int_eq(j->dtype, PHUB_DTYPE_FP16);
 	ck_assert(!j->deterministic);
+	ck_assert_int_eq(j->on_worker_dead, PHUB_CONFIG_ON_DEAD_CONTINUE);
 	ck_assert_int_eq(j->optimizer.type, PHUB_OPT_NESTEROV);
 	ck_assert_double_eq(j->optimizer.lr, 0.25);
 	ck_assert_double_eq(j->optimizer.momentum, 0.8);
@@ -329,6 +330,8 @@ START_TEST(test_every_key_is_read_as_written)
 	ck_assert_int_eq(j->dtype, PHUB_DTYPE_BF16);
 	/* Not written in the job: inherited from the top-level deterministic. */
 	ck_assert(j->deterministic);
+	/* Not written: the job fails when a rank dies, as before elastic jobs. */
+	ck_assert_int_eq(j->on_worker_dead, PHUB_CONFIG_ON_DEAD_FAIL);
 	ck_assert_int_eq(j->optimizer.type, PHUB_OPT_ADAMW);
 	ck_assert_double_eq(j->optimizer.beta1, 0.85);
 	ck_assert_double_eq(j->optimizer.beta2, 0.995);

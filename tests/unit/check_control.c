@@ -867,6 +867,221 @@ START_TEST(test_restored_job_is_kept_once_a_rank_joins)
 }
 END_TEST
 
+/* ---- elastic jobs: a dead rank removed, the others told (WORLD) ---- */
+
+static uint64_t
+fake_engine_now(void *arg)
+{
+	return ((struct fake *)arg)->now;
+}
+
+/* The fixture's engine and control plane again, the engine on the fake clock (liveness). */
+static void
+ctl_on_fake_clock(void)
+{
+	struct phub_engine_params ep = { .clock = fake_engine_now, .clock_arg = &fk };
+	struct phub_control_params p;
+
+	phub_control_free(ctl);
+	phub_engine_free(engine);
+	engine = phub_engine_create_with(&ep);
+	p = ctl_params();
+	ctl = phub_control_create(&p);
+	ck_assert_ptr_nonnull(ctl);
+}
+
+/* Every segment of iteration it pushed by rank (from worker[rank]) with zeros. */
+static void
+push_iteration(struct phub_engine_job *j, uint16_t rank, uint32_t it)
+{
+	const struct phub_layout *layout = phub_engine_job_layout(j);
+	static float zeros[1024];
+	struct phub_engine_stats st;
+	struct phub_engine_peer peer;
+	uint64_t token;
+
+	ck_assert(phub_engine_job_rank(j, rank, &peer, &token));
+	memset(&st, 0, sizeof(st));
+	for (uint32_t c = 0; c < phub_layout_chunk_count(layout); c++) {
+		struct phub_layout_chunk ci;
+
+		phub_layout_chunk_get(layout, c, &ci);
+		for (uint32_t sg = 0; sg < ci.n_segments; sg++) {
+			struct phub_layout_segment si;
+			struct phub_engine_request req;
+			struct phub_engine_reply reply;
+
+			phub_layout_segment_get(layout, c, sg, &si);
+			memset(&req, 0, sizeof(req));
+			req.session_token = token;
+			req.chunk_id = c;
+			req.iteration = it;
+			req.rank = rank;
+			req.elem_offset = si.elem_offset;
+			req.elem_count = si.n_elems;
+			req.seg_index = (uint16_t)sg;
+			req.seg_count = (uint16_t)ci.n_segments;
+			req.dtype = (uint8_t)PHUB_DTYPE_FP32;
+			req.src_ipv4 = worker[rank].ipv4;
+			req.src_udp_port = worker[rank].udp_port;
+			req.payload = zeros;
+			req.payload_len = si.n_elems * sizeof(float);
+			phub_engine_push(j, &req, &reply, &st);
+			ck_assert_uint_ne(reply.actions, PHUB_ENGINE_DROP);
+		}
+	}
+}
+
+/*
+ * Three ranks join (elastic or not), train iterations 0 and 1; at iteration 2 rank 2 falls
+ * silent while 0 and 1 push. The clock passes worker_dead_ms and two liveness checks run.
+ */
+static struct phub_engine_job *
+rank_two_dies(uint16_t join_flags)
+{
+	struct phub_engine_job *j;
+
+	ctl_on_fake_clock();
+	for (uint16_t r = 0; r < 3; r++)
+		send_join(r, 3, join_flags, 0.5f);
+	j = phub_engine_job_find(engine, "job");
+	ck_assert_ptr_nonnull(j);
+	for (uint32_t it = 0; it < 2; it++)
+		for (uint16_t r = 0; r < 3; r++)
+			push_iteration(j, r, it);
+	fk.now += 500000000ull;
+	push_iteration(j, 0, 2);
+	push_iteration(j, 1, 2);
+	fk.n_sent = 0;
+	/* Ranks 0 and 1 PING while they wait; rank 2 is silent. */
+	for (int k = 0; k < 2; k++) {
+		fk.now += 600000000ull;
+		for (uint16_t r = 0; r < 2; r++) {
+			struct phub_engine_peer peer;
+			uint64_t token;
+
+			phub_engine_job_rank(j, r, &peer, &token);
+			phub_engine_job_heard(j, r, token, worker[r].ipv4, worker[r].udp_port);
+		}
+		phub_control_poll(ctl);
+	}
+	return j;
+}
+
+START_TEST(test_dead_rank_of_an_elastic_job_is_removed_and_the_others_told)
+{
+	struct phub_control_stats cs;
+	struct phub_engine_job_info info;
+	struct phub_engine_job *j = rank_two_dies(PHUB_WIRE_JOIN_F_ELASTIC);
+	struct phub_wire_msg m, ack;
+	uint8_t buf[128];
+	uint32_t from;
+	int len;
+
+	/* The job goes on with two ranks. */
+	ck_assert_ptr_eq(phub_engine_job_find(engine, "job"), j);
+	ck_assert(phub_engine_job_rank_removed(j, 2, &from));
+	ck_assert_uint_eq(from, 2);
+	phub_engine_job_get_info(j, &info);
+	ck_assert_uint_eq(info.live, 2);
+	phub_control_get_stats(ctl, &cs);
+	ck_assert_uint_eq(cs.ranks_removed, 1);
+	/* WORLD to ranks 0 and 1, none to the dead one, no ERROR. */
+	ck_assert_uint_eq(fk.n_sent, 2);
+	for (unsigned int i = 0; i < 2; i++) {
+		m = sent(i);
+		ck_assert_uint_eq(m.opcode, PHUB_WIRE_OP_WORLD);
+		ck_assert_uint_eq(m.worker_rank, i);
+		ck_assert_uint_eq(fk.to[i].ipv4, worker[i].ipv4);
+		ck_assert_uint_eq(m.job_id, info.job_id);
+		ck_assert_uint_eq(m.iteration, 2);
+		ck_assert_uint_eq(PHUB_WIRE_WORLD_CHANGE(m.aux), 1);
+		ck_assert_uint_eq(PHUB_WIRE_WORLD_RANK(m.aux), 2);
+	}
+	/* Unanswered, they go again at the next liveness check. */
+	fk.n_sent = 0;
+	fk.now += 200000000ull;
+	phub_control_poll(ctl);
+	ck_assert_uint_eq(fk.n_sent, 2);
+	/* Rank 0 answers; an answer from another address counts for nothing. */
+	ack = sent(0);
+	ack.opcode = PHUB_WIRE_OP_WORLD_ACK;
+	len = phub_wire_encode(buf, sizeof(buf), &ack);
+	ck_assert_int_gt(len, 0);
+	phub_control_input(ctl, &worker[1], buf, (size_t)len);
+	phub_control_get_stats(ctl, &cs);
+	ck_assert_uint_eq(cs.world_acks, 0);
+	phub_control_input(ctl, &worker[0], buf, (size_t)len);
+	phub_control_get_stats(ctl, &cs);
+	ck_assert_uint_eq(cs.world_acks, 1);
+	fk.n_sent = 0;
+	fk.now += 200000000ull;
+	phub_control_poll(ctl);
+	ck_assert_uint_eq(fk.n_sent, 1);
+	ck_assert_uint_eq(sent(0).worker_rank, 1);
+	/*
+	 * It comes back: its JOIN_ACK names the boundary, two past the iteration the segments
+	 * sum (2: nobody completed it here without a data thread), and every rank hears of it.
+	 */
+	fk.n_sent = 0;
+	send_join(2, 3, PHUB_WIRE_JOIN_F_ELASTIC, 0.5f);
+	{
+		struct phub_wire_join_ack_seg seg;
+		unsigned int worlds = 0;
+
+		m = sent(0);
+		ck_assert_uint_eq(m.opcode, PHUB_WIRE_OP_JOIN_ACK);
+		ck_assert_int_eq(phub_wire_join_ack_parse(m.payload, m.payload_len, &seg),
+				PHUB_DROP_OK);
+		ck_assert_uint_eq(seg.ack.iteration, 4);
+		ck_assert(phub_engine_job_rank_joining(j, 2, &from));
+		ck_assert_uint_eq(from, 4);
+		for (unsigned int i = 1; i < fk.n_sent; i++) {
+			m = sent(i);
+			ck_assert_uint_eq(m.opcode, PHUB_WIRE_OP_WORLD);
+			worlds++;
+			/* Rank 0 took change 1 and gets 2; ranks 1 and 2 get 1 first. */
+			ck_assert_uint_eq(PHUB_WIRE_WORLD_CHANGE(m.aux), m.worker_rank == 0 ? 2 : 1);
+			ck_assert_uint_eq(PHUB_WIRE_WORLD_RANK(m.aux), 2);
+			ck_assert_uint_eq(m.iteration, m.worker_rank == 0 ? 4 : 2);
+		}
+		ck_assert_uint_eq(worlds, 3);
+		phub_engine_job_get_info(j, &info);
+		ck_assert_uint_eq(info.live, 3);
+	}
+}
+END_TEST
+
+START_TEST(test_dead_rank_of_a_fail_job_ends_it_as_before)
+{
+	struct phub_control_stats cs;
+	char text[256];
+
+	rank_two_dies(0);
+	/* ERROR WORKER_TIMEOUT to each joined rank (the dead one too), and the job is gone. */
+	ck_assert_ptr_null(phub_engine_job_find(engine, "job"));
+	ck_assert_uint_eq(fk.n_sent, 3);
+	for (unsigned int i = 0; i < 3; i++)
+		ck_assert_uint_eq(error_code(i, text, sizeof(text)), PHUB_WIRE_ERR_WORKER_TIMEOUT);
+	phub_control_get_stats(ctl, &cs);
+	ck_assert_uint_eq(cs.ranks_removed, 0);
+	ck_assert_uint_eq(cs.worlds_sent, 0);
+}
+END_TEST
+
+START_TEST(test_elastic_flag_must_agree_across_ranks)
+{
+	char text[256];
+
+	send_join(0, 2, PHUB_WIRE_JOIN_F_ELASTIC, 0.5f);
+	ck_assert(phub_engine_job_elastic(phub_engine_job_find(engine, "job")));
+	fk.n_sent = 0;
+	send_join(1, 2, 0, 0.5f);
+	ck_assert_uint_eq(error_code(0, text, sizeof(text)), PHUB_WIRE_ERR_LAYOUT_MISMATCH);
+	ck_assert_ptr_nonnull(strstr(text, "on_worker_dead"));
+}
+END_TEST
+
 /* ---- checkpoint files ---- */
 
 /* Every segment of iteration 0 of a one-rank job pushed: the job has a model to save. */
@@ -1050,6 +1265,13 @@ phub_control_suite(void)
 	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
 	tcase_add_test(tc, test_restored_job_nobody_joins_ends_after_worker_dead_ms);
 	tcase_add_test(tc, test_restored_job_is_kept_once_a_rank_joins);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("object elastic");
+	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
+	tcase_add_test(tc, test_dead_rank_of_an_elastic_job_is_removed_and_the_others_told);
+	tcase_add_test(tc, test_dead_rank_of_a_fail_job_ends_it_as_before);
+	tcase_add_test(tc, test_elastic_flag_must_agree_across_ranks);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("checkpoint files");

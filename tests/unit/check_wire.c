@@ -370,6 +370,12 @@ make_opcode(uint8_t *buf, uint8_t opcode, uint8_t flags)
 		for (int i = 0; i < 40; i++)
 			payload[i] = (uint16_t)(0x3c00 + i);
 		switch (opcode) {
+		case PHUB_WIRE_OP_WORLD:
+		case PHUB_WIRE_OP_WORLD_ACK:
+			m.chunk_id = 0;
+			m.elem_offset = 0;
+			m.elem_count = 0;
+			break;
 		case PHUB_WIRE_OP_LEAVE:
 		case PHUB_WIRE_OP_LEAVE_ACK:
 			m.chunk_id = 0;
