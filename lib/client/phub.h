@@ -64,6 +64,12 @@ phub_dtype_size(enum phub_dtype dtype)
  * configured with "deterministic" gives it to every rank without the flag.
  */
 #define PHUB_CONNECT_F_DETERMINISTIC 0x2u
+/*
+ * One datagram per slot of sendmmsg/recvmmsg: no UDP segmentation offload (UDP_SEGMENT) for
+ * bursts of PUSHes and no receive coalescing (UDP_GRO) of MODELs. Without the flag libphub uses
+ * both where the kernel takes them and falls back by itself where it does not (docs/client.md).
+ */
+#define PHUB_CONNECT_F_NO_OFFLOAD 0x4u
 
 /* One key (a layer's tensor) of the job. Every rank declares the same keys in the same order. */
 struct phub_key {
@@ -157,6 +163,11 @@ struct phub_stats {
 	 * in its broadcast after all: ranks that push in another order, not loss (client.md).
 	 */
 	uint64_t pulls_early;
+	/* UDP offloads (PHUB_CONNECT_F_NO_OFFLOAD turns them off). */
+	uint64_t tx_gso_sends;		/* messages that carried several datagrams (UDP GSO) */
+	uint64_t tx_gso_refused;	/* the kernel refused GSO: sent one by one from then on */
+	uint64_t rx_gro_batches;	/* received buffers the kernel coalesced (UDP GRO) */
+	uint64_t rx_gro_refused;	/* the kernel refused UDP_GRO on the socket */
 };
 
 /* What the PBox decided at JOIN. */

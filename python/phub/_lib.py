@@ -11,6 +11,7 @@ DTYPE_SIZE = {0: 4, 1: 2, 2: 2}
 PRIORITY_DEFAULT = -1
 CONNECT_F_CSUM = 0x1
 CONNECT_F_DETERMINISTIC = 0x2
+CONNECT_F_NO_OFFLOAD = 0x4
 
 
 # phub.h grows its structs at the end only, and a zero field means its default: each struct
@@ -66,7 +67,8 @@ class Stats(ctypes.Structure):
         ("reconnects", ctypes.c_uint64), ("rollbacks", ctypes.c_uint64)] + [
             (n, ctypes.c_uint64) for n in (
                 "tx_csum", "rx_csum", "join_acks", "initial_acks", "initial_models",
-                "pulls_early")] + [_SPARE]
+                "pulls_early", "tx_gso_sends", "tx_gso_refused", "rx_gro_batches",
+                "rx_gro_refused")] + [_SPARE]
 
 
 class Info(ctypes.Structure):

@@ -51,7 +51,9 @@ main(void)
 	FIELD(phub_stats, reconnects); FIELD(phub_stats, rollbacks);
 	FIELD(phub_stats, tx_csum); FIELD(phub_stats, rx_csum); FIELD(phub_stats, join_acks);
 	FIELD(phub_stats, initial_acks); FIELD(phub_stats, initial_models);
-	FIELD(phub_stats, pulls_early);
+	FIELD(phub_stats, pulls_early); FIELD(phub_stats, tx_gso_sends);
+	FIELD(phub_stats, tx_gso_refused); FIELD(phub_stats, rx_gro_batches);
+	FIELD(phub_stats, rx_gro_refused);
 	END();
 	BEGIN(phub_info);
 	FIELD(phub_info, job_id); FIELD(phub_info, rank); FIELD(phub_info, world_size);
