@@ -189,6 +189,8 @@ worker_json(const struct phub_bench_worker_result *r, uint64_t xbytes, bool *ok)
 	set(w, "exchanges_per_s", real(phub_bench_worker_rate(r)), ok);
 	set(w, "goodput_gbps", real(phub_bench_worker_gbps(r, xbytes)), ok);
 	set(w, "cpu_s", real(r->cpu_s), ok);
+	set(w, "timed_from_monotonic_s", real(r->timed_from), ok);
+	set(w, "timed_to_monotonic_s", real(r->timed_to), ok);
 	set(w, "wire_gbps", real(r->timed_s > 0 ? r->wire_bytes * 8 / r->timed_s / 1e9 : 0), ok);
 	set(w, "p50_ms", real(r->p50_ms), ok);
 	set(w, "p99_ms", real(r->p99_ms), ok);

@@ -291,6 +291,7 @@ exchange(struct worker *w, struct phub *h, uint32_t first, char *model, double *
 			phub_stats(h, &st0);
 			t_timed = bench_now();
 			cpu0 = cpu_now();
+			w->res.timed_from = t_timed;
 		}
 		t0 = bench_now();
 		for (k = 0, off = 0; k < l->n_keys; off += (size_t)l->n_elems[k] * es, k++) {
@@ -323,6 +324,7 @@ exchange(struct worker *w, struct phub *h, uint32_t first, char *model, double *
 			times[w->res.timed++] = (bench_now() - t0) * 1e3;
 			w->res.timed_s = bench_now() - t_timed;
 			w->res.cpu_s = cpu_now() - cpu0;
+			w->res.timed_to = bench_now();
 		}
 		w->res.iterations = it;
 		w->prog.iteration = it;

@@ -236,6 +236,8 @@ struct phub_bench_worker_result {
 	double p99_ms;
 	double wire_bytes;		/* UDP payload bytes both ways over the timed exchanges */
 	double cpu_s;			/* the worker process's user + system CPU over them */
+	double timed_from;		/* CLOCK_MONOTONIC seconds the timed exchanges began, */
+	double timed_to;		/* and ended: for system-wide CPU figures beside the run */
 	uint64_t retransmits;		/* whole session */
 	uint64_t pulls;
 	uint64_t replays;

@@ -133,6 +133,7 @@ def main():
     times = []
     t_start = time.perf_counter()
     cpu_start = cpu_seconds()
+    mono_start = time.monotonic()
     for _ in range(args.iterations):
         t0 = time.perf_counter()
         exchange()
@@ -166,6 +167,9 @@ def main():
             # per GB of gradient in and model out (2 model bytes a rank an exchange), as
             # phub-bench's cpu_s_per_gb counts it.
             "cpu_s": round(float(cpu[0]), 3),
+            # Rank 0's timed span on CLOCK_MONOTONIC, for system-wide figures beside it.
+            "timed_from_monotonic_s": round(mono_start, 4),
+            "timed_to_monotonic_s": round(mono_start + elapsed, 4),
             "cpu_s_per_gb": round(float(cpu[0]) / (2 * total * 4 * n * args.iterations / 1e9), 4),
             "host": os.uname().nodename,
         }), flush=True)
