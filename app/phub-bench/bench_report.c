@@ -70,7 +70,7 @@ phub_bench_summarize(const struct phub_bench_run *run,
 		unsigned int n, unsigned int expected, struct phub_bench_summary *s)
 {
 	uint64_t xbytes = phub_bench_exchange_bytes(run->layout, run->dtype);
-	double slowest_s = 0;
+	double slowest_s = 0, gb = 0;
 	uint32_t slowest_timed = 0;
 	size_t n_times = 0;
 	double *all;
@@ -93,6 +93,8 @@ phub_bench_summarize(const struct phub_bench_run *run,
 		s->goodput_gbps += phub_bench_worker_gbps(r, xbytes);
 		if (r->timed_s > 0)
 			s->wire_gbps += r->wire_bytes * 8 / r->timed_s / 1e9;
+		s->cpu_s += r->cpu_s;
+		gb += (double)r->timed * (double)xbytes / 1e9;
 		s->retransmits += r->retransmits;
 		s->pulls += r->pulls;
 		s->reconnects += r->reconnects;
@@ -108,6 +110,8 @@ phub_bench_summarize(const struct phub_bench_run *run,
 	}
 	if (slowest_s > 0)
 		s->job_iterations_per_s = slowest_timed / slowest_s;
+	if (gb > 0)
+		s->cpu_s_per_gb = s->cpu_s / gb;
 	/* Pooled quantiles: every timed exchange of every worker counts once. */
 	all = n_times > 0 ? malloc(n_times * sizeof(*all)) : NULL;
 	if (all != NULL) {
@@ -184,6 +188,9 @@ worker_json(const struct phub_bench_worker_result *r, uint64_t xbytes, bool *ok)
 	set(w, "timed_s", real(r->timed_s), ok);
 	set(w, "exchanges_per_s", real(phub_bench_worker_rate(r)), ok);
 	set(w, "goodput_gbps", real(phub_bench_worker_gbps(r, xbytes)), ok);
+	set(w, "cpu_s", real(r->cpu_s), ok);
+	set(w, "timed_from_monotonic_s", real(r->timed_from), ok);
+	set(w, "timed_to_monotonic_s", real(r->timed_to), ok);
 	set(w, "wire_gbps", real(r->timed_s > 0 ? r->wire_bytes * 8 / r->timed_s / 1e9 : 0), ok);
 	set(w, "p50_ms", real(r->p50_ms), ok);
 	set(w, "p99_ms", real(r->p99_ms), ok);
@@ -193,6 +200,11 @@ worker_json(const struct phub_bench_worker_result *r, uint64_t xbytes, bool *ok)
 	set(w, "pulls", json_integer((json_int_t)r->pulls), ok);
 	set(w, "replays", json_integer((json_int_t)r->replays), ok);
 	set(w, "tx_errors", json_integer((json_int_t)r->tx_errors), ok);
+	set(w, "tx_datagrams", json_integer((json_int_t)r->tx_datagrams), ok);
+	set(w, "tx_gso_sends", json_integer((json_int_t)r->tx_gso_sends), ok);
+	set(w, "tx_gso_refused", json_integer((json_int_t)r->tx_gso_refused), ok);
+	set(w, "rx_datagrams", json_integer((json_int_t)r->rx_datagrams), ok);
+	set(w, "rx_gro_batches", json_integer((json_int_t)r->rx_gro_batches), ok);
 	set(w, "reconnects", json_integer(r->reconnects), ok);
 	set(w, "rollbacks", json_integer(r->rollbacks), ok);
 	set(w, "resumed_at", json_integer(r->resumed_at), ok);
@@ -280,6 +292,8 @@ phub_bench_report_json(const struct phub_bench_run *run, const struct phub_bench
 	set(root, "job_iterations_per_s", real(s->job_iterations_per_s), &ok);
 	set(root, "goodput_gbps", real(s->goodput_gbps), &ok);
 	set(root, "wire_gbps", real(s->wire_gbps), &ok);
+	set(root, "cpu_s", real(s->cpu_s), &ok);
+	set(root, "cpu_s_per_gb", real(s->cpu_s_per_gb), &ok);
 	set(root, "p50_ms", real(s->p50_ms), &ok);
 	set(root, "p99_ms", real(s->p99_ms), &ok);
 	set(root, "retransmits", json_integer((json_int_t)s->retransmits), &ok);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -259,6 +260,18 @@ go_back(struct worker *w, struct phub *h, char *model, uint32_t *it)
 	return 0;
 }
 
+/* User + system CPU seconds of this process, every thread (libphub's progress thread too). */
+static double
+cpu_now(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		return 0;
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+		(double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
 /*
  * The timed loop: iterations first .. K, each a pushpull of every key then a wait for all.
  * first is 1 for a new job; a worker restarted into a running job starts where the PBox says
@@ -271,7 +284,7 @@ exchange(struct worker *w, struct phub *h, uint32_t first, char *model, double *
 	const struct phub_bench_layout *l = cfg->layout;
 	size_t es = phub_dtype_size(cfg->dtype);
 	struct phub_stats st0 = { 0 }, st;
-	double t_timed = bench_now();
+	double t_timed = bench_now(), cpu0 = cpu_now();
 	uint32_t it, k;
 	double t0;
 	size_t off;
@@ -283,6 +296,8 @@ exchange(struct worker *w, struct phub *h, uint32_t first, char *model, double *
 			/* Warm-up over: page faults, ARP and the first RTT estimates are paid. */
 			phub_stats(h, &st0);
 			t_timed = bench_now();
+			cpu0 = cpu_now();
+			w->res.timed_from = t_timed;
 		}
 		t0 = bench_now();
 		for (k = 0, off = 0; k < l->n_keys; off += (size_t)l->n_elems[k] * es, k++) {
@@ -314,6 +329,8 @@ exchange(struct worker *w, struct phub *h, uint32_t first, char *model, double *
 		if (it > cfg->warmup && w->res.timed < cfg->iterations) {
 			times[w->res.timed++] = (bench_now() - t0) * 1e3;
 			w->res.timed_s = bench_now() - t_timed;
+			w->res.cpu_s = cpu_now() - cpu0;
+			w->res.timed_to = bench_now();
 		}
 		w->res.iterations = it;
 		w->prog.iteration = it;
@@ -354,6 +371,11 @@ stats_take(struct worker *w, struct phub *h)
 	w->res.pulls = st.pulls;
 	w->res.replays = st.replays;
 	w->res.tx_errors = st.tx_errors;
+	w->res.tx_datagrams = st.tx_datagrams;
+	w->res.tx_gso_sends = st.tx_gso_sends;
+	w->res.tx_gso_refused = st.tx_gso_refused;
+	w->res.rx_datagrams = st.rx_datagrams;
+	w->res.rx_gro_batches = st.rx_gro_batches;
 	w->res.reconnects = (uint32_t)st.reconnects;
 	w->res.rollbacks = (uint32_t)st.rollbacks;
 }

@@ -253,10 +253,18 @@ struct phub_bench_worker_result {
 	double p50_ms;
 	double p99_ms;
 	double wire_bytes;		/* UDP payload bytes both ways over the timed exchanges */
+	double cpu_s;			/* the worker process's user + system CPU over them */
+	double timed_from;		/* CLOCK_MONOTONIC seconds the timed exchanges began, */
+	double timed_to;		/* and ended: for system-wide CPU figures beside the run */
 	uint64_t retransmits;		/* whole session */
 	uint64_t pulls;
 	uint64_t replays;
 	uint64_t tx_errors;
+	uint64_t tx_datagrams;		/* whole session, and of them ... */
+	uint64_t tx_gso_sends;		/* ... messages of several datagrams (UDP GSO) */
+	uint64_t tx_gso_refused;
+	uint64_t rx_datagrams;		/* whole session, and ... */
+	uint64_t rx_gro_batches;	/* ... buffers the kernel coalesced (UDP GRO) */
 	uint32_t reconnects;		/* sessions made again after a PBox restart */
 	uint32_t rollbacks;		/* of them, those that sent the worker back */
 	uint32_t resumed_at;		/* the last iteration it went back to (0: none) */
@@ -297,6 +305,9 @@ struct phub_bench_summary {
 	double job_iterations_per_s;	/* timed exchanges of the slowest worker / its time */
 	double goodput_gbps;		/* sum over workers */
 	double wire_gbps;
+	double cpu_s;			/* sum over workers of their CPU over the timed exchanges */
+	/* That CPU per GB of exchange_bytes the timed exchanges moved (0: nothing timed). */
+	double cpu_s_per_gb;
 	double p50_ms;			/* over every timed exchange of every worker */
 	double p99_ms;
 	uint64_t retransmits;

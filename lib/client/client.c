@@ -433,10 +433,10 @@ params_check(const struct phub_connect_params *p, char *err, size_t errlen)
 		return -EINVAL;
 	}
 	if ((p->flags & ~(PHUB_CONNECT_F_CSUM | PHUB_CONNECT_F_DETERMINISTIC |
-			PHUB_CONNECT_F_ELASTIC)) != 0) {
+			PHUB_CONNECT_F_ELASTIC | PHUB_CONNECT_F_NO_OFFLOAD)) != 0) {
 		client_set_err(err, errlen, "unknown flags 0x%x",
 				p->flags & ~(PHUB_CONNECT_F_CSUM | PHUB_CONNECT_F_DETERMINISTIC |
-					PHUB_CONNECT_F_ELASTIC));
+					PHUB_CONNECT_F_ELASTIC | PHUB_CONNECT_F_NO_OFFLOAD));
 		return -EINVAL;
 	}
 	return 0;
@@ -652,6 +652,8 @@ phub_connect(const struct phub_connect_params *p, char *err, size_t errlen)
 	h->dtype = (uint8_t)p->dtype;
 	h->elem_size = (uint32_t)phub_dtype_size((enum phub_dtype)p->dtype);
 	h->tx_flags = (p->flags & PHUB_CONNECT_F_CSUM) ? PHUB_WIRE_F_CSUM : 0;
+	h->gso_on = (p->flags & PHUB_CONNECT_F_NO_OFFLOAD) == 0;
+	h->gro_on = (p->flags & PHUB_CONNECT_F_NO_OFFLOAD) == 0;
 	h->window_bytes = p->window_bytes != 0 ? p->window_bytes : CLIENT_WINDOW_DEFAULT;
 	h->rto_min_ns = (uint64_t)(p->rto_min_ms != 0 ? p->rto_min_ms : CLIENT_RTO_MIN_MS) *
 		1000000u;

@@ -233,37 +233,6 @@ timer_arm(struct phub *h, struct seg *s, uint64_t deadline)
 
 /* ---- transmit ---- */
 
-static void
-tx_flush(struct phub *h)
-{
-	struct tx_batch *tx = &h->tx;
-	unsigned int done = 0;
-
-	while (done < tx->n) {
-		int n = sendmmsg(h->fd, tx->msgs + done, tx->n - done, 0);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			/* The kernel would not take it: lost like on the wire, timers repair it. */
-			h->stats.tx_errors++;
-			done++;
-			continue;
-		}
-		for (int i = 0; i < n; i++) {
-			uint8_t flags = tx->hdr[done + i][offsetof(struct phub_wire_hdr, flags)];
-
-			h->stats.tx_datagrams++;
-			h->stats.tx_bytes += tx->msgs[done + i].msg_len;
-			/* Counted when sent, with tx_datagrams: one snapshot has both alike. */
-			if (flags & PHUB_WIRE_F_CSUM)
-				h->stats.tx_csum++;
-		}
-		done += (unsigned int)n;
-	}
-	tx->n = 0;
-}
-
 /* Queue one datagram: msg's header, written here, and payload_len bytes at payload. */
 static void
 tx_add(struct phub *h, const struct sockaddr_in *dst, struct phub_wire_msg *msg,
@@ -290,13 +259,9 @@ tx_add(struct phub *h, const struct sockaddr_in *dst, struct phub_wire_msg *msg,
 	tx->iov[i][0].iov_len = (size_t)hdr_len;
 	tx->iov[i][1].iov_base = (void *)(uintptr_t)payload;
 	tx->iov[i][1].iov_len = msg->payload_len;
-	memset(&tx->msgs[i], 0, sizeof(tx->msgs[i]));
-	tx->msgs[i].msg_hdr.msg_name = &tx->dst[i];
-	tx->msgs[i].msg_hdr.msg_namelen = sizeof(tx->dst[i]);
-	tx->msgs[i].msg_hdr.msg_iov = tx->iov[i];
-	tx->msgs[i].msg_hdr.msg_iovlen = msg->payload_len != 0 ? 2 : 1;
+	tx->iovlen[i] = msg->payload_len != 0 ? 2 : 1;
 	if (++tx->n == CLIENT_BATCH)
-		tx_flush(h);
+		client_tx_flush(h);
 }
 
 static void
@@ -698,6 +663,30 @@ rx_one(struct phub *h, const uint8_t *buf, size_t len, uint64_t now)
 	}
 }
 
+/*
+ * One received buffer: a datagram, or (UDP_GRO) datagrams of one source the kernel coalesced,
+ * each gso_size bytes but the last. True when the session failed.
+ */
+static bool
+rx_buffer(struct phub *h, struct mmsghdr *m, const uint8_t *buf, uint64_t now)
+{
+	size_t len = m->msg_len, gso = h->gro_on ? client_gro_size(&m->msg_hdr) : 0;
+	size_t off = 0, dl;
+
+	if (gso != 0 && len > gso)
+		h->stats.rx_gro_batches++;
+	while ((dl = client_gro_dgram_len(len, gso, off)) != 0) {
+		rx_one(h, buf + off, dl, now);
+		if (h->error != 0)
+			return true;
+		off += dl;
+	}
+	/* An empty datagram is one too: malformed. */
+	if (len == 0)
+		rx_one(h, buf, 0, now);
+	return h->error != 0;
+}
+
 static void
 rx_drain(struct phub *h)
 {
@@ -710,6 +699,10 @@ rx_drain(struct phub *h)
 		for (unsigned int i = 0; i < CLIENT_BATCH; i++) {
 			rx->msgs[i].msg_hdr.msg_namelen = sizeof(rx->src[i]);
 			rx->msgs[i].msg_len = 0;
+			if (h->gro_on) {
+				rx->msgs[i].msg_hdr.msg_control = rx->cmsg[i].buf;
+				rx->msgs[i].msg_hdr.msg_controllen = sizeof(rx->cmsg[i].buf);
+			}
 		}
 		n = recvmmsg(h->fd, rx->msgs, CLIENT_BATCH, MSG_DONTWAIT, NULL);
 		if (n <= 0)
@@ -722,8 +715,7 @@ rx_drain(struct phub *h)
 				h->stats.rx_dropped++;
 				continue;
 			}
-			rx_one(h, rx->buf + (size_t)i * rx->rx_size, rx->msgs[i].msg_len, now);
-			if (h->error != 0)
+			if (rx_buffer(h, &rx->msgs[i], rx->buf + (size_t)i * rx->rx_size, now))
 				return;
 		}
 		if (n < CLIENT_BATCH)
@@ -975,7 +967,12 @@ reconnect(struct phub *h)
 	int rc;
 
 	h->rejoin = false;
+	/* The JOIN exchange takes its answers one datagram at a time. */
+	if (h->gro_on)
+		client_gro_set(h, false);
 	rc = client_rejoin(h, err, sizeof(err));
+	if (h->gro_on)
+		client_gro_set(h, true);
 	h->last_heard_ns = client_now_ns();
 	if (rc == -ECANCELED)
 		return;
@@ -1089,9 +1086,9 @@ client_node_main(void *arg)
 		now = client_now_ns();
 		timers_run(h, now);
 		send_run(h, now);
-		tx_flush(h);
+		client_tx_flush(h);
 		liveness(h, now);
-		tx_flush(h);
+		client_tx_flush(h);
 		if (h->error != 0)
 			break;
 		idle_wait(h, now);
@@ -1114,6 +1111,13 @@ client_node_init(struct phub *h)
 
 	h->send_heap.ids = calloc(h->n_segs, sizeof(uint32_t));
 	h->timer_heap.ids = calloc(h->n_segs, sizeof(uint32_t));
+	/* MODEL bursts coalesced by the kernel: a buffer holds what one skb may. */
+	if (h->gro_on && !client_gro_set(h, true)) {
+		h->gro_on = false;
+		h->stats.rx_gro_refused++;
+	}
+	if (h->gro_on && rx->rx_size < CLIENT_GRO_BUF)
+		rx->rx_size = CLIENT_GRO_BUF;
 	rx->buf = malloc(CLIENT_BATCH * rx->rx_size);
 	h->ep_order = calloc(h->n_endpoints, sizeof(*h->ep_order));
 	h->overtake_trust = OVERTAKE_TRUST_MAX;

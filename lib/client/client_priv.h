@@ -49,6 +49,13 @@ enum {
 	CLIENT_TICKET_BUCKETS = 1024,
 	CLIENT_ERRMSG = 256,
 	CLIENT_LEAVE_MS = 500,		/* LEAVE is answered within this or not waited for */
+	/*
+	 * One UDP GSO send: at most this many datagrams (the kernel's UDP_MAX_SEGMENTS was 64
+	 * before Linux 6.9) and this many payload bytes (an IPv4 datagram's 65507, with room).
+	 */
+	CLIENT_GSO_MAX_SEGS = 64,
+	CLIENT_GSO_MAX_BYTES = 65000,
+	CLIENT_GRO_BUF = 65536,		/* a receive buffer with UDP_GRO: one coalesced skb */
 };
 
 /*
@@ -153,19 +160,35 @@ struct seg_heap {
 	uint32_t n;
 };
 
-/* A batch of datagrams for sendmmsg: a header of ours, the payload by reference. */
+/* A UDP_SEGMENT or UDP_GRO control message. */
+union client_cmsg {
+	char buf[CMSG_SPACE(sizeof(int))];
+	struct cmsghdr align;
+};
+
+/*
+ * A batch of datagrams for sendmmsg: a header of ours, the payload by reference. client_tx_flush()
+ * sends runs of them to one destination as one message each (UDP GSO): msgs, iov and n_dgrams
+ * describe those messages.
+ */
 struct tx_batch {
-	struct mmsghdr msgs[CLIENT_BATCH];
 	struct iovec iov[CLIENT_BATCH][2];
+	unsigned int iovlen[CLIENT_BATCH];
 	struct sockaddr_in dst[CLIENT_BATCH];
 	uint8_t hdr[CLIENT_BATCH][PHUB_WIRE_HDR_LEN_HYPER];
 	unsigned int n;
+	/* The messages of one sendmmsg, built from the datagrams. */
+	struct mmsghdr msgs[CLIENT_BATCH];
+	struct iovec msg_iov[2 * CLIENT_BATCH];
+	unsigned int n_dgrams[CLIENT_BATCH];
+	union client_cmsg cmsg[CLIENT_BATCH];
 };
 
 struct rx_batch {
 	struct mmsghdr msgs[CLIENT_BATCH];
 	struct iovec iov[CLIENT_BATCH];
 	struct sockaddr_in src[CLIENT_BATCH];
+	union client_cmsg cmsg[CLIENT_BATCH];
 	uint8_t *buf;			/* CLIENT_BATCH buffers of rx_size */
 	size_t rx_size;
 };
@@ -196,6 +219,9 @@ struct phub {
 	uint16_t world_size;
 	uint8_t dtype;
 	uint8_t tx_flags;		/* PHUB_WIRE_F_CSUM or 0 */
+	/* Progress thread: UDP GSO on send, UDP_GRO on receive (off: refused, or the flag). */
+	bool gso_on;
+	bool gro_on;
 	uint32_t elem_size;
 	uint32_t chunk_bytes;
 	uint32_t segment_elems;
@@ -281,6 +307,22 @@ void client_join_free(struct phub *h);
  * err: ECONNRESET no answer, EIO refused or another geometry, ECANCELED the session is closing.
  */
 int client_rejoin(struct phub *h, char *err, size_t errlen);
+
+/*
+ * client_offload.c: UDP GSO and GRO. Send the datagrams queued in h->tx (runs of equal length
+ * to one destination as one GSO message while the kernel takes them), then empty it.
+ */
+void client_tx_flush(struct phub *h);
+/* Ask for UDP_GRO on the socket (on) or stop it; false if the kernel refused. */
+bool client_gro_set(struct phub *h, bool on);
+/*
+ * The length of the datagram at offset off of a received buffer of len bytes that the kernel
+ * coalesced from datagrams of gso_size bytes each (the last may be shorter); gso_size 0: the
+ * buffer is one datagram. 0 past the end.
+ */
+size_t client_gro_dgram_len(size_t len, size_t gso_size, size_t off);
+/* The gso_size of a received message's UDP_GRO control message; 0 if it has none. */
+size_t client_gro_size(const struct msghdr *m);
 
 /* client_node.c: the progress thread. */
 int client_node_init(struct phub *h);

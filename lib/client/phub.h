@@ -71,6 +71,12 @@ phub_dtype_size(enum phub_dtype dtype)
  * rank must ask alike (LAYOUT_MISMATCH otherwise).
  */
 #define PHUB_CONNECT_F_ELASTIC 0x4u
+/*
+ * One datagram per slot of sendmmsg/recvmmsg: no UDP segmentation offload (UDP_SEGMENT) for
+ * bursts of PUSHes and no receive coalescing (UDP_GRO) of MODELs. Without the flag libphub uses
+ * both where the kernel takes them and falls back by itself where it does not (docs/client.md).
+ */
+#define PHUB_CONNECT_F_NO_OFFLOAD 0x8u
 
 /* One key (a layer's tensor) of the job. Every rank declares the same keys in the same order. */
 struct phub_key {
@@ -167,6 +173,11 @@ struct phub_stats {
 	/* Elastic jobs (PHUB_CONNECT_F_ELASTIC): the ranks left, and the changes taken (WORLD). */
 	uint64_t world_size;
 	uint64_t world_changes;
+	/* UDP offloads (PHUB_CONNECT_F_NO_OFFLOAD turns them off). */
+	uint64_t tx_gso_sends;		/* messages that carried several datagrams (UDP GSO) */
+	uint64_t tx_gso_refused;	/* the kernel refused GSO: sent one by one from then on */
+	uint64_t rx_gro_batches;	/* received buffers the kernel coalesced (UDP GRO) */
+	uint64_t rx_gro_refused;	/* the kernel refused UDP_GRO on the socket */
 };
 
 /* What the PBox decided at JOIN. */

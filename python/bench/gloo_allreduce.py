@@ -12,6 +12,7 @@ Rendezvous: a TCP store at --master-addr:--master-port (rank 0 listens there).
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 
@@ -70,6 +71,11 @@ def percentile(sorted_values, p):
         return 0.0
     i = min(len(sorted_values) - 1, int(round(p * (len(sorted_values) - 1))))
     return sorted_values[i]
+
+
+def cpu_seconds():
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 def main():
@@ -137,11 +143,15 @@ def main():
     dist.barrier()
     times = []
     t_start = time.perf_counter()
+    cpu_start = cpu_seconds()
+    mono_start = time.monotonic()
     for _ in range(args.iterations):
         t0 = time.perf_counter()
         exchange()
         times.append(time.perf_counter() - t0)
     elapsed = time.perf_counter() - t_start
+    cpu = torch.tensor([cpu_seconds() - cpu_start], dtype=torch.float64)
+    dist.all_reduce(cpu, op=dist.ReduceOp.SUM)
 
     # The slowest rank sets the pace: per-iteration and total maxima over ranks.
     per_iter = torch.tensor(times, dtype=torch.float64)
@@ -164,6 +174,14 @@ def main():
             # (2 (n - 1) / n of the model crosses each rank's link per allreduce).
             "gbps": round(model_bits * rate / 1e9, 3),
             "bus_gbps": round(model_bits * rate * 2 * (n - 1) / n / 1e9, 3),
+            # Every rank's process CPU (user + system, all threads) over the timed exchanges,
+            # per GB of gradient in and model out (2 model bytes a rank an exchange), as
+            # phub-bench's cpu_s_per_gb counts it.
+            "cpu_s": round(float(cpu[0]), 3),
+            # Rank 0's timed span on CLOCK_MONOTONIC, for system-wide figures beside it.
+            "timed_from_monotonic_s": round(mono_start, 4),
+            "timed_to_monotonic_s": round(mono_start + elapsed, 4),
+            "cpu_s_per_gb": round(float(cpu[0]) / (2 * total * 4 * n * args.iterations / 1e9), 4),
             "host": os.uname().nodename,
         }), flush=True)
     dist.destroy_process_group()

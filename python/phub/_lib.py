@@ -12,6 +12,7 @@ PRIORITY_DEFAULT = -1
 CONNECT_F_CSUM = 0x1
 CONNECT_F_DETERMINISTIC = 0x2
 CONNECT_F_ELASTIC = 0x4
+CONNECT_F_NO_OFFLOAD = 0x8
 
 
 # phub.h grows its structs at the end only, and a zero field means its default: each struct
@@ -67,7 +68,8 @@ class Stats(ctypes.Structure):
         ("reconnects", ctypes.c_uint64), ("rollbacks", ctypes.c_uint64)] + [
             (n, ctypes.c_uint64) for n in (
                 "tx_csum", "rx_csum", "join_acks", "initial_acks", "initial_models",
-                "pulls_early", "world_size", "world_changes")] + [_SPARE]
+                "pulls_early", "world_size", "world_changes", "tx_gso_sends", "tx_gso_refused",
+                "rx_gro_batches", "rx_gro_refused")] + [_SPARE]
 
 
 class WorldChange(ctypes.Structure):

@@ -54,6 +54,10 @@ main(void)
 	FIELD(phub_stats, pulls_early);
 	FIELD(phub_stats, world_size);
 	FIELD(phub_stats, world_changes);
+	FIELD(phub_stats, tx_gso_sends);
+	FIELD(phub_stats, tx_gso_refused);
+	FIELD(phub_stats, rx_gro_batches);
+	FIELD(phub_stats, rx_gro_refused);
 	END();
 	BEGIN(phub_info);
 	FIELD(phub_info, job_id); FIELD(phub_info, rank); FIELD(phub_info, world_size);

@@ -581,9 +581,9 @@ START_TEST(test_summary_adds_worker_rates_and_pools_exchange_times)
 	struct phub_bench_run run = test_run(l);
 	struct phub_bench_worker_result r[2] = {
 		{ .rank = 0, .timed = 4, .timed_s = 2.0, .verified = true, .bitwise = true,
-			.retransmits = 3, .pulls = 1, .wire_bytes = 1e9 },
+			.retransmits = 3, .pulls = 1, .wire_bytes = 1e9, .cpu_s = 0.004 },
 		{ .rank = 1, .timed = 4, .timed_s = 4.0, .verified = true, .bitwise = true,
-			.retransmits = 4, .max_abs_error = 0.5 },
+			.retransmits = 4, .max_abs_error = 0.5, .cpu_s = 0.012 },
 	};
 	double t0[] = { 1, 2, 3, 4 }, t1[] = { 5, 6, 7, 100 };
 	const double *times[] = { t0, t1 };
@@ -597,6 +597,9 @@ START_TEST(test_summary_adds_worker_rates_and_pools_exchange_times)
 	ck_assert_double_eq_tol(s.job_iterations_per_s, 1.0, 1e-12);
 	ck_assert_double_eq_tol(s.goodput_gbps, 3.0 * 2e6 * 8 / 1e9, 1e-12);
 	ck_assert_double_eq_tol(s.wire_gbps, 4.0, 1e-12);
+	/* 0.016 CPU seconds for 8 exchanges of 2 MB (0.016 GB): 1 s per GB. */
+	ck_assert_double_eq_tol(s.cpu_s, 0.016, 1e-12);
+	ck_assert_double_eq_tol(s.cpu_s_per_gb, 1.0, 1e-9);
 	ck_assert_double_eq(s.p50_ms, 4);
 	ck_assert_double_eq(s.p99_ms, 100);
 	ck_assert_uint_eq(s.retransmits, 7);

@@ -20,6 +20,7 @@
 #include <check.h>
 
 #include "client/phub.h"
+#include "client_priv.h"
 #include "kernels/phub_kernels.h"
 #include "soft_pbox.h"
 
@@ -236,6 +237,9 @@ params_fill(struct phub_connect_params *p, const struct job_cfg *c, uint16_t por
 	p->window_bytes = c->window_bytes;
 	p->connect_timeout_ms = 10000;
 	p->flags = c->flags;
+	/* The whole suite runs again without UDP offloads (meson test client_no_offload). */
+	if (getenv("PHUB_TEST_NO_OFFLOAD") != NULL)
+		p->flags |= PHUB_CONNECT_F_NO_OFFLOAD;
 }
 
 static void *
@@ -666,6 +670,265 @@ START_TEST(test_job_without_csum_sends_and_takes_no_checksum)
 	ck_assert_uint_gt(w[0].stats.tx_datagrams, 0);
 	ck_assert_uint_eq(w[0].stats.tx_csum, 0);
 	ck_assert_uint_eq(w[0].stats.rx_csum, 0);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+
+/* ---- UDP offloads ---- */
+
+enum {
+	OFF_HDR = 24,		/* a stand-in header: the datagram's index at byte 0 */
+	OFF_PAYLOAD = 1000,
+	OFF_SHORT = 300,
+	OFF_N = 13,		/* 0..10 to A (10 short), 11 to B, 12 to A */
+};
+
+static int
+udp_bound(struct sockaddr_in *a)
+{
+	socklen_t len = sizeof(*a);
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	memset(a, 0, sizeof(*a));
+	a->sin_family = AF_INET;
+	a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)a, sizeof(*a)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)a, &len), 0);
+	return fd;
+}
+
+static size_t
+off_len(unsigned int i)
+{
+	return OFF_HDR + (i == 10 ? OFF_SHORT : OFF_PAYLOAD);
+}
+
+/* Queue the OFF_N datagrams of the offload tests in h->tx as tx_add() does. */
+static void
+off_queue(struct phub *h, const struct sockaddr_in *a, const struct sockaddr_in *b,
+		uint8_t payload[OFF_N][OFF_PAYLOAD])
+{
+	struct tx_batch *tx = &h->tx;
+
+	for (unsigned int i = 0; i < OFF_N; i++) {
+		memset(tx->hdr[i], 0, sizeof(tx->hdr[i]));
+		tx->hdr[i][0] = (uint8_t)i;
+		memset(payload[i], 0x40 + (int)i, OFF_PAYLOAD);
+		tx->iov[i][0].iov_base = tx->hdr[i];
+		tx->iov[i][0].iov_len = OFF_HDR;
+		tx->iov[i][1].iov_base = payload[i];
+		tx->iov[i][1].iov_len = off_len(i) - OFF_HDR;
+		tx->iovlen[i] = 2;
+		tx->dst[i] = i == 11 ? *b : *a;
+	}
+	tx->n = OFF_N;
+}
+
+/* What fd received: datagrams in order, each its index's length and bytes. */
+static void
+off_expect(int fd, const unsigned int *idx, unsigned int n)
+{
+	uint8_t buf[2048];
+
+	for (unsigned int k = 0; k < n; k++) {
+		ssize_t len = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		unsigned int i = idx[k];
+
+		ck_assert_int_eq(len, (ssize_t)off_len(i));
+		ck_assert_uint_eq(buf[0], i);
+		ck_assert_uint_eq(buf[OFF_HDR], 0x40 + i);
+		ck_assert_uint_eq(buf[len - 1], 0x40 + i);
+	}
+	ck_assert_int_lt(recv(fd, buf, sizeof(buf), MSG_DONTWAIT), 0);
+}
+
+/*
+ * A run of equal datagrams to one destination and its shorter last one leave in one GSO message;
+ * another destination breaks the run. Each arrives as its own datagram, in order. A socket on
+ * which the kernel refuses GSO (SO_NO_CHECK: EINVAL) sends them one by one, counts the refusal
+ * once and stops asking.
+ */
+START_TEST(test_gso_sends_runs_and_falls_back_when_refused)
+{
+	static uint8_t payload[OFF_N][OFF_PAYLOAD];
+	static const unsigned int to_a[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12 };
+	static const unsigned int to_b[] = { 11 };
+	struct sockaddr_in a, b, me;
+	int fa = udp_bound(&a), fb = udp_bound(&b);
+	struct phub *h = calloc(1, sizeof(*h));
+	int one = 1;
+
+	ck_assert_ptr_nonnull(h);
+	for (int refused = 0; refused <= 1; refused++) {
+		memset(&h->stats, 0, sizeof(h->stats));
+		h->fd = udp_bound(&me);
+		h->gso_on = true;
+		if (refused)
+			ck_assert_int_eq(setsockopt(h->fd, SOL_SOCKET, SO_NO_CHECK, &one,
+					sizeof(one)), 0);
+		off_queue(h, &a, &b, payload);
+		client_tx_flush(h);
+		ck_assert_uint_eq(h->tx.n, 0);
+		ck_assert_uint_eq(h->stats.tx_datagrams, OFF_N);
+		ck_assert_uint_eq(h->stats.tx_errors, 0);
+		ck_assert_uint_eq(h->stats.tx_bytes,
+				(OFF_N - 1) * (OFF_HDR + OFF_PAYLOAD) + OFF_HDR + OFF_SHORT);
+		ck_assert_uint_eq(h->stats.tx_gso_sends, refused ? 0 : 1);
+		ck_assert_uint_eq(h->stats.tx_gso_refused, refused ? 1 : 0);
+		ck_assert(h->gso_on == !refused);
+		off_expect(fa, to_a, 12);
+		off_expect(fb, to_b, 1);
+		/* Once refused, never asked again: the next flush counts nothing more. */
+		off_queue(h, &a, &b, payload);
+		client_tx_flush(h);
+		ck_assert_uint_eq(h->stats.tx_datagrams, 2 * OFF_N);
+		ck_assert_uint_eq(h->stats.tx_gso_refused, refused ? 1 : 0);
+		ck_assert_uint_eq(h->stats.tx_gso_sends, refused ? 0 : 2);
+		off_expect(fa, to_a, 12);
+		off_expect(fb, to_b, 1);
+		close(h->fd);
+	}
+	free(h);
+	close(fa);
+	close(fb);
+}
+END_TEST
+
+/* Without GSO every datagram is a message of its own: nothing is grouped. */
+START_TEST(test_gso_off_sends_one_datagram_per_message)
+{
+	static uint8_t payload[OFF_N][OFF_PAYLOAD];
+	static const unsigned int to_a[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12 };
+	static const unsigned int to_b[] = { 11 };
+	struct sockaddr_in a, b, me;
+	int fa = udp_bound(&a), fb = udp_bound(&b);
+	struct phub *h = calloc(1, sizeof(*h));
+
+	ck_assert_ptr_nonnull(h);
+	h->fd = udp_bound(&me);
+	off_queue(h, &a, &b, payload);
+	client_tx_flush(h);
+	ck_assert_uint_eq(h->stats.tx_datagrams, OFF_N);
+	ck_assert_uint_eq(h->stats.tx_gso_sends, 0);
+	ck_assert_uint_eq(h->stats.tx_gso_refused, 0);
+	off_expect(fa, to_a, 12);
+	off_expect(fb, to_b, 1);
+	close(h->fd);
+	free(h);
+	close(fa);
+	close(fb);
+}
+END_TEST
+
+/*
+ * A buffer the kernel coalesced (UDP_GRO) from MODELs of one size and a short last one splits
+ * back into those datagrams, each of which parses as the MODEL that was encoded.
+ */
+START_TEST(test_gro_split_gives_back_the_datagrams)
+{
+	enum { SEG_ELEMS = 64, N = 4, LAST_ELEMS = 10 };
+	static uint8_t buf[N * (PHUB_WIRE_HDR_LEN + SEG_ELEMS * 4)];
+	size_t gso = PHUB_WIRE_HDR_LEN + SEG_ELEMS * 4, len = 0, off = 0, dl;
+	unsigned int k = 0;
+
+	for (unsigned int i = 0; i < N; i++) {
+		struct phub_wire_msg m;
+		float payload[SEG_ELEMS];
+		int hl;
+
+		for (unsigned int e = 0; e < SEG_ELEMS; e++)
+			payload[e] = (float)(i * 1000 + e);
+		phub_wire_msg_init(&m, PHUB_WIRE_OP_MODEL);
+		m.job_id = 7;
+		m.chunk_id = i;
+		m.seg_index = 0;
+		m.seg_count = 1;
+		m.elem_count = i == N - 1 ? LAST_ELEMS : SEG_ELEMS;
+		m.dtype = PHUB_DTYPE_FP32;
+		m.payload_len = (uint16_t)(m.elem_count * 4);
+		hl = phub_wire_hdr_encode(buf + len, sizeof(buf) - len, &m, 0);
+		ck_assert_int_eq(hl, PHUB_WIRE_HDR_LEN);
+		memcpy(buf + len + hl, payload, m.payload_len);
+		len += (size_t)hl + m.payload_len;
+	}
+	ck_assert_uint_eq(len, (N - 1) * gso + PHUB_WIRE_HDR_LEN + LAST_ELEMS * 4);
+	while ((dl = client_gro_dgram_len(len, gso, off)) != 0) {
+		struct phub_wire_msg m;
+		float first;
+
+		ck_assert_uint_eq(dl, k == N - 1 ? PHUB_WIRE_HDR_LEN + LAST_ELEMS * 4 : gso);
+		ck_assert_int_eq(phub_wire_parse(buf + off, dl, &m), PHUB_DROP_OK);
+		ck_assert_uint_eq(m.opcode, PHUB_WIRE_OP_MODEL);
+		ck_assert_uint_eq(m.chunk_id, k);
+		ck_assert_uint_eq(m.elem_count, k == N - 1 ? LAST_ELEMS : SEG_ELEMS);
+		memcpy(&first, m.payload, sizeof(first));
+		ck_assert(first == (float)(k * 1000));
+		off += dl;
+		k++;
+	}
+	ck_assert_uint_eq(k, N);
+	ck_assert_uint_eq(off, len);
+	/* A whole number of segments: no short last one, nothing past the end. */
+	ck_assert_uint_eq(client_gro_dgram_len(3 * gso, gso, 2 * gso), gso);
+	ck_assert_uint_eq(client_gro_dgram_len(3 * gso, gso, 3 * gso), 0);
+	/* No UDP_GRO control message: the buffer is one datagram. */
+	ck_assert_uint_eq(client_gro_dgram_len(len, 0, 0), len);
+	ck_assert_uint_eq(client_gro_dgram_len(len, 0, len), 0);
+}
+END_TEST
+
+/* The segment size is read from the UDP_GRO control message, and only from it. */
+START_TEST(test_gro_size_reads_the_control_message)
+{
+	union client_cmsg cb[2];
+	struct msghdr mh;
+	struct cmsghdr *cm;
+	int v = 8262;
+
+	memset(&mh, 0, sizeof(mh));
+	memset(cb, 0, sizeof(cb));
+	mh.msg_control = cb;
+	mh.msg_controllen = CMSG_SPACE(sizeof(int));
+	cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SO_TIMESTAMP;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &v, sizeof(v));
+	ck_assert_uint_eq(client_gro_size(&mh), 0);
+	cm->cmsg_level = IPPROTO_UDP;
+	cm->cmsg_type = 104;	/* UDP_GRO */
+	ck_assert_uint_eq(client_gro_size(&mh), 8262);
+	mh.msg_controllen = 0;
+	ck_assert_uint_eq(client_gro_size(&mh), 0);
+}
+END_TEST
+
+/* A job on loopback (which takes GSO) sends its PUSH runs as GSO messages, exactly as without. */
+START_TEST(test_job_uses_gso_and_matches_without)
+{
+	struct job_cfg c = mixed_job("gso", 2);
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = pbox_start(2, 0.0);
+
+	for (int off = 0; off <= 1; off++) {
+		c.flags = off ? PHUB_CONNECT_F_NO_OFFLOAD : 0;
+		job_run(&c, sp, w);
+		workers_check(&c, w);
+		for (unsigned int r = 0; r < c.n_workers; r++) {
+			const struct phub_stats *ws = &w[r].stats;
+
+			ck_assert_uint_eq(ws->tx_gso_refused, 0);
+			ck_assert_uint_eq(ws->rx_gro_refused, 0);
+			if (off || getenv("PHUB_TEST_NO_OFFLOAD") != NULL)
+				ck_assert_uint_eq(ws->tx_gso_sends, 0);
+			else
+				ck_assert_uint_gt(ws->tx_gso_sends, 0);
+			/* Fewer messages than datagrams, never fewer datagrams. */
+			ck_assert_uint_ge(ws->tx_datagrams, ws->pushes);
+		}
+	}
 	soft_pbox_stop(sp);
 }
 END_TEST
@@ -1673,6 +1936,15 @@ phub_client_suite(void)
 	tcase_add_test(tc, test_adam_job_matches_reference_within_1e_6);
 	tcase_add_test(tc, test_checksummed_job_matches_reference);
 	tcase_add_test(tc, test_job_without_csum_sends_and_takes_no_checksum);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("offload");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_gso_sends_runs_and_falls_back_when_refused);
+	tcase_add_test(tc, test_gso_off_sends_one_datagram_per_message);
+	tcase_add_test(tc, test_gro_split_gives_back_the_datagrams);
+	tcase_add_test(tc, test_gro_size_reads_the_control_message);
+	tcase_add_test(tc, test_job_uses_gso_and_matches_without);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("loss");
