@@ -16,6 +16,7 @@
 #include "csum.h"
 #include "engine/phub_ring.h"
 #include "pbox.h"
+#include "prio.h"
 
 #define L2_L3_L4_LEN (RTE_ETHER_HDR_LEN + sizeof(struct rte_ipv4_hdr) + sizeof(struct rte_udp_hdr))
 /*
@@ -887,6 +888,28 @@ ring_poll(struct pbox_lcore *lc, uint64_t tsc)
 	return sent;
 }
 
+/*
+ * Put a received burst in P3 service order (prio.h): the more urgent segments are summed,
+ * optimized and answered first, so their ACKs and MODELs also leave first. A burst of one
+ * priority, the common case, is left as it came.
+ */
+static void
+serve_by_priority(struct rte_mbuf **pkts, uint16_t n)
+{
+	struct rte_mbuf *in[PBOX_BURST];
+	uint16_t order[PBOX_BURST];
+	uint8_t prio[PBOX_BURST];
+
+	for (uint16_t j = 0; j < n; j++)
+		prio[j] = pbox_prio_of_frame(rte_pktmbuf_mtod(pkts[j], const uint8_t *),
+				pkts[j]->data_len);
+	if (!pbox_prio_order(prio, n, order))
+		return;
+	memcpy(in, pkts, n * sizeof(*pkts));
+	for (uint16_t j = 0; j < n; j++)
+		pkts[j] = in[order[j]];
+}
+
 static void
 flush_tx(struct pbox_lcore *lc)
 {
@@ -953,6 +976,9 @@ pbox_lcore_main(void *arg)
 			uint16_t n = rte_eth_rx_burst(pbox.ports[pi].port_id, lc->queue[pi], pkts,
 					PBOX_BURST);
 
+			/* P3: a burst of several priorities is served most urgent first. */
+			if (pbox.cfg.priority_order && n > 1)
+				serve_by_priority(pkts, n);
 			for (uint16_t j = 0; j < n; j++) {
 				if (j + 1 < n)
 					rte_prefetch0(rte_pktmbuf_mtod(pkts[j + 1], void *));
@@ -966,7 +992,8 @@ pbox_lcore_main(void *arg)
 
 		cur_tsc = rte_rdtsc();
 		work += ring_poll(lc, cur_tsc);
-		if (cur_tsc - prev_tsc > drain_tsc) {
+		/* A loop that produced answers sends them now; an idle one every drain_tsc. */
+		if (work != 0 || cur_tsc - prev_tsc > drain_tsc) {
 			flush_tx(lc);
 			prev_tsc = cur_tsc;
 		}
