@@ -653,6 +653,8 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 	req.has_hyper = (f->msg.flags & PHUB_WIRE_F_HYPER) != 0;
 	req.hyper_lr = f->msg.hyper_lr;
 	req.hyper_weight_decay = f->msg.hyper_weight_decay;
+	/* The loop's one clock read (the jobs' clock, control.c): none per PUSH. */
+	req.now_ns = lc->now_ns;
 
 	if (f->msg.opcode == PHUB_WIRE_OP_PUSH)
 		phub_engine_push(job, &req, &reply, &lc->engine_stats);
