@@ -11,7 +11,7 @@
 #include <rte_cycles.h>
 #include <rte_ip.h>
 #include <rte_lcore.h>
-#include <rte_malloc.h>
+#include <rte_memory.h>
 #include <rte_udp.h>
 
 #include "csum.h"
@@ -329,6 +329,21 @@ model_shinfo_free(void *addr, void *opaque)
 }
 
 /*
+ * The IOVA of a byte inside the EAL's memory (the job's buffers are rte_malloc'ed; the
+ * pointer is inside one, so rte_malloc_virt2iova, which wants an element's start, does not
+ * apply), or RTE_BAD_IOVA.
+ */
+static inline rte_iova_t
+model_iova(const void *p)
+{
+	const struct rte_memseg *ms = rte_mem_virt2memseg(p, NULL);
+
+	if (ms == NULL || ms->iova == RTE_BAD_IOVA)
+		return RTE_BAD_IOVA;
+	return ms->iova + (rte_iova_t)((uintptr_t)p - (uintptr_t)ms->addr);
+}
+
+/*
  * The payload mbuf every MODEL frame of a broadcast chains to: the job's model memory itself
  * (an external buffer, no copy) when this lcore's one reference is free and the port gave the
  * last one back at its flush; else a copy. *by_ref tells which.
@@ -343,7 +358,7 @@ model_payload(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_
 
 	*by_ref = false;
 	if (!lc->model_shinfo_busy && !lc->model_copy[tx_port] && reply->model_bytes < UINT16_MAX &&
-	    (iova = rte_malloc_virt2iova(reply->model)) != RTE_BAD_IOVA) {
+	    (iova = model_iova(reply->model)) != RTE_BAD_IOVA) {
 		m = rte_pktmbuf_alloc(lc->indirect_pool);
 		if (m != NULL) {
 			lc->model_shinfo.free_cb = model_shinfo_free;
