@@ -14,9 +14,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 /* The same value as rte_raw_cksum(buf, len): the sum folded to 16 bits, not complemented. */
 static inline uint16_t
-pbox_raw_cksum(const void *buf, size_t len)
+pbox_raw_cksum_scalar(const void *buf, size_t len)
 {
 	const uint8_t *p = buf;
 	uint64_t s0 = 0, s1 = 0;
@@ -66,6 +70,56 @@ pbox_raw_cksum(const void *buf, size_t len)
 	s0 = (s0 & 0xffffu) + (s0 >> 16);
 	s0 = (s0 & 0xffffu) + (s0 >> 16);
 	return (uint16_t)s0;
+}
+
+#if defined(__x86_64__)
+/*
+ * The same sum, 64 bytes a step in AVX2 registers: each 64-bit lane adds the two 32-bit halves
+ * of its word (below 2^33 a step, so a datagram's 1024 steps cannot wrap a lane); the tail goes
+ * to the scalar sum, whose start is 64-byte steps past buf, so the two sums add.
+ */
+__attribute__((target("avx2"))) static inline uint16_t
+pbox_raw_cksum_avx2(const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	const __m256i lo = _mm256_set1_epi64x(0xffffffff);
+	__m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+	uint64_t lanes[4], s;
+
+	while (len >= 64) {
+		__m256i v0 = _mm256_loadu_si256((const __m256i *)(const void *)p);
+		__m256i v1 = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
+
+		a0 = _mm256_add_epi64(a0, _mm256_and_si256(v0, lo));
+		a1 = _mm256_add_epi64(a1, _mm256_srli_epi64(v0, 32));
+		a0 = _mm256_add_epi64(a0, _mm256_and_si256(v1, lo));
+		a1 = _mm256_add_epi64(a1, _mm256_srli_epi64(v1, 32));
+		p += 64;
+		len -= 64;
+	}
+	_mm256_storeu_si256((__m256i *)(void *)lanes, _mm256_add_epi64(a0, a1));
+	s = pbox_raw_cksum_scalar(p, len);
+	for (int i = 0; i < 4; i++) {
+		s += lanes[i] & 0xffffffffu;
+		s += lanes[i] >> 32;
+	}
+	s = (s & 0xffffffffu) + (s >> 32);
+	s = (s & 0xffffu) + (s >> 16);
+	s = (s & 0xffffu) + (s >> 16);
+	s = (s & 0xffffu) + (s >> 16);
+	return (uint16_t)s;
+}
+#endif
+
+/* rte_raw_cksum's value: AVX2 where the CPU has it (checked once per call, a cached flag). */
+static inline uint16_t
+pbox_raw_cksum(const void *buf, size_t len)
+{
+#if defined(__x86_64__)
+	if (len >= 128 && __builtin_cpu_supports("avx2"))
+		return pbox_raw_cksum_avx2(buf, len);
+#endif
+	return pbox_raw_cksum_scalar(buf, len);
 }
 
 #endif /* PBOX_CSUM_H */

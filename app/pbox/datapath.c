@@ -11,11 +11,13 @@
 #include <rte_cycles.h>
 #include <rte_ip.h>
 #include <rte_lcore.h>
+#include <rte_memory.h>
 #include <rte_udp.h>
 
 #include "csum.h"
 #include "engine/phub_ring.h"
 #include "pbox.h"
+#include "prio.h"
 
 #define L2_L3_L4_LEN (RTE_ETHER_HDR_LEN + sizeof(struct rte_ipv4_hdr) + sizeof(struct rte_udp_hdr))
 /*
@@ -316,10 +318,79 @@ err:
 	return NULL;
 }
 
+/* The last frame that referenced the job's model memory is gone. */
+static void
+model_shinfo_free(void *addr, void *opaque)
+{
+	struct pbox_lcore *lc = opaque;
+
+	(void)addr;
+	lc->model_shinfo_busy = false;
+}
+
+/*
+ * The IOVA of a byte inside the EAL's memory (the job's buffers are rte_malloc'ed; the
+ * pointer is inside one, so rte_malloc_virt2iova, which wants an element's start, does not
+ * apply), or RTE_BAD_IOVA.
+ */
+static inline rte_iova_t
+model_iova(const void *p)
+{
+	const struct rte_memseg *ms = rte_mem_virt2memseg(p, NULL);
+
+	if (ms == NULL || ms->iova == RTE_BAD_IOVA)
+		return RTE_BAD_IOVA;
+	return ms->iova + (rte_iova_t)((uintptr_t)p - (uintptr_t)ms->addr);
+}
+
+/*
+ * The payload mbuf every MODEL frame of a broadcast chains to: the job's model memory itself
+ * (an external buffer, no copy) when this lcore's one reference is free and the port gave the
+ * last one back at its flush; else a copy. *by_ref tells which.
+ */
+static struct rte_mbuf *
+model_payload(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_reply *reply,
+		bool *by_ref)
+{
+	struct rte_mbuf *m;
+	rte_iova_t iova;
+	void *dst;
+
+	*by_ref = false;
+	if (!lc->model_shinfo_busy && !lc->model_copy[tx_port] && reply->model_bytes < UINT16_MAX &&
+	    (iova = model_iova(reply->model)) != RTE_BAD_IOVA) {
+		m = rte_pktmbuf_alloc(lc->indirect_pool);
+		if (m != NULL) {
+			lc->model_shinfo.free_cb = model_shinfo_free;
+			lc->model_shinfo.fcb_opaque = lc;
+			rte_mbuf_ext_refcnt_set(&lc->model_shinfo, 1);
+			rte_pktmbuf_attach_extbuf(m, (void *)(uintptr_t)reply->model, iova,
+					(uint16_t)reply->model_bytes, &lc->model_shinfo);
+			m->data_len = (uint16_t)reply->model_bytes;
+			m->pkt_len = m->data_len;
+			lc->model_shinfo_busy = true;
+			lc->stats.model_zero_copy++;
+			*by_ref = true;
+			return m;
+		}
+	}
+	m = rte_pktmbuf_alloc(lc->pool);
+	if (m == NULL)
+		return NULL;
+	dst = rte_pktmbuf_append(m, (uint16_t)reply->model_bytes);
+	if (dst == NULL) {
+		rte_pktmbuf_free(m);
+		return NULL;
+	}
+	memcpy(dst, reply->model, reply->model_bytes);
+	lc->stats.model_copied++;
+	return m;
+}
+
 /*
  * MODEL of one segment to one rank (MODEL_ONE) or to every joined rank
- * (MODEL_ALL). With multi-segment TX the payload is copied once into an mbuf
- * that every frame references; its checksum is summed once as well.
+ * (MODEL_ALL). With multi-segment TX every frame chains to one payload mbuf: the job's model
+ * memory by reference (model_payload), or a copy; its checksum is summed once as well.
  */
 static void
 send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub_wire_msg *about,
@@ -329,6 +400,7 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 	uint32_t base = phub_engine_job_rank_base(job);
 	struct rte_mbuf *shared = NULL;
 	struct phub_wire_msg hdr;
+	bool by_ref = false;
 	uint32_t payload_sum;
 	uint32_t payload_crc = 0;
 	bool crc_done = false;
@@ -354,19 +426,8 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 	}
 	payload_sum = pbox_raw_cksum(reply->model, reply->model_bytes);
 
-	if (all && pbox.ports[tx_port].multi_seg_tx) {
-		shared = rte_pktmbuf_alloc(lc->pool);
-		if (shared != NULL) {
-			void *dst = rte_pktmbuf_append(shared, hdr.payload_len);
-
-			if (dst == NULL) {
-				rte_pktmbuf_free(shared);
-				shared = NULL;
-			} else {
-				memcpy(dst, reply->model, hdr.payload_len);
-			}
-		}
-	}
+	if (all && pbox.ports[tx_port].multi_seg_tx)
+		shared = model_payload(lc, tx_port, reply, &by_ref);
 	for (uint16_t r = first; r < end; r++) {
 		struct phub_engine_peer peer;
 		struct rte_mbuf *m;
@@ -398,6 +459,18 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 	/* The frames hold their own references to the shared payload. */
 	if (shared != NULL)
 		rte_pktmbuf_free(shared);
+	/*
+	 * By reference, the frames must be gone before the segment's model changes (its next
+	 * iteration): sent now. A port that still holds one after its flush (a NIC's TX ring)
+	 * gets copies from now on; the frames still out carry their UDP checksum of these bytes,
+	 * so a change under them is a checksum drop and a PULL, never a wrong model.
+	 */
+	if (by_ref && lc->tx[tx_port] != NULL && lc->queue[tx_port] != PBOX_NO_QUEUE) {
+		rte_eth_tx_buffer_flush(pbox.ports[tx_port].port_id, lc->queue[tx_port],
+				lc->tx[tx_port]);
+		if (lc->model_shinfo_busy)
+			lc->model_copy[tx_port] = true;
+	}
 }
 
 static inline void
@@ -652,6 +725,8 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 	req.has_hyper = (f->msg.flags & PHUB_WIRE_F_HYPER) != 0;
 	req.hyper_lr = f->msg.hyper_lr;
 	req.hyper_weight_decay = f->msg.hyper_weight_decay;
+	/* The loop's one clock read (the jobs' clock, control.c): none per PUSH. */
+	req.now_ns = lc->now_ns;
 
 	if (f->msg.opcode == PHUB_WIRE_OP_PUSH)
 		phub_engine_push(job, &req, &reply, &lc->engine_stats);
@@ -912,6 +987,28 @@ ring_poll(struct pbox_lcore *lc, uint64_t tsc)
 	return sent;
 }
 
+/*
+ * Put a received burst in P3 service order (prio.h): the more urgent segments are summed,
+ * optimized and answered first, so their ACKs and MODELs also leave first. A burst of one
+ * priority, the common case, is left as it came.
+ */
+static void
+serve_by_priority(struct rte_mbuf **pkts, uint16_t n)
+{
+	struct rte_mbuf *in[PBOX_BURST];
+	uint16_t order[PBOX_BURST];
+	uint8_t prio[PBOX_BURST];
+
+	for (uint16_t j = 0; j < n; j++)
+		prio[j] = pbox_prio_of_frame(rte_pktmbuf_mtod(pkts[j], const uint8_t *),
+				pkts[j]->data_len);
+	if (!pbox_prio_order(prio, n, order))
+		return;
+	memcpy(in, pkts, n * sizeof(*pkts));
+	for (uint16_t j = 0; j < n; j++)
+		pkts[j] = in[order[j]];
+}
+
 static void
 flush_tx(struct pbox_lcore *lc)
 {
@@ -978,6 +1075,9 @@ pbox_lcore_main(void *arg)
 			uint16_t n = rte_eth_rx_burst(pbox.ports[pi].port_id, lc->queue[pi], pkts,
 					PBOX_BURST);
 
+			/* P3: a burst of several priorities is served most urgent first. */
+			if (pbox.cfg.priority_order && n > 1)
+				serve_by_priority(pkts, n);
 			for (uint16_t j = 0; j < n; j++) {
 				if (j + 1 < n)
 					rte_prefetch0(rte_pktmbuf_mtod(pkts[j + 1], void *));
@@ -991,7 +1091,8 @@ pbox_lcore_main(void *arg)
 
 		cur_tsc = rte_rdtsc();
 		work += ring_poll(lc, cur_tsc);
-		if (cur_tsc - prev_tsc > drain_tsc) {
+		/* A loop that produced answers sends them now; an idle one every drain_tsc. */
+		if (work != 0 || cur_tsc - prev_tsc > drain_tsc) {
 			flush_tx(lc);
 			prev_tsc = cur_tsc;
 		}

@@ -96,6 +96,8 @@ struct pbox_lcore_stats {
 	uint64_t ring_acks_out;		/* RING_ACKs sent to the previous PBox */
 	uint64_t ring_acks_in;		/* RING_ACKs received from the next PBox */
 	uint64_t ring_polls;		/* retransmission scans */
+	uint64_t model_zero_copy;	/* MODEL broadcasts whose payload went by reference */
+	uint64_t model_copied;		/* ... and copied (the reference was not free) */
 	uint64_t net_drops[PBOX_NET_DROP_MAX];
 };
 
@@ -118,6 +120,15 @@ struct pbox_lcore {
 	uint32_t ring_cursor[PHUB_ENGINE_MAX_JOBS];
 	/* Elastic jobs: the membership change each job's segments were last scanned for. */
 	uint32_t elastic_epoch[PHUB_ENGINE_MAX_JOBS];
+	/*
+	 * The MODEL payload by reference (send_model): the shared info of the one broadcast whose
+	 * frames point into the job's model memory, busy until its last frame is freed; per port,
+	 * whether that still happened at the flush right after the broadcast (a driver that copies
+	 * at TX, like net_memif, af_packet, tap) or not (a NIC's DMA: copy from then on).
+	 */
+	struct rte_mbuf_ext_shared_info model_shinfo;
+	bool model_shinfo_busy;
+	bool model_copy[PBOX_MAX_PORTS];
 	bool memif_gated;		/* has a queue on a net_memif port: see memif_gate.c */
 	atomic_bool in_memif_section;	/* written by this lcore, read by the interrupt thread */
 } __rte_cache_aligned;

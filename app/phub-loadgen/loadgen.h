@@ -59,6 +59,7 @@ struct lg_options {
 	bool blast;
 	bool udp_csum;			/* full UDP checksum, as a kernel sender would */
 	bool json;
+	bool p3;			/* priority = key index, keys pushed last first */
 };
 
 /* One segment of the model as every worker pushes it. */
@@ -71,7 +72,11 @@ struct lg_segment {
 	uint16_t seg_count;
 	uint16_t dst_udp;		/* the data lcore that owns the chunk */
 	uint8_t priority;
+	uint32_t key;			/* index of its key in the layout */
 };
+
+/* --p3: iterations whose per-key completion times are kept, for their medians. */
+#define LG_P3_MAX_ITERS 4096
 
 /* Per (worker, segment) state for the current iteration. */
 enum lg_seg_state {
@@ -148,6 +153,19 @@ struct lg {
 	/* Frames waiting for the port. */
 	struct rte_mbuf *txq[LG_BURST];
 	uint16_t n_txq;
+
+	/*
+	 * --p3: the push order (positions to segment indexes, keys last to first, as backprop
+	 * produces them), the MODELs still missing per key this iteration, and per key the time
+	 * from the iteration's start to its last MODEL at every worker (us, one row a key).
+	 */
+	uint32_t *push_order;
+	uint32_t n_keys;
+	uint32_t *key_left;
+	uint32_t *key_done_us;		/* n_keys x LG_P3_MAX_ITERS */
+	uint32_t n_key_iters;		/* measured iterations recorded */
+	bool measuring;
+	uint64_t iter_start_tsc;
 
 	struct lg_stats stats;
 	uint64_t iter_ns_max;

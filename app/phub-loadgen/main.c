@@ -72,6 +72,9 @@ usage(FILE *f, const char *prog)
 		"      --no-udp-csum      send UDP checksum 0 instead of a full checksum\n"
 		"      --dpdk-port N      DPDK port id (default 0)\n"
 		"      --json             one JSON object per run on stdout instead of text\n"
+		"      --p3               PUSH priority = key index (P3: first layer first), keys\n"
+		"                         pushed last first (backprop's order); reports per key\n"
+		"                         the median time to its last MODEL at every worker\n"
 		"  -h, --help             this text\n", prog, LG_MAX_WORKERS);
 }
 
@@ -141,7 +144,7 @@ parse_workers(const char *s, struct lg_options *o)
 enum {
 	OPT_KEYS = 256, OPT_KEY_ELEMS, OPT_BLAST, OPT_PAYLOAD, OPT_PBOX_IP, OPT_WORKER_IP,
 	OPT_BASE_PORT, OPT_WORKER_PORT, OPT_MTU, OPT_WINDOW, OPT_RTO, OPT_JOB, OPT_NONCE,
-	OPT_OPTIMIZER, OPT_CHUNK, OPT_NO_CSUM, OPT_DPDK_PORT, OPT_JSON, OPT_REPEAT,
+	OPT_OPTIMIZER, OPT_CHUNK, OPT_NO_CSUM, OPT_DPDK_PORT, OPT_JSON, OPT_P3, OPT_REPEAT,
 };
 
 static int
@@ -172,6 +175,7 @@ parse_args(int argc, char **argv, struct lg_options *o)
 		{ "port", required_argument, NULL, OPT_BASE_PORT },
 		{ "dpdk-port", required_argument, NULL, OPT_DPDK_PORT },
 		{ "json", no_argument, NULL, OPT_JSON },
+		{ "p3", no_argument, NULL, OPT_P3 },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -288,6 +292,9 @@ parse_args(int argc, char **argv, struct lg_options *o)
 			break;
 		case OPT_JSON:
 			o->json = true;
+			break;
+		case OPT_P3:
+			o->p3 = true;
 			break;
 		case 'h':
 			usage(stdout, argv[0]);
@@ -417,6 +424,39 @@ cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+static int
+cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * --p3: per key (its index is its priority), the median over the measured iterations of the
+ * time from the iteration's start to the key's last MODEL at every worker, in microseconds.
+ */
+static void
+report_p3(struct lg *lg, bool json)
+{
+	uint32_t n = lg->n_key_iters;
+
+	if (!lg->opt.p3 || lg->key_done_us == NULL)
+		return;
+	if (json)
+		printf(",\"p3\":true,\"p3_iterations\":%u,\"key_done_p50_us\":[", n);
+	else
+		printf("  key done   p50 us by key (= priority, 0 first) over %u iterations:", n);
+	for (uint32_t k = 0; k < lg->n_keys; k++) {
+		uint32_t *row = &lg->key_done_us[(size_t)k * LG_P3_MAX_ITERS];
+
+		qsort(row, n, sizeof(*row), cmp_u32);
+		printf("%s%u", k == 0 ? (json ? "" : " ") : (json ? "," : " "),
+				n == 0 ? 0 : row[n / 2]);
+	}
+	printf("%s", json ? "]" : "\n");
+}
+
 static void
 report(struct lg *lg, const struct lg_stats *s, double sec)
 {
@@ -441,7 +481,7 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 			"\"acks\":%" PRIu64 ",\"models\":%" PRIu64 ",\"retransmits\":%" PRIu64 ","
 			"\"pulls\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"stale\":%" PRIu64 ","
 			"\"errors\":%" PRIu64 ",\"other\":%" PRIu64 ",\"tx_ring_full\":%" PRIu64 ","
-			"\"window\":%u}\n",
+			"\"window\":%u",
 			o->blast ? "blast" : "session", lg->run, lg->n_workers, o->keys,
 			o->key_elems,
 			lg->n_segments, seg_bytes, frame, o->udp_csum ? "true" : "false", sec,
@@ -451,6 +491,8 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 			s->rx_pkts, (double)s->rx_pkts / d, (double)s->rx_bytes * 8 / d / 1e9,
 			s->acks, s->models, s->retransmits, s->pulls, s->replays, s->stale,
 			s->errors, s->other, s->tx_full, o->window == UINT32_MAX ? 0 : o->window);
+		report_p3(lg, true);
+		printf("}\n");
 		return;
 	}
 	printf("phub-loadgen %s: %u workers, %u-byte segments (%u-byte PUSH frames), UDP "
@@ -475,6 +517,7 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 				"%" PRIu64 " PULL, %" PRIu64 " replays, %" PRIu64 " stale, %" PRIu64
 				" ERROR, %" PRIu64 " other\n", s->acks, s->models, s->retransmits,
 				s->pulls, s->replays, s->stale, s->errors, s->other);
+	report_p3(lg, false);
 }
 
 int

@@ -279,11 +279,34 @@ layout_build(struct lg *lg)
 			seg->seg_index = (uint16_t)s;
 			seg->seg_count = (uint16_t)ci.n_segments;
 			seg->dst_udp = ep->udp_port;
+			seg->key = ci.key_index;
+			/* P3: the first layer is needed first in the next forward pass. */
+			if (lg->opt.p3)
+				seg->priority = ci.key_index < UINT8_MAX ? (uint8_t)ci.key_index : UINT8_MAX;
 			seg->payload_sum = rte_raw_cksum(rte_pktmbuf_mtod(lg->payload, void *),
 					(size_t)ls.n_elems * sizeof(float));
 		}
 	}
 	lg->chunk_first_seg[lg->n_chunks] = si;
+	if (lg->opt.p3) {
+		uint32_t pos = 0;
+
+		lg->n_keys = lg->opt.keys;
+		lg->push_order = calloc(lg->n_segments, sizeof(*lg->push_order));
+		lg->key_left = calloc(lg->n_keys, sizeof(*lg->key_left));
+		if (lg->key_done_us == NULL)
+			lg->key_done_us = calloc((size_t)lg->n_keys * LG_P3_MAX_ITERS,
+					sizeof(*lg->key_done_us));
+		if (lg->push_order == NULL || lg->key_left == NULL || lg->key_done_us == NULL)
+			return -ENOMEM;
+		/* Backprop's order: the last key's segments first. */
+		for (uint32_t k = lg->n_keys; k-- > 0;)
+			for (uint32_t s = 0; s < lg->n_segments; s++)
+				if (lg->segs[s].key == k)
+					lg->push_order[pos++] = s;
+		if (pos != lg->n_segments)
+			return -EINVAL;
+	}
 	for (uint16_t i = 0; i < lg->n_workers && rc == 0; i++) {
 		struct lg_worker *w = &lg->workers[i];
 
@@ -386,6 +409,10 @@ answer_rx(struct lg *lg, struct lg_worker *w, const struct phub_wire_msg *msg)
 		w->inflight--;
 	*st = LG_SEG_DONE;
 	w->done++;
+	if (lg->key_left != NULL && --lg->key_left[lg->segs[si].key] == 0 && lg->measuring &&
+	    lg->n_key_iters < LG_P3_MAX_ITERS)
+		lg->key_done_us[(size_t)lg->segs[si].key * LG_P3_MAX_ITERS + lg->n_key_iters] =
+			(uint32_t)((rte_rdtsc() - lg->iter_start_tsc) * 1000000 / lg->tsc_hz);
 }
 
 static void
@@ -430,6 +457,9 @@ push_some(struct lg *lg, uint64_t *cursor)
 		struct lg_worker *w = &lg->workers[*cursor % lg->n_workers];
 		uint32_t si = (uint32_t)(*cursor / lg->n_workers);
 
+		if (lg->push_order != NULL)
+			si = lg->push_order[si];
+
 		if (w->inflight >= lg->opt.window)
 			break;
 		if (send_segment(lg, w, si, false, false) != 0)
@@ -452,7 +482,10 @@ retransmit_due(struct lg *lg, uint64_t now, uint64_t rto)
 	for (uint16_t i = 0; i < lg->n_workers; i++) {
 		struct lg_worker *w = &lg->workers[i];
 
-		for (uint32_t si = 0; si < w->next && lg->n_txq < LG_BURST; si++) {
+		/* --p3 pushes out of index order: every segment may have been sent. */
+		uint32_t end = lg->push_order != NULL ? lg->n_segments : w->next;
+
+		for (uint32_t si = 0; si < end && lg->n_txq < LG_BURST; si++) {
 			uint8_t st = w->state[si];
 
 			if (st == LG_SEG_PUSHED && now - w->sent_tsc[si] > rto)
@@ -509,6 +542,12 @@ run_iteration(struct lg *lg, uint64_t deadline)
 		w->done = 0;
 		w->next = 0;
 	}
+	if (lg->key_left != NULL) {
+		memset(lg->key_left, 0, lg->n_keys * sizeof(*lg->key_left));
+		for (uint32_t s = 0; s < lg->n_segments; s++)
+			lg->key_left[lg->segs[s].key] += lg->n_workers;
+	}
+	lg->iter_start_tsc = rte_rdtsc();
 	while (!iteration_done(lg)) {
 		uint64_t now;
 
@@ -616,8 +655,11 @@ lg_session_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 	for (uint64_t k = 0; lg->opt.iterations == 0 || k < lg->opt.iterations; k++) {
 		uint64_t t0 = rte_rdtsc();
 
+		lg->measuring = true;
 		if (!run_iteration(lg, deadline))
 			break;
+		if (lg->key_left != NULL && lg->n_key_iters < LG_P3_MAX_ITERS)
+			lg->n_key_iters++;
 		end = rte_rdtsc();
 		lg->stats.exchanges++;
 		record_iteration(lg, (end - t0) * 1000000000ull / lg->tsc_hz);
@@ -695,6 +737,10 @@ run_state_free(struct lg *lg)
 	}
 	free(lg->segs);
 	free(lg->chunk_first_seg);
+	free(lg->push_order);
+	free(lg->key_left);
+	lg->push_order = NULL;
+	lg->key_left = NULL;
 	phub_layout_free(lg->layout);
 	lg->segs = NULL;
 	lg->chunk_first_seg = NULL;
@@ -717,6 +763,8 @@ lg_run_reset(struct lg *lg, uint16_t n_workers, unsigned int run)
 	lg->n_chunks = 0;
 	lg->seg_elems = 0;
 	lg->n_iter_ns = 0;
+	lg->n_key_iters = 0;
+	lg->measuring = false;
 	memset(&lg->stats, 0, sizeof(lg->stats));
 	for (uint16_t i = 0; i < lg->max_workers; i++) {
 		struct lg_worker *w = &lg->workers[i];
@@ -744,4 +792,6 @@ lg_workers_free(struct lg *lg)
 	lg->workers = NULL;
 	free(lg->iter_ns);
 	lg->iter_ns = NULL;
+	free(lg->key_done_us);
+	lg->key_done_us = NULL;
 }

@@ -263,6 +263,7 @@ struct phub_config {
 	uint32_t segment_bytes;		/* effective: from the MTUs when written as 0 */
 	uint32_t window_bytes;
 	bool deterministic;
+	bool priority_order;		/* P3: serve each RX burst most urgent first */
 	struct phub_config_idle idle;
 	struct phub_config_timeouts timeouts;
 	struct phub_config_limits limits;

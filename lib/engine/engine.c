@@ -2,16 +2,71 @@
 /* The job table, job creation and sessions: the control half of the engine. */
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
 #include "engine_priv.h"
 
+double engine_prof_ns_per_tick;
+static pthread_once_t prof_once = PTHREAD_ONCE_INIT;
+
+#if defined(__x86_64__)
+/* Whether the kernel found the TSC constant-rate and running in every C-state (/proc/cpuinfo). */
+static bool
+tsc_invariant(void)
+{
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	char line[4096];
+	bool ok = false;
+
+	if (f == NULL)
+		return false;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (strncmp(line, "flags", 5) != 0)
+			continue;
+		ok = strstr(line, " constant_tsc") != NULL && strstr(line, " nonstop_tsc") != NULL;
+		break;
+	}
+	fclose(f);
+	return ok;
+}
+#endif
+
+/* The TSC's rate against CLOCK_MONOTONIC over 2 ms, where the CPU says its TSC is invariant. */
+static void
+prof_calibrate_once(void)
+{
+#if defined(__x86_64__)
+	uint64_t t0, c0, t1, c1;
+
+	if (!tsc_invariant())
+		return;
+	t0 = engine_now_ns();
+	c0 = __builtin_ia32_rdtsc();
+	do {
+		t1 = engine_now_ns();
+		c1 = __builtin_ia32_rdtsc();
+	} while (t1 - t0 < 2000000);
+	if (c1 > c0)
+		engine_prof_ns_per_tick = (double)(t1 - t0) / (double)(c1 - c0);
+#endif
+}
+
+void
+engine_prof_calibrate(void)
+{
+	pthread_once(&prof_once, prof_calibrate_once);
+}
+
 struct phub_engine *
 phub_engine_create_with(const struct phub_engine_params *params)
 {
 	struct phub_engine *engine = calloc(1, sizeof(*engine));
+
+	engine_prof_calibrate();
 
 	if (engine == NULL)
 		return NULL;

@@ -200,7 +200,7 @@ push_last(struct phub_engine_job *job, const struct segment_slot *slot, const fl
 	phub_opt_step_init(&step, &params, iteration,
 			job->ring_segs != NULL ? job->ring_total_world : ranks);
 	k->last(&buf, n, &params, &step);
-	stats->opt_ns += engine_now_ns() - t0;
+	stats->opt_ns += engine_prof_since(t0);
 }
 
 /* Default mode: the segment is added in arrival order. */
@@ -221,7 +221,7 @@ push_gradient(struct phub_engine_job *job, const struct segment_slot *slot,
 		k->first(acc, req->payload, job->dtype, req->elem_count);
 	else
 		k->add(acc, req->payload, job->dtype, req->elem_count);
-	stats->agg_ns += engine_now_ns() - t0;
+	stats->agg_ns += engine_prof_since(t0);
 }
 
 /* Where rank (>= 1) keeps its copy of the segment at elem until its turn. */
@@ -300,7 +300,7 @@ push_ordered(struct phub_engine_job *job, struct segment_slot *slot,
 		slot->next_add++;
 	if (r != slot->next_add && !last) {
 		memcpy(staged_at(job, r, elem), req->payload, req->payload_len);
-		stats->agg_ns += engine_now_ns() - t0;
+		stats->agg_ns += engine_prof_since(t0);
 		return;
 	}
 	if (!last) {
@@ -309,7 +309,7 @@ push_ordered(struct phub_engine_job *job, struct segment_slot *slot,
 		while (to < world && (to == r || slot_has_rank(slot, to)))
 			to++;
 		ordered_add(job, slot, to, r, req->payload, elem, req->elem_count);
-		stats->agg_ns += engine_now_ns() - t0;
+		stats->agg_ns += engine_prof_since(t0);
 		return;
 	}
 	/* The highest rank taken is the fused step's gradient; the ones below it are summed. */
@@ -354,7 +354,7 @@ engine_segment_finish(struct phub_engine_job *job, uint32_t seg, uint64_t elem, 
 			k->to_wire(wire_at(job, elem), job->dtype, job->model + elem, n);
 	} else {
 		push_last(job, &job->slots[seg], sum, NULL, iteration, n, elem, job->world_size,
-				engine_now_ns(), stats);
+				engine_prof_ticks(), stats);
 	}
 	slot_complete(job, &job->slots[seg], stats);
 }
@@ -374,7 +374,7 @@ engine_slot_complete_elastic(struct phub_engine_job *job, uint32_t seg, uint64_t
 	/* The initial round's model is rank 0's weights: without them it cannot end. */
 	if (iteration == 0 && !slot_has_rank(slot, 0))
 		return false;
-	t0 = engine_now_ns();
+	t0 = engine_prof_ticks();
 	if (iteration != 0 && job->deterministic) {
 		/*
 		 * As push_ordered() would have done had the highest rank taken come last: the
@@ -438,7 +438,8 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 	slot = request_check(job, req, &elem, &cell, reply, stats);
 	if (slot == NULL)
 		return;
-	now = engine_job_now_ns(job);
+	/* The caller's clock read of this burst, else one of the engine's own. */
+	now = req->now_ns != 0 ? req->now_ns : engine_job_now_ns(job);
 	cell_heard(cell, now);
 	/* The payload must be the job's dtype and exactly the segment. */
 	if (req->dtype != job->dtype) {
@@ -499,8 +500,8 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 			req->iteration) : slot->seen + 1 == job->world_size;
 	/* A ring job's last arrival completes the rack sum only: the ring comes before the step. */
 	fused = last && job->ring_segs == NULL;
-	/* The profiling counters measure the CPU: CLOCK_MONOTONIC whatever clock the job has. */
-	t0 = job->clock == NULL ? now : engine_now_ns();
+	/* The profiling counters measure the CPU: their own clock whatever clock the job has. */
+	t0 = engine_prof_ticks();
 	if (req->iteration == 0)
 		push_initial(job, req, elem, stats);
 	else if (job->deterministic)
@@ -545,7 +546,7 @@ phub_engine_pull(struct phub_engine_job *job, const struct phub_engine_request *
 	slot = request_check(job, req, &elem, &cell, reply, stats);
 	if (slot == NULL)
 		return;
-	cell_heard(cell, engine_job_now_ns(job));
+	cell_heard(cell, req->now_ns != 0 ? req->now_ns : engine_job_now_ns(job));
 	if (req->retransmit)
 		stats->retransmits_seen++;
 	/* Only a finished iteration has a model to give. */

@@ -192,6 +192,11 @@ struct phub_engine_request {
 	bool has_hyper;
 	float hyper_lr;
 	float hyper_weight_decay;
+	/*
+	 * The job clock's time of the request (read once per burst by the caller, from the same
+	 * clock as the job's); 0: the engine reads the clock itself.
+	 */
+	uint64_t now_ns;
 };
 
 struct phub_engine;

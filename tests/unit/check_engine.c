@@ -1062,6 +1062,49 @@ START_TEST(test_rank_status_tells_when_each_rank_was_last_heard)
 }
 END_TEST
 
+/* A request that carries its burst's clock read is stamped with it: the engine reads no clock. */
+START_TEST(test_push_and_pull_take_the_callers_time)
+{
+	uint64_t clock_ns = 5000000000u;
+	struct phub_engine_params ep = { .clock = hand_clock, .clock_arg = &clock_ns };
+	struct phub_engine *engine = phub_engine_create_with(&ep);
+	struct phub_engine_job_params p = test_params(2, PHUB_DTYPE_FP32, PHUB_OPT_SGD);
+	struct phub_engine_rank_status st;
+	struct phub_engine_stats stats;
+	struct phub_engine_reply reply;
+	struct phub_engine_request r;
+	struct phub_engine_job *job;
+	float zeros[SEG_ELEMS] = { 0 };
+	uint64_t t0, t1;
+
+	memset(&stats, 0, sizeof(stats));
+	job = phub_engine_job_create(engine, &p);
+	t0 = join(job, 0);
+	t1 = join(job, 1);
+	/* The request says 3 naps ago: rank 0 has been silent since then. */
+	clock_ns += 3 * NAP_NS;
+	r = request(job, 0, t0, 0, 0, 0, zeros);
+	r.now_ns = clock_ns - 3 * NAP_NS;
+	phub_engine_push(job, &r, &reply, &stats);
+	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK);
+	ck_assert_int_eq(phub_engine_job_rank_status(job, 0, &st), 0);
+	ck_assert_uint_eq(st.silent_ns, 3 * NAP_NS);
+	/* Without it, the job's clock. */
+	r = request(job, 1, t1, 0, 0, 0, zeros);
+	phub_engine_push(job, &r, &reply, &stats);
+	ck_assert_int_eq(phub_engine_job_rank_status(job, 1, &st), 0);
+	ck_assert_uint_eq(st.silent_ns, 0);
+	/* A PULL of the finished iteration, one nap ago. */
+	r = request(job, 0, t0, 0, 0, 0, NULL);
+	r.now_ns = clock_ns - NAP_NS;
+	phub_engine_pull(job, &r, &reply, &stats);
+	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_MODEL_ONE);
+	ck_assert_int_eq(phub_engine_job_rank_status(job, 0, &st), 0);
+	ck_assert_uint_eq(st.silent_ns, NAP_NS);
+	phub_engine_free(engine);
+}
+END_TEST
+
 /* ---- the control thread's reads against a data lcore ---- */
 
 enum { RACE_RANKS = 2, RACE_ITERATIONS = 40, RACE_MAX_REQS = 64 };
@@ -1253,6 +1296,7 @@ phub_engine_suite(void)
 
 	tc = tcase_create("liveness");
 	tcase_add_test(tc, test_rank_status_tells_when_each_rank_was_last_heard);
+	tcase_add_test(tc, test_push_and_pull_take_the_callers_time);
 	tcase_add_test(tc, test_waiting_on_names_the_ranks_the_oldest_iteration_lacks);
 	suite_add_tcase(s, tc);
 
