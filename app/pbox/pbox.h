@@ -116,6 +116,8 @@ struct pbox_lcore {
 	uint64_t ring_poll_tsc;		/* next retransmission scan */
 	/* Per job slot: where the next retransmission scan starts. */
 	uint32_t ring_cursor[PHUB_ENGINE_MAX_JOBS];
+	/* Per job slot: where the next release of window-held ring steps starts. */
+	uint32_t ring_release_cursor[PHUB_ENGINE_MAX_JOBS];
 	bool memif_gated;		/* has a queue on a net_memif port: see memif_gate.c */
 	atomic_bool in_memif_section;	/* written by this lcore, read by the interrupt thread */
 } __rte_cache_aligned;

@@ -157,6 +157,7 @@ struct phub_engine_job {
 		_Atomic uint64_t srtt_ns;
 		_Atomic uint64_t rttvar_ns;
 	} ring_prev, ring_next;
+	struct phub_ring_window ring_win;	/* the send window of the link to next */
 };
 
 struct phub_engine {
