@@ -485,6 +485,7 @@ cmd_ring_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 		rte_tel_data_add_dict_u64(j, "cwnd_bytes", win.cwnd_bytes);
 		rte_tel_data_add_dict_u64(j, "ssthresh_bytes", win.ssthresh_bytes);
 		rte_tel_data_add_dict_u64(j, "inflight_bytes", win.inflight_bytes);
+		rte_tel_data_add_dict_u64(j, "inflight_datagrams", win.inflight_steps);
 		rte_tel_data_add_dict_u64(j, "held_steps", win.held_steps);
 		rte_tel_data_add_dict_u64(j, "held_steps_total", win.held_total);
 		rte_tel_data_add_dict_u64(j, "window_cuts", win.cuts);

@@ -105,7 +105,13 @@ step_bytes(const struct phub_ring_params *p, uint32_t elems, unsigned int step)
 	return (uint64_t)count * sizeof(float);
 }
 
-/* Room for bytes more in flight? Take it if so; an empty window takes any one step. */
+#define STEP_ONE (1ull << PHUB_RING_WINDOW_STEP_SHIFT)
+#define BYTES_MASK (STEP_ONE - 1)
+
+/*
+ * Room for one step of bytes more in flight (within cwnd and PHUB_RING_WINDOW_MAX_STEPS)?
+ * Take it if so; an empty window takes any one step.
+ */
 static bool
 window_take(struct phub_ring_window *w, uint64_t bytes)
 {
@@ -113,19 +119,31 @@ window_take(struct phub_ring_window *w, uint64_t bytes)
 
 	do {
 		if (cur != 0 &&
-		    cur + bytes > atomic_load_explicit(&w->cwnd, memory_order_relaxed))
+		    ((cur & BYTES_MASK) + bytes > atomic_load_explicit(&w->cwnd,
+								       memory_order_relaxed) ||
+		     (cur >> PHUB_RING_WINDOW_STEP_SHIFT) >= PHUB_RING_WINDOW_MAX_STEPS))
 			return false;
-	} while (!atomic_compare_exchange_weak_explicit(&w->inflight, &cur, cur + bytes,
+	} while (!atomic_compare_exchange_weak_explicit(&w->inflight, &cur, cur + STEP_ONE + bytes,
 							memory_order_relaxed,
 							memory_order_relaxed));
 	return true;
 }
 
-/* bytes sent once are out of flight (acknowledged, or dropped with their round). */
+/* steps of bytes sent once are out of flight (acknowledged, or dropped with their round). */
 static void
-window_out(struct phub_ring_window *w, uint64_t bytes)
+window_out(struct phub_ring_window *w, uint64_t steps, uint64_t bytes)
 {
-	atomic_fetch_sub_explicit(&w->inflight, bytes, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&w->inflight, steps * STEP_ONE + bytes, memory_order_relaxed);
+}
+
+uint64_t
+phub_ring_window_inflight(struct phub_ring_window *w, uint64_t *steps)
+{
+	uint64_t cur = atomic_load_explicit(&w->inflight, memory_order_relaxed);
+
+	if (steps != NULL)
+		*steps = cur >> PHUB_RING_WINDOW_STEP_SHIFT;
+	return cur & BYTES_MASK;
 }
 
 /* An ACK of bytes: the window grows, doubling per round trip below ssthresh, then linearly. */
@@ -182,13 +200,15 @@ round_open(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t
 	if (r->active && p->win != NULL) {
 		/* What pos+1 provably has (see phub_ring_seg) leaves the window's accounts. */
 		uint32_t unacked = r->sent & ~r->acked;
-		uint64_t bytes = 0;
+		uint64_t bytes = 0, n = 0;
 
 		for (step = 0; step < steps; step++)
-			if (unacked & (1u << step))
+			if (unacked & (1u << step)) {
 				bytes += step_bytes(p, elems, step);
-		if (bytes != 0)
-			window_out(p->win, bytes);
+				n++;
+			}
+		if (n != 0)
+			window_out(p->win, n, bytes);
 		if (r->held != 0)
 			atomic_fetch_sub_explicit(&p->win->held,
 						  (uint64_t)__builtin_popcount(r->held),
@@ -410,7 +430,7 @@ phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint3
 	if (p->win != NULL) {
 		uint64_t bytes = step_bytes(p, seg->elems, step);
 
-		window_out(p->win, bytes);
+		window_out(p->win, 1, bytes);
 		window_grow(p->win, bytes);
 	}
 	return true;

@@ -31,8 +31,14 @@ engine_ring_setup(struct phub_engine_job *job, void *(*alloc)(struct phub_engine
 	job->ring_segs = alloc(job, job->n_segments * sizeof(struct phub_ring_seg));
 	if (job->ring_bufs == NULL || job->ring_segs == NULL)
 		return -ENOMEM;
-	phub_ring_window_init(&job->ring_win, PHUB_RING_WINDOW_INIT, PHUB_RING_WINDOW_MIN,
-			PHUB_RING_WINDOW_MAX);
+	{
+		uint64_t max = job->ring_window_max;
+
+		if (max == 0 || max == PHUB_ENGINE_RING_NO_WINDOW)
+			max = PHUB_RING_WINDOW_MAX;
+		phub_ring_window_init(&job->ring_win, PHUB_RING_WINDOW_INIT,
+				max < PHUB_RING_WINDOW_MIN ? max : PHUB_RING_WINDOW_MIN, max);
+	}
 	for (uint32_t c = 0; c < job->n_chunks; c++) {
 		struct phub_layout_chunk chunk;
 
@@ -110,7 +116,8 @@ ring_params_now(const struct phub_engine_job *job, struct phub_ring_params *p)
 
 	*p = job->ring;
 	/* The window is the link's, shared by every lcore that owns chunks of the job. */
-	p->win = (struct phub_ring_window *)&job->ring_win;
+	p->win = job->ring_window_max == PHUB_ENGINE_RING_NO_WINDOW ? NULL :
+		(struct phub_ring_window *)&job->ring_win;
 	if (srtt != 0 && rto > p->rto_ns)
 		p->rto_ns = rto < p->rto_max_ns ? rto : p->rto_max_ns;
 }
@@ -515,7 +522,8 @@ phub_engine_job_ring_window(const struct phub_engine_job *job,
 		return;
 	w->cwnd_bytes = atomic_load_explicit(&job->ring_win.cwnd, memory_order_relaxed);
 	w->ssthresh_bytes = atomic_load_explicit(&job->ring_win.ssthresh, memory_order_relaxed);
-	w->inflight_bytes = atomic_load_explicit(&job->ring_win.inflight, memory_order_relaxed);
+	w->inflight_bytes = phub_ring_window_inflight((struct phub_ring_window *)&job->ring_win,
+			&w->inflight_steps);
 	w->held_steps = atomic_load_explicit(&job->ring_win.held, memory_order_relaxed);
 	w->held_total = atomic_load_explicit(&job->ring_win.held_total, memory_order_relaxed);
 	w->cuts = atomic_load_explicit(&job->ring_win.cuts, memory_order_relaxed);

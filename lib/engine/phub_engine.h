@@ -108,7 +108,14 @@ struct phub_engine_ring_params {
 	bool holds_rank0;		/* this rack's rank 0 is the job's: its weights start it */
 	uint64_t rto_ns;		/* first retransmission timeout of a ring segment */
 	uint64_t rto_max_ns;		/* ceiling of its back-off */
+	/*
+	 * Ceiling of the send window of the link to next (bytes of ring payload in flight):
+	 * 0 gives PHUB_RING_WINDOW_MAX; PHUB_ENGINE_RING_NO_WINDOW sends every step at once.
+	 */
+	uint64_t window_max_bytes;
 };
+
+#define PHUB_ENGINE_RING_NO_WINDOW UINT64_MAX
 
 /* Counters of one data thread; only that thread writes them. */
 struct phub_engine_stats {
@@ -602,6 +609,7 @@ struct phub_engine_ring_window {
 	uint64_t cwnd_bytes;		/* payload bytes allowed in flight now */
 	uint64_t ssthresh_bytes;	/* slow start below it */
 	uint64_t inflight_bytes;	/* sent and not acknowledged */
+	uint64_t inflight_steps;	/* their datagrams */
 	uint64_t held_steps;		/* ready, held back until the window opens */
 	uint64_t held_total;		/* steps ever held back */
 	uint64_t cuts;			/* retransmission timeouts that halved cwnd */

@@ -117,7 +117,8 @@ struct phub_ring_seg {
 struct phub_ring_window {
 	_Atomic uint64_t cwnd;		/* bytes allowed in flight */
 	_Atomic uint64_t ssthresh;	/* slow start below it */
-	_Atomic uint64_t inflight;	/* payload bytes sent and not acknowledged */
+	/* Sent and not acknowledged: steps << PHUB_RING_WINDOW_STEP_SHIFT | payload bytes. */
+	_Atomic uint64_t inflight;
 	_Atomic uint64_t held;		/* steps held back, over every segment */
 	_Atomic uint64_t cut_ns;	/* when cwnd was last halved */
 	_Atomic uint64_t cuts;		/* how often */
@@ -134,12 +135,22 @@ enum {
 	 */
 	PHUB_RING_WINDOW_MAX = 256 * 1024,
 	PHUB_RING_WINDOW_MIN = 32 * 1024,	/* 22 datagrams: a spurious timeout cannot starve it */
+	/*
+	 * Datagrams in flight at most, whatever their size: a queue counts frames (af_packet's
+	 * ring holds 512), and with R = 3 and more a 256 kB window is more frames than that.
+	 */
+	PHUB_RING_WINDOW_MAX_STEPS = 256,
+	PHUB_RING_WINDOW_STEP_SHIFT = 40,	/* inflight's packing */
 };
 
 /* A window of init_bytes within min_bytes .. max_bytes, nothing in flight or held. */
 void
 phub_ring_window_init(struct phub_ring_window *w, uint64_t init_bytes, uint64_t min_bytes,
 		      uint64_t max_bytes);
+
+/* Payload bytes in flight; *steps (may be NULL) gets the datagrams. */
+uint64_t
+phub_ring_window_inflight(struct phub_ring_window *w, uint64_t *steps);
 
 /* The ring of a job as one PBox sees it; constant over the job. */
 struct phub_ring_params {
