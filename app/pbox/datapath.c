@@ -471,8 +471,8 @@ err:
 /*
  * The ring steps of one segment to the next PBox (engine reply RING_SEND or a retransmission):
  * one datagram per step, fp32, from this PBox's ring address on the port that reaches it.
- * Before the control plane has linked the ring there is nowhere to send: the steps stay
- * unacknowledged and the retransmission scan sends them once it has.
+ * Before the control plane has linked the ring the engine holds the steps back (the scan
+ * sends them once it has); a link that went away in between drops them here, unacknowledged.
  */
 static void
 send_ring(struct pbox_lcore *lc, struct phub_engine_job *job,

@@ -256,6 +256,12 @@ round_release(struct phub_ring_seg *seg, const struct phub_ring_params *p,
 	unsigned int step, steps = phub_ring_steps(p->racks);
 	uint32_t fresh = 0, released = 0;
 
+	/*
+	 * Before the control plane links the ring there is nowhere to send: a step "sent" then
+	 * would be lost, time out and cut the window. Held, it goes once the link is up.
+	 */
+	if (p->unlinked)
+		return;
 	for (step = 0; step < steps && r->held != 0; step++) {
 		uint32_t bit = 1u << step;
 

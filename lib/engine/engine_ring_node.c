@@ -118,6 +118,7 @@ ring_params_now(const struct phub_engine_job *job, struct phub_ring_params *p)
 	/* The window is the link's, shared by every lcore that owns chunks of the job. */
 	p->win = job->ring_window_max == PHUB_ENGINE_RING_NO_WINDOW ? NULL :
 		(struct phub_ring_window *)&job->ring_win;
+	p->unlinked = atomic_load_explicit(&job->ring_next.token, memory_order_acquire) == 0;
 	if (srtt != 0 && rto > p->rto_ns)
 		p->rto_ns = rto < p->rto_max_ns ? rto : p->rto_max_ns;
 }

@@ -159,6 +159,7 @@ struct phub_ring_params {
 	uint64_t rto_ns;	/* first retransmission timeout */
 	uint64_t rto_max_ns;	/* ceiling of the exponential back-off */
 	struct phub_ring_window *win;	/* the link's window; NULL: none, every step goes */
+	bool unlinked;		/* no link to pos+1 yet: every ready step is held back */
 };
 
 /* What the caller must do after an event: send these steps' parts, ACK, use the sum. */
