@@ -33,6 +33,12 @@
  * for 83 000 taken, ResNet-18 on two cores). The scan resumes where the last one stopped.
  */
 #define PBOX_RING_RETRANSMIT_BUDGET 32
+/*
+ * Segments an ACK's release of window-held ring steps looks at, at most: held steps sit in
+ * the segments whose rack sums came last, in a run from the cursor; the bound keeps an ACK
+ * cheap when the held ones are another lcore's.
+ */
+#define PBOX_RING_RELEASE_VISITS 256
 
 /* What the checks of a received frame found, for the handler of its opcode. */
 struct rx_frame {
@@ -538,8 +544,8 @@ err:
 /*
  * The ring steps of one segment to the next PBox (engine reply RING_SEND or a retransmission):
  * one datagram per step, fp32, from this PBox's ring address on the port that reaches it.
- * Before the control plane has linked the ring there is nowhere to send: the steps stay
- * unacknowledged and the retransmission scan sends them once it has.
+ * Before the control plane has linked the ring the engine holds the steps back (the scan
+ * sends them once it has); a link that went away in between drops them here, unacknowledged.
  */
 static void
 send_ring(struct pbox_lcore *lc, struct phub_engine_job *job,
@@ -610,6 +616,41 @@ send_ring_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct
 	send_model(lc, job, &about, reply, tx_port, true);
 }
 
+struct ring_poll_ctx {
+	struct pbox_lcore *lc;
+	struct phub_engine_job *job;
+};
+
+static bool
+ring_poll_owns(void *arg, uint32_t server)
+{
+	const struct ring_poll_ctx *c = arg;
+
+	return server < pbox.n_servers && pbox.server_lcore_index[server] == c->lc->data_index;
+}
+
+static void
+ring_poll_send(void *arg, const struct phub_engine_ring_send *what)
+{
+	struct ring_poll_ctx *c = arg;
+
+	send_ring(c->lc, c->job, what);
+}
+
+/*
+ * An ACK opened the link's window: the ring steps it held back go now, not at the next scan
+ * (a millisecond holds 12 kB of a 100 Mbit/s spine, a window's worth of a fast one).
+ */
+static void
+ring_release(struct pbox_lcore *lc, struct phub_engine_job *job)
+{
+	struct ring_poll_ctx c = { .lc = lc, .job = job };
+
+	phub_engine_ring_release(job, lc->now_ns, ring_poll_owns, ring_poll_send, &c,
+			&lc->ring_release_cursor[phub_engine_job_slot(job)],
+			PBOX_RING_RELEASE_VISITS);
+}
+
 /*
  * A RING_REDUCE, RING_GATHER or RING_ACK, on the lcore that owns its chunk: the engine checks
  * it (token and source of the job's ring neighbour, step, iteration), the taken ones are
@@ -642,9 +683,11 @@ handle_ring(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *j
 	req.now_ns = lc->now_ns;
 	if (f->msg.opcode == PHUB_WIRE_OP_RING_ACK) {
 		phub_engine_ring_receive(job, &req, &reply, &lc->engine_stats);
-		if (reply.reason == PHUB_DROP_OK)
-			lc->stats.ring_acks_in++;
 		rte_pktmbuf_free(f->m);
+		if (reply.reason != PHUB_DROP_OK)
+			return;
+		lc->stats.ring_acks_in++;
+		ring_release(lc, job);
 		return;
 	}
 	phub_engine_ring_receive(job, &req, &reply, &lc->engine_stats);
@@ -918,27 +961,6 @@ drain_inbox(struct pbox_lcore *lc, unsigned int *work)
 	*work += n;
 }
 
-struct ring_poll_ctx {
-	struct pbox_lcore *lc;
-	struct phub_engine_job *job;
-};
-
-static bool
-ring_poll_owns(void *arg, uint32_t server)
-{
-	const struct ring_poll_ctx *c = arg;
-
-	return server < pbox.n_servers && pbox.server_lcore_index[server] == c->lc->data_index;
-}
-
-static void
-ring_poll_send(void *arg, const struct phub_engine_ring_send *what)
-{
-	struct ring_poll_ctx *c = arg;
-
-	send_ring(c->lc, c->job, what);
-}
-
 /* A segment that a removed rank no longer holds up: its MODEL to every rank left. */
 static void
 elastic_done(void *arg, const struct phub_engine_segment_done *what)
@@ -961,7 +983,8 @@ elastic_done(void *arg, const struct phub_engine_segment_done *what)
 
 /*
  * Retransmit the ring steps of this lcore's segments whose RTO passed, every PBOX_RING_POLL_US
- * (the shortest RTO is a millisecond or more): one pass over the ring jobs' segments.
+ * (the shortest RTO is a millisecond or more): one pass over the ring jobs' segments. Steps
+ * the window held back go too when it has room (an ACK normally sends them first).
  */
 static unsigned int
 ring_poll(struct pbox_lcore *lc, uint64_t tsc)

@@ -129,6 +129,8 @@ struct pbox_lcore {
 	struct rte_mbuf_ext_shared_info model_shinfo;
 	bool model_shinfo_busy;
 	bool model_copy[PBOX_MAX_PORTS];
+	/* Per job slot: where the next release of window-held ring steps starts. */
+	uint32_t ring_release_cursor[PHUB_ENGINE_MAX_JOBS];
 	bool memif_gated;		/* has a queue on a net_memif port: see memif_gate.c */
 	atomic_bool in_memif_section;	/* written by this lcore, read by the interrupt thread */
 } __rte_cache_aligned;

@@ -467,6 +467,7 @@ cmd_ring_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 		struct phub_engine_ring_link prev, next;
 		struct phub_engine_ring_params ring;
 		struct phub_engine_job_info info;
+		struct phub_engine_ring_window win;
 		struct rte_tel_data *j, *p;
 		uint64_t prev_ns, next_ns, srtt_ns, rttvar_ns, rto_ns;
 		char id[16];
@@ -487,6 +488,14 @@ cmd_ring_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 		rte_tel_data_add_dict_u64(j, "rtt_us", srtt_ns / 1000);
 		rte_tel_data_add_dict_u64(j, "rttvar_us", rttvar_ns / 1000);
 		rte_tel_data_add_dict_u64(j, "rto_us", rto_ns / 1000);
+		phub_engine_job_ring_window(job, &win);
+		rte_tel_data_add_dict_u64(j, "cwnd_bytes", win.cwnd_bytes);
+		rte_tel_data_add_dict_u64(j, "ssthresh_bytes", win.ssthresh_bytes);
+		rte_tel_data_add_dict_u64(j, "inflight_bytes", win.inflight_bytes);
+		rte_tel_data_add_dict_u64(j, "inflight_datagrams", win.inflight_steps);
+		rte_tel_data_add_dict_u64(j, "held_steps", win.held_steps);
+		rte_tel_data_add_dict_u64(j, "held_steps_total", win.held_total);
+		rte_tel_data_add_dict_u64(j, "window_cuts", win.cuts);
 		p = ring_peer_dict(info.name, (uint16_t)((ring.pos + ring.racks - 1u) % ring.racks),
 				&prev, prev_ns);
 		if (p != NULL)

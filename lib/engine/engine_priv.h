@@ -205,6 +205,8 @@ struct phub_engine_job {
 		_Atomic uint64_t srtt_ns;
 		_Atomic uint64_t rttvar_ns;
 	} ring_prev, ring_next;
+	struct phub_ring_window ring_win;	/* the send window of the link to next */
+	uint64_t ring_window_max;		/* 0: default; PHUB_ENGINE_RING_NO_WINDOW: none */
 };
 
 struct phub_engine {

@@ -2,6 +2,7 @@
 /* The ring schedule and the per-segment reduce-scatter/all-gather state machine (phub_ring.h). */
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "kernels/phub_kernels.h"
@@ -70,6 +71,116 @@ all_steps(unsigned int racks)
 	return (uint32_t)((1ull << phub_ring_steps(racks)) - 1);
 }
 
+void
+phub_ring_window_init(struct phub_ring_window *w, uint64_t init_bytes, uint64_t min_bytes,
+		      uint64_t max_bytes)
+{
+	if (min_bytes == 0)
+		min_bytes = 1;
+	if (max_bytes < min_bytes)
+		max_bytes = min_bytes;
+	if (init_bytes < min_bytes)
+		init_bytes = min_bytes;
+	if (init_bytes > max_bytes)
+		init_bytes = max_bytes;
+	w->min_bytes = min_bytes;
+	w->max_bytes = max_bytes;
+	atomic_store_explicit(&w->cwnd, init_bytes, memory_order_relaxed);
+	atomic_store_explicit(&w->ssthresh, max_bytes, memory_order_relaxed);
+	atomic_store_explicit(&w->inflight, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->held, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->cut_ns, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->cuts, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->held_total, 0, memory_order_relaxed);
+}
+
+/* Payload bytes of step's datagram from this PBox (the part it sends). */
+static uint64_t
+step_bytes(const struct phub_ring_params *p, uint32_t elems, unsigned int step)
+{
+	uint32_t off, count;
+
+	phub_ring_part(p->racks, elems, phub_ring_send_part(p->racks, p->pos, step), &off,
+		       &count);
+	return (uint64_t)count * sizeof(float);
+}
+
+#define STEP_ONE (1ull << PHUB_RING_WINDOW_STEP_SHIFT)
+#define BYTES_MASK (STEP_ONE - 1)
+
+/*
+ * Room for one step of bytes more in flight (within cwnd and PHUB_RING_WINDOW_MAX_STEPS)?
+ * Take it if so; an empty window takes any one step.
+ */
+static bool
+window_take(struct phub_ring_window *w, uint64_t bytes)
+{
+	uint64_t cur = atomic_load_explicit(&w->inflight, memory_order_relaxed);
+
+	do {
+		if (cur != 0 &&
+		    ((cur & BYTES_MASK) + bytes > atomic_load_explicit(&w->cwnd,
+								       memory_order_relaxed) ||
+		     (cur >> PHUB_RING_WINDOW_STEP_SHIFT) >= PHUB_RING_WINDOW_MAX_STEPS))
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(&w->inflight, &cur, cur + STEP_ONE + bytes,
+							memory_order_relaxed,
+							memory_order_relaxed));
+	return true;
+}
+
+/* steps of bytes sent once are out of flight (acknowledged, or dropped with their round). */
+static void
+window_out(struct phub_ring_window *w, uint64_t steps, uint64_t bytes)
+{
+	atomic_fetch_sub_explicit(&w->inflight, steps * STEP_ONE + bytes, memory_order_relaxed);
+}
+
+uint64_t
+phub_ring_window_inflight(struct phub_ring_window *w, uint64_t *steps)
+{
+	uint64_t cur = atomic_load_explicit(&w->inflight, memory_order_relaxed);
+
+	if (steps != NULL)
+		*steps = cur >> PHUB_RING_WINDOW_STEP_SHIFT;
+	return cur & BYTES_MASK;
+}
+
+/* An ACK of bytes: the window grows, doubling per round trip below ssthresh, then linearly. */
+static void
+window_grow(struct phub_ring_window *w, uint64_t bytes)
+{
+	uint64_t cwnd = atomic_load_explicit(&w->cwnd, memory_order_relaxed);
+
+	if (cwnd < atomic_load_explicit(&w->ssthresh, memory_order_relaxed))
+		cwnd += bytes;
+	else
+		cwnd += bytes * bytes / cwnd + 1;
+	if (cwnd > w->max_bytes)
+		cwnd = w->max_bytes;
+	atomic_store_explicit(&w->cwnd, cwnd, memory_order_relaxed);
+}
+
+/* A retransmission timeout: halve the window, once per gap_ns (one loss, many timers). */
+static void
+window_cut(struct phub_ring_window *w, uint64_t now_ns, uint64_t gap_ns)
+{
+	uint64_t last = atomic_load_explicit(&w->cut_ns, memory_order_relaxed);
+	uint64_t cwnd;
+
+	if (last != 0 && now_ns - last < gap_ns)
+		return;
+	if (!atomic_compare_exchange_strong_explicit(&w->cut_ns, &last, now_ns != 0 ? now_ns : 1,
+						     memory_order_relaxed, memory_order_relaxed))
+		return;
+	cwnd = atomic_load_explicit(&w->cwnd, memory_order_relaxed) / 2;
+	if (cwnd < w->min_bytes)
+		cwnd = w->min_bytes;
+	atomic_store_explicit(&w->ssthresh, cwnd, memory_order_relaxed);
+	atomic_store_explicit(&w->cwnd, cwnd, memory_order_relaxed);
+	atomic_fetch_add_explicit(&w->cuts, 1, memory_order_relaxed);
+}
+
 /*
  * Make round iteration&1 hold `iteration`, dropping what it held (iteration - 2, whose sends
  * pos+1 has all received: see phub_ring_seg). Steps with an empty part need no datagram: they
@@ -85,6 +196,24 @@ round_open(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t
 
 	if (r->active && r->iteration == iteration)
 		return r;
+	seg->elems = elems;
+	if (r->active && p->win != NULL) {
+		/* What pos+1 provably has (see phub_ring_seg) leaves the window's accounts. */
+		uint32_t unacked = r->sent & ~r->acked;
+		uint64_t bytes = 0, n = 0;
+
+		for (step = 0; step < steps; step++)
+			if (unacked & (1u << step)) {
+				bytes += step_bytes(p, elems, step);
+				n++;
+			}
+		if (n != 0)
+			window_out(p->win, n, bytes);
+		if (r->held != 0)
+			atomic_fetch_sub_explicit(&p->win->held,
+						  (uint64_t)__builtin_popcount(r->held),
+						  memory_order_relaxed);
+	}
 	memset(r, 0, sizeof(*r));
 	r->iteration = iteration;
 	r->active = true;
@@ -115,28 +244,74 @@ step_ready(const struct phub_ring_round *r, unsigned int step)
 	return (r->applied & (1u << (step - 1))) != 0;
 }
 
+/*
+ * Send the round's held steps that the window has room for, in step order (a later step never
+ * overtakes an earlier one of the same round): into out->send_steps, the timer started if
+ * nothing of the round was out.
+ */
+static void
+round_release(struct phub_ring_seg *seg, const struct phub_ring_params *p,
+	      struct phub_ring_round *r, uint64_t now_ns, struct phub_ring_out *out)
+{
+	unsigned int step, steps = phub_ring_steps(p->racks);
+	uint32_t fresh = 0, released = 0;
+
+	/*
+	 * Before the control plane links the ring there is nowhere to send: a step "sent" then
+	 * would be lost, time out and cut the window. Held, it goes once the link is up.
+	 */
+	if (p->unlinked)
+		return;
+	for (step = 0; step < steps && r->held != 0; step++) {
+		uint32_t bit = 1u << step;
+
+		if ((r->held & bit) == 0)
+			continue;
+		if (p->win != NULL && !window_take(p->win, step_bytes(p, seg->elems, step)))
+			break;
+		r->held &= ~bit;
+		fresh |= bit;
+		released++;
+	}
+	if (p->win != NULL && released != 0)
+		atomic_fetch_sub_explicit(&p->win->held, released, memory_order_relaxed);
+	if (fresh == 0)
+		return;
+	/* The timer runs for the oldest unacknowledged send; start it if none was out. */
+	if ((r->sent & ~r->acked) == 0) {
+		r->rto_deadline_ns = now_ns + p->rto_ns;
+		r->timer_ns = now_ns;
+		r->retries = 0;
+	}
+	r->sent |= fresh;
+	out->iteration = r->iteration;
+	out->sum = seg->sum[r->iteration & 1];
+	out->send_steps |= fresh;
+}
+
 /* After any change to a round: queue the steps that became ready and notice completion. */
 static void
 round_advance(struct phub_ring_seg *seg, const struct phub_ring_params *p,
 	      struct phub_ring_round *r, uint64_t now_ns, struct phub_ring_out *out)
 {
 	unsigned int step, steps = phub_ring_steps(p->racks);
-	uint32_t fresh = 0;
+	uint32_t ready = 0;
 
 	out->iteration = r->iteration;
 	out->sum = seg->sum[r->iteration & 1];
 	for (step = 0; step < steps; step++)
-		if ((r->sent & (1u << step)) == 0 && step_ready(r, step))
-			fresh |= 1u << step;
-	if (fresh != 0) {
-		/* The timer runs for the oldest unacknowledged send; start it if none was out. */
-		if ((r->sent & ~r->acked) == 0) {
-			r->rto_deadline_ns = now_ns + p->rto_ns;
-			r->timer_ns = now_ns;
-			r->retries = 0;
-		}
-		r->sent |= fresh;
-		out->send_steps |= fresh;
+		if (((r->sent | r->held) & (1u << step)) == 0 && step_ready(r, step))
+			ready |= 1u << step;
+	if (ready != 0) {
+		r->held |= ready;
+		if (p->win != NULL)
+			atomic_fetch_add_explicit(&p->win->held, (uint64_t)__builtin_popcount(ready),
+						  memory_order_relaxed);
+		round_release(seg, p, r, now_ns, out);
+		if (p->win != NULL && (ready & r->held) != 0)
+			atomic_fetch_add_explicit(&p->win->held_total,
+						  (uint64_t)__builtin_popcount(ready & r->held),
+						  memory_order_relaxed);
 	}
 	if (!r->complete && r->local && r->applied == all_steps(p->racks)) {
 		r->complete = true;
@@ -258,36 +433,68 @@ phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint3
 	r->retries = 0;
 	r->rto_deadline_ns = now_ns + p->rto_ns;
 	r->timer_ns = now_ns;
+	if (p->win != NULL) {
+		uint64_t bytes = step_bytes(p, seg->elems, step);
+
+		window_out(p->win, 1, bytes);
+		window_grow(p->win, bytes);
+	}
 	return true;
+}
+
+/* The rounds' sends due now: retransmissions (if resend) and held steps that fit the window. */
+static unsigned int
+seg_due(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint64_t now_ns,
+	bool resend, struct phub_ring_out out[2])
+{
+	unsigned int i, n = 0;
+
+	for (i = 0; i < 2; i++) {
+		struct phub_ring_round *r = &seg->round[i];
+		uint32_t unacked = r->sent & ~r->acked;
+		struct phub_ring_out *o = &out[n];
+
+		if (!r->active)
+			continue;
+		memset(o, 0, sizeof(*o));
+		if (resend && unacked != 0 && now_ns >= r->rto_deadline_ns) {
+			uint64_t rto;
+
+			if (r->retries < 30)
+				r->retries++;
+			rto = p->rto_ns << (r->retries < 16 ? r->retries : 16);
+			if (rto > p->rto_max_ns || rto < p->rto_ns)
+				rto = p->rto_max_ns;
+			r->rto_deadline_ns = now_ns + rto;
+			o->send_steps = unacked;
+			o->resent_steps = unacked;
+			if (p->win != NULL)
+				window_cut(p->win, now_ns, p->rto_ns);
+		}
+		if (r->held != 0)
+			round_release(seg, p, r, now_ns, o);
+		if (o->send_steps == 0)
+			continue;
+		o->iteration = r->iteration;
+		o->sum = seg->sum[i];
+		n++;
+	}
+	return n;
 }
 
 unsigned int
 phub_ring_poll(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t elems,
 	       uint64_t now_ns, struct phub_ring_out out[2])
 {
-	unsigned int i, n = 0;
-
 	(void)elems;
-	for (i = 0; i < 2; i++) {
-		struct phub_ring_round *r = &seg->round[i];
-		uint32_t unacked = r->sent & ~r->acked;
-		uint64_t rto;
+	return seg_due(seg, p, now_ns, true, out);
+}
 
-		if (!r->active || unacked == 0 || now_ns < r->rto_deadline_ns)
-			continue;
-		if (r->retries < 30)
-			r->retries++;
-		rto = p->rto_ns << (r->retries < 16 ? r->retries : 16);
-		if (rto > p->rto_max_ns || rto < p->rto_ns)
-			rto = p->rto_max_ns;
-		r->rto_deadline_ns = now_ns + rto;
-		memset(&out[n], 0, sizeof(out[n]));
-		out[n].iteration = r->iteration;
-		out[n].send_steps = unacked;
-		out[n].sum = seg->sum[i];
-		n++;
-	}
-	return n;
+unsigned int
+phub_ring_release(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint64_t now_ns,
+		  struct phub_ring_out out[2])
+{
+	return seg_due(seg, p, now_ns, false, out);
 }
 
 bool

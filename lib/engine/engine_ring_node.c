@@ -31,6 +31,14 @@ engine_ring_setup(struct phub_engine_job *job, void *(*alloc)(struct phub_engine
 	job->ring_segs = alloc(job, job->n_segments * sizeof(struct phub_ring_seg));
 	if (job->ring_bufs == NULL || job->ring_segs == NULL)
 		return -ENOMEM;
+	{
+		uint64_t max = job->ring_window_max;
+
+		if (max == 0 || max == PHUB_ENGINE_RING_NO_WINDOW)
+			max = PHUB_RING_WINDOW_MAX;
+		phub_ring_window_init(&job->ring_win, PHUB_RING_WINDOW_INIT,
+				max < PHUB_RING_WINDOW_MIN ? max : PHUB_RING_WINDOW_MIN, max);
+	}
 	for (uint32_t c = 0; c < job->n_chunks; c++) {
 		struct phub_layout_chunk chunk;
 
@@ -107,6 +115,10 @@ ring_params_now(const struct phub_engine_job *job, struct phub_ring_params *p)
 			memory_order_relaxed);
 
 	*p = job->ring;
+	/* The window is the link's, shared by every lcore that owns chunks of the job. */
+	p->win = job->ring_window_max == PHUB_ENGINE_RING_NO_WINDOW ? NULL :
+		(struct phub_ring_window *)&job->ring_win;
+	p->unlinked = atomic_load_explicit(&job->ring_next.token, memory_order_acquire) == 0;
 	if (srtt != 0 && rto > p->rto_ns)
 		p->rto_ns = rto < p->rto_max_ns ? rto : p->rto_max_ns;
 }
@@ -441,13 +453,83 @@ phub_engine_ring_poll_some(struct phub_engine_job *job, uint64_t now_ns,
 			struct phub_engine_ring_send what;
 
 			ring_send_of(job, seg, &due[i], &what);
-			stats->ring_retransmits += (uint64_t)__builtin_popcount(what.steps);
+			stats->ring_retransmits += (uint64_t)__builtin_popcount(due[i].resent_steps);
 			send(arg, &what);
 		}
 		sent += due_n != 0;
 	}
 	*cursor = start + k < n ? start + k : start + k - n;
 	return sent;
+}
+
+unsigned int
+phub_engine_ring_release(struct phub_engine_job *job, uint64_t now_ns,
+		bool (*owns)(void *arg, uint32_t server),
+		void (*send)(void *arg, const struct phub_engine_ring_send *what), void *arg,
+		uint32_t *cursor, unsigned int visits)
+{
+	uint32_t n = job->n_segments, start, k, c;
+	struct phub_ring_params params;
+	unsigned int sent = 0;
+	bool owned = false;
+
+	if (job->ring_segs == NULL || n == 0)
+		return 0;
+	if (atomic_load_explicit(&job->ring_win.held, memory_order_relaxed) == 0)
+		return 0;
+	ring_params_now(job, &params);
+	start = *cursor < n ? *cursor : 0;
+	c = seg_chunk(job, start);
+	for (k = 0; k < n && k < visits; k++) {
+		uint32_t seg = start + k < n ? start + k : start + k - n;
+		struct phub_ring_seg *s = &job->ring_segs[seg];
+		struct phub_ring_out due[2];
+		unsigned int i, due_n;
+
+		if (seg == 0)
+			c = 0;
+		else if (c + 1 < job->n_chunks && job->chunk_first_segment[c + 1] == seg)
+			c++;
+		if (k == 0 || seg == job->chunk_first_segment[c]) {
+			struct phub_layout_chunk chunk;
+
+			phub_layout_chunk_get(job->layout, c, &chunk);
+			owned = owns == NULL || owns(arg, chunk.server);
+		}
+		if (!owned || !phub_ring_holds(s))
+			continue;
+		due_n = phub_ring_release(s, &params, now_ns, due);
+		for (i = 0; i < due_n; i++) {
+			struct phub_engine_ring_send what;
+
+			ring_send_of(job, seg, &due[i], &what);
+			send(arg, &what);
+		}
+		sent += due_n;
+		/* Still holding: the window is full; the next call starts here. */
+		if (phub_ring_holds(s))
+			break;
+	}
+	*cursor = start + k < n ? start + k : start + k - n;
+	return sent;
+}
+
+void
+phub_engine_job_ring_window(const struct phub_engine_job *job,
+		struct phub_engine_ring_window *w)
+{
+	memset(w, 0, sizeof(*w));
+	if (job->ring_segs == NULL)
+		return;
+	w->cwnd_bytes = atomic_load_explicit(&job->ring_win.cwnd, memory_order_relaxed);
+	w->ssthresh_bytes = atomic_load_explicit(&job->ring_win.ssthresh, memory_order_relaxed);
+	w->inflight_bytes = phub_ring_window_inflight((struct phub_ring_window *)&job->ring_win,
+			&w->inflight_steps);
+	w->held_steps = atomic_load_explicit(&job->ring_win.held, memory_order_relaxed);
+	w->held_total = atomic_load_explicit(&job->ring_win.held_total, memory_order_relaxed);
+	w->cuts = atomic_load_explicit(&job->ring_win.cuts, memory_order_relaxed);
+	w->max_bytes = job->ring_win.max_bytes;
+	w->min_bytes = job->ring_win.min_bytes;
 }
 
 unsigned int

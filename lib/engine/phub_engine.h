@@ -113,7 +113,14 @@ struct phub_engine_ring_params {
 	bool holds_rank0;		/* this rack's rank 0 is the job's: its weights start it */
 	uint64_t rto_ns;		/* first retransmission timeout of a ring segment */
 	uint64_t rto_max_ns;		/* ceiling of its back-off */
+	/*
+	 * Ceiling of the send window of the link to next (bytes of ring payload in flight):
+	 * 0 gives PHUB_RING_WINDOW_MAX; PHUB_ENGINE_RING_NO_WINDOW sends every step at once.
+	 */
+	uint64_t window_max_bytes;
 };
+
+#define PHUB_ENGINE_RING_NO_WINDOW UINT64_MAX
 
 /* Counters of one data thread; only that thread writes them. */
 struct phub_engine_stats {
@@ -656,6 +663,34 @@ unsigned int phub_engine_ring_poll_some(struct phub_engine_job *job, uint64_t no
  */
 void phub_engine_job_ring_rtt(const struct phub_engine_job *job, uint64_t *srtt_ns,
 		uint64_t *rttvar_ns, uint64_t *rto_ns);
+
+/*
+ * Send the ring steps the link's window held back, now that ACKs made room: from the segment
+ * *cursor names, going round, at most `visits` segments looked at, among the chunks owns()
+ * gives this thread; stops at the first segment that still holds steps (the window is full)
+ * and leaves *cursor there. Returns how many sends. Cheap when nothing is held: call it after
+ * each RING_ACK. phub_engine_ring_poll_some() sends held steps too.
+ */
+unsigned int phub_engine_ring_release(struct phub_engine_job *job, uint64_t now_ns,
+		bool (*owns)(void *arg, uint32_t server),
+		void (*send)(void *arg, const struct phub_engine_ring_send *what), void *arg,
+		uint32_t *cursor, unsigned int visits);
+
+/* The send window of the link to next (docs/hierarchy.md "The ring's send window"). */
+struct phub_engine_ring_window {
+	uint64_t cwnd_bytes;		/* payload bytes allowed in flight now */
+	uint64_t ssthresh_bytes;	/* slow start below it */
+	uint64_t inflight_bytes;	/* sent and not acknowledged */
+	uint64_t inflight_steps;	/* their datagrams */
+	uint64_t held_steps;		/* ready, held back until the window opens */
+	uint64_t held_total;		/* steps ever held back */
+	uint64_t cuts;			/* retransmission timeouts that halved cwnd */
+	uint64_t min_bytes, max_bytes;	/* cwnd's bounds */
+};
+
+/* The window of a ring job (all zero for a job without a ring). */
+void phub_engine_job_ring_window(const struct phub_engine_job *job,
+		struct phub_engine_ring_window *w);
 
 /* Nanoseconds since a valid ring datagram from prev and a RING_ACK from next (control). */
 void phub_engine_job_ring_silence(const struct phub_engine_job *job, uint64_t now_ns,

@@ -22,6 +22,7 @@
 #ifndef PHUB_RING_H
 #define PHUB_RING_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -79,6 +80,7 @@ struct phub_ring_round {
 	uint32_t applied;	/* reduce steps added to sum[]; gather steps stored in sum[] */
 	uint32_t sent;		/* steps sent at least once */
 	uint32_t acked;		/* steps pos+1 acknowledged */
+	uint32_t held;		/* steps ready to go, held back by the link's window */
 	uint64_t rto_deadline_ns;	/* retransmit the unacknowledged sent steps after this */
 	uint64_t timer_ns;	/* when that timer (re)started: an ACK's round-trip sample */
 };
@@ -93,10 +95,62 @@ struct phub_ring_round {
  */
 struct phub_ring_seg {
 	uint32_t next_iteration;	/* the rack sum phub_ring_local() expects next */
+	uint32_t elems;			/* the segment's size, from its first round */
 	struct phub_ring_round round[2];
 	float *sum[2];		/* elems floats each */
 	float *inbox[2];	/* elems floats each */
 };
+
+/*
+ * The send window of one ring link (this PBox to pos+1), shared by every segment of the job:
+ * payload bytes sent once and not yet acknowledged may not exceed cwnd, so that a rack sum's
+ * burst of steps cannot overflow the uplink's queue (a NIC ring, a rate-limited spine) and be
+ * lost and sent again. A step that does not fit is held back (phub_ring_round.held) and goes
+ * out when ACKs open the window (phub_ring_release() or phub_ring_poll()); a held step is not
+ * sent, so it runs no timer and is never counted as a loss. One step always fits an empty
+ * window, so the ring cannot stall. cwnd grows like TCP's (doubling per round trip below
+ * ssthresh, then one step's bytes per window) up to max_bytes, and a retransmission timeout
+ * halves it (once per RTO: the timeouts of one loss come together) down to min_bytes.
+ * Atomic: every data lcore that owns chunks of the job sends on the link; a lost cwnd update
+ * only skews the window, the in-flight and held counts stay exact.
+ */
+struct phub_ring_window {
+	_Atomic uint64_t cwnd;		/* bytes allowed in flight */
+	_Atomic uint64_t ssthresh;	/* slow start below it */
+	/* Sent and not acknowledged: steps << PHUB_RING_WINDOW_STEP_SHIFT | payload bytes. */
+	_Atomic uint64_t inflight;
+	_Atomic uint64_t held;		/* steps held back, over every segment */
+	_Atomic uint64_t cut_ns;	/* when cwnd was last halved */
+	_Atomic uint64_t cuts;		/* how often */
+	_Atomic uint64_t held_total;	/* steps ever held back */
+	uint64_t min_bytes, max_bytes;	/* cwnd's bounds */
+};
+
+enum {
+	PHUB_RING_WINDOW_INIT = 64 * 1024,	/* a first window: 45 full datagrams */
+	/*
+	 * The ceiling: below the 512 frames of af_packet's ring and the 50 ms of a 100 Mbit/s
+	 * tbf (625 kB) of the virtual multi-rack, above the bandwidth-delay product of a
+	 * 10 Gbit/s link with a 200 us round trip.
+	 */
+	PHUB_RING_WINDOW_MAX = 256 * 1024,
+	PHUB_RING_WINDOW_MIN = 32 * 1024,	/* 22 datagrams: a spurious timeout cannot starve it */
+	/*
+	 * Datagrams in flight at most, whatever their size: a queue counts frames (af_packet's
+	 * ring holds 512), and with R = 3 and more a 256 kB window is more frames than that.
+	 */
+	PHUB_RING_WINDOW_MAX_STEPS = 256,
+	PHUB_RING_WINDOW_STEP_SHIFT = 40,	/* inflight's packing */
+};
+
+/* A window of init_bytes within min_bytes .. max_bytes, nothing in flight or held. */
+void
+phub_ring_window_init(struct phub_ring_window *w, uint64_t init_bytes, uint64_t min_bytes,
+		      uint64_t max_bytes);
+
+/* Payload bytes in flight; *steps (may be NULL) gets the datagrams. */
+uint64_t
+phub_ring_window_inflight(struct phub_ring_window *w, uint64_t *steps);
 
 /* The ring of a job as one PBox sees it; constant over the job. */
 struct phub_ring_params {
@@ -104,12 +158,15 @@ struct phub_ring_params {
 	uint16_t pos;		/* this PBox's position, 0 .. R-1 */
 	uint64_t rto_ns;	/* first retransmission timeout */
 	uint64_t rto_max_ns;	/* ceiling of the exponential back-off */
+	struct phub_ring_window *win;	/* the link's window; NULL: none, every step goes */
+	bool unlinked;		/* no link to pos+1 yet: every ready step is held back */
 };
 
 /* What the caller must do after an event: send these steps' parts, ACK, use the sum. */
 struct phub_ring_out {
 	uint32_t iteration;	/* the round the sends and `complete` belong to */
 	uint32_t send_steps;	/* bit k: send step k's part (phub_ring_send_part) from sum */
+	uint32_t resent_steps;	/* those of send_steps sent before (a retransmission) */
 	const float *sum;	/* the round's sum buffer: parts to send, then the complete sum */
 	bool complete;		/* sum holds the all-rack sum now: run the optimizer, once */
 };
@@ -162,13 +219,29 @@ phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint3
 	      uint32_t step, uint64_t now_ns, uint64_t *rtt_ns);
 
 /*
- * Retransmissions due at now_ns: for each round whose timer expired, out[parity] gets the
- * steps sent but not acknowledged, and the timer backs off. Returns how many rounds have
+ * Retransmissions due at now_ns: for each round whose timer expired, out[] gets the steps
+ * sent but not acknowledged (resent_steps), the timer backs off and the window is halved;
+ * with them, the held steps the window has room for now. Returns how many rounds have
  * something to send (0, 1 or 2); out must have room for 2.
  */
 unsigned int
 phub_ring_poll(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t elems,
 	       uint64_t now_ns, struct phub_ring_out out[2]);
+
+/*
+ * The held steps the window has room for now, without the retransmissions: as
+ * phub_ring_poll(). Returns how many rounds have something to send.
+ */
+unsigned int
+phub_ring_release(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint64_t now_ns,
+		  struct phub_ring_out out[2]);
+
+/* True when a round of the segment holds steps back. */
+static inline bool
+phub_ring_holds(const struct phub_ring_seg *seg)
+{
+	return (seg->round[0].held | seg->round[1].held) != 0;
+}
 
 /* True when every round's sends are acknowledged (nothing to retransmit). */
 bool

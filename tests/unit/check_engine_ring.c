@@ -706,6 +706,43 @@ START_TEST(test_ring_poll_with_a_budget_serves_every_segment_in_turn)
 }
 END_TEST
 
+/*
+ * Rack sums that complete before the control plane links the ring are held back, not sent
+ * into the void (which would time out and cut the window), and go out once it is linked.
+ */
+START_TEST(test_ring_steps_wait_for_the_link)
+{
+	struct sim *s = sim_new(2, PHUB_DTYPE_FP32, PHUB_OPT_SGD, false, 5);
+	struct phub_engine_ring_window w;
+	struct phub_engine_job_info info;
+
+	s->total = 2;
+	rack_create(s, 0, 1, 0);
+	rack_create(s, 1, 1, 1);
+	rack_push_all(s, 0, 0);
+	phub_engine_job_get_info(s->rack[0].job, &info);
+	ck_assert_uint_eq(s->ring_datagrams, 0);
+	phub_engine_job_ring_window(s->rack[0].job, &w);
+	ck_assert_uint_eq(w.held_steps, info.n_segments);	/* step 0 of each segment */
+	ck_assert_uint_eq(w.inflight_bytes, 0);
+	/* A late scan, still unlinked: nothing goes, nothing is a loss. */
+	s->polling = 0;
+	phub_engine_ring_poll(s->rack[0].job, sim_now(s) + 1000 * NS_PER_MS, NULL, poll_send, s,
+			      &s->rack[0].stats);
+	ck_assert_uint_eq(s->ring_datagrams, 0);
+	rings_connect(s);
+	phub_engine_ring_poll(s->rack[0].job, sim_now(s), NULL, poll_send, s, &s->rack[0].stats);
+	ck_assert_uint_eq(s->ring_datagrams, w.held_steps);
+	phub_engine_job_ring_window(s->rack[0].job, &w);
+	ck_assert_uint_eq(w.held_steps, 0);
+	ck_assert_uint_eq(w.cuts, 0);
+	ck_assert_uint_gt(w.inflight_bytes, 0);
+	ck_assert_uint_eq(s->rack[0].stats.ring_retransmits, 0);
+	free(s->queue);
+	sim_free(s);
+}
+END_TEST
+
 /* A job without a ring takes no ring datagram. */
 START_TEST(test_one_rack_job_refuses_ring_datagrams)
 {
@@ -737,6 +774,7 @@ phub_engine_ring_suite(void)
 	tcase_add_test(tc, test_one_rack_job_refuses_ring_datagrams);
 	tcase_add_test(tc, test_ring_job_maps_global_ranks_to_its_rack);
 	tcase_add_test(tc, test_ring_poll_with_a_budget_serves_every_segment_in_turn);
+	tcase_add_test(tc, test_ring_steps_wait_for_the_link);
 	suite_add_tcase(s, tc);
 	return s;
 }

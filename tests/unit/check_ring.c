@@ -515,6 +515,114 @@ START_TEST(test_small_segment_skips_empty_parts)
 }
 END_TEST
 
+/*
+ * The window: two segments share one link whose window takes one part. The second segment's
+ * step is held back (not sent, no timer, no loss), and the ACK of the first lets it go.
+ */
+START_TEST(test_window_holds_steps_until_an_ack_opens_it)
+{
+	static float b2[4][MAX_ELEMS];
+	struct phub_ring_params p = params(2, 0);
+	struct phub_ring_window win;
+	struct phub_ring_seg a, b;
+	struct phub_ring_out out, due[2];
+	float rack[200];
+	uint64_t steps;
+
+	for (unsigned int i = 0; i < 200; i++)
+		rack[i] = 1.0f;
+	/* 200 elements cut in two: 100 floats, 400 bytes a part; the window takes one. */
+	phub_ring_window_init(&win, 400, 400, 400);
+	p.win = &win;
+	phub_ring_seg_init(&a, 0, bufs[0], bufs[1], bufs[2], bufs[3]);
+	phub_ring_seg_init(&b, 0, b2[0], b2[1], b2[2], b2[3]);
+	ck_assert_int_eq(phub_ring_local(&a, &p, 200, 0, rack, 0, &out), 0);
+	ck_assert_uint_eq(out.send_steps, 0x1);
+	ck_assert_uint_eq(phub_ring_window_inflight(&win, &steps), 400);
+	ck_assert_uint_eq(steps, 1);
+	ck_assert_int_eq(phub_ring_local(&b, &p, 200, 0, rack, 0, &out), 0);
+	ck_assert_uint_eq(out.send_steps, 0);
+	ck_assert(phub_ring_holds(&b));
+	ck_assert_uint_eq(win.held, 1);
+	ck_assert_uint_eq(win.held_total, 1);
+	/* Held is not sent: no retransmission, no cut, however late; the window still full. */
+	ck_assert_uint_eq(phub_ring_release(&b, &p, 1 * NS_PER_MS, due), 0);
+	ck_assert(phub_ring_idle(&b));
+	/* a's timer fires: a resends (already in flight) and the window is halved, to its floor. */
+	ck_assert_uint_eq(phub_ring_poll(&a, &p, 200, 3 * NS_PER_MS, due), 1);
+	ck_assert_uint_eq(due[0].send_steps, 0x1);
+	ck_assert_uint_eq(due[0].resent_steps, 0x1);
+	ck_assert_uint_eq(win.cuts, 1);
+	ck_assert_uint_eq(win.cwnd, 400);
+	ck_assert_uint_eq(phub_ring_poll(&b, &p, 200, 3 * NS_PER_MS, due), 0);
+	ck_assert_uint_eq(phub_ring_window_inflight(&win, NULL), 400);
+	/* The ACK of a's step: b's goes, now in flight, and its timer starts then. */
+	ck_assert(phub_ring_ack(&a, &p, 0, 0, 4 * NS_PER_MS, NULL));
+	ck_assert_uint_eq(phub_ring_window_inflight(&win, &steps), 0);
+	ck_assert_uint_eq(phub_ring_release(&b, &p, 4 * NS_PER_MS, due), 1);
+	ck_assert_uint_eq(due[0].send_steps, 0x1);
+	ck_assert_uint_eq(due[0].resent_steps, 0);
+	ck_assert_uint_eq(due[0].iteration, 0);
+	ck_assert(due[0].sum == b2[0]);
+	ck_assert(!phub_ring_holds(&b));
+	ck_assert_uint_eq(win.held, 0);
+	ck_assert_uint_eq(phub_ring_window_inflight(&win, &steps), 400);
+	ck_assert_uint_eq(steps, 1);
+	ck_assert_uint_eq(phub_ring_poll(&b, &p, 200, 5 * NS_PER_MS, due), 0);	/* 2 ms RTO */
+	ck_assert_uint_eq(phub_ring_poll(&b, &p, 200, 6 * NS_PER_MS, due), 1);
+	/* The window never went past its one part; ACKs grow it, never past its ceiling. */
+	ck_assert(phub_ring_ack(&b, &p, 0, 0, 7 * NS_PER_MS, NULL));
+	ck_assert_uint_eq(win.cwnd, 400);
+	ck_assert_uint_eq(phub_ring_window_inflight(&win, NULL), 0);
+}
+END_TEST
+
+/* A window grows by what is acknowledged, halves on a timeout once per RTO, within bounds. */
+START_TEST(test_window_grows_and_halves_within_its_bounds)
+{
+	static float b2[4][MAX_ELEMS];
+	struct phub_ring_params p = params(2, 0);
+	struct phub_ring_window win;
+	struct phub_ring_seg seg[8];
+	struct phub_ring_out out, due[2];
+	float rack[200];
+
+	for (unsigned int i = 0; i < 200; i++)
+		rack[i] = 1.0f;
+	phub_ring_window_init(&win, 800, 400, 2000);
+	ck_assert_uint_eq(win.cwnd, 800);
+	p.win = &win;
+	for (unsigned int i = 0; i < 8; i++) {
+		phub_ring_seg_init(&seg[i], 0, b2[0], b2[1], b2[2], b2[3]);
+		ck_assert_int_eq(phub_ring_local(&seg[i], &p, 200, 0, rack, 0, &out), 0);
+		/* Two parts of 400 bytes fit 800. */
+		ck_assert_uint_eq(out.send_steps, i < 2 ? 0x1u : 0u);
+	}
+	/* Slow start: each ACK adds its bytes. */
+	ck_assert(phub_ring_ack(&seg[0], &p, 0, 0, NS_PER_MS / 4, NULL));
+	ck_assert_uint_eq(win.cwnd, 1200);
+	ck_assert(phub_ring_ack(&seg[1], &p, 0, 0, NS_PER_MS / 4, NULL));
+	ck_assert_uint_eq(win.cwnd, 1600);
+	for (unsigned int i = 2; i < 6; i++)
+		ck_assert_uint_eq(phub_ring_release(&seg[i], &p, NS_PER_MS / 2, due), 1);
+	ck_assert_uint_eq(phub_ring_release(&seg[6], &p, NS_PER_MS / 2, due), 0);
+	for (unsigned int i = 2; i < 6; i++)
+		ck_assert(phub_ring_ack(&seg[i], &p, 0, 0, NS_PER_MS, NULL));
+	ck_assert_uint_eq(win.cwnd, 2000);	/* the ceiling */
+	ck_assert_uint_eq(phub_ring_release(&seg[6], &p, NS_PER_MS, due), 1);
+	ck_assert_uint_eq(phub_ring_release(&seg[7], &p, NS_PER_MS, due), 1);
+	/* Both time out together: one cut (to 1000), not two. */
+	ck_assert_uint_eq(phub_ring_poll(&seg[6], &p, 200, 4 * NS_PER_MS, due), 1);
+	ck_assert_uint_eq(phub_ring_poll(&seg[7], &p, 200, 4 * NS_PER_MS, due), 1);
+	ck_assert_uint_eq(win.cuts, 1);
+	ck_assert_uint_eq(win.cwnd, 1000);
+	ck_assert_uint_eq(win.ssthresh, 1000);
+	/* Past ssthresh the growth is about a part per window, not a part per ACK. */
+	ck_assert(phub_ring_ack(&seg[6], &p, 0, 0, 5 * NS_PER_MS, NULL));
+	ck_assert_uint_eq(win.cwnd, 1000 + 400 * 400 / 1000 + 1);
+}
+END_TEST
+
 Suite *
 phub_ring_suite(void)
 {
@@ -536,6 +644,11 @@ phub_ring_suite(void)
 	tcase_add_loop_test(tc, test_lossy_duplicating_reordering_ring_gives_the_fixed_order_sum, 2,
 			    9);
 	tcase_add_test(tc, test_small_segment_skips_empty_parts);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("window");
+	tcase_add_test(tc, test_window_holds_steps_until_an_ack_opens_it);
+	tcase_add_test(tc, test_window_grows_and_halves_within_its_bounds);
 	suite_add_tcase(s, tc);
 	return s;
 }
