@@ -111,8 +111,7 @@ struct phub_ring_seg {
  * sent, so it runs no timer and is never counted as a loss. One step always fits an empty
  * window, so the ring cannot stall. cwnd grows like TCP's (doubling per round trip below
  * ssthresh, then one step's bytes per window) up to max_bytes, and a retransmission timeout
- * halves it (once per RTO: the timeouts of one loss come together) down to min_bytes, and an
- * ACK that shows the timeout spurious undoes the cut (phub_ring_ack()).
+ * halves it (once per RTO: the timeouts of one loss come together) down to min_bytes.
  * Atomic: every data lcore that owns chunks of the job sends on the link; a lost cwnd update
  * only skews the window, the in-flight and held counts stay exact.
  */
