@@ -92,9 +92,6 @@ phub_ring_window_init(struct phub_ring_window *w, uint64_t init_bytes, uint64_t 
 	atomic_store_explicit(&w->cut_ns, 0, memory_order_relaxed);
 	atomic_store_explicit(&w->cuts, 0, memory_order_relaxed);
 	atomic_store_explicit(&w->held_total, 0, memory_order_relaxed);
-	atomic_store_explicit(&w->undo_cwnd, 0, memory_order_relaxed);
-	atomic_store_explicit(&w->undo_ssthresh, 0, memory_order_relaxed);
-	atomic_store_explicit(&w->undos, 0, memory_order_relaxed);
 }
 
 /* Payload bytes of step's datagram from this PBox (the part it sends). */
@@ -164,22 +161,6 @@ window_grow(struct phub_ring_window *w, uint64_t bytes)
 	atomic_store_explicit(&w->cwnd, cwnd, memory_order_relaxed);
 }
 
-/* The last cut came of a spurious timeout: back to the window before it, once. */
-static void
-window_undo(struct phub_ring_window *w)
-{
-	uint64_t cwnd = atomic_exchange_explicit(&w->undo_cwnd, 0, memory_order_relaxed);
-	uint64_t ssthresh = atomic_load_explicit(&w->undo_ssthresh, memory_order_relaxed);
-
-	if (cwnd == 0)
-		return;
-	if (cwnd > atomic_load_explicit(&w->cwnd, memory_order_relaxed))
-		atomic_store_explicit(&w->cwnd, cwnd, memory_order_relaxed);
-	if (ssthresh > atomic_load_explicit(&w->ssthresh, memory_order_relaxed))
-		atomic_store_explicit(&w->ssthresh, ssthresh, memory_order_relaxed);
-	atomic_fetch_add_explicit(&w->undos, 1, memory_order_relaxed);
-}
-
 /* A retransmission timeout: halve the window, once per gap_ns (one loss, many timers). */
 static void
 window_cut(struct phub_ring_window *w, uint64_t now_ns, uint64_t gap_ns)
@@ -192,12 +173,7 @@ window_cut(struct phub_ring_window *w, uint64_t now_ns, uint64_t gap_ns)
 	if (!atomic_compare_exchange_strong_explicit(&w->cut_ns, &last, now_ns != 0 ? now_ns : 1,
 						     memory_order_relaxed, memory_order_relaxed))
 		return;
-	cwnd = atomic_load_explicit(&w->cwnd, memory_order_relaxed);
-	atomic_store_explicit(&w->undo_cwnd, cwnd, memory_order_relaxed);
-	atomic_store_explicit(&w->undo_ssthresh,
-			      atomic_load_explicit(&w->ssthresh, memory_order_relaxed),
-			      memory_order_relaxed);
-	cwnd /= 2;
+	cwnd = atomic_load_explicit(&w->cwnd, memory_order_relaxed) / 2;
 	if (cwnd < w->min_bytes)
 		cwnd = w->min_bytes;
 	atomic_store_explicit(&w->ssthresh, cwnd, memory_order_relaxed);
@@ -451,16 +427,8 @@ phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint3
 		return false;
 	if ((r->sent & bit) == 0 || (r->acked & bit) != 0)
 		return false;
-	if (r->retries != 0 && p->srtt_ns != 0 && now_ns >= r->resent_ns &&
-	    now_ns - r->resent_ns < p->srtt_ns / 2) {
-		/* Too soon to answer the retransmission: the first copy's ACK, a spurious RTO. */
-		if (rtt_ns != NULL && now_ns > r->timer_ns)
-			*rtt_ns = now_ns - r->timer_ns;
-		if (p->win != NULL)
-			window_undo(p->win);
-	} else if (rtt_ns != NULL && r->retries == 0 && now_ns > r->timer_ns) {
+	if (rtt_ns != NULL && r->retries == 0 && now_ns > r->timer_ns)
 		*rtt_ns = now_ns - r->timer_ns;
-	}
 	r->acked |= bit;
 	r->retries = 0;
 	r->rto_deadline_ns = now_ns + p->rto_ns;
@@ -498,7 +466,6 @@ seg_due(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint64_t no
 			if (rto > p->rto_max_ns || rto < p->rto_ns)
 				rto = p->rto_max_ns;
 			r->rto_deadline_ns = now_ns + rto;
-			r->resent_ns = now_ns;
 			o->send_steps = unacked;
 			o->resent_steps = unacked;
 			if (p->win != NULL)

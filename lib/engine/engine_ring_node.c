@@ -119,7 +119,6 @@ ring_params_now(const struct phub_engine_job *job, struct phub_ring_params *p)
 	p->win = job->ring_window_max == PHUB_ENGINE_RING_NO_WINDOW ? NULL :
 		(struct phub_ring_window *)&job->ring_win;
 	p->unlinked = atomic_load_explicit(&job->ring_next.token, memory_order_acquire) == 0;
-	p->srtt_ns = srtt;
 	if (srtt != 0 && rto > p->rto_ns)
 		p->rto_ns = rto < p->rto_max_ns ? rto : p->rto_max_ns;
 }
@@ -529,7 +528,6 @@ phub_engine_job_ring_window(const struct phub_engine_job *job,
 	w->held_steps = atomic_load_explicit(&job->ring_win.held, memory_order_relaxed);
 	w->held_total = atomic_load_explicit(&job->ring_win.held_total, memory_order_relaxed);
 	w->cuts = atomic_load_explicit(&job->ring_win.cuts, memory_order_relaxed);
-	w->undos = atomic_load_explicit(&job->ring_win.undos, memory_order_relaxed);
 	w->max_bytes = job->ring_win.max_bytes;
 	w->min_bytes = job->ring_win.min_bytes;
 }

@@ -613,7 +613,6 @@ struct phub_engine_ring_window {
 	uint64_t held_steps;		/* ready, held back until the window opens */
 	uint64_t held_total;		/* steps ever held back */
 	uint64_t cuts;			/* retransmission timeouts that halved cwnd */
-	uint64_t undos;			/* cuts undone: the ACK of the first copy came late */
 	uint64_t min_bytes, max_bytes;	/* cwnd's bounds */
 };
 

@@ -83,7 +83,6 @@ struct phub_ring_round {
 	uint32_t held;		/* steps ready to go, held back by the link's window */
 	uint64_t rto_deadline_ns;	/* retransmit the unacknowledged sent steps after this */
 	uint64_t timer_ns;	/* when that timer (re)started: an ACK's round-trip sample */
-	uint64_t resent_ns;	/* the round's last retransmission */
 };
 
 /*
@@ -124,9 +123,6 @@ struct phub_ring_window {
 	_Atomic uint64_t cut_ns;	/* when cwnd was last halved */
 	_Atomic uint64_t cuts;		/* how often */
 	_Atomic uint64_t held_total;	/* steps ever held back */
-	_Atomic uint64_t undo_cwnd;	/* cwnd before the last cut, until an undo or the next cut */
-	_Atomic uint64_t undo_ssthresh;
-	_Atomic uint64_t undos;		/* cuts undone: the timeout was spurious */
 	uint64_t min_bytes, max_bytes;	/* cwnd's bounds */
 };
 
@@ -164,7 +160,6 @@ struct phub_ring_params {
 	uint64_t rto_max_ns;	/* ceiling of the exponential back-off */
 	struct phub_ring_window *win;	/* the link's window; NULL: none, every step goes */
 	bool unlinked;		/* no link to pos+1 yet: every ready step is held back */
-	uint64_t srtt_ns;	/* the link's smoothed round trip, 0 unknown: see phub_ring_ack() */
 };
 
 /* What the caller must do after an event: send these steps' parts, ACK, use the sum. */
@@ -217,10 +212,7 @@ phub_ring_receive(struct phub_ring_seg *seg, const struct phub_ring_params *p, u
  * before; the retransmission timer then restarts for what is still unacknowledged. rtt_ns
  * (may be NULL) gets a round-trip sample, or 0: the time since the timer started, when
  * nothing of the round was retransmitted since (Karn's rule: a retransmitted step's ACK
- * could answer either copy). One exception: an ACK that comes less than half the link's
- * srtt after the retransmission cannot answer it; it answers the first copy, the timeout was
- * spurious (a stalled neighbour, a late ACK): the time since the timer started is a sample
- * (so that the RTO grows past such stalls) and the window's cut is undone.
+ * could answer either copy).
  */
 bool
 phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t iteration,

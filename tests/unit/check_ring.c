@@ -623,47 +623,6 @@ START_TEST(test_window_grows_and_halves_within_its_bounds)
 }
 END_TEST
 
-/*
- * A timeout whose first copy's ACK comes right after the retransmission (a stalled
- * neighbour) was spurious: the ACK is a round-trip sample and the cut is undone; an ACK that
- * comes later could answer the retransmission: no sample, the cut stays.
- */
-START_TEST(test_spurious_timeout_is_undone)
-{
-	static float b2[4][MAX_ELEMS];
-	struct phub_ring_params p = params(2, 0);
-	struct phub_ring_window win;
-	struct phub_ring_seg a, b;
-	struct phub_ring_out out, due[2];
-	float rack[200];
-	uint64_t rtt;
-
-	for (unsigned int i = 0; i < 200; i++)
-		rack[i] = 1.0f;
-	phub_ring_window_init(&win, 1600, 400, 1600);
-	p.win = &win;
-	p.srtt_ns = NS_PER_MS;
-	phub_ring_seg_init(&a, 0, bufs[0], bufs[1], bufs[2], bufs[3]);
-	phub_ring_seg_init(&b, 0, b2[0], b2[1], b2[2], b2[3]);
-	ck_assert_int_eq(phub_ring_local(&a, &p, 200, 0, rack, 0, &out), 0);
-	ck_assert_int_eq(phub_ring_local(&b, &p, 200, 0, rack, 0, &out), 0);
-	/* Both time out at 2 ms: one cut, 1600 -> 800. */
-	ck_assert_uint_eq(phub_ring_poll(&a, &p, 200, 2 * NS_PER_MS, due), 1);
-	ck_assert_uint_eq(phub_ring_poll(&b, &p, 200, 2 * NS_PER_MS, due), 1);
-	ck_assert_uint_eq(win.cwnd, 800);
-	ck_assert_uint_eq(win.cuts, 1);
-	/* a's ACK 0.1 ms after its resend: the first copy's, 2.1 ms after it left. */
-	ck_assert(phub_ring_ack(&a, &p, 0, 0, 2 * NS_PER_MS + NS_PER_MS / 10, &rtt));
-	ck_assert_uint_eq(rtt, 2 * NS_PER_MS + NS_PER_MS / 10);
-	ck_assert_uint_eq(win.cwnd, 1600);
-	ck_assert_uint_eq(win.undos, 1);
-	/* b's ACK 0.6 ms after its resend may answer it: no sample, nothing more undone. */
-	ck_assert(phub_ring_ack(&b, &p, 0, 0, 2 * NS_PER_MS + 6 * NS_PER_MS / 10, &rtt));
-	ck_assert_uint_eq(rtt, 0);
-	ck_assert_uint_eq(win.undos, 1);
-}
-END_TEST
-
 Suite *
 phub_ring_suite(void)
 {
@@ -690,7 +649,6 @@ phub_ring_suite(void)
 	tc = tcase_create("window");
 	tcase_add_test(tc, test_window_holds_steps_until_an_ack_opens_it);
 	tcase_add_test(tc, test_window_grows_and_halves_within_its_bounds);
-	tcase_add_test(tc, test_spurious_timeout_is_undone);
 	suite_add_tcase(s, tc);
 	return s;
 }
