@@ -104,6 +104,14 @@ ge_lost(void)
 	return lost;
 }
 
+/*
+ * Where a duplicate goes: 0 out of the device again (the program on its egress), BPF_F_INGRESS
+ * (1) into its ingress again (the program on its ingress, scripts/virtual-rack's worker links).
+ */
+#ifndef PHUB_IMPAIR_CLONE_FLAGS
+#define PHUB_IMPAIR_CLONE_FLAGS 0
+#endif
+
 SEC("tc")
 int
 phub_impair(struct __sk_buff *skb)
@@ -132,7 +140,7 @@ phub_impair(struct __sk_buff *skb)
 	}
 	if (chance(PHUB_IMPAIR_DUPLICATE)) {
 		skb->mark = DUP_MARK;
-		bpf_clone_redirect(skb, skb->ifindex, 0);
+		bpf_clone_redirect(skb, skb->ifindex, PHUB_IMPAIR_CLONE_FLAGS);
 		skb->mark = mark;
 	}
 	/* As netem: lost, corrupted and duplicated first, then delayed. The copy of a

@@ -31,8 +31,6 @@ lib_init "faults-$scenario"
 # The mid-size layout: 12 keys of 30,000 elements, 1,032 segments of 352 elements a worker
 # and exchange at MTU 1500; SGD, so that the model is exact whatever the order of arrival.
 layout=(--keys 12 --key-elems 30000 --optimizer sgd --lr 0.01)
-# phub-bench options of every lossy run (a scenario may add --no-offload).
-no_offload=()
 
 # impair W ARGS...: netem-style impairment on worker W's link, both directions.
 impair()
@@ -63,7 +61,7 @@ lossy()
 	# --dead-ms: the burst model's chain moves one step a frame, so on a link that a backed-off
 	# worker uses once a second a burst of 10 frames is 10 s of silence, libphub's default.
 	bench "$tmp/$label.json" "$n" "$rack-w" "${layout[@]}" --iterations "$iters" \
-		--job "$label" --dead-ms 60000 "${no_offload[@]}" &&
+		--job "$label" --dead-ms 60000 &&
 		exact "$tmp/$label.json"
 	summary "$label" "$tmp/$label.json"
 }
@@ -187,10 +185,6 @@ corrupt)
 	# from the PBox (UDP InCsumErrors); the protocol recovers both as losses.
 	rack_up 4
 	reference 4
-	# The rack's impairment (BPF at the worker's egress where the kernel has no sch_netem)
-	# runs before the kernel segments a UDP GSO message and fills in its checksums: a bit it
-	# flips would get a valid checksum, which no wire does. Datagram by datagram here.
-	no_offload=(--no-offload)
 	drops "$tmp/before.json"
 	csum0=$(udp_in_csum_errors 1)
 	impair 1 corrupt 2%
@@ -223,19 +217,17 @@ straggler)
 			iters=40
 		fi
 		for w in 1 2 3 4; do
-			udp_out_datagrams "$w" >"$tmp/out0-$phase-$w"
+			link_tx_packets "$w" >"$tmp/out0-$phase-$w"
 		done
 		start=$(date +%s.%N)
-		# Datagram by datagram (no UDP GSO): the kernel's OutDatagrams, which the
-		# comparison below counts, and the impairment then see every datagram alone.
 		bench_bg "$tmp/a-$phase.json" 4 "$rack-w" "${layout[@]}" --job job-a \
-			--nonce 0x5ad1c0ffee7e4b31 --iterations "$iters" --no-offload
+			--nonce 0x5ad1c0ffee7e4b31 --iterations "$iters"
 		sleep 1
 		bench "$tmp/b-$phase.json" 2 "$rack-jb" "${job_b[@]}"
 		bench_wait
 		end=$(date +%s.%N)
 		for w in 1 2 3 4; do
-			echo "$(( $(udp_out_datagrams "$w") - $(cat "$tmp/out0-$phase-$w") ))" \
+			echo "$(( $(link_tx_packets "$w") - $(cat "$tmp/out0-$phase-$w") ))" \
 				>"$tmp/out-$phase-$w"
 		done
 		exact "$tmp/a-$phase.json" "$tmp/b-$phase.json"

@@ -166,12 +166,13 @@ telemetry()
 		2>/dev/null | phubrack merge "$out"
 }
 
-# udp_out_datagrams W: datagrams worker W's kernel sent (UDP OutDatagrams of its namespace,
-# counted before the link's impairment drops any).
-udp_out_datagrams()
+# link_tx_packets W: frames worker W's eth0 sent. Each datagram of a UDP GSO message counts
+# (UDP OutDatagrams would count the message once), before the link's impairment drops any:
+# the rack's BPF fallback loses them at the ToR's end. With sch_netem (a qdisc on eth0) the
+# count is after netem's loss.
+link_tx_packets()
 {
-	# shellcheck disable=SC2016 # awk's fields
-	ip netns exec "$rack-w$1" awk '/^Udp:/ { if (n++) print $5 }' /proc/net/snmp
+	ip netns exec "$rack-w$1" cat /sys/class/net/eth0/statistics/tx_packets
 }
 
 # udp_in_csum_errors W: datagrams worker W's kernel dropped for a bad UDP checksum.
