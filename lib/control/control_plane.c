@@ -620,6 +620,27 @@ handle_leave(struct phub_control *ctl, const struct phub_control_peer *from,
 	ctl->stats.leaves++;
 }
 
+/*
+ * Where rank of the job is now (its session's endpoint, through the port it joined on) and
+ * its token; false when the rank holds no session.
+ */
+static bool
+rank_endpoint(const struct cjob *cj, struct phub_engine_job *job, uint16_t rank,
+		struct phub_control_peer *to, uint64_t *token, uint32_t *peer_flags)
+{
+	struct phub_engine_peer peer;
+
+	if (!phub_engine_job_rank(job, rank, &peer, token))
+		return false;
+	to->ipv4 = peer.ipv4;
+	to->udp_port = peer.udp_port;
+	to->port = cj->rank_port[rank];
+	memcpy(to->mac, peer.mac, sizeof(to->mac));
+	if (peer_flags != NULL)
+		*peer_flags = peer.flags;
+	return true;
+}
+
 /* The change after the last one rank acknowledged, to it: WORLD. */
 static void
 send_world(struct phub_control *ctl, struct phub_engine_job *job, uint16_t rank)
@@ -629,24 +650,20 @@ send_world(struct phub_control *ctl, struct phub_engine_job *job, uint16_t rank)
 	uint16_t who = cj->change_rank[change - 1u];
 	uint32_t from = cj->change_iteration[change - 1u];
 	struct phub_control_peer to;
-	struct phub_engine_peer peer;
 	struct phub_wire_msg m;
+	uint32_t peer_flags;
 	uint64_t token;
 	int len;
 
-	if (!phub_engine_job_rank(job, rank, &peer, &token))
+	if (!rank_endpoint(cj, job, rank, &to, &token, &peer_flags))
 		return;
-	to.ipv4 = peer.ipv4;
-	to.udp_port = peer.udp_port;
-	to.port = cj->rank_port[rank];
-	memcpy(to.mac, peer.mac, sizeof(to.mac));
 	phub_wire_msg_init(&m, PHUB_WIRE_OP_WORLD);
 	m.job_id = phub_engine_job_id(job);
 	m.session_token = token;
 	m.worker_rank = (uint16_t)(phub_engine_job_rank_base(job) + rank);
 	m.iteration = from;
 	m.aux = PHUB_WIRE_WORLD_AUX(change, phub_engine_job_rank_base(job) + who);
-	if (peer.flags & PHUB_ENGINE_PEER_F_CSUM)
+	if (peer_flags & PHUB_ENGINE_PEER_F_CSUM)
 		m.flags |= PHUB_WIRE_F_CSUM;
 	len = phub_wire_encode(ctl->buf, sizeof(ctl->buf), &m);
 	if (len > 0) {
@@ -792,16 +809,11 @@ control_job_abort(struct phub_control *ctl, struct phub_engine_job *job, uint16_
 	phub_engine_job_get_info(job, &info);
 	for (uint16_t r = 0; r < info.world_size; r++) {
 		struct phub_control_peer to;
-		struct phub_engine_peer peer;
 		struct phub_wire_msg about;
 		uint64_t token;
 
-		if (!phub_engine_job_rank(job, r, &peer, &token))
+		if (!rank_endpoint(cj, job, r, &to, &token, NULL))
 			continue;
-		to.ipv4 = peer.ipv4;
-		to.udp_port = peer.udp_port;
-		to.port = cj->rank_port[r];
-		memcpy(to.mac, peer.mac, sizeof(to.mac));
 		phub_wire_msg_init(&about, PHUB_WIRE_OP_ERROR);
 		about.job_id = info.job_id;
 		about.session_token = token;

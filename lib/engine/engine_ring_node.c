@@ -414,6 +414,31 @@ phub_engine_ring_receive(struct phub_engine_job *job, const struct phub_engine_r
 		ring_complete(job, seg, elem, n, &out, reply, stats);
 }
 
+/*
+ * Step k of a circular walk over the job's segments from segment start: that segment, with *c
+ * its chunk (the next one when the walk reaches its first segment) and *owned whether the
+ * caller's lcore serves it, asked once per chunk.
+ */
+static uint32_t
+ring_walk_step(const struct phub_engine_job *job, uint32_t start, uint32_t k, uint32_t *c,
+		bool *owned, bool (*owns)(void *arg, uint32_t server), void *arg)
+{
+	uint32_t n = job->n_segments;
+	uint32_t seg = start + k < n ? start + k : start + k - n;
+
+	if (seg == 0)
+		*c = 0;
+	else if (*c + 1 < job->n_chunks && job->chunk_first_segment[*c + 1] == seg)
+		(*c)++;
+	if (k == 0 || seg == job->chunk_first_segment[*c]) {
+		struct phub_layout_chunk chunk;
+
+		phub_layout_chunk_get(job->layout, *c, &chunk);
+		*owned = owns == NULL || owns(arg, chunk.server);
+	}
+	return seg;
+}
+
 unsigned int
 phub_engine_ring_poll_some(struct phub_engine_job *job, uint64_t now_ns,
 		bool (*owns)(void *arg, uint32_t server),
@@ -431,21 +456,10 @@ phub_engine_ring_poll_some(struct phub_engine_job *job, uint64_t now_ns,
 	start = *cursor < n ? *cursor : 0;
 	c = seg_chunk(job, start);
 	for (k = 0; k < n && sent < budget; k++) {
-		uint32_t seg = start + k < n ? start + k : start + k - n;
+		uint32_t seg = ring_walk_step(job, start, k, &c, &owned, owns, arg);
 		struct phub_ring_out due[2];
 		unsigned int i, due_n;
 
-		/* The chunk of seg: the next one when seg reaches its first segment. */
-		if (seg == 0)
-			c = 0;
-		else if (c + 1 < job->n_chunks && job->chunk_first_segment[c + 1] == seg)
-			c++;
-		if (k == 0 || seg == job->chunk_first_segment[c]) {
-			struct phub_layout_chunk chunk;
-
-			phub_layout_chunk_get(job->layout, c, &chunk);
-			owned = owns == NULL || owns(arg, chunk.server);
-		}
 		if (!owned)
 			continue;
 		due_n = phub_ring_poll(&job->ring_segs[seg], &params, 0, now_ns, due);
@@ -481,21 +495,11 @@ phub_engine_ring_release(struct phub_engine_job *job, uint64_t now_ns,
 	start = *cursor < n ? *cursor : 0;
 	c = seg_chunk(job, start);
 	for (k = 0; k < n && k < visits; k++) {
-		uint32_t seg = start + k < n ? start + k : start + k - n;
+		uint32_t seg = ring_walk_step(job, start, k, &c, &owned, owns, arg);
 		struct phub_ring_seg *s = &job->ring_segs[seg];
 		struct phub_ring_out due[2];
 		unsigned int i, due_n;
 
-		if (seg == 0)
-			c = 0;
-		else if (c + 1 < job->n_chunks && job->chunk_first_segment[c + 1] == seg)
-			c++;
-		if (k == 0 || seg == job->chunk_first_segment[c]) {
-			struct phub_layout_chunk chunk;
-
-			phub_layout_chunk_get(job->layout, c, &chunk);
-			owned = owns == NULL || owns(arg, chunk.server);
-		}
 		if (!owned || !phub_ring_holds(s))
 			continue;
 		due_n = phub_ring_release(s, &params, now_ns, due);
