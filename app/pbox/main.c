@@ -368,11 +368,15 @@ main(int argc, char **argv)
 	pbox_checkpoint_fini(&pbox);
 	print_summary(&pbox);
 	pbox_control_fini(&pbox);
+	/*
+	 * The ports first: their queues may still hold MODEL frames whose payload is a job's model
+	 * memory (sent by reference), which the engine frees.
+	 */
+	pbox_ports_close(&pbox);
 	pthread_mutex_lock(&pbox.jobs_lock);
 	phub_engine_free(pbox.engine);
 	pbox.engine = NULL;
 	pthread_mutex_unlock(&pbox.jobs_lock);
-	pbox_ports_close(&pbox);
 	phub_config_free(&pbox.cfg);
 	rte_eal_cleanup();
 	free(eal_argv);
