@@ -512,6 +512,16 @@ restart-twice)
 		tail -n 20 "$state_dir/pbox.log"
 		tail -n 20 "$tmp/r.json.err"
 	fi
+	# A worker's LEAVE is answered within 500 ms or not waited for; on the lossy link every
+	# one of its tries may fall into one loss burst (netem's Gilbert-Elliott state moves per
+	# datagram, and a LEAVE is the only one). The PBox then ends the job once that rank has
+	# been silent for timeouts.worker_dead_ms (10 s): the files must go either way.
+	for ((i = 0; i < 150; i++)); do
+		telemetry /phub/jobs | phubrack holds 't["/phub/jobs"] == {}' 2>/dev/null && break
+		sleep 0.1
+	done
+	grep -E "phub-bench \(id [0-9]+\) ended|rank [0-9]+ silent for|rank [0-9]+ left" \
+		"$state_dir/pbox.log" | tail -n 5
 	[ "$(newest_ckpt)" -eq -1 ] || fail "the job ended but its checkpoints stay: $(ls "$ckpt_dir")"
 	;;
 csum)
