@@ -257,8 +257,25 @@ static void
 send_ack(struct pbox_lcore *lc, const struct phub_engine_job *job, struct rx_frame *f,
 		uint16_t tx_port)
 {
+	struct rte_mbuf *m = f->m;
 	struct phub_wire_msg ack;
+	bool csum = rank_wants_csum(job, f->msg.worker_rank);
 
+	/*
+	 * The PUSH's frame, its IPv4 header without options, becomes the ACK in place from the
+	 * port's template (ack.h): no header built and summed in full, no field encoded.
+	 */
+	if (likely(!csum && f->udp_payload == rte_pktmbuf_mtod_offset(m, const uint8_t *,
+			PBOX_ACK_HDR_OFF))) {
+		m->data_len = pbox_ack_rewrite(rte_pktmbuf_mtod(m, uint8_t *),
+				&pbox.ports[tx_port].ack_tmpl, f->msg.flags & PHUB_WIRE_F_LAST);
+		m->pkt_len = m->data_len;
+		m->l2_len = RTE_ETHER_HDR_LEN;
+		m->l3_len = sizeof(struct rte_ipv4_hdr);
+		lc->stats.acks_sent++;
+		tx_any(lc, tx_port, m);
+		return;
+	}
 	phub_wire_msg_init(&ack, PHUB_WIRE_OP_ACK);
 	ack.job_id = f->msg.job_id;
 	ack.session_token = f->msg.session_token;
@@ -271,7 +288,7 @@ send_ack(struct pbox_lcore *lc, const struct phub_engine_job *job, struct rx_fra
 	ack.seg_count = f->msg.seg_count;
 	ack.aux = f->msg.aux;
 	ack.flags = f->msg.flags & PHUB_WIRE_F_LAST;
-	if (rank_wants_csum(job, f->msg.worker_rank))
+	if (csum)
 		ack.flags |= PHUB_WIRE_F_CSUM;	/* phub_wire_encode() computes it */
 	lc->stats.acks_sent++;
 	reply_in_place(lc, f, tx_port, &ack);

@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The ACK of a PUSH written over the PUSH's own frame from a per-port template: the IPv4 header
+ * copied with its checksum updated for the destination (RFC 1624), the UDP checksum started from
+ * the template's constant part, the PHub header's fields left where the PUSH put them. DPDK-free.
+ *
+ * Every field the ACK takes from the PUSH (job, token, rank, chunk, iteration, elements,
+ * segment, aux) is already in place at the same offset: the rewrite touches the opcode, flags,
+ * header length, dtype, priority, payload length, reserved and csum bytes, and nothing is encoded
+ * field by field. tests/unit/check_pbox_csum.c checks that the bytes equal those of the general
+ * path (phub_wire_encode behind headers built and summed in full).
+ */
+
+#ifndef PBOX_ACK_H
+#define PBOX_ACK_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "csum.h"
+#include "wire/phub_wire.h"
+
+enum {
+	PBOX_ACK_ETH_LEN = 14,
+	PBOX_ACK_IP_LEN = 20,
+	PBOX_ACK_UDP_LEN = 8,
+	/* The offset of the PHub header; a PUSH whose IPv4 header has options is not rewritten. */
+	PBOX_ACK_HDR_OFF = PBOX_ACK_ETH_LEN + PBOX_ACK_IP_LEN + PBOX_ACK_UDP_LEN,
+	PBOX_ACK_FRAME_LEN = PBOX_ACK_HDR_OFF + PHUB_WIRE_HDR_LEN,
+};
+
+/* What every ACK a port sends has in common. */
+struct pbox_ack_tmpl {
+	uint8_t src_mac[6];
+	uint8_t ip[PBOX_ACK_IP_LEN];	/* the ACK's IPv4 header, destination 0, its checksum */
+	uint32_t udp_sum;		/* raw sum: pseudo-header but its destination, UDP length */
+};
+
+static inline void
+pbox_ack_put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
+/* The template of a port: its MAC and IPv4 address (host order). */
+static inline void
+pbox_ack_tmpl_init(struct pbox_ack_tmpl *t, const uint8_t mac[6], uint32_t ipv4)
+{
+	uint8_t pseudo[12] = { 0 };
+	uint16_t csum;
+
+	memcpy(t->src_mac, mac, 6);
+	memset(t->ip, 0, sizeof(t->ip));
+	t->ip[0] = 0x45;			/* version 4, 5 words */
+	pbox_ack_put16(t->ip + 2, PBOX_ACK_IP_LEN + PBOX_ACK_UDP_LEN + PHUB_WIRE_HDR_LEN);
+	pbox_ack_put16(t->ip + 6, 0x4000);	/* don't fragment */
+	t->ip[8] = 64;				/* TTL */
+	t->ip[9] = 17;				/* UDP */
+	pbox_ack_put16(t->ip + 12, (uint16_t)(ipv4 >> 16));
+	pbox_ack_put16(t->ip + 14, (uint16_t)ipv4);
+	csum = (uint16_t)~pbox_raw_cksum_scalar(t->ip, sizeof(t->ip));
+	memcpy(t->ip + 10, &csum, sizeof(csum));
+	memcpy(pseudo, t->ip + 12, 4);
+	pseudo[9] = 17;
+	pbox_ack_put16(pseudo + 10, PBOX_ACK_UDP_LEN + PHUB_WIRE_HDR_LEN);
+	/* The pseudo-header's length and the UDP header's own: the same word twice. */
+	t->udp_sum = (uint32_t)pbox_raw_cksum_scalar(pseudo, sizeof(pseudo)) +
+		pbox_raw_cksum_scalar(pseudo + 10, 2);
+}
+
+/*
+ * Turn frame, a received PUSH (Ethernet, a 20-byte IPv4 header, UDP, the PHub header; at least
+ * PBOX_ACK_FRAME_LEN bytes), into its ACK to the sender, with the ACK's flags (no
+ * PHUB_WIRE_F_CSUM: its CRC is the general path's). Returns the ACK frame's length.
+ */
+static inline uint16_t
+pbox_ack_rewrite(uint8_t *frame, const struct pbox_ack_tmpl *t, uint8_t flags)
+{
+	uint8_t *ip = frame + PBOX_ACK_ETH_LEN;
+	uint8_t *udp = ip + PBOX_ACK_IP_LEN;
+	uint8_t *h = udp + PBOX_ACK_UDP_LEN;
+	uint16_t sport, dport, csum;
+	uint32_t dst, sum;
+
+	memmove(frame, frame + 6, 6);		/* to the PUSH's source */
+	memcpy(frame + 6, t->src_mac, 6);
+	memcpy(&dst, ip + 12, sizeof(dst));	/* the PUSH's source address */
+	memcpy(ip, t->ip, sizeof(t->ip));
+	memcpy(ip + 16, &dst, sizeof(dst));
+	memcpy(&csum, ip + 10, sizeof(csum));
+	csum = pbox_csum_update32(csum, 0, dst);
+	memcpy(ip + 10, &csum, sizeof(csum));
+
+	memcpy(&sport, udp, sizeof(sport));
+	memcpy(&dport, udp + 2, sizeof(dport));
+	memcpy(udp, &dport, sizeof(dport));
+	memcpy(udp + 2, &sport, sizeof(sport));
+	pbox_ack_put16(udp + 4, PBOX_ACK_UDP_LEN + PHUB_WIRE_HDR_LEN);
+	memset(udp + 6, 0, 2);
+
+	h[3] = PHUB_WIRE_OP_ACK;
+	h[4] = flags;
+	h[5] = PHUB_WIRE_HDR_LEN;
+	h[6] = PHUB_WIRE_DTYPE_NONE;
+	h[7] = 0;				/* priority */
+	memset(h + 18, 0, 6);			/* payload_len, reserved */
+	memset(h + 52, 0, 4);			/* csum */
+
+	sum = t->udp_sum + (dst & 0xffff) + (dst >> 16) + sport + dport +
+		pbox_raw_cksum_scalar(h, PHUB_WIRE_HDR_LEN);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	csum = (uint16_t)~sum;
+	/* 0 means "no checksum" in UDP over IPv4: send its other form. */
+	if (csum == 0)
+		csum = 0xffff;
+	memcpy(udp + 6, &csum, sizeof(csum));
+	return PBOX_ACK_FRAME_LEN;
+}
+
+#endif /* PBOX_ACK_H */
