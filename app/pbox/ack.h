@@ -33,7 +33,11 @@ enum {
 struct pbox_ack_tmpl {
 	uint8_t src_mac[6];
 	uint8_t ip[PBOX_ACK_IP_LEN];	/* the ACK's IPv4 header, destination 0, its checksum */
-	uint32_t udp_sum;		/* raw sum: pseudo-header but its destination, UDP length */
+	/*
+	 * Raw sum of the UDP checksum's constant part: the pseudo-header but its destination, the
+	 * UDP length, the PHub header's first 8 bytes with flags 0 and its zero fields.
+	 */
+	uint32_t udp_sum;
 };
 
 static inline void
@@ -47,7 +51,7 @@ pbox_ack_put16(uint8_t *p, uint16_t v)
 static inline void
 pbox_ack_tmpl_init(struct pbox_ack_tmpl *t, const uint8_t mac[6], uint32_t ipv4)
 {
-	uint8_t pseudo[12] = { 0 };
+	uint8_t pseudo[12] = { 0 }, head[8] = { 0 };
 	uint16_t csum;
 
 	memcpy(t->src_mac, mac, 6);
@@ -64,15 +68,21 @@ pbox_ack_tmpl_init(struct pbox_ack_tmpl *t, const uint8_t mac[6], uint32_t ipv4)
 	memcpy(pseudo, t->ip + 12, 4);
 	pseudo[9] = 17;
 	pbox_ack_put16(pseudo + 10, PBOX_ACK_UDP_LEN + PHUB_WIRE_HDR_LEN);
+	/* The magic and version of every datagram the parser took, and the ACK's own bytes. */
+	pbox_ack_put16(head, PHUB_WIRE_MAGIC);
+	head[2] = PHUB_WIRE_VERSION;
+	head[3] = PHUB_WIRE_OP_ACK;
+	head[5] = PHUB_WIRE_HDR_LEN;
+	head[6] = PHUB_WIRE_DTYPE_NONE;
 	/* The pseudo-header's length and the UDP header's own: the same word twice. */
 	t->udp_sum = (uint32_t)pbox_raw_cksum_scalar(pseudo, sizeof(pseudo)) +
-		pbox_raw_cksum_scalar(pseudo + 10, 2);
+		pbox_raw_cksum_scalar(pseudo + 10, 2) + pbox_raw_cksum_scalar(head, sizeof(head));
 }
 
 /*
- * Turn frame, a received PUSH (Ethernet, a 20-byte IPv4 header, UDP, the PHub header; at least
- * PBOX_ACK_FRAME_LEN bytes), into its ACK to the sender, with the ACK's flags (no
- * PHUB_WIRE_F_CSUM: its CRC is the general path's). Returns the ACK frame's length.
+ * Turn frame, a received PUSH that the wire parser took (Ethernet, a 20-byte IPv4 header, UDP,
+ * the PHub header; at least PBOX_ACK_FRAME_LEN bytes), into its ACK to the sender, with the
+ * ACK's flags (no PHUB_WIRE_F_CSUM: its CRC is the general path's). Returns the ACK's length.
  */
 static inline uint16_t
 pbox_ack_rewrite(uint8_t *frame, const struct pbox_ack_tmpl *t, uint8_t flags)
@@ -80,25 +90,41 @@ pbox_ack_rewrite(uint8_t *frame, const struct pbox_ack_tmpl *t, uint8_t flags)
 	uint8_t *ip = frame + PBOX_ACK_ETH_LEN;
 	uint8_t *udp = ip + PBOX_ACK_IP_LEN;
 	uint8_t *h = udp + PBOX_ACK_UDP_LEN;
-	uint16_t sport, dport, csum;
+	uint8_t flag_bytes[2] = { flags, 0 };
+	uint16_t sport, dport, csum, flag_word, ip_csum;
 	uint32_t dst, sum;
+
+	/*
+	 * Everything the sums need is read before anything is written: a wide load over bytes just
+	 * stored one by one waits for the stores (no store forwarding), which cost more than the
+	 * whole sum. The fields the ACK keeps: job, rank, segment index and count (bytes 8 to
+	 * 17), token, chunk, iteration, elements and aux (24 to 51).
+	 */
+	memcpy(&dst, ip + 12, sizeof(dst));	/* the PUSH's source address */
+	memcpy(&sport, udp, sizeof(sport));
+	memcpy(&dport, udp + 2, sizeof(dport));
+	memcpy(&flag_word, flag_bytes, sizeof(flag_word));
+	sum = t->udp_sum + (dst & 0xffff) + (dst >> 16) + sport + dport + flag_word +
+		pbox_raw_cksum_scalar(h + 8, 10) + pbox_raw_cksum_scalar(h + 24, 28);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	csum = (uint16_t)~sum;
+	/* 0 means "no checksum" in UDP over IPv4: send its other form. */
+	if (csum == 0)
+		csum = 0xffff;
+	/* The template's IPv4 checksum, its destination 0 replaced (RFC 1624). */
+	memcpy(&ip_csum, t->ip + 10, sizeof(ip_csum));
+	ip_csum = pbox_csum_update32(ip_csum, 0, dst);
 
 	memmove(frame, frame + 6, 6);		/* to the PUSH's source */
 	memcpy(frame + 6, t->src_mac, 6);
-	memcpy(&dst, ip + 12, sizeof(dst));	/* the PUSH's source address */
 	memcpy(ip, t->ip, sizeof(t->ip));
 	memcpy(ip + 16, &dst, sizeof(dst));
-	memcpy(&csum, ip + 10, sizeof(csum));
-	csum = pbox_csum_update32(csum, 0, dst);
-	memcpy(ip + 10, &csum, sizeof(csum));
-
-	memcpy(&sport, udp, sizeof(sport));
-	memcpy(&dport, udp + 2, sizeof(dport));
+	memcpy(ip + 10, &ip_csum, sizeof(ip_csum));
 	memcpy(udp, &dport, sizeof(dport));
 	memcpy(udp + 2, &sport, sizeof(sport));
 	pbox_ack_put16(udp + 4, PBOX_ACK_UDP_LEN + PHUB_WIRE_HDR_LEN);
-	memset(udp + 6, 0, 2);
-
+	memcpy(udp + 6, &csum, sizeof(csum));
 	h[3] = PHUB_WIRE_OP_ACK;
 	h[4] = flags;
 	h[5] = PHUB_WIRE_HDR_LEN;
@@ -106,16 +132,6 @@ pbox_ack_rewrite(uint8_t *frame, const struct pbox_ack_tmpl *t, uint8_t flags)
 	h[7] = 0;				/* priority */
 	memset(h + 18, 0, 6);			/* payload_len, reserved */
 	memset(h + 52, 0, 4);			/* csum */
-
-	sum = t->udp_sum + (dst & 0xffff) + (dst >> 16) + sport + dport +
-		pbox_raw_cksum_scalar(h, PHUB_WIRE_HDR_LEN);
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	csum = (uint16_t)~sum;
-	/* 0 means "no checksum" in UDP over IPv4: send its other form. */
-	if (csum == 0)
-		csum = 0xffff;
-	memcpy(udp + 6, &csum, sizeof(csum));
 	return PBOX_ACK_FRAME_LEN;
 }
 
