@@ -135,4 +135,52 @@ pbox_ack_rewrite(uint8_t *frame, const struct pbox_ack_tmpl *t, uint8_t flags)
 	return PBOX_ACK_FRAME_LEN;
 }
 
+/*
+ * Who a frame from the PBox is for, as its headers carry it (memory order, as stored): the
+ * fields that differ between the MODEL frames of one broadcast.
+ */
+struct pbox_frame_peer {
+	uint8_t mac[6];
+	uint32_t ipv4;		/* network order */
+	uint16_t udp_port;	/* network order */
+	uint16_t rank;		/* network order */
+	uint64_t token;		/* network order */
+};
+
+/*
+ * Turn frame (Ethernet, a 20-byte IPv4 header, UDP with a checksum, the PHub header), built for
+ * from, into the same frame for to: the fields written, the IPv4 and UDP checksums updated
+ * (RFC 1624) instead of the header built and summed again. The payload and everything else stay.
+ */
+static inline void
+pbox_frame_retarget(uint8_t *frame, const struct pbox_frame_peer *from,
+		const struct pbox_frame_peer *to)
+{
+	uint8_t *ip = frame + PBOX_ACK_ETH_LEN;
+	uint8_t *udp = ip + PBOX_ACK_IP_LEN;
+	uint8_t *h = udp + PBOX_ACK_UDP_LEN;
+	uint16_t ip_csum, udp_csum;
+
+	memcpy(&ip_csum, ip + 10, sizeof(ip_csum));
+	memcpy(&udp_csum, udp + 6, sizeof(udp_csum));
+	ip_csum = pbox_csum_update32(ip_csum, from->ipv4, to->ipv4);
+	/* The destination is in the UDP pseudo-header too. */
+	udp_csum = pbox_csum_update32(udp_csum, from->ipv4, to->ipv4);
+	udp_csum = pbox_csum_update16(udp_csum, from->udp_port, to->udp_port);
+	udp_csum = pbox_csum_update16(udp_csum, from->rank, to->rank);
+	udp_csum = pbox_csum_update32(udp_csum, (uint32_t)from->token, (uint32_t)to->token);
+	udp_csum = pbox_csum_update32(udp_csum, (uint32_t)(from->token >> 32),
+			(uint32_t)(to->token >> 32));
+	/* 0 means "no checksum" in UDP over IPv4: send its other form. */
+	if (udp_csum == 0)
+		udp_csum = 0xffff;
+	memcpy(frame, to->mac, sizeof(to->mac));
+	memcpy(ip + 10, &ip_csum, sizeof(ip_csum));
+	memcpy(ip + 16, &to->ipv4, sizeof(to->ipv4));
+	memcpy(udp + 2, &to->udp_port, sizeof(to->udp_port));
+	memcpy(udp + 6, &udp_csum, sizeof(udp_csum));
+	memcpy(h + 12, &to->rank, sizeof(to->rank));
+	memcpy(h + 24, &to->token, sizeof(to->token));
+}
+
 #endif /* PBOX_ACK_H */

@@ -123,6 +123,23 @@ pbox_raw_cksum(const void *buf, size_t len)
 }
 
 /*
+ * The raw sum (unfolded) of the IPv4 pseudo-header of a UDP datagram of len bytes (host order),
+ * src and dst as loaded from the IPv4 header. From the fields in registers: a pseudo-header
+ * assembled on the stack and summed 16 bits a step reads words that span its one-byte stores,
+ * which the CPU cannot forward (measured: half of pbox_finish_udp_csum's time).
+ */
+static inline uint32_t
+pbox_udp_phdr_sum(uint32_t src, uint32_t dst, uint16_t len)
+{
+	uint8_t proto_bytes[2] = { 0, 17 }, len_bytes[2] = { (uint8_t)(len >> 8), (uint8_t)len };
+	uint16_t proto, l;
+
+	memcpy(&proto, proto_bytes, sizeof(proto));
+	memcpy(&l, len_bytes, sizeof(l));
+	return (src & 0xffff) + (src >> 16) + (dst & 0xffff) + (dst >> 16) + proto + l;
+}
+
+/*
  * RFC 1624, eqn. 3: the Internet checksum hc of a header in which one 16-bit word changed from
  * old to new, without summing the header again: HC' = ~(~HC + ~m + m'). Words in memory order,
  * as they are loaded from the header (the sum does not care about byte order as long as every

@@ -134,6 +134,29 @@ START_TEST(test_incremental_update_equals_full_recompute)
 }
 END_TEST
 
+/* The pseudo-header's sum from the fields: DPDK's, folded, for random addresses and lengths. */
+START_TEST(test_udp_phdr_sum_equals_dpdk)
+{
+	struct rte_ipv4_hdr ip;
+
+	for (int round = 0; round < 100000; round++) {
+		uint16_t udp_len = (uint16_t)(next_u32() % (65535 - 20));
+		uint32_t sum;
+
+		memset(&ip, 0, sizeof(ip));
+		ip.version_ihl = RTE_IPV4_VHL_DEF;
+		ip.next_proto_id = IPPROTO_UDP;
+		ip.total_length = rte_cpu_to_be_16((uint16_t)(udp_len + 20));
+		ip.src_addr = round % 50 == 0 ? 0xffffffff : next_u32();
+		ip.dst_addr = round % 70 == 0 ? 0xffffffff : next_u32();
+		sum = pbox_udp_phdr_sum(ip.src_addr, ip.dst_addr, udp_len);
+		sum = (sum & 0xffff) + (sum >> 16);
+		sum = (sum & 0xffff) + (sum >> 16);
+		ck_assert_uint_eq(sum, rte_ipv4_phdr_cksum(&ip, 0));
+	}
+}
+END_TEST
+
 /* A PUSH frame of random fields, as a worker sends it (full checksums). */
 static size_t
 push_frame(uint8_t *frame, size_t cap, struct phub_wire_msg *msg, uint8_t *payload)
@@ -285,6 +308,55 @@ START_TEST(test_ack_rewrite_equals_general_path)
 }
 END_TEST
 
+/*
+ * Random frames retargeted to random peers: byte for byte the frame built for the new peer and
+ * summed in full (the payload stays, and is summed in the reference).
+ */
+START_TEST(test_retarget_equals_full_build)
+{
+	static uint8_t frame[PBOX_ACK_HDR_OFF + 64 + 512 * 4], want[sizeof(frame)],
+		payload[512 * 4];
+
+	for (int round = 0; round < 20000; round++) {
+		struct rte_ether_hdr *eth = (struct rte_ether_hdr *)(void *)want;
+		struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
+		struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
+		struct pbox_frame_peer from, to;
+		struct phub_wire_msg msg;
+		uint16_t csum;
+		size_t len;
+
+		len = push_frame(frame, sizeof(frame), &msg, payload);
+		memcpy(from.mac, frame, 6);
+		memcpy(&from.ipv4, frame + PBOX_ACK_ETH_LEN + 16, 4);
+		memcpy(&from.udp_port, frame + PBOX_ACK_ETH_LEN + 20 + 2, 2);
+		memcpy(&from.rank, frame + PBOX_ACK_HDR_OFF + 12, 2);
+		memcpy(&from.token, frame + PBOX_ACK_HDR_OFF + 24, 8);
+		for (int i = 0; i < 6; i++)
+			to.mac[i] = next_byte();
+		to.ipv4 = round % 9 == 0 ? from.ipv4 : next_u32();
+		to.udp_port = (uint16_t)next_u32();
+		to.rank = round % 11 == 0 ? 0 : (uint16_t)next_u32();
+		to.token = (uint64_t)next_u32() << 32 | next_u32();
+
+		memcpy(want, frame, len);
+		memcpy(eth->dst_addr.addr_bytes, to.mac, 6);
+		ip->dst_addr = to.ipv4;
+		ip->hdr_checksum = 0;
+		ip->hdr_checksum = rte_ipv4_cksum(ip);
+		udp->dst_port = to.udp_port;
+		memcpy(want + PBOX_ACK_HDR_OFF + 12, &to.rank, 2);
+		memcpy(want + PBOX_ACK_HDR_OFF + 24, &to.token, 8);
+		udp->dgram_cksum = 0;
+		csum = rte_ipv4_udptcp_cksum(ip, udp);
+		udp->dgram_cksum = csum;
+
+		pbox_frame_retarget(frame, &from, &to);
+		ck_assert_mem_eq(frame, want, len);
+	}
+}
+END_TEST
+
 Suite *
 phub_pbox_csum_suite(void)
 {
@@ -297,7 +369,9 @@ phub_pbox_csum_suite(void)
 	suite_add_tcase(s, tc);
 	tc = tcase_create("incremental");
 	tcase_add_test(tc, test_incremental_update_equals_full_recompute);
+	tcase_add_test(tc, test_udp_phdr_sum_equals_dpdk);
 	tcase_add_test(tc, test_ack_rewrite_equals_general_path);
+	tcase_add_test(tc, test_retarget_equals_full_build);
 	suite_add_tcase(s, tc);
 	return s;
 }
