@@ -122,4 +122,51 @@ pbox_raw_cksum(const void *buf, size_t len)
 	return pbox_raw_cksum_scalar(buf, len);
 }
 
+/*
+ * The raw sum (unfolded) of the IPv4 pseudo-header of a UDP datagram of len bytes (host order),
+ * src and dst as loaded from the IPv4 header. From the fields in registers: a pseudo-header
+ * assembled on the stack and summed 16 bits a step reads words that span its one-byte stores,
+ * which the CPU cannot forward (measured: half of pbox_finish_udp_csum's time).
+ */
+static inline uint32_t
+pbox_udp_phdr_sum(uint32_t src, uint32_t dst, uint16_t len)
+{
+	uint8_t proto_bytes[2] = { 0, 17 }, len_bytes[2] = { (uint8_t)(len >> 8), (uint8_t)len };
+	uint16_t proto, l;
+
+	memcpy(&proto, proto_bytes, sizeof(proto));
+	memcpy(&l, len_bytes, sizeof(l));
+	return (src & 0xffff) + (src >> 16) + (dst & 0xffff) + (dst >> 16) + proto + l;
+}
+
+/*
+ * RFC 1624, eqn. 3: the Internet checksum hc of a header in which one 16-bit word changed from
+ * old to new, without summing the header again: HC' = ~(~HC + ~m + m'). Words in memory order,
+ * as they are loaded from the header (the sum does not care about byte order as long as every
+ * word is taken the same way). Equal to the full recompute for every header with a nonzero word
+ * that does not change (an IPv4 header's version, for one): RFC 1624's one exception is a header
+ * that sums to zero.
+ */
+static inline uint16_t
+pbox_csum_update16(uint16_t hc, uint16_t old, uint16_t new)
+{
+	uint32_t s = (uint32_t)(uint16_t)~hc + (uint16_t)~old + new;
+
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (uint16_t)~s;
+}
+
+/* The same for a 32-bit field (an IPv4 address) loaded from the header: its two words. */
+static inline uint16_t
+pbox_csum_update32(uint16_t hc, uint32_t old, uint32_t new)
+{
+	uint32_t s = (uint32_t)(uint16_t)~hc + (uint16_t)~(old & 0xffff) + (uint16_t)~(old >> 16) +
+		(new & 0xffff) + (new >> 16);
+
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (uint16_t)~s;
+}
+
 #endif /* PBOX_CSUM_H */

@@ -158,7 +158,7 @@ pbox_finish_udp_csum(struct rte_mbuf *m, uint16_t head_l4_len, uint32_t payload_
 	uint32_t sum;
 	uint16_t csum;
 
-	sum = rte_ipv4_phdr_cksum(ip, 0);
+	sum = pbox_udp_phdr_sum(ip->src_addr, ip->dst_addr, rte_be_to_cpu_16(udp->dgram_len));
 	sum += pbox_raw_cksum(udp, head_l4_len);
 	sum += payload_sum;
 	sum = (sum & 0xffff) + (sum >> 16);
@@ -172,19 +172,10 @@ pbox_finish_udp_csum(struct rte_mbuf *m, uint16_t head_l4_len, uint32_t payload_
 static inline bool
 udp_csum_ok(const struct rte_ipv4_hdr *ip, const struct rte_udp_hdr *udp, uint16_t udp_len)
 {
-	struct {
-		rte_be32_t src;
-		rte_be32_t dst;
-		uint8_t zero;
-		uint8_t proto;
-		rte_be16_t len;
-	} __rte_packed pseudo = {
-		.src = ip->src_addr, .dst = ip->dst_addr, .proto = IPPROTO_UDP,
-		.len = rte_cpu_to_be_16(udp_len),
-	};
-	uint32_t sum = (uint32_t)rte_raw_cksum(&pseudo, sizeof(pseudo)) +
+	uint32_t sum = pbox_udp_phdr_sum(ip->src_addr, ip->dst_addr, udp_len) +
 		pbox_raw_cksum(udp, udp_len);
 
+	sum = (sum & 0xffff) + (sum >> 16);
 	sum = (sum & 0xffff) + (sum >> 16);
 	return sum == 0xffff;
 }
@@ -257,8 +248,25 @@ static void
 send_ack(struct pbox_lcore *lc, const struct phub_engine_job *job, struct rx_frame *f,
 		uint16_t tx_port)
 {
+	struct rte_mbuf *m = f->m;
 	struct phub_wire_msg ack;
+	bool csum = rank_wants_csum(job, f->msg.worker_rank);
 
+	/*
+	 * The PUSH's frame, its IPv4 header without options, becomes the ACK in place from the
+	 * port's template (ack.h): no header built and summed in full, no field encoded.
+	 */
+	if (likely(!csum && f->udp_payload == rte_pktmbuf_mtod_offset(m, const uint8_t *,
+			PBOX_ACK_HDR_OFF))) {
+		m->data_len = pbox_ack_rewrite(rte_pktmbuf_mtod(m, uint8_t *),
+				&pbox.ports[tx_port].ack_tmpl, f->msg.flags & PHUB_WIRE_F_LAST);
+		m->pkt_len = m->data_len;
+		m->l2_len = RTE_ETHER_HDR_LEN;
+		m->l3_len = sizeof(struct rte_ipv4_hdr);
+		lc->stats.acks_sent++;
+		tx_any(lc, tx_port, m);
+		return;
+	}
 	phub_wire_msg_init(&ack, PHUB_WIRE_OP_ACK);
 	ack.job_id = f->msg.job_id;
 	ack.session_token = f->msg.session_token;
@@ -271,21 +279,37 @@ send_ack(struct pbox_lcore *lc, const struct phub_engine_job *job, struct rx_fra
 	ack.seg_count = f->msg.seg_count;
 	ack.aux = f->msg.aux;
 	ack.flags = f->msg.flags & PHUB_WIRE_F_LAST;
-	if (rank_wants_csum(job, f->msg.worker_rank))
+	if (csum)
 		ack.flags |= PHUB_WIRE_F_CSUM;	/* phub_wire_encode() computes it */
 	lc->stats.acks_sent++;
 	reply_in_place(lc, f, tx_port, &ack);
 }
 
-/* One MODEL frame to one rank: headers in m, payload either chained or copied. */
+/*
+ * The headers of the first MODEL frame built in full in a broadcast, for the next ranks': copied
+ * and retargeted (ack.h) instead of built and summed again.
+ */
+struct model_head {
+	bool valid;
+	uint8_t flags;			/* the PHub flags it was built with */
+	struct pbox_frame_peer peer;
+	uint8_t bytes[L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN];
+};
+
+/*
+ * One MODEL frame to one rank: headers in m (from prev when it was built with the same flags,
+ * else built and kept in prev), payload either chained or copied.
+ */
 static struct rte_mbuf *
 model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_peer *peer,
 		const struct phub_wire_msg *hdr, struct rte_mbuf *shared, const void *payload,
-		uint32_t payload_sum, uint32_t payload_crc)
+		uint32_t payload_sum, uint32_t payload_crc, struct model_head *prev)
 {
 	const struct pbox_port *port = &pbox.ports[tx_port];
 	uint16_t head = (uint16_t)(L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN);
 	struct rte_mbuf *m = rte_pktmbuf_alloc(lc->pool);
+	struct pbox_frame_peer to;
+	bool copied;
 	uint8_t *p;
 
 	if (unlikely(m == NULL))
@@ -293,12 +317,26 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 	p = (uint8_t *)rte_pktmbuf_append(m, head);
 	if (unlikely(p == NULL))
 		goto err;
-	pbox_build_udp(m, port, (const struct rte_ether_addr *)peer->mac, peer->ipv4,
-			lc->udp_port, peer->udp_port, (uint16_t)(PHUB_WIRE_HDR_LEN + hdr->payload_len));
-	if (unlikely(phub_wire_hdr_encode(p + L2_L3_L4_LEN, PHUB_WIRE_HDR_LEN, hdr,
-			payload_crc) < 0)) {
-		lc->stats.encode_errors++;
-		goto err;
+	memcpy(to.mac, peer->mac, sizeof(to.mac));
+	to.ipv4 = rte_cpu_to_be_32(peer->ipv4);
+	to.udp_port = rte_cpu_to_be_16(peer->udp_port);
+	to.rank = rte_cpu_to_be_16(hdr->worker_rank);
+	to.token = rte_cpu_to_be_64(hdr->session_token);
+	copied = prev->valid && prev->flags == hdr->flags;
+	if (copied) {
+		memcpy(p, prev->bytes, head);
+		pbox_frame_retarget(p, &prev->peer, &to);
+		m->l2_len = RTE_ETHER_HDR_LEN;
+		m->l3_len = sizeof(struct rte_ipv4_hdr);
+	} else {
+		pbox_build_udp(m, port, (const struct rte_ether_addr *)peer->mac, peer->ipv4,
+				lc->udp_port, peer->udp_port,
+				(uint16_t)(PHUB_WIRE_HDR_LEN + hdr->payload_len));
+		if (unlikely(phub_wire_hdr_encode(p + L2_L3_L4_LEN, PHUB_WIRE_HDR_LEN, hdr,
+				payload_crc) < 0)) {
+			lc->stats.encode_errors++;
+			goto err;
+		}
 	}
 	if (shared != NULL) {
 		struct rte_mbuf *mi = rte_pktmbuf_alloc(lc->indirect_pool);
@@ -317,7 +355,18 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 			goto err;
 		memcpy(dst, payload, hdr->payload_len);
 	}
-	pbox_finish_udp_csum(m, sizeof(struct rte_udp_hdr) + PHUB_WIRE_HDR_LEN, payload_sum);
+	if (!copied) {
+		pbox_finish_udp_csum(m, sizeof(struct rte_udp_hdr) + PHUB_WIRE_HDR_LEN,
+				payload_sum);
+		/*
+		 * The next ranks' frames start from this one's headers, kept as built: a copy of
+		 * a copy would read back the narrow stores of its retargeting.
+		 */
+		memcpy(prev->bytes, p, head);
+		prev->peer = to;
+		prev->flags = hdr->flags;
+		prev->valid = true;
+	}
 	return m;
 err:
 	rte_pktmbuf_free(m);
@@ -405,6 +454,7 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 	/* Workers carry global ranks; the engine's are its rack's, from rank_base. */
 	uint32_t base = phub_engine_job_rank_base(job);
 	struct rte_mbuf *shared = NULL;
+	struct model_head prev = { .valid = false };
 	struct phub_wire_msg hdr;
 	bool by_ref = false;
 	uint32_t payload_sum;
@@ -454,7 +504,7 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 			hdr.flags |= PHUB_WIRE_F_CSUM;
 		}
 		m = model_frame(lc, tx_port, &peer, &hdr, shared, reply->model, payload_sum,
-				payload_crc);
+				payload_crc, &prev);
 		if (unlikely(m == NULL)) {
 			lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
 			continue;

@@ -22,6 +22,8 @@
 #include "engine/phub_engine.h"
 #include "wire/phub_wire.h"
 
+#include "ack.h"
+
 #define PBOX_BURST 32
 #define PBOX_RING_SIZE 4096
 #define PBOX_MAX_PORTS PHUB_CONFIG_MAX_PORTS
@@ -61,6 +63,7 @@ struct pbox_port {
 	int socket;
 	uint32_t ipv4;			/* host order */
 	struct rte_ether_addr mac;
+	struct pbox_ack_tmpl ack_tmpl;	/* what every ACK it sends has in common (ack.h) */
 	enum phub_config_steering steering;	/* what works, after the start-up check */
 	bool multi_seg_tx;		/* MODEL shares one payload mbuf under N headers */
 	bool rx_l4_csum;		/* the NIC checks UDP checksums */

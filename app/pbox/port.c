@@ -435,6 +435,7 @@ port_setup(struct pbox *pb, unsigned int pi)
 		return rc;
 	}
 	rte_eth_macaddr_get(port->port_id, &port->mac);
+	pbox_ack_tmpl_init(&port->ack_tmpl, port->mac.addr_bytes, port->ipv4);
 	steer_port(pb, port, pi);
 	pbox_xdp_configure(pb, port, pi);
 	return 0;

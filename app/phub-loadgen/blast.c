@@ -4,7 +4,8 @@
  * window allows, and every frame that comes back counted: the rate of a plain forwarder such as
  * dpdk-testpmd in macswap or io mode, to set beside the PBox's. The window (--window frames per
  * emulated worker, as in the session) closes the loop the way the session's ACKs do: an open loop
- * only measures how fast the forwarder's RX ring overflows.
+ * only measures how fast the forwarder's RX ring overflows. Frames shorter than a PUSH that come
+ * back (--reflect-acks' ACK-sized answers) are counted as acks, not as reflected frames.
  */
 
 #include <errno.h>
@@ -34,6 +35,8 @@ lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 		(uint64_t)lg->opt.window * lg->n_workers;
 	uint64_t last_rx, loss_tsc = lg->tsc_hz / 1000000 * LG_BLAST_LOSS_US;
 	uint64_t inflight = 0;
+	uint32_t frame_len = LG_HEAD_LEN + lg->opt.payload_bytes;
+	uint16_t answered;
 	uint32_t rr = 0;
 	bool measuring = false;
 
@@ -77,13 +80,20 @@ lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 		if (lg_quit || now >= deadline)
 			break;
 		n = rte_eth_rx_burst(lg->opt.port_id, 0, pkts, LG_BURST);
+		answered = 0;
 		for (uint16_t i = 0; i < n; i++) {
+			/* A frame shorter than a PUSH is --reflect-acks' ACK-sized one. */
+			if (pkts[i]->pkt_len < frame_len) {
+				lg->stats.acks++;
+				continue;
+			}
 			lg->stats.rx_pkts++;
 			lg->stats.rx_bytes += pkts[i]->pkt_len;
+			answered++;
 		}
 		rte_pktmbuf_free_bulk(pkts, n);
-		if (n > 0) {
-			inflight -= RTE_MIN(inflight, (uint64_t)n);
+		if (answered > 0) {
+			inflight -= RTE_MIN(inflight, (uint64_t)answered);
 			last_rx = now;
 		} else if (inflight > 0 && now - last_rx > loss_tsc) {
 			lg->stats.other += inflight;	/* lost in the forwarder */
@@ -95,7 +105,8 @@ lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 			struct rte_mbuf *m;
 
 			hdr.worker_rank = w->rank;
-			hdr.aux = (uint32_t)now;
+			/* The run's worker count, for --reflect-acks' share of ACK-sized answers. */
+			hdr.aux = lg->n_workers;
 			m = lg_frame_push(lg, w, &seg, &hdr);
 			if (m == NULL)
 				break;
@@ -117,6 +128,7 @@ lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 	measured->push_bytes = lg->stats.push_bytes - base.push_bytes;
 	measured->tx_full = lg->stats.tx_full - base.tx_full;
 	measured->other = lg->stats.other - base.other;
+	measured->acks = lg->stats.acks - base.acks;
 	/* Frames still in the queue were built, never sent. */
 	rte_pktmbuf_free_bulk(lg->txq, lg->n_txq);
 	lg->n_txq = 0;

@@ -60,6 +60,8 @@ struct lg_options {
 	bool udp_csum;			/* full UDP checksum, as a kernel sender would */
 	bool json;
 	bool p3;			/* priority = key index, keys pushed last first */
+	bool reflect;			/* server side of --blast (reflect.c) */
+	bool reflect_acks;		/* and ACK-sized frames, W - 1 per W frames of a worker */
 };
 
 /* One segment of the model as every worker pushes it. */
@@ -201,5 +203,8 @@ int lg_session_run(struct lg *lg, struct lg_stats *measured, double *seconds);
 
 /* blast.c: PUSH-sized frames as fast as the port takes them; what comes back is counted. */
 int lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds);
+
+/* reflect.c: the floor of the PBox's packet path, the server side of --blast, until a signal. */
+int lg_reflect_run(struct lg *lg, bool acks);
 
 #endif /* LOADGEN_H */

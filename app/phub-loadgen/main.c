@@ -72,6 +72,12 @@ usage(FILE *f, const char *prog)
 		"      --no-udp-csum      send UDP checksum 0 instead of a full checksum\n"
 		"      --dpdk-port N      DPDK port id (default 0)\n"
 		"      --json             one JSON object per run on stdout instead of text\n"
+		"      --reflect          the server side of --blast on a memif server port: every\n"
+		"                         frame's UDP datagram summed (its checksum checked) and\n"
+		"                         sent back, MACs swapped, until a signal: the floor of\n"
+		"                         the PBox's packet path (docs/performance.md)\n"
+		"      --reflect-acks     --reflect, and an ACK-sized frame for W - 1 of every W\n"
+		"                         frames of a worker (W and the rank from --blast's frames)\n"
 		"      --p3               PUSH priority = key index (P3: first layer first), keys\n"
 		"                         pushed last first (backprop's order); reports per key\n"
 		"                         the median time to its last MODEL at every worker\n"
@@ -145,6 +151,7 @@ enum {
 	OPT_KEYS = 256, OPT_KEY_ELEMS, OPT_BLAST, OPT_PAYLOAD, OPT_PBOX_IP, OPT_WORKER_IP,
 	OPT_BASE_PORT, OPT_WORKER_PORT, OPT_MTU, OPT_WINDOW, OPT_RTO, OPT_JOB, OPT_NONCE,
 	OPT_OPTIMIZER, OPT_CHUNK, OPT_NO_CSUM, OPT_DPDK_PORT, OPT_JSON, OPT_P3, OPT_REPEAT,
+	OPT_REFLECT, OPT_REFLECT_ACKS,
 };
 
 static int
@@ -176,6 +183,8 @@ parse_args(int argc, char **argv, struct lg_options *o)
 		{ "dpdk-port", required_argument, NULL, OPT_DPDK_PORT },
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "p3", no_argument, NULL, OPT_P3 },
+		{ "reflect", no_argument, NULL, OPT_REFLECT },
+		{ "reflect-acks", no_argument, NULL, OPT_REFLECT_ACKS },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -296,6 +305,12 @@ parse_args(int argc, char **argv, struct lg_options *o)
 		case OPT_P3:
 			o->p3 = true;
 			break;
+		case OPT_REFLECT_ACKS:
+			o->reflect_acks = true;
+			/* fall through */
+		case OPT_REFLECT:
+			o->reflect = true;
+			break;
 		case 'h':
 			usage(stdout, argv[0]);
 			exit(EXIT_SUCCESS);
@@ -384,6 +399,9 @@ port_init(struct lg *lg)
 			f[i] = 1e-3f * (float)(i % 97);
 	}
 
+	/* A server side waits for nobody: its client connects when it likes. */
+	if (lg->opt.reflect)
+		return 0;
 	/*
 	 * memif connects in the background: wait for the link before the first frame. A client
 	 * that reached the server before the server's port started is refused and does not try
@@ -553,7 +571,9 @@ main(int argc, char **argv)
 	rc = lg_workers_init(&lg, max_workers);
 	if (rc == 0)
 		rc = port_init(&lg);
-	for (unsigned int run = 0; rc == 0 && !lg_quit &&
+	if (rc == 0 && lg.opt.reflect)
+		rc = lg_reflect_run(&lg, lg.opt.reflect_acks);
+	for (unsigned int run = 0; rc == 0 && !lg_quit && !lg.opt.reflect &&
 	     run < (unsigned int)lg.opt.repeat * lg.opt.n_workers_list; run++) {
 		lg_run_reset(&lg, lg.opt.workers[run % lg.opt.n_workers_list], run);
 		rc = lg.opt.blast ? lg_blast_run(&lg, &measured, &seconds) :

@@ -174,7 +174,7 @@ job_memory_estimate(const struct phub_engine_job *job)
 	bytes = m.total - m.bookkeeping;
 	/* ... and this job's own bookkeeping, exactly. */
 	bytes += (uint64_t)job->n_segments * sizeof(struct segment_slot);
-	bytes += (uint64_t)job->n_chunks * sizeof(uint32_t);
+	bytes += (uint64_t)job->n_chunks * sizeof(struct engine_chunk);
 	bytes += (uint64_t)job->n_cell_rows * job->cell_row_len * sizeof(struct rank_cell);
 	bytes += engine_ring_memory(job);
 	return bytes;
@@ -206,20 +206,28 @@ job_check_params(const struct phub_engine_job_params *p)
 	return 0;
 }
 
-/* The first segment of each chunk, so that a (chunk, segment) finds its slot in O(1). */
+/*
+ * Each chunk's geometry and first segment, so that a (chunk, segment) finds its slot in O(1).
+ * Needs n_cell_rows, set before.
+ */
 static int
 job_index_chunks(struct phub_engine_job *job)
 {
 	uint32_t segments = 0;
 
-	job->chunk_first_segment = job_alloc(job, job->n_chunks * sizeof(uint32_t));
-	if (job->chunk_first_segment == NULL)
+	job->chunks = job_alloc(job, job->n_chunks * sizeof(*job->chunks));
+	if (job->chunks == NULL)
 		return -ENOMEM;
 	for (uint32_t c = 0; c < job->n_chunks; c++) {
 		struct phub_layout_chunk chunk;
 
 		phub_layout_chunk_get(job->layout, c, &chunk);
-		job->chunk_first_segment[c] = segments;
+		job->chunks[c].elem_base = chunk.elem_base;
+		job->chunks[c].first_segment = segments;
+		job->chunks[c].n_elems = chunk.n_elems;
+		job->chunks[c].n_segments = chunk.n_segments;
+		/* A chunk of an unplaced layout (no servers) writes row 0. */
+		job->chunks[c].cell_row = chunk.server < job->n_cell_rows ? chunk.server : 0;
 		segments += chunk.n_segments;
 	}
 	job->n_segments = segments;
@@ -235,7 +243,7 @@ job_release_all(struct phub_engine_job *job)
 	job_release(job, job->state[1]);
 	job_release(job, job->model_wire);
 	job_release(job, job->slots);
-	job_release(job, job->chunk_first_segment);
+	job_release(job, job->chunks);
 	engine_ckpt_release(job);
 	engine_ring_release(job, job_release);
 	job_release(job, job->staging);

@@ -211,13 +211,13 @@ slot_elems(const struct phub_engine_job *job, uint32_t s, uint64_t *elem, uint32
 	while (lo < hi) {
 		uint32_t mid = lo + (hi - lo + 1) / 2;
 
-		if (job->chunk_first_segment[mid] <= s)
+		if (job->chunks[mid].first_segment <= s)
 			lo = mid;
 		else
 			hi = mid - 1;
 	}
 	phub_layout_chunk_get(job->layout, lo, &chunk);
-	seg = s - job->chunk_first_segment[lo];
+	seg = s - job->chunks[lo].first_segment;
 	*elem = chunk.elem_base + (uint64_t)seg * job->segment_elems;
 	*n = chunk.n_elems - seg * job->segment_elems;
 	if (*n > job->segment_elems)

@@ -137,7 +137,7 @@ phub_engine_elastic_poll(struct phub_engine_job *job, bool (*owns)(void *arg, ui
 	*epoch_seen = epoch;
 	for (uint32_t c = 0; c < job->n_chunks; c++) {
 		struct phub_layout_chunk chunk;
-		uint32_t first = job->chunk_first_segment[c];
+		uint32_t first = job->chunks[c].first_segment;
 
 		phub_layout_chunk_get(job->layout, c, &chunk);
 		if (!owns(arg, chunk.server))

@@ -27,7 +27,7 @@ phub_engine_memory_need(const struct phub_engine_memory_params *p, struct phub_e
 		m->deterministic_staging = elems * wire * (p->world_size - 1u);
 	if (segments == 0 && p->segment_elems != 0)
 		segments = (elems + p->segment_elems - 1) / p->segment_elems + p->n_keys;
-	m->bookkeeping = segments * sizeof(struct segment_slot) + segments * sizeof(uint32_t) +
+	m->bookkeeping = segments * sizeof(struct segment_slot) + segments * sizeof(struct engine_chunk) +
 		(uint64_t)(p->n_servers > 0 ? p->n_servers : 1) * p->world_size *
 		sizeof(struct rank_cell);
 	m->total = m->model + m->optimizer + m->wire_copy + m->checkpoint_shadow +

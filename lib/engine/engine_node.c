@@ -32,7 +32,7 @@ request_check(struct phub_engine_job *job, const struct phub_engine_request *req
 		struct phub_engine_stats *stats)
 {
 	const struct rank_session *s;
-	struct phub_layout_chunk chunk;
+	const struct engine_chunk *chunk;
 	uint64_t token;
 	uint32_t expect_elems;
 
@@ -63,22 +63,21 @@ request_check(struct phub_engine_job *job, const struct phub_engine_request *req
 		drop(reply, stats, PHUB_DROP_CHUNK_RANGE);
 		return NULL;
 	}
-	phub_layout_chunk_get(job->layout, req->chunk_id, &chunk);
+	chunk = &job->chunks[req->chunk_id];
 	/* The segment must be exactly one cell of the chunk's segment grid. */
-	expect_elems = chunk.n_elems - req->seg_index * job->segment_elems;
+	expect_elems = chunk->n_elems - req->seg_index * job->segment_elems;
 	if (expect_elems > job->segment_elems)
 		expect_elems = job->segment_elems;
-	if (req->seg_count != chunk.n_segments || req->seg_index >= chunk.n_segments ||
+	if (req->seg_count != chunk->n_segments || req->seg_index >= chunk->n_segments ||
 	    req->elem_offset != (uint32_t)req->seg_index * job->segment_elems ||
 	    req->elem_count != expect_elems) {
 		drop(reply, stats, PHUB_DROP_OFFSET_RANGE);
 		return NULL;
 	}
-	*elem = chunk.elem_base + req->elem_offset;
+	*elem = chunk->elem_base + req->elem_offset;
 	/* The chunk's server names the row this thread alone writes. */
-	*cell = &job->cells[(size_t)(chunk.server < job->n_cell_rows ? chunk.server : 0) *
-			job->cell_row_len + req->rank];
-	return &job->slots[job->chunk_first_segment[req->chunk_id] + req->seg_index];
+	*cell = &job->cells[(size_t)chunk->cell_row * job->cell_row_len + req->rank];
+	return &job->slots[chunk->first_segment + req->seg_index];
 }
 
 /* A valid request of the rank came in at now: its liveness, for telemetry and timeouts. */

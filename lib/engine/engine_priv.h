@@ -59,6 +59,18 @@ engine_prof_since(uint64_t t0)
 }
 
 /*
+ * A chunk's geometry, from the layout once at job creation: a request's check reads it with
+ * no division and no call into the layout.
+ */
+struct engine_chunk {
+	uint64_t elem_base;		/* the chunk's first element in the job's flat buffers */
+	uint32_t first_segment;		/* its first segment slot */
+	uint32_t n_elems;
+	uint32_t n_segments;
+	uint32_t cell_row;		/* the row of job->cells its server's lcore writes */
+};
+
+/*
  * The state of one segment of one chunk. Only the lcore that owns the chunk
  * touches it; the alignment keeps two lcores' slots off one cache line where
  * chunks meet.
@@ -137,7 +149,7 @@ struct phub_engine_job {
 	uint32_t n_chunks;
 	uint32_t n_segments;
 	uint64_t n_elems;
-	uint32_t *chunk_first_segment;
+	struct engine_chunk *chunks;	/* n_chunks */
 	struct segment_slot *slots;
 	float *model;
 	float *agg;

@@ -47,7 +47,7 @@ engine_ring_setup(struct phub_engine_job *job, void *(*alloc)(struct phub_engine
 			uint64_t elem = chunk.elem_base + (uint64_t)s * job->segment_elems;
 			float *b = job->ring_bufs + elem;
 
-			phub_ring_seg_init(&job->ring_segs[job->chunk_first_segment[c] + s],
+			phub_ring_seg_init(&job->ring_segs[job->chunks[c].first_segment + s],
 					job->first_iteration, b, b + n, b + 2 * n, b + 3 * n);
 		}
 	}
@@ -202,7 +202,7 @@ seg_chunk(const struct phub_engine_job *job, uint32_t seg)
 	while (lo < hi) {
 		uint32_t mid = lo + (hi - lo + 1) / 2;
 
-		if (job->chunk_first_segment[mid] <= seg)
+		if (job->chunks[mid].first_segment <= seg)
 			lo = mid;
 		else
 			hi = mid - 1;
@@ -217,7 +217,7 @@ ring_send_of(const struct phub_engine_job *job, uint32_t seg, const struct phub_
 {
 	struct phub_layout_chunk chunk;
 	uint32_t chunk_id = seg_chunk(job, seg);
-	uint32_t index = seg - job->chunk_first_segment[chunk_id];
+	uint32_t index = seg - job->chunks[chunk_id].first_segment;
 	uint32_t n;
 
 	phub_layout_chunk_get(job->layout, chunk_id, &chunk);
@@ -355,7 +355,7 @@ phub_engine_ring_receive(struct phub_engine_job *job, const struct phub_engine_r
 	n = chunk.n_elems - seg_base;
 	if (n > job->segment_elems)
 		n = job->segment_elems;
-	seg = job->chunk_first_segment[req->chunk_id] + index;
+	seg = job->chunks[req->chunk_id].first_segment + index;
 	elem = chunk.elem_base + seg_base;
 	now = req->now_ns;
 
@@ -428,9 +428,9 @@ ring_walk_step(const struct phub_engine_job *job, uint32_t start, uint32_t k, ui
 
 	if (seg == 0)
 		*c = 0;
-	else if (*c + 1 < job->n_chunks && job->chunk_first_segment[*c + 1] == seg)
+	else if (*c + 1 < job->n_chunks && job->chunks[*c + 1].first_segment == seg)
 		(*c)++;
-	if (k == 0 || seg == job->chunk_first_segment[*c]) {
+	if (k == 0 || seg == job->chunks[*c].first_segment) {
 		struct phub_layout_chunk chunk;
 
 		phub_layout_chunk_get(job->layout, *c, &chunk);

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# The packet-path benchmark's floor (phub-loadgen --reflect-acks and --reflect) in one short run of
+# scripts/bench-packet-path beside the PBox and testpmd: every server answered, the floor summed
+# every datagram with no bad checksum (the script checks its counters), sent one ACK-sized frame
+# per W frames less one, and the PBox completed whole-model exchanges.
+set -euo pipefail
+
+readonly BUILD_DIR=$1
+readonly ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
+if [[ $EUID -ne 0 ]] || ! command -v dpdk-testpmd >/dev/null || ! command -v jq >/dev/null; then
+	echo "SKIP: needs root, dpdk-testpmd and jq"
+	exit 77
+fi
+OUT=$(mktemp /tmp/phub-pp-floor.XXXXXX)
+trap 'rm -f "$OUT"' EXIT
+
+"$ROOT/scripts/bench-packet-path" --build-dir "$BUILD_DIR" --sizes 1024 --workers 2 \
+	--repeat 1 --duration 1 --json "$OUT"
+
+fail()
+{
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+# One run per server; $1 = target, $2 = a jq condition on it.
+check()
+{
+	[[ $(jq -s --arg t "$1" "map(select(.target == \$t and ($2))) | length" "$OUT") == 1 ]] ||
+		fail "$1: not ($2): $(jq -c --arg t "$1" 'select(.target == $t)' "$OUT")"
+}
+
+check pbox '.exchanges > 0 and .errors == 0 and .pushes_per_s > 0'
+check testpmd '.rx_pps > 0'
+# W = 2: one ACK-sized frame per two frames of a worker, within what is in flight at the end.
+check floor '.rx_pps > 0 and .acks > 0 and (.acks / .rx_pkts) > 0.45 and (.acks / .rx_pkts) < 0.55'
+check floor-plain '.rx_pps > 0 and .acks == 0'
+echo "packet-path floor: ok"
