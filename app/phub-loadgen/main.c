@@ -193,7 +193,7 @@ parse_args(int argc, char **argv, struct lg_options *o)
 	};
 	uint64_t v;
 	char *end;
-	int opt, rc = 0;
+	int opt, idx, rc = 0;
 
 	memset(o, 0, sizeof(*o));
 	snprintf(o->job, sizeof(o->job), "loadgen");
@@ -218,7 +218,11 @@ parse_args(int argc, char **argv, struct lg_options *o)
 	o->bulk_window = 64;
 
 	optind = 1;
-	while (rc == 0 && (opt = getopt_long(argc, argv, "w:d:i:h", options, NULL)) != -1) {
+	while (rc == 0) {
+		idx = -1;
+		opt = getopt_long(argc, argv, "w:d:i:h", options, &idx);
+		if (opt == -1)
+			break;
 		switch (opt) {
 		case 'w':
 			rc = parse_workers(optarg, o);
@@ -332,9 +336,12 @@ parse_args(int argc, char **argv, struct lg_options *o)
 		default:
 			return -EINVAL;
 		}
-		if (rc != 0)
-			fprintf(stderr, "phub-loadgen: bad value for %s: '%s'\n", argv[optind - 1],
-					optarg);
+		/* The option as known, whether given as "--x v", "--x=v" or "-w v". */
+		if (rc != 0 && idx >= 0)
+			fprintf(stderr, "phub-loadgen: bad value for --%s: '%s'\n",
+					options[idx].name, optarg);
+		else if (rc != 0)
+			fprintf(stderr, "phub-loadgen: bad value for -%c: '%s'\n", opt, optarg);
 	}
 	if (rc == 0 && optind != argc) {
 		fprintf(stderr, "phub-loadgen: unexpected argument '%s'\n", argv[optind]);
