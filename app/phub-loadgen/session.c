@@ -736,6 +736,9 @@ lg_session_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 
 	base = lg->stats;
 	at_end = base;
+	/* The job beside: its counters from here, over the same span as this job's. */
+	if (lg->bulk != NULL)
+		memset(&lg->bulk->stats, 0, sizeof(lg->bulk->stats));
 	start = rte_rdtsc();
 	end = start;
 	if (lg->opt.iterations == 0)
