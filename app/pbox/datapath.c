@@ -1100,6 +1100,7 @@ prio_hold_create(const struct pbox_lcore *lc)
 		return NULL;
 	}
 	pbox_prio_hold_init(hold, pbox.cfg.priority_hold);
+	PBOX_LOG(INFO, "lcore %u: P3 hold of %u frames", lc->lcore_id, pbox.cfg.priority_hold);
 	return hold;
 }
 
