@@ -1033,9 +1033,8 @@ serve_by_priority(struct rte_mbuf **pkts, uint16_t n)
 		pkts[j] = in[order[j]];
 }
 
-/* P3 across bursts: RX bursts a turn may take into the hold, and its age bound. */
+/* P3 across bursts: RX bursts a turn may take into the hold. */
 #define PRIO_HOLD_READS 2
-#define PRIO_HOLD_MAX_AGE_US 1000
 
 /*
  * P3 across bursts (config priority_hold): from each queue, while it returns full bursts and
@@ -1100,7 +1099,8 @@ prio_hold_create(const struct pbox_lcore *lc)
 		return NULL;
 	}
 	pbox_prio_hold_init(hold, pbox.cfg.priority_hold);
-	PBOX_LOG(INFO, "lcore %u: P3 hold of %u frames", lc->lcore_id, pbox.cfg.priority_hold);
+	PBOX_LOG(INFO, "lcore %u: P3 hold of %u frames, %u us at most", lc->lcore_id,
+			pbox.cfg.priority_hold, pbox.cfg.priority_hold_us);
 	return hold;
 }
 
@@ -1159,7 +1159,7 @@ pbox_lcore_main(void *arg)
 {
 	struct pbox_lcore *lc = arg;
 	const uint64_t drain_tsc = (rte_get_tsc_hz() + US_PER_S - 1) / US_PER_S * PBOX_TX_DRAIN_US;
-	const uint64_t hold_age = rte_get_tsc_hz() / US_PER_S * PRIO_HOLD_MAX_AGE_US;
+	const uint64_t hold_age = rte_get_tsc_hz() / US_PER_S * pbox.cfg.priority_hold_us;
 	struct pbox_prio_hold *hold = prio_hold_create(lc);
 	struct rte_mbuf *pkts[PBOX_BURST];
 	uint64_t prev_tsc = rte_rdtsc();
