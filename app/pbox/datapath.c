@@ -11,6 +11,7 @@
 #include <rte_cycles.h>
 #include <rte_ip.h>
 #include <rte_lcore.h>
+#include <rte_malloc.h>
 #include <rte_memory.h>
 #include <rte_udp.h>
 
@@ -1082,6 +1083,90 @@ serve_by_priority(struct rte_mbuf **pkts, uint16_t n)
 		pkts[j] = in[order[j]];
 }
 
+/* P3 across bursts: RX bursts a turn may take into the hold. */
+#define PRIO_HOLD_READS 2
+
+/*
+ * P3 across bursts (config priority_hold): from each queue, while it returns full bursts and
+ * the hold has room, up to PRIO_HOLD_READS bursts go into the hold; then one burst's worth is
+ * served from it, most urgent first (prio.h). A backed-up queue's frames so wait in the hold,
+ * where a more urgent frame overtakes them, instead of in the RX ring, where it cannot. A queue
+ * that keeps up leaves nothing held: what is read is served in the same turn.
+ */
+static unsigned int
+serve_held(struct pbox_lcore *lc, struct pbox_prio_hold *hold, uint64_t max_age)
+{
+	struct rte_mbuf *pkts[PBOX_BURST];
+	uint64_t now = rte_rdtsc();
+	unsigned int work = 0;
+
+	for (uint16_t i = 0; i < lc->n_rxq; i++) {
+		uint16_t pi = lc->rx_ports[i];
+
+		for (unsigned int r = 0; r < PRIO_HOLD_READS &&
+		     pbox_prio_hold_room(hold) >= PBOX_BURST; r++) {
+			uint16_t n = rte_eth_rx_burst(pbox.ports[pi].port_id, lc->queue[pi], pkts,
+					PBOX_BURST);
+
+			for (uint16_t j = 0; j < n; j++) {
+				lc->stats.rx_pkts++;
+				lc->stats.rx_bytes += pkts[j]->pkt_len;
+				/* Cannot fail: the room was checked for a whole burst. */
+				pbox_prio_hold_put(hold, pkts[j], pbox_prio_of_frame(
+						rte_pktmbuf_mtod(pkts[j], const uint8_t *),
+						pkts[j]->data_len), pi, now);
+			}
+			work += n;
+			if (n < PBOX_BURST)
+				break;
+		}
+	}
+	for (unsigned int k = 0; k < PBOX_BURST; k++) {
+		uint16_t pi;
+		struct rte_mbuf *m = pbox_prio_hold_take(hold, now, max_age, &pi);
+
+		if (m == NULL)
+			break;
+		handle_frame(lc, m, pi, false);
+		work++;
+	}
+	return work;
+}
+
+/* The hold of a data lcore when priority_hold asks for one; NULL: each burst alone. */
+static struct pbox_prio_hold *
+prio_hold_create(const struct pbox_lcore *lc)
+{
+	struct pbox_prio_hold *hold;
+
+	if (!pbox.cfg.priority_order || pbox.cfg.priority_hold == 0)
+		return NULL;
+	hold = rte_malloc_socket("pbox_prio_hold", sizeof(*hold), RTE_CACHE_LINE_SIZE,
+			(int)rte_lcore_to_socket_id(lc->lcore_id));
+	if (hold == NULL) {
+		PBOX_LOG(WARNING, "lcore %u: no memory for a hold of %u frames: each burst is "
+				"ordered alone", lc->lcore_id, pbox.cfg.priority_hold);
+		return NULL;
+	}
+	pbox_prio_hold_init(hold, pbox.cfg.priority_hold);
+	PBOX_LOG(INFO, "lcore %u: P3 hold of %u frames, %u us at most", lc->lcore_id,
+			pbox.cfg.priority_hold, pbox.cfg.priority_hold_us);
+	return hold;
+}
+
+static void
+prio_hold_free(struct pbox_prio_hold *hold)
+{
+	struct rte_mbuf *m;
+	uint16_t pi;
+
+	if (hold == NULL)
+		return;
+	while ((m = pbox_prio_hold_take(hold, 0, UINT64_MAX, &pi)) != NULL)
+		rte_pktmbuf_free(m);
+	rte_free(hold);
+}
+
 static void
 flush_tx(struct pbox_lcore *lc)
 {
@@ -1124,6 +1209,8 @@ pbox_lcore_main(void *arg)
 {
 	struct pbox_lcore *lc = arg;
 	const uint64_t drain_tsc = (rte_get_tsc_hz() + US_PER_S - 1) / US_PER_S * PBOX_TX_DRAIN_US;
+	const uint64_t hold_age = rte_get_tsc_hz() / US_PER_S * pbox.cfg.priority_hold_us;
+	struct pbox_prio_hold *hold = prio_hold_create(lc);
 	struct rte_mbuf *pkts[PBOX_BURST];
 	uint64_t prev_tsc = rte_rdtsc();
 	unsigned int tid = lc->data_index;
@@ -1143,7 +1230,9 @@ pbox_lcore_main(void *arg)
 			goto quiescent;
 		/* One clock read per turn: the ring's timestamps and RTOs. */
 		lc->now_ns = phub_engine_monotonic_ns();
-		for (uint16_t i = 0; i < lc->n_rxq; i++) {
+		if (hold != NULL)
+			work += serve_held(lc, hold, hold_age);
+		for (uint16_t i = 0; hold == NULL && i < lc->n_rxq; i++) {
 			uint16_t pi = lc->rx_ports[i];
 			uint16_t n = rte_eth_rx_burst(pbox.ports[pi].port_id, lc->queue[pi], pkts,
 					PBOX_BURST);
@@ -1186,6 +1275,7 @@ quiescent:
 			break;
 		}
 	}
+	prio_hold_free(hold);
 	rte_rcu_qsbr_thread_offline(pbox.qsbr, tid);
 	rte_rcu_qsbr_thread_unregister(pbox.qsbr, tid);
 	return 0;

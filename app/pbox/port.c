@@ -65,11 +65,14 @@ port_mbuf_size(const struct pbox *pb, unsigned int i)
 	return cfg_port_mbuf_size(&pb->cfg, i);
 }
 
-/* Mbufs of a node's direct pool: descriptors, bursts in flight, inbox rings, MODEL payloads. */
+/*
+ * Mbufs of a node's direct pool: descriptors, bursts in flight, inbox rings, MODEL payloads,
+ * and the frames each lcore's P3 hold may keep (config priority_hold).
+ */
 static uint32_t
-pool_mbufs(uint32_t descriptors, uint32_t n_lcores)
+pool_mbufs(uint32_t descriptors, uint32_t n_lcores, uint32_t hold)
 {
-	return descriptors + n_lcores * (PBOX_RING_SIZE + 4 * PBOX_BURST + 512) + 4096;
+	return descriptors + n_lcores * (PBOX_RING_SIZE + 4 * PBOX_BURST + 512 + hold) + 4096;
 }
 
 static uint32_t
@@ -93,7 +96,7 @@ pbox_pools_estimate_bytes(const struct phub_config *cfg)
 	}
 	if (need == 0)
 		return 0;
-	return pool_mbufs(need, cfg->n_data_lcores) * (per_mbuf + room) +
+	return pool_mbufs(need, cfg->n_data_lcores, cfg->priority_hold) * (per_mbuf + room) +
 		indirect_pool_mbufs(cfg->n_data_lcores) * per_mbuf;
 }
 
@@ -122,7 +125,7 @@ pools_init(struct pbox *pb)
 		if (need[s] == 0)
 			continue;
 		/* Bursts in flight, inbox rings and MODEL payloads held for broadcast. */
-		n = pool_mbufs(need[s], pb->n_lcores);
+		n = pool_mbufs(need[s], pb->n_lcores, pb->cfg.priority_hold);
 		snprintf(name, sizeof(name), "phub_mbuf_%u", s);
 		pb->pools[s] = rte_pktmbuf_pool_create(name, n, 256, 0, room[s], (int)s);
 		if (pb->pools[s] == NULL) {

@@ -1,15 +1,19 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * P3 at the PBox: the order in which a data lcore serves one received burst, most urgent PHub
- * priority first (lower is sooner, docs/protocol.md), arrival order among equals. Free of
- * DPDK: it reads frame bytes only, so that tests/unit/check_pbox_prio.c checks it alone.
+ * priority first (lower is sooner, docs/protocol.md), arrival order among equals; and across
+ * bursts, the hold: frames taken from a backed-up RX queue and served most urgent first, none
+ * held longer than an age bound. Free of DPDK: it reads frame bytes and pointers only, so that
+ * tests/unit/check_pbox_prio.c checks it alone.
  */
 
 #ifndef PBOX_PRIO_H
 #define PBOX_PRIO_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Ethernet header, and the PHub header's magic and priority within the UDP payload. */
 #define PBOX_PRIO_ETH_LEN 14
@@ -64,6 +68,133 @@ pbox_prio_order(const uint8_t *prio, uint16_t n, uint16_t *order)
 		order[j] = i;
 	}
 	return true;
+}
+
+/* The most frames one hold takes (config priority_hold); slot indexes fit 16 bits. */
+#define PBOX_PRIO_HOLD_MAX 1024
+#define PBOX_PRIO_HOLD_NIL UINT16_MAX
+
+struct pbox_prio_hold_slot {
+	void *frame;
+	uint64_t since;			/* when it was put, in the caller's clock */
+	uint16_t next;			/* next of its priority, in arrival order */
+	uint16_t older, newer;		/* arrival order over all priorities */
+	uint16_t tag;			/* the caller's (the RX port's index) */
+	uint8_t prio;
+};
+
+/*
+ * Held frames: one FIFO per priority (a bucket queue: the most urgent non-empty one found in
+ * the bitmap) and one arrival-order list over all, whose oldest frame is the head of its own
+ * priority's FIFO, so that taking by age and by priority are both O(1).
+ */
+struct pbox_prio_hold {
+	uint64_t nonempty[4];		/* bit p: priority p has frames */
+	uint16_t head[256];
+	uint16_t tail[256];
+	uint16_t oldest, newest;
+	uint16_t free;			/* unused slots, linked by next */
+	uint16_t count;
+	uint16_t cap;
+	struct pbox_prio_hold_slot slot[PBOX_PRIO_HOLD_MAX];
+};
+
+/* An empty hold of cap frames (at most PBOX_PRIO_HOLD_MAX). */
+static inline void
+pbox_prio_hold_init(struct pbox_prio_hold *h, uint16_t cap)
+{
+	memset(h, 0, offsetof(struct pbox_prio_hold, slot));
+	h->cap = cap < PBOX_PRIO_HOLD_MAX ? cap : PBOX_PRIO_HOLD_MAX;
+	h->oldest = h->newest = PBOX_PRIO_HOLD_NIL;
+	for (unsigned int p = 0; p < 256; p++)
+		h->head[p] = h->tail[p] = PBOX_PRIO_HOLD_NIL;
+	h->free = h->cap > 0 ? 0 : PBOX_PRIO_HOLD_NIL;
+	for (uint16_t i = 0; i < h->cap; i++)
+		h->slot[i].next = i + 1 < h->cap ? (uint16_t)(i + 1) : PBOX_PRIO_HOLD_NIL;
+}
+
+static inline uint16_t
+pbox_prio_hold_room(const struct pbox_prio_hold *h)
+{
+	return (uint16_t)(h->cap - h->count);
+}
+
+/* Hold frame (priority prio, put at time now); false, frame not taken, when the hold is full. */
+static inline bool
+pbox_prio_hold_put(struct pbox_prio_hold *h, void *frame, uint8_t prio, uint16_t tag,
+		uint64_t now)
+{
+	uint16_t i = h->free;
+	struct pbox_prio_hold_slot *s;
+
+	if (i == PBOX_PRIO_HOLD_NIL)
+		return false;
+	s = &h->slot[i];
+	h->free = s->next;
+	s->frame = frame;
+	s->since = now;
+	s->prio = prio;
+	s->tag = tag;
+	s->next = PBOX_PRIO_HOLD_NIL;
+	if (h->tail[prio] == PBOX_PRIO_HOLD_NIL)
+		h->head[prio] = i;
+	else
+		h->slot[h->tail[prio]].next = i;
+	h->tail[prio] = i;
+	h->nonempty[prio >> 6] |= UINT64_C(1) << (prio & 63);
+	s->older = h->newest;
+	s->newer = PBOX_PRIO_HOLD_NIL;
+	if (h->newest == PBOX_PRIO_HOLD_NIL)
+		h->oldest = i;
+	else
+		h->slot[h->newest].newer = i;
+	h->newest = i;
+	h->count++;
+	return true;
+}
+
+/*
+ * The next frame to serve, NULL when none is held: the oldest when it was put more than
+ * max_age before now (no priority starves the others for longer, and none waits past a
+ * sender's retransmission timeout), else the first of the most urgent priority.
+ */
+static inline void *
+pbox_prio_hold_take(struct pbox_prio_hold *h, uint64_t now, uint64_t max_age, uint16_t *tag)
+{
+	struct pbox_prio_hold_slot *s;
+	unsigned int p = 0;
+	uint16_t i;
+
+	if (h->count == 0)
+		return NULL;
+	if (now - h->slot[h->oldest].since > max_age) {
+		p = h->slot[h->oldest].prio;
+	} else {
+		while (h->nonempty[p >> 6] == 0)
+			p += 64;
+		p += (unsigned int)__builtin_ctzll(h->nonempty[p >> 6]);
+	}
+	/* The oldest of every priority heads its FIFO: the frame leaves from a head. */
+	i = h->head[p];
+	s = &h->slot[i];
+	h->head[p] = s->next;
+	if (s->next == PBOX_PRIO_HOLD_NIL) {
+		h->tail[p] = PBOX_PRIO_HOLD_NIL;
+		h->nonempty[p >> 6] &= ~(UINT64_C(1) << (p & 63));
+	}
+	if (s->older == PBOX_PRIO_HOLD_NIL)
+		h->oldest = s->newer;
+	else
+		h->slot[s->older].newer = s->newer;
+	if (s->newer == PBOX_PRIO_HOLD_NIL)
+		h->newest = s->older;
+	else
+		h->slot[s->newer].older = s->older;
+	s->next = h->free;
+	h->free = i;
+	h->count--;
+	*tag = s->tag;
+	return s->frame;
 }
 
 #endif /* PBOX_PRIO_H */

@@ -62,6 +62,11 @@ struct lg_options {
 	bool p3;			/* priority = key index, keys pushed last first */
 	bool reflect;			/* server side of --blast (reflect.c) */
 	bool reflect_acks;		/* and ACK-sized frames, W - 1 per W frames of a worker */
+	uint8_t priority;		/* every PUSH's priority (with --p3: plus the key) */
+	/* --bulk-workers: a second job beside this one, on the same port (struct lg.bulk). */
+	uint16_t bulk_workers;
+	uint8_t bulk_priority;
+	uint32_t bulk_window;
 };
 
 /* One segment of the model as every worker pushes it. */
@@ -151,6 +156,15 @@ struct lg {
 	uint16_t n_workers;		/* of this run */
 	uint16_t max_workers;		/* allocated */
 	struct lg_worker *workers;
+	uint8_t mac_tag;		/* byte 4 of the workers' MACs: one per job of the process */
+
+	/*
+	 * The job that runs beside this one (--bulk-workers), on the same port: its own workers,
+	 * session and counters; this job's loop receives for it and keeps its window full.
+	 */
+	struct lg *bulk;
+	uint64_t push_cursor;		/* the current iteration's next (segment, worker) */
+	uint64_t next_scan;		/* next retransmission scan */
 
 	/* Frames waiting for the port. */
 	struct rte_mbuf *txq[LG_BURST];
@@ -200,6 +214,10 @@ void lg_run_reset(struct lg *lg, uint16_t n_workers, unsigned int run);
 void lg_workers_free(struct lg *lg);
 /* Counts of the measured span in *measured, its length in *seconds. */
 int lg_session_run(struct lg *lg, struct lg_stats *measured, double *seconds);
+
+/* The job beside lg (--bulk-workers) on lg's port, and its end. */
+int lg_bulk_init(struct lg *lg);
+void lg_bulk_free(struct lg *lg);
 
 /* blast.c: PUSH-sized frames as fast as the port takes them; what comes back is counted. */
 int lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds);

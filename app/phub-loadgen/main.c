@@ -81,7 +81,14 @@ usage(FILE *f, const char *prog)
 		"      --p3               PUSH priority = key index (P3: first layer first), keys\n"
 		"                         pushed last first (backprop's order); reports per key\n"
 		"                         the median time to its last MODEL at every worker\n"
-		"  -h, --help             this text\n", prog, LG_MAX_WORKERS);
+		"      --priority P       every PUSH's priority, 0 to 255 (default 0; with --p3\n"
+		"                         P + key index, at most 255)\n"
+		"      --bulk-workers N   a second job of N workers beside this one, all the\n"
+		"                         time, on the same port (addresses and UDP ports %u\n"
+		"                         above these); its counters are reported with each run\n"
+		"      --bulk-priority P  the second job's --priority (default 128)\n"
+		"      --bulk-window N    the second job's --window (default 64)\n"
+		"  -h, --help             this text\n", prog, LG_MAX_WORKERS, LG_MAX_WORKERS);
 }
 
 static void
@@ -152,6 +159,7 @@ enum {
 	OPT_BASE_PORT, OPT_WORKER_PORT, OPT_MTU, OPT_WINDOW, OPT_RTO, OPT_JOB, OPT_NONCE,
 	OPT_OPTIMIZER, OPT_CHUNK, OPT_NO_CSUM, OPT_DPDK_PORT, OPT_JSON, OPT_P3, OPT_REPEAT,
 	OPT_REFLECT, OPT_REFLECT_ACKS,
+	OPT_PRIORITY, OPT_BULK_WORKERS, OPT_BULK_PRIORITY, OPT_BULK_WINDOW,
 };
 
 static int
@@ -185,12 +193,16 @@ parse_args(int argc, char **argv, struct lg_options *o)
 		{ "p3", no_argument, NULL, OPT_P3 },
 		{ "reflect", no_argument, NULL, OPT_REFLECT },
 		{ "reflect-acks", no_argument, NULL, OPT_REFLECT_ACKS },
+		{ "priority", required_argument, NULL, OPT_PRIORITY },
+		{ "bulk-workers", required_argument, NULL, OPT_BULK_WORKERS },
+		{ "bulk-priority", required_argument, NULL, OPT_BULK_PRIORITY },
+		{ "bulk-window", required_argument, NULL, OPT_BULK_WINDOW },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	uint64_t v;
 	char *end;
-	int opt, rc = 0;
+	int opt, idx, rc = 0;
 
 	memset(o, 0, sizeof(*o));
 	snprintf(o->job, sizeof(o->job), "loadgen");
@@ -211,9 +223,15 @@ parse_args(int argc, char **argv, struct lg_options *o)
 	o->worker_udp = 40000;
 	o->optimizer = PHUB_OPT_SGD;
 	o->udp_csum = true;
+	o->bulk_priority = 128;
+	o->bulk_window = 64;
 
 	optind = 1;
-	while (rc == 0 && (opt = getopt_long(argc, argv, "w:d:i:h", options, NULL)) != -1) {
+	while (rc == 0) {
+		idx = -1;
+		opt = getopt_long(argc, argv, "w:d:i:h", options, &idx);
+		if (opt == -1)
+			break;
 		switch (opt) {
 		case 'w':
 			rc = parse_workers(optarg, o);
@@ -311,18 +329,48 @@ parse_args(int argc, char **argv, struct lg_options *o)
 		case OPT_REFLECT:
 			o->reflect = true;
 			break;
+		case OPT_PRIORITY:
+			rc = parse_u64(optarg, 0, UINT8_MAX, &v);
+			o->priority = (uint8_t)v;
+			break;
+		case OPT_BULK_WORKERS:
+			rc = parse_u64(optarg, 0, LG_MAX_WORKERS, &v);
+			o->bulk_workers = (uint16_t)v;
+			break;
+		case OPT_BULK_PRIORITY:
+			rc = parse_u64(optarg, 0, UINT8_MAX, &v);
+			o->bulk_priority = (uint8_t)v;
+			break;
+		case OPT_BULK_WINDOW:
+			rc = parse_u64(optarg, 0, 1u << 20, &v);
+			o->bulk_window = v == 0 ? UINT32_MAX : (uint32_t)v;
+			break;
 		case 'h':
 			usage(stdout, argv[0]);
 			exit(EXIT_SUCCESS);
 		default:
 			return -EINVAL;
 		}
-		if (rc != 0)
-			fprintf(stderr, "phub-loadgen: bad value for %s: '%s'\n", argv[optind - 1],
-					optarg);
+		/* The option as known, whether given as "--x v", "--x=v" or "-w v". */
+		if (rc != 0 && idx >= 0)
+			fprintf(stderr, "phub-loadgen: bad value for --%s: '%s'\n",
+					options[idx].name, optarg);
+		else if (rc != 0)
+			fprintf(stderr, "phub-loadgen: bad value for -%c: '%s'\n", opt, optarg);
 	}
 	if (rc == 0 && optind != argc) {
 		fprintf(stderr, "phub-loadgen: unexpected argument '%s'\n", argv[optind]);
+		rc = -EINVAL;
+	}
+	if (rc == 0 && o->bulk_workers > 0 && o->blast) {
+		fprintf(stderr, "phub-loadgen: --bulk-workers runs a second job: not with --blast\n");
+		rc = -EINVAL;
+	}
+	if (rc == 0 && o->bulk_workers > 0 &&
+	    (uint32_t)o->worker_udp + 2 * LG_MAX_WORKERS > 65535) {
+		fprintf(stderr, "phub-loadgen: --worker-port %u: with --bulk-workers the second "
+				"job's ports start at %u and must stay below 65536\n", o->worker_udp,
+				o->worker_udp + LG_MAX_WORKERS);
 		rc = -EINVAL;
 	}
 	return rc;
@@ -451,8 +499,8 @@ cmp_u32(const void *a, const void *b)
 }
 
 /*
- * --p3: per key (its index is its priority), the median over the measured iterations of the
- * time from the iteration's start to the key's last MODEL at every worker, in microseconds.
+ * --p3: per key (priority --priority + key index), the median over the measured iterations of
+ * the time from the iteration's start to the key's last MODEL at every worker, in microseconds.
  */
 static void
 report_p3(struct lg *lg, bool json)
@@ -464,7 +512,8 @@ report_p3(struct lg *lg, bool json)
 	if (json)
 		printf(",\"p3\":true,\"p3_iterations\":%u,\"key_done_p50_us\":[", n);
 	else
-		printf("  key done   p50 us by key (= priority, 0 first) over %u iterations:", n);
+		printf("  key done   p50 us by key (priority %u + key) over %u iterations:",
+				lg->opt.priority, n);
 	for (uint32_t k = 0; k < lg->n_keys; k++) {
 		uint32_t *row = &lg->key_done_us[(size_t)k * LG_P3_MAX_ITERS];
 
@@ -473,6 +522,40 @@ report_p3(struct lg *lg, bool json)
 				n == 0 ? 0 : row[n / 2]);
 	}
 	printf("%s", json ? "]" : "\n");
+}
+
+/* --bulk-workers: the job beside this one over the same measured span (sec). */
+static void
+report_bulk(struct lg *lg, double sec)
+{
+	struct lg *b = lg->bulk;
+	double d = sec > 0 ? sec : 1e-9;
+
+	if (b == NULL)
+		return;
+	qsort(b->iter_ns, b->n_iter_ns, sizeof(uint64_t), cmp_u64);
+	if (lg->opt.json)
+		printf(",\"priority\":%u,\"bulk\":{\"workers\":%u,\"priority\":%u,"
+				"\"window\":%u,\"exchanges\":%" PRIu64 ",\"exchanges_per_s\":%.2f,"
+				"\"iteration_p50_ms\":%.3f,\"iteration_p99_ms\":%.3f,"
+				"\"pushes\":%" PRIu64 ",\"retransmits\":%" PRIu64 ",\"pulls\":%"
+				PRIu64, lg->opt.priority, b->n_workers, b->opt.priority,
+				b->opt.window == UINT32_MAX ? 0 : b->opt.window, b->stats.exchanges,
+				(double)b->stats.exchanges / d,
+				percentile_ms(b->iter_ns, b->n_iter_ns, 0.50),
+				percentile_ms(b->iter_ns, b->n_iter_ns, 0.99), b->stats.pushes,
+				b->stats.retransmits, b->stats.pulls);
+	else
+		printf("  beside it  job of %u workers, priority %u%s, window %u: %" PRIu64
+				" exchanges, %.2f/s, iteration p50 %.3f ms p99 %.3f ms, %" PRIu64
+				" retransmits\n", b->n_workers, b->opt.priority,
+				b->opt.p3 ? " + key" : "", b->opt.window, b->stats.exchanges,
+				(double)b->stats.exchanges / d,
+				percentile_ms(b->iter_ns, b->n_iter_ns, 0.50),
+				percentile_ms(b->iter_ns, b->n_iter_ns, 0.99), b->stats.retransmits);
+	report_p3(b, lg->opt.json);
+	if (lg->opt.json)
+		printf("}");
 }
 
 static void
@@ -510,6 +593,7 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 			s->acks, s->models, s->retransmits, s->pulls, s->replays, s->stale,
 			s->errors, s->other, s->tx_full, o->window == UINT32_MAX ? 0 : o->window);
 		report_p3(lg, true);
+		report_bulk(lg, sec);
 		printf("}\n");
 		return;
 	}
@@ -536,6 +620,7 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 				" ERROR, %" PRIu64 " other\n", s->acks, s->models, s->retransmits,
 				s->pulls, s->replays, s->stale, s->errors, s->other);
 	report_p3(lg, false);
+	report_bulk(lg, sec);
 }
 
 int
@@ -573,9 +658,13 @@ main(int argc, char **argv)
 		rc = port_init(&lg);
 	if (rc == 0 && lg.opt.reflect)
 		rc = lg_reflect_run(&lg, lg.opt.reflect_acks);
+	if (rc == 0 && !lg.opt.reflect && lg.opt.bulk_workers > 0)
+		rc = lg_bulk_init(&lg);
 	for (unsigned int run = 0; rc == 0 && !lg_quit && !lg.opt.reflect &&
 	     run < (unsigned int)lg.opt.repeat * lg.opt.n_workers_list; run++) {
 		lg_run_reset(&lg, lg.opt.workers[run % lg.opt.n_workers_list], run);
+		if (lg.bulk != NULL)
+			lg_run_reset(lg.bulk, lg.opt.bulk_workers, run);
 		rc = lg.opt.blast ? lg_blast_run(&lg, &measured, &seconds) :
 			lg_session_run(&lg, &measured, &seconds);
 		if (rc == 0)
@@ -588,6 +677,7 @@ main(int argc, char **argv)
 	rte_pktmbuf_free_bulk(lg.txq, lg.n_txq);
 	if (lg.payload != NULL)
 		rte_pktmbuf_free(lg.payload);
+	lg_bulk_free(&lg);
 	lg_workers_free(&lg);
 	rte_eth_dev_stop(lg.opt.port_id);
 	rte_eth_dev_close(lg.opt.port_id);

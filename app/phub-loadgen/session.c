@@ -281,8 +281,8 @@ layout_build(struct lg *lg)
 			seg->dst_udp = ep->udp_port;
 			seg->key = ci.key_index;
 			/* P3: the first layer is needed first in the next forward pass. */
-			if (lg->opt.p3)
-				seg->priority = ci.key_index < UINT8_MAX ? (uint8_t)ci.key_index : UINT8_MAX;
+			seg->priority = (uint8_t)RTE_MIN((uint32_t)lg->opt.priority +
+					(lg->opt.p3 ? ci.key_index : 0), (uint32_t)UINT8_MAX);
 			seg->payload_sum = rte_raw_cksum(rte_pktmbuf_mtod(lg->payload, void *),
 					(size_t)ls.n_elems * sizeof(float));
 		}
@@ -415,6 +415,7 @@ answer_rx(struct lg *lg, struct lg_worker *w, const struct phub_wire_msg *msg)
 			(uint32_t)((rte_rdtsc() - lg->iter_start_tsc) * 1000000 / lg->tsc_hz);
 }
 
+/* Frames for the workers of lg's job or of the job beside it (--bulk-workers). */
 static void
 rx_poll(struct lg *lg)
 {
@@ -425,6 +426,7 @@ rx_poll(struct lg *lg)
 	for (uint16_t i = 0; i < n; i++) {
 		struct phub_wire_msg msg;
 		struct lg_worker *w;
+		struct lg *job;
 		const uint8_t *d;
 		uint32_t dst_ip;
 		uint16_t dst_udp, len;
@@ -434,9 +436,14 @@ rx_poll(struct lg *lg)
 		lg->stats.rx_pkts++;
 		lg->stats.rx_bytes += pkts[i]->pkt_len;
 		d = lg_frame_udp_payload(pkts[i], &dst_ip, &dst_udp, &len);
+		job = lg;
 		w = d != NULL ? worker_of(lg, dst_ip, dst_udp) : NULL;
+		if (w == NULL && d != NULL && lg->bulk != NULL) {
+			job = lg->bulk;
+			w = worker_of(job, dst_ip, dst_udp);
+		}
 		if (w != NULL && phub_wire_parse(d, len, &msg) == PHUB_DROP_OK)
-			answer_rx(lg, w, &msg);
+			answer_rx(job, w, &msg);
 		else
 			lg->stats.other++;
 	}
@@ -527,13 +534,16 @@ iteration_done(const struct lg *lg)
 	return true;
 }
 
-/* One whole-model iteration; false when stopped (time, signal) before it completed. */
-static bool
-run_iteration(struct lg *lg, uint64_t deadline)
+static uint64_t
+rto_tsc(const struct lg *lg)
 {
-	uint64_t rto = lg->tsc_hz / 1000000 * lg->opt.rto_us;
-	uint64_t cursor = 0, next_scan = rte_rdtsc() + rto / 4;
+	return lg->tsc_hz / 1000000 * lg->opt.rto_us;
+}
 
+/* A new iteration: nothing sent, nothing done, the clock of its per-key times started. */
+static void
+iteration_begin(struct lg *lg)
+{
 	for (uint16_t i = 0; i < lg->n_workers; i++) {
 		struct lg_worker *w = &lg->workers[i];
 
@@ -547,21 +557,65 @@ run_iteration(struct lg *lg, uint64_t deadline)
 		for (uint32_t s = 0; s < lg->n_segments; s++)
 			lg->key_left[lg->segs[s].key] += lg->n_workers;
 	}
+	lg->push_cursor = 0;
 	lg->iter_start_tsc = rte_rdtsc();
+	lg->next_scan = lg->iter_start_tsc + rto_tsc(lg) / 4;
+}
+
+/* Fill the window, send; every quarter RTO, what is due again. True when it scanned. */
+static bool
+iteration_work(struct lg *lg, uint64_t now)
+{
+	push_some(lg, &lg->push_cursor);
+	lg_tx_flush(lg);
+	if (now < lg->next_scan)
+		return false;
+	retransmit_due(lg, now, rto_tsc(lg));
+	lg_tx_flush(lg);
+	lg->next_scan = now + rto_tsc(lg) / 4;
+	return true;
+}
+
+static int record_iteration(struct lg *lg, uint64_t ns);
+
+/*
+ * The job beside this one (--bulk-workers) runs without pause: its iteration ends, the next
+ * begins. Its iterations that began while this job was measuring are its measured ones.
+ */
+static void
+bulk_work(struct lg *lg, uint64_t now)
+{
+	struct lg *b = lg->bulk;
+
+	if (iteration_done(b)) {
+		if (b->measuring) {
+			if (b->n_key_iters < LG_P3_MAX_ITERS)
+				b->n_key_iters++;
+			b->stats.exchanges++;
+			record_iteration(b, (now - b->iter_start_tsc) * 1000000000ull / b->tsc_hz);
+		}
+		b->iteration++;
+		b->measuring = lg->measuring;
+		iteration_begin(b);
+	}
+	iteration_work(b, now);
+}
+
+/* One whole-model iteration; false when stopped (time, signal) before it completed. */
+static bool
+run_iteration(struct lg *lg, uint64_t deadline)
+{
+	iteration_begin(lg);
 	while (!iteration_done(lg)) {
 		uint64_t now;
 
 		rx_poll(lg);
-		push_some(lg, &cursor);
-		lg_tx_flush(lg);
 		now = rte_rdtsc();
-		if (now >= next_scan) {
-			retransmit_due(lg, now, rto);
-			lg_tx_flush(lg);
-			next_scan = now + rto / 4;
-			if (lg_quit || (deadline != 0 && now >= deadline))
-				return false;
-		}
+		if (lg->bulk != NULL)
+			bulk_work(lg, now);
+		if (iteration_work(lg, now) &&
+		    (lg_quit || (deadline != 0 && now >= deadline)))
+			return false;
 	}
 	return true;
 }
@@ -612,6 +666,35 @@ record_iteration(struct lg *lg, uint64_t ns)
 }
 
 /*
+ * The job beside lg: JOIN, its layout and its warm-up iteration alone, then its first iteration
+ * begun; lg's iterations keep it going from here (bulk_work).
+ */
+static int
+bulk_start(struct lg *lg)
+{
+	struct lg *b = lg->bulk;
+	int rc;
+
+	b->pbox_mac = lg->pbox_mac;
+	rc = join_all(b);
+	if (rc == 0)
+		rc = layout_build(b);
+	if (rc != 0)
+		return rc;
+	LG_LOG(INFO, "%u workers joined job %u beside it, priority %u%s, window %u",
+			b->n_workers, b->workers[0].job_id, b->opt.priority,
+			b->opt.p3 ? " + key" : "", b->opt.window);
+	if (!run_iteration(b, 0)) {
+		log_progress(b);
+		return lg_quit ? -EINTR : -ETIMEDOUT;
+	}
+	b->iteration++;
+	b->measuring = false;
+	iteration_begin(b);
+	return 0;
+}
+
+/*
  * JOIN, one warm-up iteration (the initial-model round of a new job), then iterations until
  * --iterations or --duration. lg->stats then holds the counts of the measured part only: from
  * the start of the first counted iteration to the end of the last completed one.
@@ -637,6 +720,11 @@ lg_session_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 	LG_LOG(INFO, "%u workers joined job %u: %u chunks, %u segments of %u elements, "
 			"starting at iteration %u", lg->n_workers, lg->workers[0].job_id,
 			lg->n_chunks, lg->n_segments, lg->seg_elems, lg->iteration);
+	if (lg->bulk != NULL) {
+		rc = bulk_start(lg);
+		if (rc != 0)
+			goto leave;
+	}
 
 	/* Warm-up: the initial round (or the first resumed iteration) is not measured. */
 	if (!run_iteration(lg, 0)) {
@@ -648,6 +736,9 @@ lg_session_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 
 	base = lg->stats;
 	at_end = base;
+	/* The job beside: its counters from here, over the same span as this job's. */
+	if (lg->bulk != NULL)
+		memset(&lg->bulk->stats, 0, sizeof(lg->bulk->stats));
 	start = rte_rdtsc();
 	end = start;
 	if (lg->opt.iterations == 0)
@@ -687,11 +778,16 @@ lg_session_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 	measured->tx_full = at_end.tx_full - base.tx_full;
 	measured->exchanges = at_end.exchanges - base.exchanges;
 leave:
+	if (lg->bulk != NULL)
+		leave_all(lg->bulk);
 	leave_all(lg);
 	return rc;
 }
 
-/* Worker i: MAC 02:00:00:00:01:(i+1), address worker_ipv4 + i, UDP port worker_udp + i. */
+/*
+ * Worker i: MAC 02:00:00:00:T:(i+1) (T the job's tag, 1 for the first), address worker_ipv4 + i,
+ * UDP port worker_udp + i.
+ */
 int
 lg_workers_init(struct lg *lg, uint16_t max_workers)
 {
@@ -703,6 +799,8 @@ lg_workers_init(struct lg *lg, uint16_t max_workers)
 
 	if (chunks_cap > PHUB_LAYOUT_MAX_CHUNKS)
 		chunks_cap = PHUB_LAYOUT_MAX_CHUNKS;
+	if (lg->mac_tag == 0)
+		lg->mac_tag = 1;
 	lg->chunks_cap = (uint32_t)chunks_cap;
 	lg->max_workers = max_workers;
 	lg->n_workers = max_workers;
@@ -712,7 +810,7 @@ lg_workers_init(struct lg *lg, uint16_t max_workers)
 	for (uint16_t i = 0; i < max_workers; i++) {
 		struct lg_worker *w = &lg->workers[i];
 
-		w->mac = (struct rte_ether_addr){ { 0x02, 0, 0, 0, 0x01, (uint8_t)(i + 1) } };
+		w->mac = (struct rte_ether_addr){ { 0x02, 0, 0, 0, lg->mac_tag, (uint8_t)(i + 1) } };
 		w->ipv4 = lg->opt.worker_ipv4 + i;
 		w->udp = (uint16_t)(lg->opt.worker_udp + i);
 		w->rank = i;
@@ -794,4 +892,46 @@ lg_workers_free(struct lg *lg)
 	lg->iter_ns = NULL;
 	free(lg->key_done_us);
 	lg->key_done_us = NULL;
+}
+
+/*
+ * The job beside lg's (--bulk-workers): lg's port, pools and payload, its own workers at
+ * addresses and UDP ports LG_MAX_WORKERS above lg's, its own window and priority, and a job
+ * name of its own ("bulk-" before lg's, so that a long name truncated stays distinct).
+ */
+int
+lg_bulk_init(struct lg *lg)
+{
+	struct lg *b = calloc(1, sizeof(*b));
+
+	if (b == NULL)
+		return -ENOMEM;
+	b->opt = lg->opt;
+	b->opt.worker_ipv4 += LG_MAX_WORKERS;
+	b->opt.worker_udp = (uint16_t)(b->opt.worker_udp + LG_MAX_WORKERS);
+	b->opt.window = lg->opt.bulk_window;
+	b->opt.priority = lg->opt.bulk_priority;
+	b->opt.bulk_workers = 0;
+	snprintf(b->opt.job, sizeof(b->opt.job), "bulk-%.40s", lg->opt.job);
+	b->pool = lg->pool;
+	b->hdr_pool = lg->hdr_pool;
+	b->indirect_pool = lg->indirect_pool;
+	b->payload = lg->payload;
+	b->port_mac = lg->port_mac;
+	b->chained_tx = lg->chained_tx;
+	b->tsc_hz = lg->tsc_hz;
+	b->mac_tag = 2;
+	lg->bulk = b;
+	return lg_workers_init(b, lg->opt.bulk_workers);
+}
+
+void
+lg_bulk_free(struct lg *lg)
+{
+	if (lg->bulk == NULL)
+		return;
+	rte_pktmbuf_free_bulk(lg->bulk->txq, lg->bulk->n_txq);
+	lg_workers_free(lg->bulk);
+	free(lg->bulk);
+	lg->bulk = NULL;
 }

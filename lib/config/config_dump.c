@@ -200,6 +200,8 @@ phub_config_dump(const struct phub_config *cfg, FILE *f)
 	fprintf(f, "  \"window_bytes\": %u,\n  \"deterministic\": %s,\n", cfg->window_bytes,
 		cfg->deterministic ? "true" : "false");
 	fprintf(f, "  \"priority_order\": %s,\n", cfg->priority_order ? "true" : "false");
+	fprintf(f, "  \"priority_hold\": %u,\n  \"priority_hold_us\": %u,\n", cfg->priority_hold,
+		cfg->priority_hold_us);
 	fprintf(f, "  \"limits\": { \"max_jobs\": %u, \"max_workers_per_job\": %u, "
 		"\"job_memory_mb\": %u, \"total_memory_mb\": %u },\n", cfg->limits.max_jobs,
 		cfg->limits.max_workers_per_job, cfg->limits.job_memory_mb,

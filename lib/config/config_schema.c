@@ -807,6 +807,8 @@ const struct cfg_field cfg_top_fields[] = {
 	F_INT("window_bytes", struct phub_config, window_bytes, 4096, 1073741824, 1048576, 0),
 	F_BOOL("deterministic", struct phub_config, deterministic, false),
 	F_BOOL("priority_order", struct phub_config, priority_order, true),
+	F_INT("priority_hold", struct phub_config, priority_hold, 32, 1024, 0, CFG_ZERO_OK),
+	F_INT("priority_hold_us", struct phub_config, priority_hold_us, 100, 4000, 1000, 0),
 	F_OBJ("limits", struct phub_config, limits, limits_fields, 0),
 	F_CUSTOM("jobs", 0, parse_jobs, 0),
 	F_OBJ("checkpoint", struct phub_config, checkpoint, checkpoint_fields, 0),

@@ -264,6 +264,8 @@ struct phub_config {
 	uint32_t window_bytes;
 	bool deterministic;
 	bool priority_order;		/* P3: serve each RX burst most urgent first */
+	uint16_t priority_hold;		/* P3 across bursts: frames a data lcore may hold back */
+	uint16_t priority_hold_us;	/* ... and for how long at most */
 	struct phub_config_idle idle;
 	struct phub_config_timeouts timeouts;
 	struct phub_config_limits limits;

@@ -93,5 +93,48 @@ class FiguresTest(unittest.TestCase):
             self.assertEqual(r.returncode, 1)
 
 
+def p3_row(target, workers, urgent_us, bulk_us):
+    """One bench-packet-path --p3-bulk result: two keys per job."""
+    return {"target": target, "seg": 8192, "workers": workers, "window": 32, "priority": 0,
+            "key_done_p50_us": urgent_us,
+            "bulk": {"workers": 4, "window": 64, "priority": 128, "key_done_p50_us": bulk_us}}
+
+
+class P3FigureTest(unittest.TestCase):
+    def run_p3(self, rows, png, *extra):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "p3.jsonl")
+            with open(path, "w") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in rows))
+            return subprocess.run([sys.executable, os.path.join(HERE, "p3_figure.py"), path, png]
+                                  + list(extra), capture_output=True, text=True)
+
+    def test_medians_per_key_and_the_png(self):
+        sys.path.insert(0, HERE)
+        import p3_figure
+        rows = [p3_row("p3-off", 2, [900, 100], [50, 5]), p3_row("p3-off", 2, [700, 300], [70, 7]),
+                p3_row("p3-off", 2, [800, 200], [60, 6])]
+        self.assertEqual(p3_figure.per_key(rows, "key_done_p50_us"), [800, 200])
+        self.assertEqual(p3_figure.per_key(rows, "bulk.key_done_p50_us"), [60, 6])
+        self.assertEqual([m for m, _ in p3_figure.modes(
+            rows + [p3_row("p3-hold512", 2, [1, 1], [1, 1]), p3_row("p3-on", 2, [1, 1], [1, 1]),
+                    p3_row("p3-hold128", 2, [1, 1], [1, 1])])],
+            ["off", "on", "hold128", "hold512"])
+        with tempfile.TemporaryDirectory() as out:
+            png = os.path.join(out, "p3.png")
+            r = self.run_p3(rows + [p3_row("p3-hold128", 2, [400, 300], [90, 9])], png)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(png, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+    def test_no_rows_for_the_size_is_an_error_not_an_empty_plot(self):
+        with tempfile.TemporaryDirectory() as out:
+            png = os.path.join(out, "p3.png")
+            r = self.run_p3([p3_row("p3-off", 2, [1, 1], [1, 1])], png, "--workers", "4")
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("no --p3-bulk rows for segment 8192, W 4", r.stderr)
+            self.assertFalse(os.path.exists(png))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -232,8 +232,10 @@ nesterov | adam)
 		--lr 0.05 &&
 		expect "$tmp/r.json" 'r["verified"]' "r['optimizer'] == '$scenario'"
 	;;
-two-jobs)
-	# Two jobs with their own nonces at once on one PBox, each exact.
+two-jobs | priority-hold)
+	# Two jobs with their own nonces at once on one PBox, each exact; priority-hold: every
+	# datagram goes through the data lcores' P3 hold (config priority_hold), both still exact.
+	[ "$scenario" = two-jobs ] || config_edit='c["priority_hold"] = 128'
 	rack 4
 	"$bench_bin" --server "$server" --workers 2 --netns-prefix "$rack-w" --json --quiet \
 		--timeout 120 --job job-a --nonce 0x5ad1c0ffee7e4b31 --layout "$mixed_layout" \
@@ -252,6 +254,8 @@ two-jobs)
 	rm -f "/run/netns/$rack-b1" "/run/netns/$rack-b2"
 	expect "$tmp/a.json" 'r["verified"]' 'r["bitwise"]' 'r["job"] == "job-a"'
 	expect "$tmp/b.json" 'r["verified"]' 'r["job"] == "job-b"'
+	[ "$scenario" = two-jobs ] || grep -q "P3 hold of 128 frames" "$state_dir/pbox.log" ||
+		fail "the PBox's data lcores did not use the hold"
 	;;
 loss-1pct)
 	# 1% loss both ways on worker 1's link: retransmissions and PULLs, still the exact model.

@@ -263,6 +263,8 @@ START_TEST(test_minimal_config_gets_the_documented_defaults)
 	ck_assert_uint_eq(cfg.window_bytes, 1048576);
 	ck_assert(!cfg.deterministic);
 	ck_assert(cfg.priority_order);
+	ck_assert_uint_eq(cfg.priority_hold, 0);
+	ck_assert_uint_eq(cfg.priority_hold_us, 1000);
 	ck_assert_uint_eq(cfg.limits.max_jobs, 16);
 	ck_assert_uint_eq(cfg.limits.max_workers_per_job, 64);
 	ck_assert_uint_eq(cfg.limits.job_memory_mb, 2048);
@@ -311,6 +313,8 @@ START_TEST(test_every_key_is_read_as_written)
 	ck_assert_uint_eq(cfg.window_bytes, 2097152);
 	ck_assert(cfg.deterministic);
 	ck_assert(!cfg.priority_order);
+	ck_assert_uint_eq(cfg.priority_hold, 256);
+	ck_assert_uint_eq(cfg.priority_hold_us, 3000);
 	ck_assert_uint_eq(cfg.limits.max_jobs, 3);
 	ck_assert_uint_eq(cfg.limits.max_workers_per_job, 8);
 	ck_assert_uint_eq(cfg.limits.job_memory_mb, 100);

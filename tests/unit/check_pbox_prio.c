@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* P3 at the PBox (app/pbox/prio.h): a frame's priority byte and a burst's service order. */
+/*
+ * P3 at the PBox (app/pbox/prio.h): a frame's priority byte, a burst's service order and the
+ * hold's order across bursts.
+ */
 
 #include <stdint.h>
 #include <string.h>
@@ -121,6 +124,114 @@ START_TEST(test_burst_of_one_priority_is_left_alone)
 }
 END_TEST
 
+static struct pbox_prio_hold hold;
+
+/* Frame "pointers" that are only compared: element i of this array. */
+static char frames[PBOX_PRIO_HOLD_MAX];
+
+START_TEST(test_hold_serves_most_urgent_first_ties_in_arrival_order)
+{
+	static const uint8_t prio[] = { 5, 0, 5, 200, 0, 255, 63, 64 };
+	static const unsigned int want[] = { 1, 4, 0, 2, 6, 7, 3, 5 };
+	uint16_t tag;
+
+	pbox_prio_hold_init(&hold, 16);
+	for (unsigned int i = 0; i < sizeof(prio); i++)
+		ck_assert(pbox_prio_hold_put(&hold, &frames[i], prio[i], (uint16_t)(100 + i), i));
+	ck_assert_uint_eq(pbox_prio_hold_room(&hold), 16 - sizeof(prio));
+	for (unsigned int k = 0; k < sizeof(prio); k++) {
+		ck_assert_ptr_eq(pbox_prio_hold_take(&hold, 10, 1000, &tag), &frames[want[k]]);
+		ck_assert_uint_eq(tag, 100 + want[k]);
+	}
+	ck_assert_ptr_null(pbox_prio_hold_take(&hold, 10, 1000, &tag));
+	ck_assert_uint_eq(pbox_prio_hold_room(&hold), 16);
+}
+END_TEST
+
+START_TEST(test_hold_serves_a_frame_past_its_age_first)
+{
+	uint16_t tag;
+
+	pbox_prio_hold_init(&hold, 8);
+	ck_assert(pbox_prio_hold_put(&hold, &frames[0], 200, 0, 0));
+	ck_assert(pbox_prio_hold_put(&hold, &frames[1], 0, 0, 10));
+	ck_assert(pbox_prio_hold_put(&hold, &frames[2], 0, 0, 20));
+	ck_assert(pbox_prio_hold_put(&hold, &frames[3], 200, 0, 30));
+	/* Within the age: by priority. */
+	ck_assert_ptr_eq(pbox_prio_hold_take(&hold, 100, 100, &tag), &frames[1]);
+	/* Frame 0 was put 101 ago: it goes before the more urgent frame 2, frame 3 does not. */
+	ck_assert_ptr_eq(pbox_prio_hold_take(&hold, 101, 100, &tag), &frames[0]);
+	ck_assert_ptr_eq(pbox_prio_hold_take(&hold, 101, 100, &tag), &frames[2]);
+	ck_assert_ptr_eq(pbox_prio_hold_take(&hold, 101, 100, &tag), &frames[3]);
+	ck_assert_ptr_null(pbox_prio_hold_take(&hold, 101, 100, &tag));
+}
+END_TEST
+
+START_TEST(test_hold_refuses_when_full_and_reuses_its_slots)
+{
+	uint16_t tag;
+
+	pbox_prio_hold_init(&hold, 3);
+	for (unsigned int i = 0; i < 3; i++)
+		ck_assert(pbox_prio_hold_put(&hold, &frames[i], 7, 0, 0));
+	ck_assert(!pbox_prio_hold_put(&hold, &frames[3], 0, 0, 0));
+	ck_assert_uint_eq(pbox_prio_hold_room(&hold), 0);
+	ck_assert_ptr_eq(pbox_prio_hold_take(&hold, 0, 10, &tag), &frames[0]);
+	ck_assert(pbox_prio_hold_put(&hold, &frames[3], 0, 0, 0));
+	ck_assert_ptr_eq(pbox_prio_hold_take(&hold, 0, 10, &tag), &frames[3]);
+	ck_assert_ptr_eq(pbox_prio_hold_take(&hold, 0, 10, &tag), &frames[1]);
+	ck_assert_ptr_eq(pbox_prio_hold_take(&hold, 0, 10, &tag), &frames[2]);
+	ck_assert_ptr_null(pbox_prio_hold_take(&hold, 0, 10, &tag));
+	/* A hold of 0 frames holds nothing. */
+	pbox_prio_hold_init(&hold, 0);
+	ck_assert(!pbox_prio_hold_put(&hold, &frames[0], 0, 0, 0));
+}
+END_TEST
+
+/*
+ * Many puts and takes in a pseudo-random mix against a plain list searched in full: the same
+ * frame every time, by age bound, then priority, then arrival.
+ */
+START_TEST(test_hold_agrees_with_a_plain_search)
+{
+	struct ref { unsigned int frame; uint64_t since; uint8_t prio; } ref[64];
+	unsigned int n_ref = 0, next_frame = 0;
+	uint32_t x = 12345;
+	uint64_t now = 0;
+	uint16_t tag;
+
+	pbox_prio_hold_init(&hold, 64);
+	for (unsigned int step = 0; step < 20000; step++) {
+		x = x * 1103515245u + 12345u;
+		now += (x >> 8) % 7;
+		if (((x >> 16) % 3) != 0 && n_ref < 64) {
+			uint8_t p = (uint8_t)((x >> 20) % 5 * 50);
+			unsigned int f = next_frame++ % PBOX_PRIO_HOLD_MAX;
+
+			ck_assert(pbox_prio_hold_put(&hold, &frames[f], p, (uint16_t)f, now));
+			ref[n_ref++] = (struct ref){ f, now, p };
+		} else {
+			unsigned int best = 0;
+			void *got = pbox_prio_hold_take(&hold, now, 40, &tag);
+
+			if (n_ref == 0) {
+				ck_assert_ptr_null(got);
+				continue;
+			}
+			if (now - ref[0].since <= 40)
+				for (unsigned int i = 1; i < n_ref; i++)
+					if (ref[i].prio < ref[best].prio)
+						best = i;
+			ck_assert_ptr_eq(got, &frames[ref[best].frame]);
+			ck_assert_uint_eq(tag, ref[best].frame);
+			memmove(&ref[best], &ref[best + 1], (n_ref - best - 1) * sizeof(ref[0]));
+			n_ref--;
+		}
+		ck_assert_uint_eq(pbox_prio_hold_room(&hold), 64 - n_ref);
+	}
+}
+END_TEST
+
 Suite *
 phub_pbox_prio_suite(void)
 {
@@ -132,6 +243,12 @@ phub_pbox_prio_suite(void)
 	tcase_add_test(tc, test_burst_order_by_priority_ties_in_arrival_order);
 	tcase_add_test(tc, test_full_burst_reversed_comes_out_sorted);
 	tcase_add_test(tc, test_burst_of_one_priority_is_left_alone);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("hold across bursts");
+	tcase_add_test(tc, test_hold_serves_most_urgent_first_ties_in_arrival_order);
+	tcase_add_test(tc, test_hold_serves_a_frame_past_its_age_first);
+	tcase_add_test(tc, test_hold_refuses_when_full_and_reuses_its_slots);
+	tcase_add_test(tc, test_hold_agrees_with_a_plain_search);
 	suite_add_tcase(s, tc);
 	return s;
 }
