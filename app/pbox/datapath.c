@@ -297,13 +297,61 @@ struct model_head {
 	uint8_t bytes[L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN];
 };
 
+/* A broadcast's payload: the segment's new model, and how its frames carry it. */
+struct model_payload {
+	const void *data;
+	rte_iova_t iova;		/* by reference only */
+	struct rte_mbuf *copy;		/* else, on a multi-segment port: one copy they all chain */
+	uint16_t len;
+	bool by_ref;
+};
+
+/* The driver freed a MODEL frame: its reference to the job's model memory goes back. */
+static void
+model_ref_put(void *addr, void *opaque)
+{
+	struct pbox_model_ref *ref = opaque;
+	struct pbox_lcore *lc = ref->lc;
+
+	(void)addr;
+	lc->model_ref_free[lc->model_ref_n_free++] = ref;
+	lc->model_refs--;
+}
+
+/*
+ * The payload segment of one MODEL frame sent by reference: an mbuf of its own, attached to the
+ * job's model memory with a shared info of its own, so that the driver's free of it counts 1
+ * to 0 without a locked instruction.
+ */
+static struct rte_mbuf *
+model_ref_get(struct pbox_lcore *lc, const struct model_payload *pl)
+{
+	struct pbox_model_ref *ref;
+	struct rte_mbuf *m;
+
+	if (unlikely(lc->model_ref_n_free == 0))
+		return NULL;
+	m = rte_pktmbuf_alloc(lc->indirect_pool);
+	if (unlikely(m == NULL))
+		return NULL;
+	ref = lc->model_ref_free[--lc->model_ref_n_free];
+	ref->shinfo.free_cb = model_ref_put;
+	ref->shinfo.fcb_opaque = ref;
+	rte_mbuf_ext_refcnt_set(&ref->shinfo, 1);
+	rte_pktmbuf_attach_extbuf(m, (void *)(uintptr_t)pl->data, pl->iova, pl->len, &ref->shinfo);
+	m->data_len = pl->len;
+	m->pkt_len = pl->len;
+	lc->model_refs++;
+	return m;
+}
+
 /*
  * One MODEL frame to one rank: headers in m (from prev when it was built with the same flags,
- * else built and kept in prev), payload either chained or copied.
+ * else built and kept in prev), payload by reference (pl->by_ref) or copied.
  */
 static struct rte_mbuf *
 model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_peer *peer,
-		const struct phub_wire_msg *hdr, struct rte_mbuf *shared, const void *payload,
+		const struct phub_wire_msg *hdr, const struct model_payload *pl,
 		uint32_t payload_sum, uint32_t payload_crc, struct model_head *prev)
 {
 	const struct pbox_port *port = &pbox.ports[tx_port];
@@ -339,12 +387,21 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 			goto err;
 		}
 	}
-	if (shared != NULL) {
+	if (pl->by_ref) {
+		struct rte_mbuf *mi = model_ref_get(lc, pl);
+
+		if (unlikely(mi == NULL))
+			goto err;
+		if (rte_pktmbuf_chain(m, mi) != 0) {
+			rte_pktmbuf_free(mi);
+			goto err;
+		}
+	} else if (pl->copy != NULL) {
 		struct rte_mbuf *mi = rte_pktmbuf_alloc(lc->indirect_pool);
 
 		if (unlikely(mi == NULL))
 			goto err;
-		rte_pktmbuf_attach(mi, shared);
+		rte_pktmbuf_attach(mi, pl->copy);
 		if (rte_pktmbuf_chain(m, mi) != 0) {
 			rte_pktmbuf_free(mi);
 			goto err;
@@ -354,7 +411,7 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 
 		if (unlikely(dst == NULL))
 			goto err;
-		memcpy(dst, payload, hdr->payload_len);
+		memcpy(dst, pl->data, hdr->payload_len);
 	}
 	if (!copied) {
 		pbox_finish_udp_csum(m, sizeof(struct rte_udp_hdr) + PHUB_WIRE_HDR_LEN,
@@ -374,16 +431,6 @@ err:
 	return NULL;
 }
 
-/* The last frame that referenced the job's model memory is gone. */
-static void
-model_shinfo_free(void *addr, void *opaque)
-{
-	struct pbox_lcore *lc = opaque;
-
-	(void)addr;
-	lc->model_shinfo_busy = false;
-}
-
 /*
  * The IOVA of a byte inside the EAL's memory (the job's buffers are rte_malloc'ed; the
  * pointer is inside one, so rte_malloc_virt2iova, which wants an element's start, does not
@@ -400,47 +447,40 @@ model_iova(const void *p)
 }
 
 /*
- * The payload mbuf every MODEL frame of a broadcast chains to: the job's model memory itself
- * (an external buffer, no copy) when this lcore's one reference is free and the port gave the
- * last one back at its flush; else a copy. *by_ref tells which.
+ * How a broadcast's frames carry the payload on a port that sends multi-segment frames: the
+ * job's model memory by reference, when no frame of an earlier broadcast still points into
+ * model memory, the port gave the last ones back at its flush, and there is a reference for
+ * every rank; else one copy that every frame chains to. Elsewhere (or when that copy finds no
+ * mbuf) each frame copies the payload after its headers.
  */
-static struct rte_mbuf *
-model_payload(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_reply *reply,
-		bool *by_ref)
+static void
+model_payload_init(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_reply *reply,
+		uint16_t ranks, struct model_payload *pl)
 {
-	struct rte_mbuf *m;
-	rte_iova_t iova;
 	void *dst;
 
-	*by_ref = false;
-	if (!lc->model_shinfo_busy && !lc->model_copy[tx_port] && reply->model_bytes < UINT16_MAX &&
-	    (iova = model_iova(reply->model)) != RTE_BAD_IOVA) {
-		m = rte_pktmbuf_alloc(lc->indirect_pool);
-		if (m != NULL) {
-			lc->model_shinfo.free_cb = model_shinfo_free;
-			lc->model_shinfo.fcb_opaque = lc;
-			rte_mbuf_ext_refcnt_set(&lc->model_shinfo, 1);
-			rte_pktmbuf_attach_extbuf(m, (void *)(uintptr_t)reply->model, iova,
-					(uint16_t)reply->model_bytes, &lc->model_shinfo);
-			m->data_len = (uint16_t)reply->model_bytes;
-			m->pkt_len = m->data_len;
-			lc->model_shinfo_busy = true;
+	*pl = (struct model_payload){ .data = reply->model, .len = (uint16_t)reply->model_bytes };
+	if (!pbox.ports[tx_port].multi_seg_tx || reply->model_bytes >= UINT16_MAX)
+		return;
+	if (lc->model_refs == 0 && !lc->model_copy[tx_port] && lc->model_ref_n_free >= ranks) {
+		pl->iova = model_iova(reply->model);
+		pl->by_ref = pl->iova != RTE_BAD_IOVA;
+		if (pl->by_ref) {
 			lc->stats.model_zero_copy++;
-			*by_ref = true;
-			return m;
+			return;
 		}
 	}
-	m = rte_pktmbuf_alloc(lc->pool);
-	if (m == NULL)
-		return NULL;
-	dst = rte_pktmbuf_append(m, (uint16_t)reply->model_bytes);
+	pl->copy = rte_pktmbuf_alloc(lc->pool);
+	if (pl->copy == NULL)
+		return;
+	dst = rte_pktmbuf_append(pl->copy, pl->len);
 	if (dst == NULL) {
-		rte_pktmbuf_free(m);
-		return NULL;
+		rte_pktmbuf_free(pl->copy);
+		pl->copy = NULL;
+		return;
 	}
 	memcpy(dst, reply->model, reply->model_bytes);
 	lc->stats.model_copied++;
-	return m;
 }
 
 /*
@@ -454,10 +494,9 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 {
 	/* Workers carry global ranks; the engine's are its rack's, from rank_base. */
 	uint32_t base = phub_engine_job_rank_base(job);
-	struct rte_mbuf *shared = NULL;
 	struct model_head prev = { .valid = false };
+	struct model_payload pl;
 	struct phub_wire_msg hdr;
-	bool by_ref = false;
 	uint32_t payload_sum;
 	uint32_t payload_crc = 0;
 	bool crc_done = false;
@@ -483,8 +522,11 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 	}
 	payload_sum = pbox_raw_cksum(reply->model, reply->model_bytes);
 
-	if (all && pbox.ports[tx_port].multi_seg_tx)
-		shared = model_payload(lc, tx_port, reply, &by_ref);
+	if (all)
+		model_payload_init(lc, tx_port, reply, (uint16_t)(end - first), &pl);
+	else
+		pl = (struct model_payload){ .data = reply->model,
+				.len = (uint16_t)reply->model_bytes };
 	for (uint16_t r = first; r < end; r++) {
 		struct phub_engine_peer peer;
 		struct rte_mbuf *m;
@@ -504,8 +546,7 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 			crc_done = true;
 			hdr.flags |= PHUB_WIRE_F_CSUM;
 		}
-		m = model_frame(lc, tx_port, &peer, &hdr, shared, reply->model, payload_sum,
-				payload_crc, &prev);
+		m = model_frame(lc, tx_port, &peer, &hdr, &pl, payload_sum, payload_crc, &prev);
 		if (unlikely(m == NULL)) {
 			lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
 			continue;
@@ -513,19 +554,19 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 		lc->stats.models_sent++;
 		tx_enqueue(lc, tx_port, m);
 	}
-	/* The frames hold their own references to the shared payload. */
-	if (shared != NULL)
-		rte_pktmbuf_free(shared);
+	/* The frames hold their own references to the one copy. */
+	if (pl.copy != NULL)
+		rte_pktmbuf_free(pl.copy);
 	/*
 	 * By reference, the frames must be gone before the segment's model changes (its next
 	 * iteration): sent now. A port that still holds one after its flush (a NIC's TX ring)
 	 * gets copies from now on; the frames still out carry their UDP checksum of these bytes,
 	 * so a change under them is a checksum drop and a PULL, never a wrong model.
 	 */
-	if (by_ref && lc->tx[tx_port] != NULL && lc->queue[tx_port] != PBOX_NO_QUEUE) {
+	if (pl.by_ref && lc->tx[tx_port] != NULL && lc->queue[tx_port] != PBOX_NO_QUEUE) {
 		rte_eth_tx_buffer_flush(pbox.ports[tx_port].port_id, lc->queue[tx_port],
 				lc->tx[tx_port]);
-		if (lc->model_shinfo_busy)
+		if (lc->model_refs != 0)
 			lc->model_copy[tx_port] = true;
 	}
 }
@@ -1223,11 +1264,12 @@ pbox_lcore_main(void *arg)
 
 	while (!pbox.quit) {
 		unsigned int work = 0;
-		uint64_t cur_tsc;
+		uint64_t cur_tsc, start_tsc;
 
 		/* Every burst of this iteration, RX and TX, lies within one memif gate turn. */
 		if (!pbox_memif_gate_enter(lc))
 			goto quiescent;
+		start_tsc = rte_rdtsc();
 		/* One clock read per turn: the ring's timestamps and RTOs. */
 		lc->now_ns = phub_engine_monotonic_ns();
 		if (hold != NULL)
@@ -1258,6 +1300,8 @@ pbox_lcore_main(void *arg)
 			flush_tx(lc);
 			prev_tsc = cur_tsc;
 		}
+		if (work != 0)
+			lc->stats.busy_cycles += rte_rdtsc() - start_tsc;
 		pbox_memif_gate_leave(lc);
 quiescent:
 		rte_rcu_qsbr_quiescent(pbox.qsbr, tid);

@@ -172,6 +172,8 @@ cmd_lcores(const char *cmd, const char *params, struct rte_tel_data *d)
 		rte_tel_data_add_dict_u64(l, "optimizer_ns", LOAD(lc->engine_stats.opt_ns));
 		rte_tel_data_add_dict_u64(l, "loops", LOAD(lc->stats.loops));
 		rte_tel_data_add_dict_u64(l, "idle_sleeps", LOAD(lc->stats.idle_sleeps));
+		rte_tel_data_add_dict_u64(l, "busy_ns", (uint64_t)((double)LOAD(lc->stats.busy_cycles) *
+				1e9 / (double)rte_get_tsc_hz()));
 		snprintf(name, sizeof(name), "%u", lc->lcore_id);
 		rte_tel_data_add_dict_container(d, name, l, 0);
 	}

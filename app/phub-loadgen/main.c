@@ -447,6 +447,20 @@ port_init(struct lg *lg)
 			f[i] = 1e-3f * (float)(i % 97);
 	}
 
+	/* One reference to it per indirect mbuf: every chained PUSH can be out at once. */
+	lg->refs = calloc(1, sizeof(*lg->refs));
+	if (lg->refs == NULL)
+		return -ENOMEM;
+	lg->refs->all = calloc(HDR_MBUFS, sizeof(*lg->refs->all));
+	lg->refs->free = calloc(HDR_MBUFS, sizeof(*lg->refs->free));
+	if (lg->refs->all == NULL || lg->refs->free == NULL)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < HDR_MBUFS; i++) {
+		lg->refs->all[i].owner = lg->refs;
+		lg->refs->free[i] = &lg->refs->all[i];
+	}
+	lg->refs->n_free = HDR_MBUFS;
+
 	/* A server side waits for nobody: its client connects when it likes. */
 	if (lg->opt.reflect)
 		return 0;
@@ -675,12 +689,18 @@ main(int argc, char **argv)
 		LG_LOG(ERR, "stopped: %s", strerror(-rc));
 
 	rte_pktmbuf_free_bulk(lg.txq, lg.n_txq);
-	if (lg.payload != NULL)
-		rte_pktmbuf_free(lg.payload);
 	lg_bulk_free(&lg);
 	lg_workers_free(&lg);
 	rte_eth_dev_stop(lg.opt.port_id);
 	rte_eth_dev_close(lg.opt.port_id);
+	/* After the port: its close frees the frames still queued, which point into these. */
+	if (lg.payload != NULL)
+		rte_pktmbuf_free(lg.payload);
+	if (lg.refs != NULL) {
+		free(lg.refs->all);
+		free(lg.refs->free);
+		free(lg.refs);
+	}
 	rte_eal_cleanup();
 	return rc == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -917,6 +917,7 @@ lg_bulk_init(struct lg *lg)
 	b->hdr_pool = lg->hdr_pool;
 	b->indirect_pool = lg->indirect_pool;
 	b->payload = lg->payload;
+	b->refs = lg->refs;
 	b->port_mac = lg->port_mac;
 	b->chained_tx = lg->chained_tx;
 	b->tsc_hz = lg->tsc_hz;
