@@ -29,7 +29,7 @@
 #include "pbox.h"
 
 /* The interrupt thread sleeps this long with the gate open ... */
-#define GATE_OPEN_US 2000
+#define GATE_OPEN_US 10000
 /* ... then serves its other callbacks for at least this long with the gate shut. */
 #define GATE_SHUT_US 100
 
