@@ -353,7 +353,7 @@ engine_segment_finish(struct phub_engine_job *job, uint32_t seg, uint64_t elem, 
 			k->to_wire(wire_at(job, elem), job->dtype, job->model + elem, n);
 	} else {
 		push_last(job, &job->slots[seg], sum, NULL, iteration, n, elem, job->world_size,
-				engine_prof_ticks(), stats);
+				engine_prof_start(stats), stats);
 	}
 	slot_complete(job, &job->slots[seg], stats);
 }
@@ -373,7 +373,7 @@ engine_slot_complete_elastic(struct phub_engine_job *job, uint32_t seg, uint64_t
 	/* The initial round's model is rank 0's weights: without them it cannot end. */
 	if (iteration == 0 && !slot_has_rank(slot, 0))
 		return false;
-	t0 = engine_prof_ticks();
+	t0 = engine_prof_start(stats);
 	if (iteration != 0 && job->deterministic) {
 		/*
 		 * As push_ordered() would have done had the highest rank taken come last: the
@@ -500,7 +500,7 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 	/* A ring job's last arrival completes the rack sum only: the ring comes before the step. */
 	fused = last && job->ring_segs == NULL;
 	/* The profiling counters measure the CPU: their own clock whatever clock the job has. */
-	t0 = engine_prof_ticks();
+	t0 = engine_prof_start(stats);
 	if (req->iteration == 0)
 		push_initial(job, req, elem, stats);
 	else if (job->deterministic)
