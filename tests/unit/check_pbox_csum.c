@@ -44,6 +44,8 @@ START_TEST(test_fast_sum_equals_dpdk_sum_for_every_length_and_offset)
 #if defined(__x86_64__)
 				if (__builtin_cpu_supports("avx2"))
 					ck_assert_uint_eq(pbox_raw_cksum_avx2(buf + off, len), want);
+				if (__builtin_cpu_supports("avx512f"))
+					ck_assert_uint_eq(pbox_raw_cksum_avx512(buf + off, len), want);
 #endif
 			}
 	}
