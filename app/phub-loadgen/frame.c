@@ -10,6 +10,7 @@
 #include <rte_ip.h>
 #include <rte_udp.h>
 
+#include "csum.h"
 #include "loadgen.h"
 
 /*
@@ -63,9 +64,15 @@ lg_frame_udp_csum(struct rte_mbuf *m, uint16_t head_udp_len, uint32_t payload_su
 
 	if (!enabled)
 		return;
-	sum = rte_ipv4_phdr_cksum(ip, 0);
+	/*
+	 * The pseudo-header from the fields, not rte_ipv4_phdr_cksum: that one sums a copy built
+	 * on the stack 16 bits a step, words spanning its narrow stores, which the CPU cannot
+	 * forward (two thirds of this function's time, the generator's largest item at 1 KB).
+	 */
+	sum = pbox_udp_phdr_sum(ip->src_addr, ip->dst_addr, rte_be_to_cpu_16(udp->dgram_len));
 	sum += rte_raw_cksum(udp, head_udp_len);
 	sum += payload_sum;
+	sum = (sum & 0xffff) + (sum >> 16);
 	sum = (sum & 0xffff) + (sum >> 16);
 	sum = (sum & 0xffff) + (sum >> 16);
 	csum = (uint16_t)~sum;

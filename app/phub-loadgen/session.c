@@ -423,6 +423,15 @@ rx_poll(struct lg *lg)
 	uint16_t n;
 
 	n = rte_eth_rx_burst(lg->opt.port_id, 0, pkts, LG_BURST);
+	/*
+	 * Every answer's headers (two cache lines, written by the server's CPU) asked for at
+	 * once: one frame ahead, the generator waited on each in turn (a fifth of its time at
+	 * 1 KB in a zero-copy client).
+	 */
+	for (uint16_t i = 0; i < n; i++) {
+		rte_prefetch0(rte_pktmbuf_mtod(pkts[i], void *));
+		rte_prefetch0(rte_pktmbuf_mtod_offset(pkts[i], char *, RTE_CACHE_LINE_SIZE));
+	}
 	for (uint16_t i = 0; i < n; i++) {
 		struct phub_wire_msg msg;
 		struct lg_worker *w;
@@ -431,8 +440,6 @@ rx_poll(struct lg *lg)
 		uint32_t dst_ip;
 		uint16_t dst_udp, len;
 
-		if (i + 1 < n)
-			rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 1], void *));
 		lg->stats.rx_pkts++;
 		lg->stats.rx_bytes += pkts[i]->pkt_len;
 		d = lg_frame_udp_payload(pkts[i], &dst_ip, &dst_udp, &len);
