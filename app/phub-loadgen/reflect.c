@@ -2,7 +2,7 @@
 /*
  * --reflect: the server side of --blast, and the floor of the PBox's packet path: per PUSH-shaped
  * frame only what any correct PBox must do on a port without RX checksum offload. It receives
- * the frame, reads every byte of its UDP datagram once (the AVX2 raw sum of the PBox's own check,
+ * the frame, reads every byte of its UDP datagram once (the raw sum of the PBox's own check,
  * app/pbox/csum.h: aggregation must read each byte at least once, and the checksum must be checked
  * before a datagram is added), and answers with the frames the protocol requires per PUSH on
  * average: the frame itself, MACs swapped (a full-size frame per PUSH, as the PBox's W MODELs per
