@@ -467,9 +467,12 @@ model_payload_init(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_en
 	void *dst;
 
 	*pl = (struct model_payload){ .data = reply->model, .len = (uint16_t)reply->model_bytes };
-	if (!pbox.ports[tx_port].multi_seg_tx || reply->model_bytes >= UINT16_MAX ||
-	    reply->model_bytes < PBOX_MODEL_CHAIN_MIN)
+	if (!pbox.ports[tx_port].multi_seg_tx || reply->model_bytes >= UINT16_MAX)
 		return;
+	if (reply->model_bytes < PBOX_MODEL_CHAIN_MIN) {
+		lc->stats.model_inline++;
+		return;
+	}
 	if (lc->model_refs == 0 && !lc->model_copy[tx_port] && lc->model_ref_n_free >= ranks) {
 		pl->iova = model_iova(reply->model);
 		pl->by_ref = pl->iova != RTE_BAD_IOVA;

@@ -106,6 +106,7 @@ struct pbox_lcore_stats {
 	uint64_t ring_polls;		/* retransmission scans */
 	uint64_t model_zero_copy;	/* MODEL broadcasts whose payload went by reference */
 	uint64_t model_copied;		/* ... and copied (the reference was not free) */
+	uint64_t model_inline;		/* ... under PBOX_MODEL_CHAIN_MIN: copied behind each header */
 	uint64_t net_drops[PBOX_NET_DROP_MAX];
 };
 

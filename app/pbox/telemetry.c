@@ -47,6 +47,7 @@ totals_get(struct totals *t)
 		t->net.models_sent += LOAD(lc->stats.models_sent);
 		t->net.model_zero_copy += LOAD(lc->stats.model_zero_copy);
 		t->net.model_copied += LOAD(lc->stats.model_copied);
+		t->net.model_inline += LOAD(lc->stats.model_inline);
 		t->net.acks_sent += LOAD(lc->stats.acks_sent);
 		t->net.ring_out += LOAD(lc->stats.ring_out);
 		t->net.ring_out_bytes += LOAD(lc->stats.ring_out_bytes);
@@ -129,6 +130,7 @@ cmd_stats(const char *cmd, const char *params, struct rte_tel_data *d)
 	rte_tel_data_add_dict_u64(d, "models_sent", t.net.models_sent);
 	rte_tel_data_add_dict_u64(d, "model_payloads_by_reference", t.net.model_zero_copy);
 	rte_tel_data_add_dict_u64(d, "model_payloads_copied", t.net.model_copied);
+	rte_tel_data_add_dict_u64(d, "model_payloads_inline", t.net.model_inline);
 	rte_tel_data_add_dict_u64(d, "models_resent", t.engine.models_resent);
 	rte_tel_data_add_dict_u64(d, "acks_sent", t.net.acks_sent);
 	rte_tel_data_add_dict_u64(d, "handed_off", t.net.handed_off);

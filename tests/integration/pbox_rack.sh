@@ -383,8 +383,12 @@ checks = {
     "pushes": s["pushes"] == workers * segments * rounds,
     "segments_optimized": s["segments_optimized"] == segments * rounds,
     "models_sent": s["models_sent"] >= workers * segments * rounds,
-    # tap ports chain MODEL frames to one payload: the job's model memory, never a copy
-    "MODEL payloads by reference": s["model_payloads_by_reference"] == segments * rounds
+    # tap ports take multi-segment frames: a payload under 2 KB (these are 400 bytes) is copied
+    # behind each frame's headers, a larger one chained from the job's model memory; never
+    # the fallback copy (a port that kept frames after its flush)
+    "MODEL payloads inline or by reference":
+        s["model_payloads_inline"] + s["model_payloads_by_reference"] == segments * rounds
+        and s["model_payloads_inline"] == segments * rounds
         and s["model_payloads_copied"] == 0,
     "lcores add up": sum(l["pushes"] for l in lcores.values()) == s["pushes"],
     "both lcores worked": all(l["pushes"] > 0 for l in lcores.values()),
@@ -399,6 +403,7 @@ checks = {
 bad = [k for k, ok in checks.items() if not ok]
 print("telemetry:", {k: s[k] for k in ("pushes", "segments_optimized", "models_sent",
                                         "model_payloads_by_reference", "model_payloads_copied",
+                                        "model_payloads_inline",
                                         "rx_packets", "tx_packets", "handed_off", "drops")})
 if bad:
     print("  wrong:", bad)
