@@ -74,6 +74,24 @@ pbox_raw_cksum_scalar(const void *buf, size_t len)
 
 #if defined(__x86_64__)
 /*
+ * A vector sum's end: the tail's sum s (at most 16 bits) plus both 32-bit halves of every
+ * 64-bit lane, folded to 16 bits.
+ */
+static inline uint16_t
+pbox_csum_fold_lanes(uint64_t s, const uint64_t *lanes, unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++) {
+		s += lanes[i] & 0xffffffffu;
+		s += lanes[i] >> 32;
+	}
+	s = (s & 0xffffffffu) + (s >> 32);
+	s = (s & 0xffffu) + (s >> 16);
+	s = (s & 0xffffu) + (s >> 16);
+	s = (s & 0xffffu) + (s >> 16);
+	return (uint16_t)s;
+}
+
+/*
  * The same sum, 64 bytes a step in AVX2 registers: each 64-bit lane adds the two 32-bit halves
  * of its word (below 2^33 a step, so a datagram's 1024 steps cannot wrap a lane); the tail goes
  * to the scalar sum, whose start is 64-byte steps past buf, so the two sums add.
@@ -84,7 +102,7 @@ pbox_raw_cksum_avx2(const void *buf, size_t len)
 	const uint8_t *p = buf;
 	const __m256i lo = _mm256_set1_epi64x(0xffffffff);
 	__m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
-	uint64_t lanes[4], s;
+	uint64_t lanes[4];
 
 	while (len >= 64) {
 		__m256i v0 = _mm256_loadu_si256((const __m256i *)(const void *)p);
@@ -98,23 +116,14 @@ pbox_raw_cksum_avx2(const void *buf, size_t len)
 		len -= 64;
 	}
 	_mm256_storeu_si256((__m256i *)(void *)lanes, _mm256_add_epi64(a0, a1));
-	s = pbox_raw_cksum_scalar(p, len);
-	for (int i = 0; i < 4; i++) {
-		s += lanes[i] & 0xffffffffu;
-		s += lanes[i] >> 32;
-	}
-	s = (s & 0xffffffffu) + (s >> 32);
-	s = (s & 0xffffu) + (s >> 16);
-	s = (s & 0xffffu) + (s >> 16);
-	s = (s & 0xffffu) + (s >> 16);
-	return (uint16_t)s;
+	return pbox_csum_fold_lanes(pbox_raw_cksum_scalar(p, len), lanes, 4);
 }
 
 /*
  * The same sum, 128 bytes a step in AVX-512 registers, four accumulators: a third less time than
  * the AVX2 sum for 8 KB (131 against 179 ns in L1, 123 against 209 ns in L2, measured on this
- * project's build machine); the AVX2 sum takes the tail, whose start is 128-byte steps past
- * buf, so the sums add. The lanes' bound is the AVX2 sum's: below 2^33 a step.
+ * project's build machine); the AVX2 sum (its scalar tail below 64 bytes) takes the tail,
+ * whose start is 128-byte steps past buf, so the sums add. The lanes' bound is the AVX2 sum's: below 2^33 a step.
  */
 __attribute__((target("avx512f"))) static inline uint16_t
 pbox_raw_cksum_avx512(const void *buf, size_t len)
@@ -123,7 +132,7 @@ pbox_raw_cksum_avx512(const void *buf, size_t len)
 	const __m512i lo = _mm512_set1_epi64(0xffffffff);
 	__m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
 	__m512i a2 = _mm512_setzero_si512(), a3 = _mm512_setzero_si512();
-	uint64_t lanes[8], s;
+	uint64_t lanes[8];
 
 	while (len >= 128) {
 		__m512i v0 = _mm512_loadu_si512((const void *)p);
@@ -138,16 +147,7 @@ pbox_raw_cksum_avx512(const void *buf, size_t len)
 	}
 	_mm512_storeu_si512((void *)lanes,
 			_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
-	s = len >= 64 ? pbox_raw_cksum_avx2(p, len) : pbox_raw_cksum_scalar(p, len);
-	for (int i = 0; i < 8; i++) {
-		s += lanes[i] & 0xffffffffu;
-		s += lanes[i] >> 32;
-	}
-	s = (s & 0xffffffffu) + (s >> 32);
-	s = (s & 0xffffu) + (s >> 16);
-	s = (s & 0xffffu) + (s >> 16);
-	s = (s & 0xffffu) + (s >> 16);
-	return (uint16_t)s;
+	return pbox_csum_fold_lanes(pbox_raw_cksum_avx2(p, len), lanes, 8);
 }
 #endif
 

@@ -322,7 +322,13 @@ model_ref_put(void *addr, void *opaque)
 
 	(void)addr;
 	lc->model_ref_free[lc->model_ref_n_free++] = ref;
-	lc->model_refs--;
+}
+
+/* Whether a MODEL frame sent by reference is still held by a driver. */
+static inline bool
+model_refs_out(const struct pbox_lcore *lc)
+{
+	return lc->model_ref_n_free != PHUB_ENGINE_MAX_WORKERS;
 }
 
 /*
@@ -348,7 +354,6 @@ model_ref_get(struct pbox_lcore *lc, const struct model_payload *pl)
 	rte_pktmbuf_attach_extbuf(m, (void *)(uintptr_t)pl->data, pl->iova, pl->len, &ref->shinfo);
 	m->data_len = pl->len;
 	m->pkt_len = pl->len;
-	lc->model_refs++;
 	return m;
 }
 
@@ -394,21 +399,14 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 			goto err;
 		}
 	}
-	if (pl->by_ref) {
-		struct rte_mbuf *mi = model_ref_get(lc, pl);
+	if (pl->by_ref || pl->copy != NULL) {
+		struct rte_mbuf *mi = pl->by_ref ? model_ref_get(lc, pl) :
+				rte_pktmbuf_alloc(lc->indirect_pool);
 
 		if (unlikely(mi == NULL))
 			goto err;
-		if (rte_pktmbuf_chain(m, mi) != 0) {
-			rte_pktmbuf_free(mi);
-			goto err;
-		}
-	} else if (pl->copy != NULL) {
-		struct rte_mbuf *mi = rte_pktmbuf_alloc(lc->indirect_pool);
-
-		if (unlikely(mi == NULL))
-			goto err;
-		rte_pktmbuf_attach(mi, pl->copy);
+		if (!pl->by_ref)
+			rte_pktmbuf_attach(mi, pl->copy);
 		if (rte_pktmbuf_chain(m, mi) != 0) {
 			rte_pktmbuf_free(mi);
 			goto err;
@@ -454,26 +452,27 @@ model_iova(const void *p)
 }
 
 /*
- * How a broadcast's frames carry the payload on a port that sends multi-segment frames: the
- * job's model memory by reference, when no frame of an earlier broadcast still points into
- * model memory, the port gave the last ones back at its flush, and there is a reference for
- * every rank; else one copy that every frame chains to. Elsewhere (or when that copy finds no
- * mbuf) each frame copies the payload after its headers.
+ * How a broadcast's frames (all) carry the payload on a port that sends multi-segment frames:
+ * the job's model memory by reference, when no frame of an earlier broadcast still points into
+ * model memory and the port gave the last ones back at its flush; else one copy that every
+ * frame chains to. Elsewhere (one rank, a payload under PBOX_MODEL_CHAIN_MIN, or when that
+ * copy finds no mbuf) each frame copies the payload after its headers.
  */
 static void
 model_payload_init(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_reply *reply,
-		uint16_t ranks, struct model_payload *pl)
+		bool all, struct model_payload *pl)
 {
 	void *dst;
 
 	*pl = (struct model_payload){ .data = reply->model, .len = (uint16_t)reply->model_bytes };
-	if (!pbox.ports[tx_port].multi_seg_tx || reply->model_bytes >= UINT16_MAX)
+	if (!all || !pbox.ports[tx_port].multi_seg_tx || reply->model_bytes >= UINT16_MAX)
 		return;
 	if (reply->model_bytes < PBOX_MODEL_CHAIN_MIN) {
 		lc->stats.model_inline++;
 		return;
 	}
-	if (lc->model_refs == 0 && !lc->model_copy[tx_port] && lc->model_ref_n_free >= ranks) {
+	/* With none out, every rank (at most PHUB_ENGINE_MAX_WORKERS) has a reference. */
+	if (!model_refs_out(lc) && !lc->model_copy[tx_port]) {
 		pl->iova = model_iova(reply->model);
 		pl->by_ref = pl->iova != RTE_BAD_IOVA;
 		if (pl->by_ref) {
@@ -533,11 +532,7 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 	}
 	payload_sum = pbox_raw_cksum(reply->model, reply->model_bytes);
 
-	if (all)
-		model_payload_init(lc, tx_port, reply, (uint16_t)(end - first), &pl);
-	else
-		pl = (struct model_payload){ .data = reply->model,
-				.len = (uint16_t)reply->model_bytes };
+	model_payload_init(lc, tx_port, reply, all, &pl);
 	for (uint16_t r = first; r < end; r++) {
 		struct phub_engine_peer peer;
 		struct rte_mbuf *m;
@@ -577,7 +572,7 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 	if (pl.by_ref && lc->tx[tx_port] != NULL && lc->queue[tx_port] != PBOX_NO_QUEUE) {
 		rte_eth_tx_buffer_flush(pbox.ports[tx_port].port_id, lc->queue[tx_port],
 				lc->tx[tx_port]);
-		if (lc->model_refs != 0)
+		if (model_refs_out(lc))
 			lc->model_copy[tx_port] = true;
 	}
 }

@@ -138,7 +138,7 @@ struct pbox_lcore {
 	/*
 	 * The MODEL payload by reference (send_model): each frame of a broadcast points into the
 	 * job's model memory through its own shared info, free (refcnt 1) until the driver frees
-	 * the frame; model_refs counts those still out. One reference per frame, not one shared
+	 * the frame; the ones not on the free stack are still out. One reference per frame, not one shared
 	 * by all: a shared count above 1 is dropped with a locked instruction, which waits for
 	 * the driver's copy of the frame to leave the store buffer (5 % of the lcore at 8 KB,
 	 * 12 % at 1 KB). Per port, whether the frames were all gone at the flush right after the
@@ -147,7 +147,6 @@ struct pbox_lcore {
 	 */
 	struct pbox_model_ref *model_ref_free[PHUB_ENGINE_MAX_WORKERS];
 	uint16_t model_ref_n_free;
-	uint16_t model_refs;
 	bool model_copy[PBOX_MAX_PORTS];
 	struct pbox_model_ref *model_ref_store;	/* PHUB_ENGINE_MAX_WORKERS of them */
 	/* Per job slot: where the next release of window-held ring steps starts. */
