@@ -313,50 +313,6 @@ struct model_payload {
 	bool by_ref;
 };
 
-/* The driver freed a MODEL frame: its reference to the job's model memory goes back. */
-static void
-model_ref_put(void *addr, void *opaque)
-{
-	struct pbox_model_ref *ref = opaque;
-	struct pbox_lcore *lc = ref->lc;
-
-	(void)addr;
-	lc->model_ref_free[lc->model_ref_n_free++] = ref;
-}
-
-/* Whether a MODEL frame sent by reference is still held by a driver. */
-static inline bool
-model_refs_out(const struct pbox_lcore *lc)
-{
-	return lc->model_ref_n_free != PHUB_ENGINE_MAX_WORKERS;
-}
-
-/*
- * The payload segment of one MODEL frame sent by reference: an mbuf of its own, attached to the
- * job's model memory with a shared info of its own, so that the driver's free of it counts 1
- * to 0 without a locked instruction.
- */
-static struct rte_mbuf *
-model_ref_get(struct pbox_lcore *lc, const struct model_payload *pl)
-{
-	struct pbox_model_ref *ref;
-	struct rte_mbuf *m;
-
-	if (unlikely(lc->model_ref_n_free == 0))
-		return NULL;
-	m = rte_pktmbuf_alloc(lc->indirect_pool);
-	if (unlikely(m == NULL))
-		return NULL;
-	ref = lc->model_ref_free[--lc->model_ref_n_free];
-	ref->shinfo.free_cb = model_ref_put;
-	ref->shinfo.fcb_opaque = ref;
-	rte_mbuf_ext_refcnt_set(&ref->shinfo, 1);
-	rte_pktmbuf_attach_extbuf(m, (void *)(uintptr_t)pl->data, pl->iova, pl->len, &ref->shinfo);
-	m->data_len = pl->len;
-	m->pkt_len = pl->len;
-	return m;
-}
-
 /*
  * One MODEL frame to one rank: headers in m (from prev when it was built with the same flags,
  * else built and kept in prev), payload by reference (pl->by_ref) or copied.
@@ -400,7 +356,10 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 		}
 	}
 	if (pl->by_ref || pl->copy != NULL) {
-		struct rte_mbuf *mi = pl->by_ref ? model_ref_get(lc, pl) :
+		struct rte_mbuf *mi = pl->by_ref ?
+				pbox_extref_get(&lc->model_refs, lc->indirect_pool,
+						(void *)(uintptr_t)pl->data, pl->iova, pl->len,
+						pl->len) :
 				rte_pktmbuf_alloc(lc->indirect_pool);
 
 		if (unlikely(mi == NULL))
@@ -472,7 +431,7 @@ model_payload_init(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_en
 		return;
 	}
 	/* With none out, every rank (at most PHUB_ENGINE_MAX_WORKERS) has a reference. */
-	if (!model_refs_out(lc) && !lc->model_copy[tx_port]) {
+	if (!pbox_extref_out(&lc->model_refs) && !lc->model_copy[tx_port]) {
 		pl->iova = model_iova(reply->model);
 		pl->by_ref = pl->iova != RTE_BAD_IOVA;
 		if (pl->by_ref) {
@@ -572,7 +531,7 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 	if (pl.by_ref && lc->tx[tx_port] != NULL && lc->queue[tx_port] != PBOX_NO_QUEUE) {
 		rte_eth_tx_buffer_flush(pbox.ports[tx_port].port_id, lc->queue[tx_port],
 				lc->tx[tx_port]);
-		if (model_refs_out(lc))
+		if (pbox_extref_out(&lc->model_refs))
 			lc->model_copy[tx_port] = true;
 	}
 }

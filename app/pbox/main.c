@@ -178,19 +178,18 @@ lcores_tx_init(struct pbox *pb)
 	for (uint16_t k = 0; k < pb->n_lcores; k++) {
 		struct pbox_lcore *lc = &pb->lcores[k];
 		int socket = pb->ports[lc->rx_ports[0]].socket;
+		struct pbox_extref *refs;
 
 		lc->pool = pb->pools[socket];
 		lc->indirect_pool = pb->indirect_pools[socket];
 		/* A broadcast by reference takes one per rank: PHUB_ENGINE_MAX_WORKERS. */
-		lc->model_ref_store = rte_zmalloc_socket("phub_model_refs",
-				PHUB_ENGINE_MAX_WORKERS * sizeof(*lc->model_ref_store), 0, socket);
-		if (lc->model_ref_store == NULL)
+		refs = rte_zmalloc_socket("phub_model_refs", PHUB_ENGINE_MAX_WORKERS *
+				(sizeof(*refs) + sizeof(struct pbox_extref *)), 0, socket);
+		if (refs == NULL)
 			return -ENOMEM;
-		for (uint16_t i = 0; i < PHUB_ENGINE_MAX_WORKERS; i++) {
-			lc->model_ref_store[i].lc = lc;
-			lc->model_ref_free[i] = &lc->model_ref_store[i];
-		}
-		lc->model_ref_n_free = PHUB_ENGINE_MAX_WORKERS;
+		pbox_extref_stack_init(&lc->model_refs, refs,
+				(struct pbox_extref **)(void *)(refs + PHUB_ENGINE_MAX_WORKERS),
+				PHUB_ENGINE_MAX_WORKERS);
 		for (uint16_t p = 0; p < pb->n_ports; p++) {
 			if (lc->queue[p] == PBOX_NO_QUEUE)
 				continue;

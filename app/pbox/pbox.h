@@ -15,6 +15,8 @@
 #include <rte_ethdev.h>
 #include <rte_log.h>
 #include <rte_mbuf.h>
+
+#include "extref.h"
 #include <rte_rcu_qsbr.h>
 #include <rte_ring.h>
 
@@ -110,12 +112,6 @@ struct pbox_lcore_stats {
 	uint64_t net_drops[PBOX_NET_DROP_MAX];
 };
 
-/* A MODEL frame's reference to a job's model memory (an external buffer), back to its lcore. */
-struct pbox_model_ref {
-	struct rte_mbuf_ext_shared_info shinfo;
-	struct pbox_lcore *lc;
-};
-
 struct pbox_lcore {
 	unsigned int lcore_id;
 	uint16_t data_index;		/* index among data lcores; names the UDP port */
@@ -137,18 +133,14 @@ struct pbox_lcore {
 	uint32_t elastic_epoch[PHUB_ENGINE_MAX_JOBS];
 	/*
 	 * The MODEL payload by reference (send_model): each frame of a broadcast points into the
-	 * job's model memory through its own shared info, free (refcnt 1) until the driver frees
-	 * the frame; the ones not on the free stack are still out. One reference per frame, not one shared
-	 * by all: a shared count above 1 is dropped with a locked instruction, which waits for
-	 * the driver's copy of the frame to leave the store buffer (5 % of the lcore at 8 KB,
-	 * 12 % at 1 KB). Per port, whether the frames were all gone at the flush right after the
-	 * broadcast (a driver that copies at TX, like net_memif, af_packet, tap) or not (a NIC's
-	 * DMA: copy from then on).
+	 * job's model memory through a reference of its own (extref.h; one shared by all frames
+	 * cost 5 % of the lcore at 8 KB, 12 % at 1 KB in locked decrements), one per rank at most.
+	 * Per port, whether the frames were all gone at the flush right after the broadcast (a
+	 * driver that copies at TX, like net_memif, af_packet, tap) or not (a NIC's DMA: copy
+	 * from then on).
 	 */
-	struct pbox_model_ref *model_ref_free[PHUB_ENGINE_MAX_WORKERS];
-	uint16_t model_ref_n_free;
+	struct pbox_extref_stack model_refs;
 	bool model_copy[PBOX_MAX_PORTS];
-	struct pbox_model_ref *model_ref_store;	/* PHUB_ENGINE_MAX_WORKERS of them */
 	/* Per job slot: where the next release of window-held ring steps starts. */
 	uint32_t ring_release_cursor[PHUB_ENGINE_MAX_JOBS];
 	bool memif_gated;		/* has a queue on a net_memif port: see memif_gate.c */

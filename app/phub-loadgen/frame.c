@@ -147,39 +147,6 @@ lg_frame_control(struct lg *lg, const struct lg_worker *w, const void *datagram,
 	return 0;
 }
 
-/* The port freed a chained PUSH: its reference to the gradient goes back. */
-static void
-payload_ref_put(void *addr, void *opaque)
-{
-	struct lg_payload_ref *ref = opaque;
-
-	(void)addr;
-	ref->owner->free[ref->owner->n_free++] = ref;
-}
-
-/* An mbuf of bytes of the shared gradient, by reference; NULL when none is left. */
-static struct rte_mbuf *
-payload_ref_get(struct lg *lg, uint16_t bytes)
-{
-	struct lg_payload_ref *ref;
-	struct rte_mbuf *mi;
-
-	if (unlikely(lg->refs->n_free == 0))
-		return NULL;
-	mi = rte_pktmbuf_alloc(lg->indirect_pool);
-	if (unlikely(mi == NULL))
-		return NULL;
-	ref = lg->refs->free[--lg->refs->n_free];
-	ref->shinfo.free_cb = payload_ref_put;
-	ref->shinfo.fcb_opaque = ref;
-	rte_mbuf_ext_refcnt_set(&ref->shinfo, 1);
-	rte_pktmbuf_attach_extbuf(mi, rte_pktmbuf_mtod(lg->payload, void *),
-			rte_pktmbuf_iova(lg->payload), lg->payload->data_len, &ref->shinfo);
-	mi->data_len = bytes;
-	mi->pkt_len = bytes;
-	return mi;
-}
-
 /*
  * One PUSH (or PULL) frame of segment s from worker w with header hdr. The payload is the shared
  * gradient mbuf, attached by reference when the port takes chained frames, else copied: either
@@ -204,7 +171,9 @@ lg_frame_push(struct lg *lg, const struct lg_worker *w, const struct lg_segment 
 	if (unlikely(phub_wire_hdr_encode(p + LG_L2_L4_LEN, PHUB_WIRE_HDR_LEN, hdr, 0) < 0))
 		goto err;
 	if (bytes > 0 && lg->chained_tx) {
-		struct rte_mbuf *mi = payload_ref_get(lg, bytes);
+		struct rte_mbuf *mi = pbox_extref_get(lg->refs, lg->indirect_pool,
+				rte_pktmbuf_mtod(lg->payload, void *), rte_pktmbuf_iova(lg->payload),
+				lg->payload->data_len, bytes);
 
 		if (unlikely(mi == NULL))
 			goto err;

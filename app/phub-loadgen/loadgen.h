@@ -12,6 +12,7 @@
 #include <rte_log.h>
 #include <rte_mbuf.h>
 
+#include "extref.h"
 #include "layout/phub_layout.h"
 #include "wire/phub_wire.h"
 
@@ -132,21 +133,6 @@ struct lg_stats {
 	uint64_t exchanges;		/* whole-model iterations after the initial round */
 };
 
-struct lg_payload_refs;
-
-/* A chained PUSH's reference to the shared gradient (an external buffer), back to its stack. */
-struct lg_payload_ref {
-	struct rte_mbuf_ext_shared_info shinfo;
-	struct lg_payload_refs *owner;
-};
-
-/* The references not in use: a stack, shared by the jobs of the process (one lcore). */
-struct lg_payload_refs {
-	struct lg_payload_ref *all;
-	struct lg_payload_ref **free;
-	uint32_t n_free;
-};
-
 struct lg {
 	struct lg_options opt;
 	struct rte_mempool *pool;	/* direct mbufs, large enough for a whole frame */
@@ -154,12 +140,12 @@ struct lg {
 	struct rte_mempool *indirect_pool;
 	struct rte_mbuf *payload;	/* the gradient every PUSH carries, shared */
 	/*
-	 * Each chained PUSH points at the gradient through a shared info of its own (refcnt 1):
-	 * an indirect mbuf on the one payload mbuf costs two locked refcount updates per frame,
-	 * each waiting for the port's copy of the frame before it to drain (16 % of the
-	 * generator's CPU at 1 KB), and the generator must stay ahead of what it measures.
+	 * Each chained PUSH points at the gradient through a reference of its own (extref.h): an
+	 * indirect mbuf on the one payload mbuf cost two locked refcount updates per frame (16 %
+	 * of the generator's CPU at 1 KB), and the generator must stay ahead of what it measures.
+	 * Shared by the jobs of the process (one lcore).
 	 */
-	struct lg_payload_refs *refs;
+	struct pbox_extref_stack *refs;
 	struct rte_ether_addr port_mac;
 	struct rte_ether_addr pbox_mac;
 	bool chained_tx;		/* the port takes multi-segment frames */

@@ -451,15 +451,17 @@ port_init(struct lg *lg)
 	lg->refs = calloc(1, sizeof(*lg->refs));
 	if (lg->refs == NULL)
 		return -ENOMEM;
-	lg->refs->all = calloc(HDR_MBUFS, sizeof(*lg->refs->all));
-	lg->refs->free = calloc(HDR_MBUFS, sizeof(*lg->refs->free));
-	if (lg->refs->all == NULL || lg->refs->free == NULL)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < HDR_MBUFS; i++) {
-		lg->refs->all[i].owner = lg->refs;
-		lg->refs->free[i] = &lg->refs->all[i];
+	{
+		struct pbox_extref *all = calloc(HDR_MBUFS, sizeof(*all));
+		struct pbox_extref **free_slots = calloc(HDR_MBUFS, sizeof(*free_slots));
+
+		if (all == NULL || free_slots == NULL) {
+			free(all);
+			free(free_slots);
+			return -ENOMEM;
+		}
+		pbox_extref_stack_init(lg->refs, all, free_slots, HDR_MBUFS);
 	}
-	lg->refs->n_free = HDR_MBUFS;
 
 	/* A server side waits for nobody: its client connects when it likes. */
 	if (lg->opt.reflect)
