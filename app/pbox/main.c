@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <rte_alarm.h>
 #include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
@@ -231,6 +232,38 @@ print_summary(const struct pbox *pb)
 			" pushes, %" PRIu64 " segments optimized", rx, tx, pushes, done);
 }
 
+static void
+intr_barrier_cb(void *arg)
+{
+	atomic_store((atomic_bool *)arg, true);
+}
+
+/*
+ * Before rte_eal_cleanup: let the EAL interrupt thread finish what the ports' close left it
+ * (a memif disconnect's handlers). DPDK 22.11 does not stop that thread in rte_eal_cleanup,
+ * and one still walking its interrupt sources while the cleanup unmapped their memory crashed
+ * phub-pbox on SIGTERM (core: the interrupt thread in rte_intr_fd_get, the main thread in
+ * munmap; about 1 run in 5 of pbox-memif-reconnect). Alarms run on that thread one callback
+ * at a time, so two that fired in turn mean the ones queued before them have run.
+ */
+static void
+intr_thread_settle(void)
+{
+	for (int round = 0; round < 2; round++) {
+		atomic_bool fired = false;
+		uint64_t end = rte_rdtsc() + rte_get_tsc_hz();
+
+		if (rte_eal_alarm_set(1, intr_barrier_cb, &fired) != 0)
+			return;
+		while (!atomic_load(&fired) && rte_rdtsc() < end)
+			rte_delay_us_sleep(1000);
+		if (!atomic_load(&fired)) {
+			rte_eal_alarm_cancel(intr_barrier_cb, &fired);
+			return;
+		}
+	}
+}
+
 int
 main(int argc, char **argv)
 {
@@ -387,6 +420,7 @@ main(int argc, char **argv)
 	pbox.engine = NULL;
 	pthread_mutex_unlock(&pbox.jobs_lock);
 	phub_config_free(&pbox.cfg);
+	intr_thread_settle();
 	rte_eal_cleanup();
 	free(eal_argv);
 	pbox_xdp_fini();
