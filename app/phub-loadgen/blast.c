@@ -37,6 +37,7 @@ lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 	uint64_t inflight = 0;
 	uint32_t frame_len = LG_HEAD_LEN + lg->opt.payload_bytes;
 	uint16_t answered;
+	uint64_t sent;
 	uint32_t rr = 0;
 	bool measuring = false;
 
@@ -92,6 +93,7 @@ lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 			answered++;
 		}
 		rte_pktmbuf_free_bulk(pkts, n);
+		sent = lg->stats.tx_pkts;
 		if (answered > 0) {
 			inflight -= RTE_MIN(inflight, (uint64_t)answered);
 			last_rx = now;
@@ -117,6 +119,8 @@ lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 			rr = rr + 1 == lg->n_workers ? 0 : rr + 1;
 		}
 		lg_tx_flush(lg);
+		if (n > 0 || lg->stats.tx_pkts != sent)
+			lg->stats.busy_tsc += rte_rdtsc() - now;
 	}
 	*seconds = (double)(rte_rdtsc() - start) / (double)lg->tsc_hz;
 	memset(measured, 0, sizeof(*measured));
@@ -129,6 +133,7 @@ lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 	measured->tx_full = lg->stats.tx_full - base.tx_full;
 	measured->other = lg->stats.other - base.other;
 	measured->acks = lg->stats.acks - base.acks;
+	measured->busy_tsc = lg->stats.busy_tsc - base.busy_tsc;
 	/* Frames still in the queue were built, never sent. */
 	rte_pktmbuf_free_bulk(lg->txq, lg->n_txq);
 	lg->n_txq = 0;

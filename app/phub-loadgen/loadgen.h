@@ -131,6 +131,7 @@ struct lg_stats {
 	uint64_t other;			/* none of the above; --blast: frames lost */
 	uint64_t tx_full;		/* bursts the port took only partly */
 	uint64_t exchanges;		/* whole-model iterations after the initial round */
+	uint64_t busy_tsc;		/* TSC of the loop turns that received or sent frames */
 };
 
 struct lg {

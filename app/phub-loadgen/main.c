@@ -581,6 +581,8 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 	uint32_t seg_bytes = o->blast ? o->payload_bytes : lg->seg_elems * (uint32_t)sizeof(float);
 	uint32_t frame = LG_HEAD_LEN + seg_bytes;
 	double d = sec > 0 ? sec : 1e-9;
+	/* The generator's own load: near 1.0, it may be what limits the server it measures. */
+	double busy = (double)s->busy_tsc / (double)lg->tsc_hz / d;
 	double p50, p99;
 
 	qsort(lg->iter_ns, lg->n_iter_ns, sizeof(uint64_t), cmp_u64);
@@ -598,7 +600,7 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 			"\"acks\":%" PRIu64 ",\"models\":%" PRIu64 ",\"retransmits\":%" PRIu64 ","
 			"\"pulls\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"stale\":%" PRIu64 ","
 			"\"errors\":%" PRIu64 ",\"other\":%" PRIu64 ",\"tx_ring_full\":%" PRIu64 ","
-			"\"window\":%u",
+			"\"window\":%u,\"generator_busy\":%.3f",
 			o->blast ? "blast" : "session", lg->run, lg->n_workers, o->keys,
 			o->key_elems,
 			lg->n_segments, seg_bytes, frame, o->udp_csum ? "true" : "false", sec,
@@ -607,7 +609,8 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 			s->tx_pkts, (double)s->tx_pkts / d, (double)s->tx_bytes * 8 / d / 1e9,
 			s->rx_pkts, (double)s->rx_pkts / d, (double)s->rx_bytes * 8 / d / 1e9,
 			s->acks, s->models, s->retransmits, s->pulls, s->replays, s->stale,
-			s->errors, s->other, s->tx_full, o->window == UINT32_MAX ? 0 : o->window);
+			s->errors, s->other, s->tx_full, o->window == UINT32_MAX ? 0 : o->window,
+			busy);
 		report_p3(lg, true);
 		report_bulk(lg, sec);
 		printf("}\n");
@@ -627,6 +630,8 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 			(double)s->tx_pkts / d, (double)s->tx_bytes * 8 / d / 1e9);
 	printf("  received   %" PRIu64 " frames, %.0f/s, %.2f Gbit/s\n", s->rx_pkts,
 			(double)s->rx_pkts / d, (double)s->rx_bytes * 8 / d / 1e9);
+	printf("  busy       %.2f of the generator's time (loop turns that sent or received)\n",
+			busy);
 	if (o->blast)
 		printf("  lost       %" PRIu64 " frames (nothing back for %u ms with frames out)\n",
 				s->other, LG_BLAST_LOSS_US / 1000);

@@ -43,6 +43,7 @@ struct reflect_stats {
 	uint64_t other;		/* not an IPv4/UDP frame in one segment: dropped */
 	uint64_t tx_dropped;	/* the ring was full */
 	uint64_t no_mbuf;
+	uint64_t busy_tsc;	/* TSC of the loop turns that received frames */
 };
 
 static void
@@ -50,9 +51,11 @@ reflect_report(const struct reflect_stats *s, bool acks)
 {
 	printf("{\"mode\":\"reflect\",\"acks_mode\":%s,\"frames\":%" PRIu64 ",\"csum_ok\":%" PRIu64
 		",\"csum_none\":%" PRIu64 ",\"csum_bad\":%" PRIu64 ",\"acks\":%" PRIu64
-		",\"other\":%" PRIu64 ",\"tx_dropped\":%" PRIu64 ",\"no_mbuf\":%" PRIu64 "}\n",
+		",\"other\":%" PRIu64 ",\"tx_dropped\":%" PRIu64 ",\"no_mbuf\":%" PRIu64
+		",\"busy_ns\":%.0f}\n",
 		acks ? "true" : "false", s->frames, s->csum_ok, s->csum_none, s->csum_bad,
-		s->acks, s->other, s->tx_dropped, s->no_mbuf);
+		s->acks, s->other, s->tx_dropped, s->no_mbuf,
+		(double)s->busy_tsc * 1e9 / (double)rte_get_tsc_hz());
 	fflush(stdout);
 }
 
@@ -101,6 +104,8 @@ lg_reflect_run(struct lg *lg, bool acks)
 	while (!lg_quit) {
 		struct rte_mbuf *pkts[LG_BURST], *out[2 * LG_BURST];
 		uint16_t n, n_out = 0, sent;
+
+		uint64_t start = rte_rdtsc();
 
 		n = rte_eth_rx_burst(port, 0, pkts, LG_BURST);
 		for (uint16_t i = 0; i < n; i++) {
@@ -162,6 +167,8 @@ lg_reflect_run(struct lg *lg, bool acks)
 				rte_pktmbuf_free_bulk(out + sent, n_out - sent);
 			}
 		}
+		if (n != 0)
+			st.busy_tsc += rte_rdtsc() - start;
 		if (rte_rdtsc() > next_report) {
 			reflect_report(&st, acks);
 			next_report = rte_rdtsc() + lg->tsc_hz;

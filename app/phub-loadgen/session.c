@@ -614,14 +614,18 @@ run_iteration(struct lg *lg, uint64_t deadline)
 {
 	iteration_begin(lg);
 	while (!iteration_done(lg)) {
-		uint64_t now;
+		uint64_t start = rte_rdtsc(), now;
+		uint64_t rx = lg->stats.rx_pkts, tx = lg->stats.tx_pkts;
+		bool scanned;
 
 		rx_poll(lg);
 		now = rte_rdtsc();
 		if (lg->bulk != NULL)
 			bulk_work(lg, now);
-		if (iteration_work(lg, now) &&
-		    (lg_quit || (deadline != 0 && now >= deadline)))
+		scanned = iteration_work(lg, now);
+		if (lg->stats.rx_pkts != rx || lg->stats.tx_pkts != tx)
+			lg->stats.busy_tsc += rte_rdtsc() - start;
+		if (scanned && (lg_quit || (deadline != 0 && now >= deadline)))
 			return false;
 	}
 	return true;
@@ -784,6 +788,7 @@ lg_session_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 	measured->other = at_end.other - base.other;
 	measured->tx_full = at_end.tx_full - base.tx_full;
 	measured->exchanges = at_end.exchanges - base.exchanges;
+	measured->busy_tsc = at_end.busy_tsc - base.busy_tsc;
 leave:
 	if (lg->bulk != NULL)
 		leave_all(lg->bulk);
