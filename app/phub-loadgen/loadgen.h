@@ -126,7 +126,8 @@ struct lg_stats {
 	uint64_t models;		/* MODEL datagrams of the current iteration taken */
 	uint64_t model_bytes;
 	uint64_t replays;		/* ACK or MODEL with REPLAY */
-	uint64_t stale;			/* answers for another iteration or a done segment */
+	uint64_t stale;			/* answers for another iteration or a done segment;
+					 * --blast: frames that came back not as a PUSH */
 	uint64_t errors;		/* ERROR datagrams */
 	uint64_t other;			/* none of the above; --blast: frames lost */
 	uint64_t tx_full;		/* bursts the port took only partly */
