@@ -8,7 +8,8 @@
 set -euo pipefail
 
 readonly BUILD_DIR=$1
-readonly ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+readonly ROOT
 
 if [[ $EUID -ne 0 ]] || ! command -v dpdk-testpmd >/dev/null || ! command -v jq >/dev/null; then
 	echo "SKIP: needs root, dpdk-testpmd and jq"
