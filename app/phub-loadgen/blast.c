@@ -88,7 +88,7 @@ lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 		 * Every frame's headers read, as the session's workers read each ACK and MODEL
 		 * (rx_poll): a server's TX then writes into lines this CPU holds, whichever server
 		 * it is. Left unread, they cost testpmd and the floors less than the PBox: the floor
-		 * took a fifth more time per frame at 1 KB once they were read.
+		 * took a quarter more time per frame at 1 KB once they were read.
 		 */
 		for (uint16_t i = 0; i < n; i++) {
 			rte_prefetch0(rte_pktmbuf_mtod(pkts[i], void *));
