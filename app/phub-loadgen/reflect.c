@@ -104,7 +104,6 @@ lg_reflect_run(struct lg *lg, bool acks)
 	while (!lg_quit) {
 		struct rte_mbuf *pkts[LG_BURST], *out[2 * LG_BURST];
 		uint16_t n, n_out = 0, sent;
-
 		uint64_t start = rte_rdtsc();
 
 		n = rte_eth_rx_burst(port, 0, pkts, LG_BURST);
