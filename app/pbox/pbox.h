@@ -15,8 +15,6 @@
 #include <rte_ethdev.h>
 #include <rte_log.h>
 #include <rte_mbuf.h>
-
-#include "extref.h"
 #include <rte_rcu_qsbr.h>
 #include <rte_ring.h>
 
@@ -25,6 +23,7 @@
 #include "wire/phub_wire.h"
 
 #include "ack.h"
+#include "extref.h"
 
 #define PBOX_BURST 32
 #define PBOX_RING_SIZE 4096
