@@ -95,7 +95,9 @@ lg_reflect_run(struct lg *lg, bool acks)
 	uint16_t port = lg->opt.port_id;
 	struct reflect_stats st;
 	uint32_t count[LG_MAX_WORKERS] = { 0 };
-	uint64_t next_report = rte_rdtsc() + lg->tsc_hz;
+	/* The end of the last turn, the start of this one: one clock read a turn, as before. */
+	uint64_t turn_start = rte_rdtsc();
+	uint64_t next_report = turn_start + lg->tsc_hz;
 
 	memset(&st, 0, sizeof(st));
 	printf("phub-loadgen reflect: ready on port %u%s\n", port,
@@ -104,7 +106,7 @@ lg_reflect_run(struct lg *lg, bool acks)
 	while (!lg_quit) {
 		struct rte_mbuf *pkts[LG_BURST], *out[2 * LG_BURST];
 		uint16_t n, n_out = 0, sent;
-		uint64_t start = rte_rdtsc();
+		uint64_t now;
 
 		n = rte_eth_rx_burst(port, 0, pkts, LG_BURST);
 		for (uint16_t i = 0; i < n; i++) {
@@ -166,11 +168,14 @@ lg_reflect_run(struct lg *lg, bool acks)
 				rte_pktmbuf_free_bulk(out + sent, n_out - sent);
 			}
 		}
+		now = rte_rdtsc();
 		if (n != 0)
-			st.busy_tsc += rte_rdtsc() - start;
-		if (rte_rdtsc() > next_report) {
+			st.busy_tsc += now - turn_start;
+		turn_start = now;
+		if (now > next_report) {
 			reflect_report(&st, acks);
-			next_report = rte_rdtsc() + lg->tsc_hz;
+			turn_start = rte_rdtsc();	/* the report is not a turn's work */
+			next_report = turn_start + lg->tsc_hz;
 		}
 	}
 	reflect_report(&st, acks);
