@@ -117,7 +117,11 @@ EOF
 # shellcheck disable=SC2046 # pkg-config prints several words on purpose
 cc -o "$work/w" "$work/w.c" $(pkg-config --cflags --libs phub) || fail "cc against libphub-dev"
 [ "$("$work/w")" = linked ] || fail "the program against libphub.so.0 did not run"
-ldd "$work/w" | grep -Eq "libphub.so.0 => (/usr)?/lib/" || fail "not linked to the installed libphub.so.0"
+# ldd's output taken whole first: grep -q leaves at its match, and the loader still writing the
+# lines after it would die of SIGPIPE, which pipefail reports as a failure (seen once in CI).
+out=$(ldd "$work/w")
+grep -Eq "libphub.so.0 => (/usr)?/lib/" <<< "$out" ||
+	fail "not linked to the installed libphub.so.0: $out"
 
 # python3-phub: the installed package finds the installed libphub.so.0, away from any tree.
 out=$(cd / && env -i PATH=/usr/bin:/bin /usr/bin/python3 -c \
