@@ -45,8 +45,15 @@ def load_data(seed=0):
     return x[train], y[train], x[test], y[test]
 
 
-def make_model():
+def make_model(kind="cnn"):
+    """cnn: a small CNN (26k parameters). mlp: a wide multi-layer perceptron (4.3M parameters,
+    17 MB of fp32 gradients a step for a few MFLOP of compute), the shape of AlexNet's and VGG's
+    fully connected heads: a model whose exchange, not its compute, sets the step time."""
     torch.manual_seed(0)
+    if kind == "mlp":
+        return torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(64, 2048), torch.nn.ReLU(),
+            torch.nn.Linear(2048, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 10))
     return torch.nn.Sequential(
         torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(),
         torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
@@ -67,12 +74,13 @@ def accuracy(model, x, y):
 
 def param_groups(args, model):
     """The model's parameters, or with --param-groups two groups as users write them: the
-    convolution at the job's lr, the classifier at half of it."""
+    first layer at the job's lr, the others at half of it."""
     if not args.param_groups:
         return model.parameters()
-    conv = [p for n, p in model.named_parameters() if n.startswith("0.")]
-    rest = [p for n, p in model.named_parameters() if not n.startswith("0.")]
-    return [{"params": conv}, {"params": rest, "lr": args.lr / 2}]
+    named = list(model.named_parameters())
+    first = named[0][0].split(".")[0] + "."
+    return [{"params": [p for n, p in named if n.startswith(first)]},
+            {"params": [p for n, p in named if not n.startswith(first)], "lr": args.lr / 2}]
 
 
 def torch_optimizer(args, params):
@@ -94,7 +102,7 @@ def run(args, mode, rank, world, log_path):
     if args.deterministic:
         torch.use_deterministic_algorithms(True)
     xtr, ytr, xte, yte = load_data()
-    model = make_model()
+    model = make_model(args.model)
     if mode == "phub":
         import phub.torch as pt
         pt.init(server=args.server, port=args.port, job=args.job, nonce=args.nonce, rank=rank,
@@ -286,6 +294,8 @@ def main():
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--lr-step", type=int, default=0,
                     help="halve the learning rate every N epochs (a torch LR scheduler)")
+    ap.add_argument("--model", choices=["cnn", "mlp"], default="cnn",
+                    help="cnn (26k parameters) or mlp (4.3M: the exchange sets the step time)")
     ap.add_argument("--param-groups", action="store_true",
                     help="two parameter groups: the convolution at --lr, the rest at half")
     ap.add_argument("--deterministic", action="store_true",
