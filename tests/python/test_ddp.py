@@ -50,9 +50,17 @@ def _worker(rank, world, store, port, job, out):
     got, got_losses = _train(hooked, rank)
     stats = state.session.stats() if state.session is not None else None
     state.close()
+    # The staging path of GPU buckets (host buffers, a pushing thread), forced on the CPU.
+    staged = DDP(_model())
+    state = pt.AllreduceState(job_suffix="-ddp-staged", staging=True)
+    staged.register_comm_hook(state, pt.allreduce_hook)
+    got_staged, _ = _train(staged, rank)
+    staged_used = state._stage is not None and state.session.stats()["pushes"] > 0
+    state.close()
     dist.destroy_process_group()
     torch.save({"ref": ref, "got": got, "ref_losses": ref_losses, "got_losses": got_losses,
-                "stats": stats}, f"{out}.{rank}")
+                "stats": stats, "got_staged": got_staged, "staged_used": staged_used},
+               f"{out}.{rank}")
 
 
 def test_ddp_hook_trains_exactly_as_gloo_allreduce(soft_pbox, job):
@@ -68,5 +76,8 @@ def test_ddp_hook_trains_exactly_as_gloo_allreduce(soft_pbox, job):
         assert r["stats"]["ops_completed"] >= STEPS - 2
         for a, b in zip(r["ref"], r["got"]):
             assert torch.equal(a, b)            # (a + b) / 2 on the PBox == a/2 + b/2 in gloo
+        assert r["staged_used"]
+        for a, b in zip(r["ref"], r["got_staged"]):
+            assert torch.equal(a, b)
         assert r["ref_losses"] == r["got_losses"]
     assert res[0]["ref_losses"][0] != res[0]["ref_losses"][-1]   # it did train
