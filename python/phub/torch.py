@@ -120,8 +120,9 @@ class _Device:
     def stream(self):
         return torch.cuda.Stream(self.device) if self.cuda else _NoStream()
 
-    def event(self):
-        return torch.cuda.Event() if self.cuda else _NoStream()
+    def event(self, blocking=False):
+        # blocking: a thread that waits for it sleeps instead of spinning on a core.
+        return torch.cuda.Event(blocking=blocking) if self.cuda else _NoStream()
 
     def current_stream(self):
         return torch.cuda.current_stream(self.device) if self.cuda else _NoStream()
@@ -166,7 +167,7 @@ class _Staging:
         self.d2h.wait_event(ready)
         with self.dev.use(self.d2h):
             dst.copy_(src, non_blocking=self.dev.non_blocking)
-            done = self.dev.event()
+            done = self.dev.event(blocking=True)
             done.record(self.d2h)
         self.dev.keep_alive(src, self.d2h)
         self._queue.put((done, then))
