@@ -11,6 +11,7 @@
 #   R-pbox: phub-pbox (net_tap, 2 lcores), 10.I.0.1
 #   R-w1 (10.I.0.101): node 0, ranks 0 1, torchrun's rendezvous (master)
 #   R-w2 (10.I.0.102): node 1, ranks 2 3
+#   the host: phub-soft-pbox on loopback, the reference run
 #
 # usage: torchrun_rack.sh VIRTUAL_RACK PHUB_PBOX SOURCE_DIR BUILD_DIR
 # Exits 77 with the reason when it cannot run here (not root, no /dev/net/tun, no torch).
@@ -89,6 +90,8 @@ cfg = json.load(open(path))
 cfg["jobs"] = [{"name": name, "nonce": nonce, "workers": 4, "dtype": "fp32",
                 "deterministic": True,
                 "optimizer": {"type": "momentum", "lr": 0.05, "momentum": 0.9}}]
+# Ranks that import torch on a loaded machine may join far apart: not a dead worker.
+cfg.setdefault("timeouts", {})["worker_dead_ms"] = 60000
 json.dump(cfg, open(path, "w"), indent=2)
 PY
 "$vrack" pbox-start --name "$rack" --bin "$pbox_bin" >"$tmp/pbox-start.log" 2>&1 ||
@@ -138,11 +141,24 @@ pids=()
 [ $failed -eq 0 ] || { tail -n 20 "/run/phub-vrack/$rack/pbox.log"; exit 1; }
 grep -h "epoch" "$tmp/node0.out"
 echo "wall time of the launches $(( $(date +%s) - start )) s"
-# The same training against the soft PBox on loopback, 4 ranks in one launch.
+# The same training against the soft PBox on loopback, 4 ranks in one launch. Its 4 processes
+# each import torch before they join: on a loaded machine that can take longer than the
+# default 10 s a rank may keep the others waiting.
+"$build/tests/support/phub-soft-pbox" --port 0 --lcores 2 --worker-dead-ms 60000 \
+	>"$tmp/soft.out" 2>"$tmp/soft.err" &
+soft=$!
+pids+=("$soft")
+for _ in $(seq 50); do
+	soft_port=$(grep -o 'control 127\.0\.0\.1:[0-9]*' "$tmp/soft.out" | cut -d: -f2)
+	[ -n "$soft_port" ] && break
+	sleep 0.1
+done
+[ -n "$soft_port" ] || { cat "$tmp/soft.out" "$tmp/soft.err"; echo "FAIL: no soft PBox"; exit 1; }
 (cd "$src" && "${penv[@]}" timeout 180 /usr/bin/python3 python/examples/train_digits.py \
-	--mode phub --workers 4 --deterministic --epochs "$epochs" --build "$build" \
-	--json "$tmp/loopback.json" >"$tmp/loopback.out" 2>&1) ||
+	--mode phub --workers 4 --deterministic --epochs "$epochs" --server 127.0.0.1 \
+	--port "$soft_port" --json "$tmp/loopback.json" >"$tmp/loopback.out" 2>&1) ||
 	{ tail -n 20 "$tmp/loopback.out"; echo "FAIL: the loopback run failed"; exit 1; }
+kill "$soft"
 /usr/bin/python3 - "$tmp" <<'PY' || exit 1
 import json, sys
 import numpy as np
