@@ -3,7 +3,7 @@
 communication hook that averages gradients on the PBox). See docs/pytorch.md.
 
     import phub.torch as pt
-    pt.init()                                   # PHUB_SERVER, PHUB_JOB, PHUB_NONCE, PHUB_RANK...
+    pt.init()                                   # PHUB_SERVER, and torchrun's RANK, WORLD_SIZE...
     opt = pt.DistributedOptimizer(model, "sgd", lr=0.1, momentum=0.9, weight_decay=1e-4)
     for x, y in data:
         opt.zero_grad()
