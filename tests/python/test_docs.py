@@ -37,8 +37,8 @@ epochs = 4
 
 def shard_of_every_batch(loader, rank, world):
     for x, y in loader:
-        n = len(x)
-        yield x[rank * n // world:(rank + 1) * n // world], y[rank * n // world:(rank + 1) * n // world]
+        a, b = rank * len(x) // world, (rank + 1) * len(x) // world
+        yield x[a:b], y[a:b]
 
 before = loss_fn(build_model()(X), Y).item()
 '''
