@@ -287,13 +287,25 @@ job_create(struct phub_control *ctl, const struct phub_control_peer *to,
 					join->name);
 			return NULL;
 		}
-		if (declared->workers != join->world_size ||
-		    (uint8_t)declared->dtype != join->dtype) {
+		/*
+		 * Named by its config key: the operator's file and the worker's launcher
+		 * (WORLD_SIZE) disagree, and the message must say which line to change.
+		 */
+		if (declared->workers != join->world_size) {
 			control_send_error(ctl, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
-					"job %s is configured for %u workers in %s; the JOIN says "
-					"%u in %s", join->name, declared->workers,
+					"job %s: jobs[%u].workers is %u in the PBox's config; "
+					"the JOIN says world size %u", join->name,
+					(unsigned int)(declared - ctl->p.declared),
+					declared->workers, join->world_size);
+			return NULL;
+		}
+		if ((uint8_t)declared->dtype != join->dtype) {
+			control_send_error(ctl, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
+					"job %s: jobs[%u].dtype is %s in the PBox's config; "
+					"the JOIN says %s", join->name,
+					(unsigned int)(declared - ctl->p.declared),
 					phub_wire_dtype_name((uint8_t)declared->dtype),
-					join->world_size, phub_wire_dtype_name(join->dtype));
+					phub_wire_dtype_name(join->dtype));
 			return NULL;
 		}
 		p.optimizer = declared->optimizer;

@@ -3,7 +3,7 @@
 communication hook that averages gradients on the PBox). See docs/pytorch.md.
 
     import phub.torch as pt
-    pt.init()                                   # PHUB_SERVER, PHUB_JOB, PHUB_NONCE, PHUB_RANK...
+    pt.init()                                   # PHUB_SERVER, and torchrun's RANK, WORLD_SIZE...
     opt = pt.DistributedOptimizer(model, "sgd", lr=0.1, momentum=0.9, weight_decay=1e-4)
     for x, y in data:
         opt.zero_grad()
@@ -12,6 +12,8 @@ communication hook that averages gradients on the PBox). See docs/pytorch.md.
 """
 
 import contextlib
+import errno
+import hashlib
 import os
 import queue
 import threading
@@ -21,8 +23,8 @@ import torch
 
 import phub
 
-__all__ = ["init", "config", "rank", "world_size", "DistributedOptimizer", "allreduce_hook",
-           "AllreduceState"]
+__all__ = ["init", "config", "rank", "world_size", "local_rank", "local_world_size",
+           "DistributedOptimizer", "allreduce_hook", "AllreduceState"]
 
 _OPTIMIZERS = ("none", "sgd", "momentum", "nesterov", "adam", "adamw")
 _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -35,31 +37,95 @@ def _env(name, default=None):
     return default if v is None or v == "" else v
 
 
+def _pick(arg, *names):
+    """(value, where it came from): the argument, else the first variable of names set."""
+    if arg is not None:
+        return arg, "argument"
+    for n in names:
+        v = _env(n)
+        if v is not None:
+            return v, n
+    return None, None
+
+
+def _launcher_job():
+    """A job name and nonce every rank of one torchrun launch agrees on, from what torchrun
+    sets: its rendezvous id when the user gave one (--rdzv_id), else the rendezvous point
+    MASTER_ADDR:MASTER_PORT, which no two running launches share. None without torchrun."""
+    run_id = _env("TORCHELASTIC_RUN_ID")
+    where = None
+    if run_id is not None and run_id != "none":
+        where = run_id
+    elif _env("MASTER_ADDR") is not None and _env("MASTER_PORT") is not None:
+        where = f"{_env('MASTER_ADDR')}:{_env('MASTER_PORT')}"
+    if where is None:
+        return None, None
+    name = "torchrun-" + "".join(c if c.isalnum() or c in "._:-" else "-" for c in where)
+    name = name[:63]
+    digest = hashlib.sha256(("phub " + name).encode()).digest()
+    return name, int.from_bytes(digest[:8], "big") | 1
+
+
 def init(server=None, job=None, nonce=None, rank=None, world_size=None, port=None, **session):
     """Where the PBox is and who this worker is. Each argument left None comes from the
-    environment: PHUB_SERVER (IPv4 literal), PHUB_PORT (default 47000), PHUB_JOB, PHUB_NONCE
-    (decimal or 0x hex), PHUB_RANK (else RANK, as torchrun sets), PHUB_WORLD_SIZE (else
-    WORLD_SIZE). Other keyword arguments (window_bytes, dead_ms, deterministic, mtu, ...) go to
-    every phub.connect() made by this module; PHUB_DETERMINISTIC=1 sets deterministic."""
+    environment, which torchrun (or python3 -m phub.run) sets for every process it starts:
+
+    server      PHUB_SERVER (the PBox's IPv4 address; the one variable torchrun cannot know)
+    port        PHUB_PORT (default 47000)
+    rank        PHUB_RANK, else RANK
+    world_size  PHUB_WORLD_SIZE, else WORLD_SIZE
+    job         PHUB_JOB, else one named after the torchrun launch (TORCHELASTIC_RUN_ID, else
+                MASTER_ADDR:MASTER_PORT); a job declared in the PBox's config (jobs[].name)
+                needs PHUB_JOB
+    nonce       PHUB_NONCE (decimal or 0x hex), else one derived from that launch's name (not
+                a secret: set PHUB_NONCE to keep others out; a declared job needs jobs[].nonce)
+
+    LOCAL_RANK and LOCAL_WORLD_SIZE are kept for local_rank() and local_world_size(). Other
+    keyword arguments (window_bytes, dead_ms, deterministic, mtu, ...) go to every
+    phub.connect() made by this module; PHUB_DETERMINISTIC=1 sets deterministic."""
     global _config
-    server = server or _env("PHUB_SERVER")
-    job = job or _env("PHUB_JOB")
-    nonce = nonce if nonce is not None else _env("PHUB_NONCE")
-    rank = rank if rank is not None else _env("PHUB_RANK", _env("RANK"))
-    world_size = world_size if world_size is not None else _env("PHUB_WORLD_SIZE",
-                                                                _env("WORLD_SIZE"))
+    server, server_from = _pick(server, "PHUB_SERVER")
+    rank, rank_from = _pick(rank, "PHUB_RANK", "RANK")
+    world_size, world_from = _pick(world_size, "PHUB_WORLD_SIZE", "WORLD_SIZE")
+    job, job_from = _pick(job, "PHUB_JOB")
+    nonce, nonce_from = _pick(nonce, "PHUB_NONCE")
     port = port if port is not None else int(_env("PHUB_PORT", "0"))
+    if job is None or nonce is None:
+        auto_job, auto_nonce = _launcher_job()
+        if job is None and auto_job is not None:
+            job, job_from = auto_job, "the torchrun launch"
+        if nonce is None and auto_nonce is not None and job == auto_job:
+            nonce, nonce_from = auto_nonce, "the torchrun launch"
     missing = [n for n, v in (("server (PHUB_SERVER)", server), ("job (PHUB_JOB)", job),
-                              ("nonce (PHUB_NONCE)", nonce), ("rank (PHUB_RANK)", rank),
-                              ("world_size (PHUB_WORLD_SIZE)", world_size)) if v is None]
+                              ("nonce (PHUB_NONCE)", nonce),
+                              ("rank (PHUB_RANK or RANK)", rank),
+                              ("world_size (PHUB_WORLD_SIZE or WORLD_SIZE)", world_size))
+               if v is None]
     if missing:
-        raise ValueError("phub.torch.init: missing " + ", ".join(missing))
+        raise ValueError("phub.torch.init: missing " + ", ".join(missing) +
+                         " (torchrun sets RANK and WORLD_SIZE; PHUB_SERVER names the PBox)")
     if isinstance(nonce, str):
-        nonce = int(nonce, 0)
+        try:
+            nonce = int(nonce, 0)
+        except ValueError:
+            raise ValueError(f"phub.torch.init: nonce {nonce!r} from {nonce_from} is not a "
+                             "decimal or 0x hex number") from None
+    try:
+        rank, world_size = int(rank), int(world_size)
+    except ValueError:
+        raise ValueError(f"phub.torch.init: rank {rank!r} ({rank_from}) and world size "
+                         f"{world_size!r} ({world_from}) must be integers") from None
+    if not 0 <= rank < world_size:
+        raise ValueError(f"phub.torch.init: rank {rank} ({rank_from}) is not below the world "
+                         f"size {world_size} ({world_from})")
     if "deterministic" not in session and _env("PHUB_DETERMINISTIC") == "1":
         session["deterministic"] = True
-    _config = dict(server=server, job=job, nonce=int(nonce), rank=int(rank),
-                   world_size=int(world_size), port=int(port), session=session)
+    _config = dict(server=server, job=job, nonce=int(nonce), rank=rank,
+                   world_size=world_size, port=int(port), session=session,
+                   local_rank=int(_env("LOCAL_RANK", "0")),
+                   local_world_size=int(_env("LOCAL_WORLD_SIZE", "1")),
+                   sources=dict(server=server_from, job=job_from, nonce=nonce_from,
+                                rank=rank_from, world_size=world_from))
     return dict(_config)
 
 
@@ -78,13 +144,46 @@ def world_size():
     return config()["world_size"]
 
 
+def local_rank():
+    """This process's rank on its host (LOCAL_RANK, as torchrun sets; 0 without it)."""
+    return config()["local_rank"]
+
+
+def local_world_size():
+    """Processes of the job on this host (LOCAL_WORLD_SIZE; 1 without it)."""
+    return config()["local_world_size"]
+
+
+def _refusal(e, job):
+    """The PBox's refusal of a JOIN with where each value it checks came from: the PBox names
+    its config key (jobs[i].workers), this names the variable the worker took."""
+    c = config()
+    src = c["sources"]
+    told = (f"phub.torch: the PBox refused to join job {job!r}: {e}\n"
+            f"  this worker: job {job!r} from {src['job']}, rank {c['rank']} from "
+            f"{src['rank']}, world size {c['world_size']} from {src['world_size']}, "
+            f"nonce from {src['nonce']}.\n"
+            "  A job declared in the PBox's config is joined with its jobs[].name (PHUB_JOB), "
+            "jobs[].nonce (PHUB_NONCE) and jobs[].workers ranks (WORLD_SIZE: nodes x "
+            "processes per node); see docs/pytorch.md, 'Jobs and the PBox's config'.")
+    return type(e)(e.errno, told)
+
+
 def _connect(job_suffix, keys, rank=None, **kw):
     c = config()
     args = dict(c["session"])
     args.update(kw)
-    return phub.connect(c["server"], c["job"] + job_suffix, c["nonce"],
-                        c["rank"] if rank is None else rank, c["world_size"], keys,
-                        port=c["port"], **args)
+    job = c["job"] + job_suffix
+    try:
+        return phub.connect(c["server"], job, c["nonce"],
+                            c["rank"] if rank is None else rank, c["world_size"], keys,
+                            port=c["port"], **args)
+    except phub.PhubError as e:
+        # An ERROR answering the JOIN (libphub: "PBox ... refused rank R of job 'J': ...").
+        if e.errno in (errno.EACCES, errno.EBUSY, errno.ENOMEM, errno.EPROTO) and \
+                "refused" in str(e):
+            raise _refusal(e, job) from e
+        raise
 
 
 class _NoStream:
