@@ -321,9 +321,11 @@ main(int argc, char **argv)
 		phub_config_dump_plan(&pbox.cfg, stdout);
 		print_bpf_objects(&pbox.cfg);
 		pbox_memory_plan(&pbox.cfg, stdout);
-		printf("# %s: configuration OK\n", config_path);
+		rc = pbox_memory_check_jobs(&pbox.cfg, config_path, stdout);
+		if (rc == 0)
+			printf("# %s: configuration OK\n", config_path);
 		phub_config_free(&pbox.cfg);
-		return EXIT_SUCCESS;
+		return rc == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 	}
 
 	eal_argc = phub_config_eal_argv(&pbox.cfg, argv[0], &eal_argv);

@@ -258,6 +258,13 @@ void pbox_memory_control_node(const struct pbox *pb);
 
 /* memory.c: which of the Table 3 models a job of this configuration can hold (--check-config). */
 void pbox_memory_plan(const struct phub_config *cfg, FILE *f);
+/*
+ * memory.c, --check-config: each job of jobs[] that says what it trains ("model" or
+ * "parameters") against the limits and EAL memory, with its workers, dtype, optimizer,
+ * deterministic flag and checkpoints; and the peers[] no ring job uses. Prints to f; each
+ * job that does not fit also to stderr, naming the key to raise. 0, or -E2BIG.
+ */
+int pbox_memory_check_jobs(const struct phub_config *cfg, const char *path, FILE *f);
 
 /* memif_gate.c: the interrupt thread's net_memif handlers and the lcores take turns. */
 extern atomic_bool pbox_memif_gate_open;
