@@ -328,6 +328,12 @@ pbox_health_test_stall(struct pbox_lcore *lc)
 void
 pbox_health_telemetry_init(struct pbox *pb)
 {
+	uint64_t now = rte_rdtsc();
+
+	/* Until the control loop's first turn: nothing has stood still yet. */
+	STORE(h.heartbeat_tsc, now);
+	for (uint16_t k = 0; k < pb->n_lcores; k++)
+		STORE(h.moved_tsc[k], now);
 	rte_telemetry_register_cmd("/phub/health", cmd_health,
 			"ok, degraded or failing, with the reasons. No parameters");
 	if (!pb->test_hooks)

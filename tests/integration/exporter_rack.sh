@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Debian's real prometheus scrapes phub-exporter of a running PBox: a phub-bench job's pushes
 # rise in prometheus while the job runs and end at the exact count; bad datagrams sent to the
-# PBox show as a drop reason; the job's series are labelled by phub_job, the lcores' by lcore.
+# PBox show as a drop reason; the job's series are labelled by phub_job, the lcores' by lcore;
+# the tap's link down shows as phub_port_link_up 0 and /phub/health failing.
 #
 #                      R-tor: bridge br0
 #          +--------------+-----------+
@@ -30,6 +31,7 @@ failed=0
 exporter_pid=
 prom_pid=
 bench_pid=
+bench_pid1=
 
 if [ "$(id -u)" -ne 0 ]; then
 	echo "SKIP: the virtual rack needs root (network namespaces)"
@@ -52,10 +54,10 @@ fi
 cleanup()
 {
 	local pid
-	for pid in $bench_pid $prom_pid $exporter_pid; do
+	for pid in $bench_pid $bench_pid1 $prom_pid $exporter_pid; do
 		kill -TERM "$pid" 2>/dev/null
 	done
-	for pid in $bench_pid $prom_pid $exporter_pid; do
+	for pid in $bench_pid $bench_pid1 $prom_pid $exporter_pid; do
 		wait "$pid" 2>/dev/null
 	done
 	"$vrack" down --name "$rack" >/dev/null 2>&1
@@ -129,20 +131,30 @@ fi
 pushes0=$(query 'phub_pushes_total')
 echo "prometheus scrapes the exporter: phub_up 1, phub_pushes_total $pushes0"
 
-# The job: 2 ranks, 4 keys of one segment, 300 iterations (301 rounds with the initial one;
-# some seconds here), holding still 2 s after iteration 2 so that scrapes see a first count
-# before it rises.
+# The job: 2 ranks, 4 keys of one segment, 300 iterations (301 rounds with the initial one),
+# one process per rank: rank 0 holds still 2 s after iteration 2 and rank 1 2 s after
+# iteration 150, so that scrapes see the job's count twice, well apart, whatever the speed.
 ranks=2 keys=4 rounds=301
-timeout 120 "$bench_bin" --server "$server" --workers "$ranks" --netns-prefix "$rack-w" \
-	--job promjob --keys "$keys" --key-elems 300 --iterations $((rounds - 1)) \
-	--pause-at 2:2000 --json --quiet --timeout 60 >"$tmp/r.json" 2>"$tmp/r.err" &
+bench_rank()
+{
+	timeout 120 "$bench_bin" --server "$server" --workers "$ranks" --rank "$1" \
+		--netns-prefix "$rack-w" --job promjob --keys "$keys" --key-elems 300 \
+		--iterations $((rounds - 1)) --pause-at "$2" --json --quiet --timeout 60 \
+		>"$tmp/r$1.json" 2>"$tmp/r$1.err"
+}
+bench_rank 0 2:2000 &
 bench_pid=$!
+bench_rank 1 150:2000 &
+bench_pid1=$!
 wait_for 'phub_job_pushes_total{phub_job="promjob"}' 20 ||
 	fail "no phub_job_pushes_total{phub_job=\"promjob\"} while the job ran"
-rc=0
-wait "$bench_pid" || rc=$?
+for r in 0 1; do
+	rc=0
+	if [ "$r" = 0 ]; then wait "$bench_pid" || rc=$?; else wait "$bench_pid1" || rc=$?; fi
+	[ "$rc" = 0 ] || { tail -n 5 "$tmp/r$r.err"; fail "phub-bench rank $r exited $rc"; }
+done
 bench_pid=
-[ "$rc" = 0 ] || { tail -n 5 "$tmp/r.err"; fail "phub-bench exited $rc"; }
+bench_pid1=
 sleep 1.5
 # What prometheus stored of the job: its pushes rose between scrapes, and the PBox's total
 # moved by exactly what the ranks sent (ranks x keys x rounds).
@@ -174,6 +186,20 @@ drops1=$(query 'sum(phub_drops_total)')
 echo "drops by reason in prometheus after 20 bad datagrams: $drops"
 awk -v a="${drops0:-0}" -v b="$drops1" 'BEGIN { exit !(b - a >= 20) }' ||
 	fail "phub_drops_total rose by $drops1 - ${drops0:-0} after 20 bad datagrams, want >= 20"
+# No PHub magic number: the reason says so.
+[ "$(query 'phub_drops_total{reason="bad_magic"}')" = 20 ] ||
+	fail "phub_drops_total{reason=\"bad_magic\"} is not 20"
+# The tap's link down (its kernel side): the port's link down and /phub/health failing (the
+# PBox's only port), in prometheus; up again, ok.
+ip -n "$rack-pbox" link set pt0 down
+if wait_for 'phub_port_link_up == bool 0' 15 && wait_for 'phub_health_status == bool 2' 10; then
+	echo "link down: phub_port_link_up 0, phub_health_status 2 (failing: no port up)"
+else
+	fail "a port's link down is not seen as phub_port_link_up 0 and health failing"
+fi
+ip -n "$rack-pbox" link set pt0 up
+{ wait_for 'phub_port_link_up' 15 && wait_for 'phub_health_status == bool 0' 10; } ||
+	fail "the link up again is not seen as health ok"
 # The alerting rules load in this prometheus too.
 in_pbox /usr/bin/python3 -c '
 import json, sys, urllib.request
