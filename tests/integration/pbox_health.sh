@@ -21,8 +21,8 @@ pid=
 
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
-	[ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
-	[ -n "$listener" ] && kill "$listener" 2>/dev/null
+	if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null || true; fi
+	if [ -n "$listener" ]; then kill "$listener" 2>/dev/null || true; fi
 	rm -rf "$work"
 }
 trap cleanup EXIT
