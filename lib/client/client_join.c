@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -370,6 +371,72 @@ endpoints_build(struct phub *h, struct client_join *c, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * The MTU the kernel knows on our route to one endpoint, asked of a socket bound where the
+ * session's is and connected there (IP_MTU needs a connected socket); 0 when it cannot tell.
+ */
+static unsigned int
+route_mtu(const struct phub *h, const struct sockaddr_in *to)
+{
+	struct sockaddr_in local;
+	socklen_t len = sizeof(local);
+	unsigned int mtu = 0;
+	int value;
+	int fd;
+
+	if (getsockname(h->fd, (struct sockaddr *)&local, &len) != 0)
+		return 0;
+	local.sin_port = 0;
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	len = sizeof(value);
+	if (bind(fd, (struct sockaddr *)&local, sizeof(local)) == 0 &&
+	    connect(fd, (const struct sockaddr *)to, sizeof(*to)) == 0 &&
+	    getsockopt(fd, IPPROTO_IP, IP_MTU, &value, &len) == 0 && value > 0)
+		mtu = (unsigned int)value;
+	close(fd);
+	return mtu;
+}
+
+/*
+ * Learn the MTU every datagram of the session must fit, so that no user sets one for
+ * correctness: the smallest of the routes to the PBox's endpoints. The PBox cut its segments to
+ * its own MTU; a whole one under the plain header must also fit our side, or every PUSH would
+ * leave as IP fragments the PBox never reassembles and every MODEL would be too big for our
+ * link: refuse the session then, naming both. Where the kernel cannot tell, the segment is the
+ * evidence: the PBox cut it to fit its MTU under the longest header (PHUB_WIRE_HDR_LEN_MAX).
+ */
+static int
+path_mtu_learn(struct phub *h, char *err, size_t errlen)
+{
+	size_t seg = (size_t)h->segment_elems * h->elem_size;
+	size_t need = PHUB_WIRE_IPV4_UDP_OVERHEAD + PHUB_WIRE_HDR_LEN + seg;
+	size_t cut_for = PHUB_WIRE_IPV4_UDP_OVERHEAD + PHUB_WIRE_HDR_LEN_MAX + seg;
+	unsigned int path = 0;
+
+	for (uint32_t i = 0; i < h->n_endpoints; i++) {
+		unsigned int mtu = route_mtu(h, &h->endpoints[i]);
+
+		if (mtu != 0 && (path == 0 || mtu < path))
+			path = mtu;
+	}
+	if (path == 0) {
+		if (cut_for > h->mtu)
+			h->mtu = (unsigned int)cut_for;
+		return 0;
+	}
+	if (path < need) {
+		client_set_err(err, errlen, "PBox %s cuts segments of %zu bytes (datagrams of "
+				"%zu bytes: its MTU is at least that) but the route to it has MTU %u; "
+				"give this host's interface the PBox ports' MTU", h->server_name, seg,
+				need, path);
+		return -EMSGSIZE;
+	}
+	h->mtu = path;
+	return 0;
+}
+
 /* The datagram the PBox sends for a whole segment must fit what we receive. */
 static void
 rx_size_set(struct phub *h, unsigned int mtu)
@@ -481,6 +548,8 @@ client_join(struct phub *h, const struct phub_connect_params *p, char *err, size
 	}
 	if (rc == 0)
 		rc = layout_build(h, p, c, err, errlen);
+	if (rc == 0)
+		rc = path_mtu_learn(h, err, errlen);
 	if (rc == 0)
 		rx_size_set(h, c->mtu);
 	merge_reset(c);

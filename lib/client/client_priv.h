@@ -225,7 +225,7 @@ struct phub {
 	uint32_t elem_size;
 	uint32_t chunk_bytes;
 	uint32_t segment_elems;
-	uint32_t mtu;			/* the path MTU of connect's params (for HYPER) */
+	uint32_t mtu;			/* the path MTU learnt at JOIN (for HYPER) */
 	uint32_t first_iteration;
 	uint32_t window_bytes;
 	uint64_t rto_min_ns;

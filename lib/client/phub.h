@@ -119,7 +119,8 @@ struct phub_connect_params {
 	const void *const *initial;	/* per key initial weights in dtype; NULL (or a NULL
 					 * entry): zeros. Only rank 0's become the model. */
 	uint32_t chunk_bytes;		/* chunk size in fp32 bytes; 0: the PBox's default */
-	uint32_t mtu;			/* path MTU, for splitting JOIN; 0: 1500 */
+	uint32_t mtu;			/* largest JOIN datagram; 0: 1500. The session
+					 * learns the path's MTU itself at JOIN */
 	uint32_t window_bytes;		/* payload bytes in flight (PUSH, and the MODEL a
 					 * PULL asks for); 0: 256 KiB */
 	uint32_t rto_min_ms;		/* retransmission timeout bounds; 0: 5 ms ... */
@@ -306,8 +307,9 @@ struct phub_key_hyper {
  * the PBox drops PUSHes that differ from the iteration's first (drop reason hyper_mismatch), so
  * a rank that disagrees stalls the key until it sends what the others sent. Momentum, betas
  * and eps stay the job's. Returns 0; -EINVAL (h NULL, a value not finite or < 0), -ENOENT
- * (unknown key), -EMSGSIZE (a full segment with the 64-byte header exceeds the mtu given at
- * connect), or the session's error once it has failed.
+ * (unknown key), -EMSGSIZE (a full segment with the 64-byte header exceeds the path MTU the
+ * session learnt at connect: only against a PBox that cut its segments without room for it), or
+ * the session's error once it has failed.
  */
 int phub_set_key_hyper(struct phub *h, uint32_t key_id, const struct phub_key_hyper *hyper);
 

@@ -186,6 +186,13 @@ struct __attribute__((packed)) phub_wire_hyper_ext {
 static_assert(sizeof(struct phub_wire_hyper_ext) == 8, "HYPER extension is 8 bytes");
 
 /*
+ * The longest header a PUSH may carry, extensions included. Segments are cut so that a whole
+ * one fits the path MTU under this header, so a session may add an extension to any PUSH
+ * (a learning rate change mid-training) without a datagram outgrowing the link.
+ */
+#define PHUB_WIRE_HDR_LEN_MAX PHUB_WIRE_HDR_LEN_HYPER
+
+/*
  * Payload element types: enum phub_dtype of wire/phub_types.h, or NONE. NONE marks a control body
  * or an empty payload: it is the dtype of every opcode that does not carry elements, and a
  * numeric dtype is required on every opcode that does.
@@ -756,8 +763,8 @@ unsigned int phub_wire_dtype_size(uint8_t dtype);
 int phub_wire_max_payload(unsigned int mtu);
 
 /*
- * Most elements of dtype in one PUSH/MODEL segment at this MTU, rounded down to a multiple of
- * PHUB_WIRE_ELEM_ALIGN (16): 16 float32 are one AVX-512 register or two AVX2 ones, so every
+ * Most elements of dtype in one PUSH/MODEL segment at this MTU, with room for the longest
+ * header (PHUB_WIRE_HDR_LEN_MAX), rounded down to a multiple of PHUB_WIRE_ELEM_ALIGN (16): 16 float32 are one AVX-512 register or two AVX2 ones, so every
  * segment but a key's last is whole vectors with no scalar tail, and segment starts stay 64-byte
  * aligned within a cache-aligned chunk buffer. -EINVAL for a bad mtu or a non-numeric dtype.
  */

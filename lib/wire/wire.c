@@ -117,6 +117,8 @@ phub_wire_max_elems(unsigned int mtu, uint8_t dtype)
 		return room;
 	if (size == 0)
 		return -EINVAL;
+	/* A whole segment must still fit when its PUSH carries every header extension. */
+	room -= PHUB_WIRE_HDR_LEN_MAX - PHUB_WIRE_HDR_LEN;
 	elems = (unsigned int)room / size;
 	elems -= elems % PHUB_WIRE_ELEM_ALIGN;
 	return (int)elems;

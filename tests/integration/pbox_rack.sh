@@ -306,6 +306,25 @@ af-packet)
 	bench "$tmp/r.json" 2 --layout "$mixed_layout" --iterations 4 &&
 		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]'
 	;;
+mtu-mismatch)
+	# A worker whose link is at 1500 while the PBox's ports are at 9000: its PUSHes would
+	# leave as IP fragments the PBox never reassembles. The JOIN must fail at once, naming both
+	# MTUs; the other worker, at 9000, is exact on its own.
+	rack 2 --driver af_packet --ports 2 --lcores 2 --mtu 9000
+	ip netns exec "$rack-w2" ip link set eth0 mtu 1500
+	# rank 0 of a one-worker job joins from <prefix>1: point it at w2 with a prefix of its own
+	ln -sf "/run/netns/$rack-w2" "/run/netns/$rack-s1"
+	timeout 60 "$bench_bin" --server "$server" --workers 1 --job small-link \
+		--keys 2 --key-elems 10000 --iterations 2 --json --quiet --timeout 20 \
+		--netns-prefix "$rack-s" >"$tmp/bad.json" 2>"$tmp/bad.err"
+	rc=$?
+	rm -f "/run/netns/$rack-s1"
+	[ $rc -ne 0 ] || fail "a worker on an MTU 1500 link joined a PBox at MTU 9000"
+	grep -q "route to it has MTU 1500" "$tmp/bad.err" ||
+		{ cat "$tmp/bad.err"; fail "the refusal does not name the route's MTU"; }
+	bench "$tmp/r.json" 1 --keys 2 --key-elems 10000 --iterations 3 &&
+		expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]'
+	;;
 af-xdp)
 	# af_xdp ports: 4 workers, a 3.2 MB job in full-size datagrams. Frames above what the
 	# UMEM chunk holds were dropped by the kernel and the initial round never finished.

@@ -1742,6 +1742,42 @@ START_TEST(test_key_hyper_sets_the_lr_of_later_pushes)
 }
 END_TEST
 
+/*
+ * A PBox on jumbo frames cuts 2224-element segments; the session's JOIN is at the default 1500.
+ * A learning-rate change (HYPER on every PUSH) must still go: the session learns the path's MTU
+ * at JOIN rather than trusting the JOIN's size.
+ */
+START_TEST(test_key_hyper_fits_a_jumbo_pbox_without_an_mtu_setting)
+{
+	struct soft_pbox_params spp = {
+		.bind_addr = "127.0.0.1", .n_lcores = 1, .seed = 42, .mtu = 9000,
+	};
+	struct soft_pbox *sp = soft_pbox_start(&spp);
+	struct phub_key_hyper hy = { .lr = 0.25f, .weight_decay = 0.0f };
+	static float w[5000], g[5000];
+	struct phub_info geo;
+	char err[256];
+	struct phub *h;
+	float start;
+
+	ck_assert_msg(sp != NULL, "soft PBox: %s", strerror(errno));
+	h = connect_one(sp, "hyper-jumbo", mixed_keys + 2, 1, 5, 0, err, sizeof(err));
+	ck_assert_msg(h != NULL, "%s", err);
+	ck_assert_int_eq(phub_info(h, &geo), 0);
+	ck_assert_uint_eq(geo.segment_elems, 2224);
+	ck_assert_int_eq(phub_wait(h, phub_pull(h, 12, w, -1, NULL, NULL), WAIT_MS), 0);
+	start = w[4999];
+	for (int i = 0; i < 5000; i++)
+		g[i] = 1.0f;
+	ck_assert_int_eq(phub_set_key_hyper(h, 12, &hy), 0);
+	ck_assert_int_eq(phub_wait(h, phub_pushpull(h, 12, g, w, -1, NULL, NULL), WAIT_MS), 0);
+	ck_assert_float_eq(w[0], start - 0.25f);
+	ck_assert_float_eq(w[4999], start - 0.25f);
+	phub_close(h);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
 START_TEST(test_close_cancels_pending_tickets)
 {
 	struct soft_pbox *sp = pbox_start(1, 0.0);
@@ -1992,6 +2028,7 @@ phub_client_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_callback_runs_once_before_wait_returns);
 	tcase_add_test(tc, test_key_hyper_sets_the_lr_of_later_pushes);
+	tcase_add_test(tc, test_key_hyper_fits_a_jumbo_pbox_without_an_mtu_setting);
 	tcase_add_test(tc, test_close_cancels_pending_tickets);
 	suite_add_tcase(s, tc);
 	return s;

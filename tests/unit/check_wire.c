@@ -286,10 +286,30 @@ START_TEST(test_max_elems_rounds_down_to_sixteen)
 	ck_assert_int_eq(phub_wire_max_elems(100, PHUB_DTYPE_FP32), -EINVAL);
 	for (unsigned int mtu = 576; mtu <= 9216; mtu += 7) {
 		int e = phub_wire_max_elems(mtu, PHUB_DTYPE_FP16);
+		int room = phub_wire_max_payload(mtu) - (PHUB_WIRE_HDR_LEN_MAX - PHUB_WIRE_HDR_LEN);
 
 		ck_assert_int_eq(e % 16, 0);
-		ck_assert_int_le(e * 2, phub_wire_max_payload(mtu));
-		ck_assert_int_gt((e + 16) * 2, phub_wire_max_payload(mtu));
+		ck_assert_int_le(e * 2, room);
+		ck_assert_int_gt((e + 16) * 2, room);
+	}
+}
+END_TEST
+
+/* A learning-rate change mid-training adds HYPER to a full PUSH: it must still fit the link. */
+START_TEST(test_max_elems_leave_room_for_the_longest_header)
+{
+	static const uint8_t dtypes[] = { PHUB_DTYPE_FP32, PHUB_DTYPE_FP16, PHUB_DTYPE_BF16 };
+
+	ck_assert_int_ge(PHUB_WIRE_HDR_LEN_MAX, PHUB_WIRE_HDR_LEN_HYPER);
+	for (unsigned int mtu = PHUB_WIRE_MIN_MTU; mtu <= 9216; mtu++) {
+		for (size_t d = 0; d < sizeof(dtypes); d++) {
+			int e = phub_wire_max_elems(mtu, dtypes[d]);
+			unsigned int size = phub_wire_dtype_size(dtypes[d]);
+
+			ck_assert_int_gt(e, 0);
+			ck_assert_uint_le(PHUB_WIRE_IPV4_UDP_OVERHEAD + PHUB_WIRE_HDR_LEN_MAX +
+					(unsigned int)e * size, mtu);
+		}
 	}
 }
 END_TEST
@@ -1396,6 +1416,7 @@ phub_wire_suite(void)
 	tc = tcase_create("sizes");
 	tcase_add_test(tc, test_max_payload_subtracts_ip_udp_and_header);
 	tcase_add_test(tc, test_max_elems_rounds_down_to_sixteen);
+	tcase_add_test(tc, test_max_elems_leave_room_for_the_longest_header);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("round_trip");
