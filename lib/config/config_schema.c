@@ -9,10 +9,12 @@
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config_priv.h"
+#include "model/phub_model.h"
 
 #define FIELD_SIZE(st, m) sizeof(((st *)0)->m)
 
@@ -646,6 +648,34 @@ parse_racks(struct cfg_ctx *ctx, const json_t *arr, void *target)
 				  sizeof(job->racks[0]), &job->n_racks);
 }
 
+/* "model": a Table 3 network by name or abbreviation; its parameters are the preset's size. */
+static int
+parse_job_model(struct cfg_ctx *ctx, const json_t *v, void *target)
+{
+	struct phub_config_job *job = target;
+	const struct phub_model_preset *mp;
+	char known[256];
+	size_t n = 0;
+
+	if (!json_is_string(v))
+		return cfg_error(ctx, CFG_AT_VALUE, "expected a model name, got %s",
+				 cfg_json_type(v));
+	mp = phub_model_preset_find(json_string_value(v));
+	if (mp == NULL || strlen(json_string_value(v)) >= sizeof(job->model)) {
+		known[0] = '\0';
+		for (size_t i = 0; i < phub_model_preset_count() && n < sizeof(known); i++)
+			n += (size_t)snprintf(known + n, sizeof(known) - n, "%s%s", i ? ", " : "",
+					      phub_model_preset_at(i)->name);
+		return cfg_error(ctx, CFG_AT_VALUE, "unknown model \"%s\": one of %s (phub-bench "
+				 "--list-models), or give \"parameters\" instead",
+				 json_string_value(v), known);
+	}
+	snprintf(job->model, sizeof(job->model), "%s", mp->name);
+	job->parameters = (uint64_t)(phub_model_preset_bytes(mp, PHUB_MODEL_UNITS_PAPER) /
+				     sizeof(float));
+	return 0;
+}
+
 /* deterministic and optimizer are custom so that their defaults (set by parse_jobs) stay. */
 static const struct cfg_field job_fields[] = {
 	F_STR("name", struct phub_config_job, name, 1, PHUB_CONFIG_JOB_NAME_MAX - 1,
@@ -659,6 +689,8 @@ static const struct cfg_field job_fields[] = {
 	F_ENUM("on_worker_dead", struct phub_config_job, on_worker_dead, on_dead_names,
 	       PHUB_CONFIG_ON_DEAD_FAIL, 0),
 	F_CUSTOM("racks", 0, parse_racks, 0),
+	F_CUSTOM("model", 0, parse_job_model, 0),
+	F_INT("parameters", struct phub_config_job, parameters, 1, INT64_C(1) << 42, 0, 0),
 	F_END
 };
 
@@ -688,6 +720,13 @@ parse_jobs(struct cfg_ctx *ctx, const json_t *arr, void *target)
 		optimizer_defaults(&job->optimizer, PHUB_OPT_SGD);
 		cfg_push_index(ctx, i);
 		rc = cfg_parse_object(ctx, v, job_fields, job);
+		/* One source of the size: a model's preset or a count, never two that disagree. */
+		if (rc == 0 && json_object_get(v, "model") != NULL &&
+		    json_object_get(v, "parameters") != NULL) {
+			cfg_push_key(ctx, "parameters");
+			rc = cfg_error(ctx, CFG_AT_KEY, "give \"model\" or \"parameters\", not both");
+			cfg_pop(ctx);
+		}
 		cfg_pop(ctx);
 		if (rc != 0)
 			return rc;

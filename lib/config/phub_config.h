@@ -227,6 +227,13 @@ struct phub_config_job {
 	bool deterministic;
 	enum phub_config_on_worker_dead on_worker_dead;
 	struct phub_config_optimizer optimizer;
+	/*
+	 * What it trains, when the file says: "parameters" (a count) or "model" (a Table 3 name
+	 * phub-plan and phub-bench know, its parameters from there). 0: not said; the memory
+	 * check of phub-pbox --check-config then has nothing to check.
+	 */
+	uint64_t parameters;
+	char model[PHUB_CONFIG_NAME_MAX];
 	char name[PHUB_CONFIG_JOB_NAME_MAX];
 };
 

@@ -818,6 +818,7 @@ control_job_abort(struct phub_control *ctl, struct phub_engine_job *job, uint16_
 	uint32_t base = phub_engine_job_rank_base(job);
 	struct phub_engine_job_info info;
 
+	ctl->stats.jobs_failed++;
 	phub_engine_job_get_info(job, &info);
 	for (uint16_t r = 0; r < info.world_size; r++) {
 		struct phub_control_peer to;
@@ -968,6 +969,7 @@ orphan_expired(struct phub_control *ctl, struct phub_engine_job *job, uint64_t n
 	control_log(ctl, PHUB_CONTROL_LOG_ERR, "job %s (id %u): restored from checkpoint, no "
 			"worker joined within worker_dead_ms %u ms: freed (a worker that JOINs "
 			"later starts a new job)", info.name, info.job_id, ctl->p.worker_dead_ms);
+	ctl->stats.jobs_failed++;
 	phub_control_job_end(ctl, job);
 	return true;
 }
@@ -1002,6 +1004,7 @@ job_abandoned(struct phub_control *ctl, struct phub_engine_job *job, uint64_t de
 			"job ends",
 			info.name, info.job_id, least_silent_ns / 1000000u, ctl->p.worker_dead_ms,
 			info.iteration_min);
+	ctl->stats.jobs_failed++;
 	phub_control_job_end(ctl, job);
 	return true;
 }

@@ -15,6 +15,7 @@
 
 #include "config_priv.h"
 #include "phub_config.h"
+#include "model/phub_model.h"
 
 static struct phub_config cfg;
 static char err[PHUB_CONFIG_ERR_MAX];
@@ -490,7 +491,7 @@ START_TEST(test_baremetal_example_loads_with_its_nics_on_two_numa_nodes)
 	ck_assert(!cfg.eal.no_huge);
 	ck_assert_int_eq(cfg.idle.policy, PHUB_CONFIG_IDLE_POLL);
 	ck_assert(cfg.ports[0].is_pci);
-	ck_assert_int_eq(cfg.ports[0].driver, PHUB_CONFIG_DRIVER_MLX5);
+	ck_assert_int_eq(cfg.ports[0].driver, PHUB_CONFIG_DRIVER_ICE);
 	ck_assert_int_eq(cfg.ports[0].numa_node, 0);
 	ck_assert_int_eq(cfg.ports[1].numa_node, 1);
 	ck_assert_int_eq(phub_config_lcore_find(&cfg, 9)->numa_node, 1);
@@ -498,6 +499,36 @@ START_TEST(test_baremetal_example_loads_with_its_nics_on_two_numa_nodes)
 	ck_assert_int_eq(phub_config_port_driver(&cfg, 1)->steering,
 			 PHUB_CONFIG_STEERING_RTE_FLOW);
 	ck_assert_int_eq(phub_config_port_driver(&cfg, 1)->fallback, PHUB_CONFIG_STEERING_RSS);
+}
+END_TEST
+
+/* A declared job says what it trains: a Table 3 model by name or abbreviation, or a count. */
+START_TEST(test_declared_job_takes_its_parameters_from_a_model_or_a_count)
+{
+	const struct phub_model_preset *rn50 = phub_model_preset_find("resnet50");
+	static const char text[] =
+		"{ \"eal\": { \"lcores\": [0, 1], \"no_huge\": true },"
+		"  \"ports\": [ { \"name\": \"p0\", \"device\": \"net_null0\", \"driver\": \"null\","
+		"    \"ipv4\": \"10.1.0.1/24\", \"lcores\": [1] } ],"
+		"  \"jobs\": ["
+		"    { \"name\": \"a\", \"nonce\": \"0x5be1c2f07a9d3e64\", \"workers\": 2,"
+		"      \"model\": \"RN50\" },"
+		"    { \"name\": \"b\", \"nonce\": \"0xd04f7e2b91c6a835\", \"workers\": 2,"
+		"      \"parameters\": 340000000 },"
+		"    { \"name\": \"c\", \"nonce\": \"0x9f3c61d2a7e4b508\", \"workers\": 2 } ] }";
+
+	enter_data_dir();
+	ck_assert_ptr_nonnull(rn50);
+	ck_assert_msg(load_string(text) == 0, "%s", err);
+	ck_assert_str_eq(cfg.jobs[0].model, "resnet50");
+	ck_assert_uint_eq(cfg.jobs[0].parameters,
+			  (uint64_t)(phub_model_preset_bytes(rn50, PHUB_MODEL_UNITS_PAPER) / 4));
+	ck_assert_uint_gt(cfg.jobs[0].parameters, 25000000);
+	ck_assert_uint_lt(cfg.jobs[0].parameters, 26000000);
+	ck_assert_str_eq(cfg.jobs[1].model, "");
+	ck_assert_uint_eq(cfg.jobs[1].parameters, 340000000);
+	/* Not said: nothing to check. */
+	ck_assert_uint_eq(cfg.jobs[2].parameters, 0);
 }
 END_TEST
 
@@ -912,6 +943,8 @@ phub_config_suite(void)
 		{ "virtual rack example", test_virtual_rack_example_loads },
 		{ "bare-metal example",
 		  test_baremetal_example_loads_with_its_nics_on_two_numa_nodes },
+		{ "declared job size",
+		  test_declared_job_takes_its_parameters_from_a_model_or_a_count },
 		{ "unknown numa", test_unknown_numa_facts_do_not_fail_the_check },
 		{ "sysfs", test_sysfs_readers_return_the_node_or_minus_one },
 		{ "locate", test_locate_finds_values_past_escapes_and_lookalike_strings },

@@ -819,6 +819,7 @@ START_TEST(test_silent_peer_ends_the_job_with_an_error_naming_it)
 	}
 	phub_control_get_stats(net.box[0].ctl, &st);
 	ck_assert_uint_eq(st.ring_jobs_failed, 1);
+	ck_assert_uint_eq(st.jobs_failed, 1);
 	ring_teardown();
 }
 END_TEST
