@@ -53,6 +53,41 @@ model = build_model()
     "ddp-hook": '''
 model = build_model()
 ''',
+    # No GPU here: .cuda() stays on the CPU and the staging a GPU takes is forced instead.
+    "gpu-model": '''
+import phub.torch as pt
+pt.init()
+os.environ["PHUB_FORCE_STAGING"] = "1"
+torch.nn.Module.cuda = lambda self, *a, **k: self
+''',
+    # The block's autocast names CUDA, which this machine lacks: CPU autocast in its place.
+    "bf16-autocast": '''
+import phub.torch as pt
+pt.init()
+model = build_model()
+opt = pt.DistributedOptimizer(model, "momentum", lr=0.1, momentum=0.9)
+_autocast = torch.autocast
+torch.autocast = lambda device_type, **k: _autocast(device_type="cpu", **k)
+data = [b for e in range(epochs) for b in shard_of_every_batch(loader, pt.rank(),
+                                                                  pt.world_size())]
+''',
+    "accumulation": '''
+import phub.torch as pt
+pt.init()
+model = build_model()
+micro_batches = [(x[i:i + 4], y[i:i + 4]) for e in range(epochs)
+                 for x, y in shard_of_every_batch(loader, pt.rank(), pt.world_size())
+                 for i in range(0, len(x), 4)]
+''',
+    "no-sync": '''
+import phub.torch as pt
+pt.init()
+model = build_model()
+opt = pt.DistributedOptimizer(model, "momentum", lr=0.1, momentum=0.9)
+micro_batches = [(X[i:i + 8], Y[i:i + 8]) for i in range(0, 64, 8)]
+micro_batches = [(x[pt.rank() * 4:(pt.rank() + 1) * 4], y[pt.rank() * 4:(pt.rank() + 1) * 4])
+                 for x, y in micro_batches]
+''',
     # The block names the PBox by server and uses the default port; the soft PBox of the
     # test listens elsewhere, so connect() gets the port the environment says.
     "binding": '''
@@ -114,6 +149,38 @@ assert after < 0.95 * before and abs(after - ref_after) <= 1e-4 * ref_after, \
     (before, after, ref_after)
 state.close()
 dist.destroy_process_group()
+result = {"after": after, "w": [p.detach().flatten().tolist() for p in model.parameters()]}
+''',
+    "gpu-model": '''
+assert opt._staging is not None, "the staging path was not taken"
+for epoch in range(epochs):
+    for x, y in shard_of_every_batch(loader, pt.rank(), pt.world_size()):
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+after = loss_fn(model(X), Y).item()
+assert after < 0.7 * before, (before, after)
+opt.close()
+del os.environ["PHUB_FORCE_STAGING"]
+result = {"after": after, "w": [p.detach().flatten().tolist() for p in model.parameters()]}
+''',
+    "bf16-autocast": '''
+torch.autocast = _autocast
+after = loss_fn(model(X), Y).item()
+assert after < 0.7 * before, (before, after)
+opt.close()
+result = {"after": after, "w": [p.detach().flatten().tolist() for p in model.parameters()]}
+''',
+    "accumulation": '''
+after = loss_fn(model(X), Y).item()
+assert after < 0.8 * before, (before, after)
+opt.close()
+result = {"after": after, "w": [p.detach().flatten().tolist() for p in model.parameters()]}
+''',
+    "no-sync": '''
+after = loss_fn(model(X), Y).item()
+assert after < before, (before, after)
+opt.close()
 result = {"after": after, "w": [p.detach().flatten().tolist() for p in model.parameters()]}
 ''',
     "binding": '''
