@@ -21,15 +21,6 @@ enum {
 	RTO_GRANULARITY_NS = 100000,	/* the G of RFC 6298: our clock and scheduling */
 	MODEL_WAIT_SHIFT = 2,		/* a MODEL waits on the slowest rank: 4 RTO */
 	OVERTAKE_TRUST_MAX = 1024,	/* overtaken MODELs are taken as lost above half */
-	/*
-	 * PULLs a segment's MODEL wait sends on the overtake rule alone, at most; after them it
-	 * waits for the probes (one per model wait and handle). A MODEL of a ring job comes once
-	 * the neighbours' racks have summed it, in the ring's order, not in push order: its
-	 * overtaken segments are not lost, and each PULL of one the PBox must ignore (no model
-	 * yet) fired again at every back-off up to rto_max, 190,000 PULLs in 11 s a job (2 x 2,
-	 * 37.8 MB): a few per segment and iteration now.
-	 */
-	OVERTAKE_PULLS_MAX = 2,
 };
 
 /* An idle session says PING this often, so that the PBox knows it is alive (protocol §11). */
@@ -763,8 +754,7 @@ timer_fire(struct phub *h, struct seg *s, uint64_t now)
 		return;
 	}
 	overtaken = !s->repull && stamp_after(h->ep_order[s->endpoint].model_hi, s->first_stamp);
-	lost = s->repull ||
-		(overtaken && overtake_trusted(h) && s->tries < OVERTAKE_PULLS_MAX);
+	lost = s->repull || (overtaken && overtake_trusted(h));
 	go = lost || now - h->pull_probe_ns >= backoff(h, MODEL_WAIT_SHIFT);
 	if (go && !lost)
 		h->pull_probe_ns = now;
