@@ -22,12 +22,12 @@ enum {
 	MODEL_WAIT_SHIFT = 2,		/* a MODEL waits on the slowest rank: 4 RTO */
 	OVERTAKE_TRUST_MAX = 1024,	/* overtaken MODELs are taken as lost above half */
 	/*
-	 * PULLs of overtaken segments awaiting their outcome, at most, per session: the score
-	 * learns a guess's outcome one model wait after it, and until then every overtaken
-	 * segment guessed. A job across racks gets its MODELs in the ring's order, a quarter
-	 * of a ResNet-50 worker's segments overtaken: 73,000 PULLs a worker in 4 rounds, 279
-	 * of them answered from kept state. Losses that the guesses prove still go 32 at a time,
-	 * each answered within a round trip.
+	 * Segments PULLed as overtaken whose MODEL has not come yet, at most, per session: the
+	 * score learns a guess's outcome only when the MODEL comes, and until then every
+	 * overtaken segment guessed at each back-off. A job across racks gets its MODELs in the
+	 * ring's order, seconds late, a quarter of a ResNet-50 worker's segments overtaken:
+	 * 73,000 PULLs a worker in 4 rounds, 279 of them answered from kept state. Losses the
+	 * guesses prove still go 32 at a time, each answered within a round trip.
 	 */
 	OVERTAKE_GUESSES_MAX = 32,
 };
@@ -764,29 +764,18 @@ timer_fire(struct phub *h, struct seg *s, uint64_t now)
 		timer_arm(h, s, now + (go ? backoff(h, s->tries) : h->rto_ns));
 		return;
 	}
-	/*
-	 * A guess whose PULL the PBox has not answered from kept state by now (4 RTO or more)
-	 * was early: the PBox had no model yet and dropped it. Known now, not when the MODEL
-	 * comes: a job across racks gets its MODELs seconds later, in the ring's order, and
-	 * while that outcome waited the score stayed trusted and every overtaken segment
-	 * PULLed again at each back-off (110,899 PULLs from one worker, 24 of them answered
-	 * from kept state, ResNet-50 across 2 x 2 racks).
-	 */
-	if (s->pulled_overtaken) {
-		overtake_outcome(h, false);
-		s->pulled_overtaken = false;
-		h->overtake_guesses--;
-	}
 	overtaken = !s->repull && stamp_after(h->ep_order[s->endpoint].model_hi, s->first_stamp);
+	/* A guess takes one of OVERTAKE_GUESSES_MAX places until its MODEL comes, and keeps it. */
 	lost = s->repull || (overtaken && overtake_trusted(h) &&
-			h->overtake_guesses < OVERTAKE_GUESSES_MAX);
+			(s->pulled_overtaken || h->overtake_guesses < OVERTAKE_GUESSES_MAX));
 	go = lost || now - h->pull_probe_ns >= backoff(h, MODEL_WAIT_SHIFT);
 	if (go && !lost)
 		h->pull_probe_ns = now;
 	if (go) {
 		/* A probe of an overtaken segment tells as much about the rule as a guess. */
+		if (overtaken != s->pulled_overtaken)
+			h->overtake_guesses += overtaken ? 1u : UINT32_MAX;	/* -1 */
 		s->pulled_overtaken = overtaken;
-		h->overtake_guesses += overtaken;
 		send_pull(h, s, now, s->tries > 0 || s->charged);
 		h->stats.pulls++;
 		if (s->tries < UINT8_MAX)
