@@ -23,8 +23,9 @@
 #define L2_L3_L4_LEN (RTE_ETHER_HDR_LEN + sizeof(struct rte_ipv4_hdr) + sizeof(struct rte_udp_hdr))
 /*
  * Microseconds between an lcore's scans of its ring segments for retransmissions: a scan
- * visits every segment of every ring job (33 000 for ResNet-18), so it is kept to a tenth of
- * the ring's shortest RTO (10 ms): the loop's time goes to datagrams, not to timers.
+ * visits the segments with steps in flight (a window's worth, from the job's bitmap); a lost
+ * step is found by the ACKs of later ones and resent at the next scan, so this bounds the time
+ * a loss takes to repair beside the round trip, and stays a tenth of the ring's shortest RTO.
  */
 #define PBOX_RING_POLL_US 1000
 /*
@@ -1042,9 +1043,10 @@ elastic_done(void *arg, const struct phub_engine_segment_done *what)
 }
 
 /*
- * Retransmit the ring steps of this lcore's segments whose RTO passed, every PBOX_RING_POLL_US
- * (the shortest RTO is a millisecond or more): one pass over the ring jobs' segments. Steps
- * the window held back go too when it has room (an ACK normally sends them first).
+ * Retransmit the ring steps of this lcore's segments that are lost (overtaken by later ones'
+ * ACKs) or whose RTO passed, every PBOX_RING_POLL_US: one pass over the ring jobs' segments
+ * with steps in flight. Steps the window held back go too when it has room (an ACK normally
+ * sends them first).
  */
 static unsigned int
 ring_poll(struct pbox_lcore *lc, uint64_t tsc)

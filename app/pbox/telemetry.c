@@ -526,6 +526,8 @@ cmd_ring_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 		rte_tel_data_add_dict_u64(j, "held_steps", win.held_steps);
 		rte_tel_data_add_dict_u64(j, "held_steps_total", win.held_total);
 		rte_tel_data_add_dict_u64(j, "window_cuts", win.cuts);
+		rte_tel_data_add_dict_u64(j, "fast_resends", win.fast_resends);
+		rte_tel_data_add_dict_u64(j, "timeouts", win.timeouts);
 		p = ring_peer_dict(info.name, (uint16_t)((ring.pos + ring.racks - 1u) % ring.racks),
 				&prev, prev_ns);
 		if (p != NULL)

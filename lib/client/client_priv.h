@@ -45,6 +45,7 @@ enum {
 	CLIENT_CONNECT_TIMEOUT_MS = 10000,
 	CLIENT_CONNECT_SLICE_MS = 100,	/* phub_connect() looks at the initial round */
 	CLIENT_SOCKET_BUFFER = 4 << 20,	/* asked of the kernel; it may give less */
+	CLIENT_SOCKET_RCVBUF_FORCE = 32 << 20,	/* receive buffer where rmem_max may be passed */
 	CLIENT_BATCH = 32,		/* datagrams per sendmmsg/recvmmsg */
 	CLIENT_TICKET_BUCKETS = 1024,
 	CLIENT_ERRMSG = 256,
@@ -280,6 +281,7 @@ struct phub {
 	 * OVERTAKE_TRUST_MAX, decaying (client_node.c, overtake_outcome()).
 	 */
 	uint32_t overtake_trust;
+	uint32_t overtake_guesses;	/* segments PULLed as overtaken, outcome not known yet */
 	uint64_t last_heard_ns;		/* last valid datagram, or when work started */
 	uint64_t last_ping_ns;
 	uint32_t ping_seq;

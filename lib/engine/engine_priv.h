@@ -215,6 +215,8 @@ struct phub_engine_job {
 
 	/* Cross-rack ring (engine_ring_node.c); ring_segs is NULL in a one-rack job. */
 	struct phub_ring_seg *ring_segs;	/* one per segment slot */
+	_Atomic uint64_t *ring_active;		/* bit per segment: ring steps in flight */
+	_Atomic uint64_t *ring_held;		/* bit per segment: ring steps held back */
 	float *ring_bufs;			/* 4 x n_elems: two rounds of sum and inbox */
 	struct phub_ring_params ring;
 	uint32_t ring_total_world;

@@ -92,6 +92,29 @@ phub_ring_window_init(struct phub_ring_window *w, uint64_t init_bytes, uint64_t 
 	atomic_store_explicit(&w->cut_ns, 0, memory_order_relaxed);
 	atomic_store_explicit(&w->cuts, 0, memory_order_relaxed);
 	atomic_store_explicit(&w->held_total, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->tx_seq, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->acked_seq, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->fast_resends, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->timeouts, 0, memory_order_relaxed);
+}
+
+/* The link's next place in its send order (never 0, the "nothing acknowledged" mark). */
+static uint32_t
+window_seq(struct phub_ring_window *w)
+{
+	return atomic_fetch_add_explicit(&w->tx_seq, 1, memory_order_relaxed) + 1;
+}
+
+/* A first transmission answered: the newest place in the send order known delivered. */
+static void
+window_delivered(struct phub_ring_window *w, uint32_t seq)
+{
+	uint32_t cur = atomic_load_explicit(&w->acked_seq, memory_order_relaxed);
+
+	while ((int32_t)(seq - cur) > 0 &&
+	       !atomic_compare_exchange_weak_explicit(&w->acked_seq, &cur, seq,
+						      memory_order_relaxed, memory_order_relaxed))
+		;
 }
 
 /* Payload bytes of step's datagram from this PBox (the part it sends). */
@@ -272,6 +295,8 @@ round_release(struct phub_ring_seg *seg, const struct phub_ring_params *p,
 		r->held &= ~bit;
 		fresh |= bit;
 		released++;
+		if (p->win != NULL)
+			r->tx_seq[step] = window_seq(p->win);
 	}
 	if (p->win != NULL && released != 0)
 		atomic_fetch_sub_explicit(&p->win->held, released, memory_order_relaxed);
@@ -427,8 +452,12 @@ phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint3
 		return false;
 	if ((r->sent & bit) == 0 || (r->acked & bit) != 0)
 		return false;
-	if (rtt_ns != NULL && r->retries == 0 && now_ns > r->timer_ns)
+	if (rtt_ns != NULL && r->retries == 0 && r->resent == 0 && now_ns > r->timer_ns)
 		*rtt_ns = now_ns - r->timer_ns;
+	/* Karn's rule for the send order too: a resent step's ACK may answer the first copy. */
+	if (p->win != NULL && (r->resent & bit) == 0)
+		window_delivered(p->win, r->tx_seq[step]);
+	r->resent &= ~bit;
 	r->acked |= bit;
 	r->retries = 0;
 	r->rto_deadline_ns = now_ns + p->rto_ns;
@@ -442,6 +471,53 @@ phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint3
 	return true;
 }
 
+/* The unacknowledged steps of a round that sends later on the link overtook: lost. */
+static uint32_t
+round_overtaken(const struct phub_ring_params *p, const struct phub_ring_round *r,
+		uint32_t unacked)
+{
+	uint32_t acked_seq, lost = 0;
+	unsigned int step, steps = phub_ring_steps(p->racks);
+
+	if (p->win == NULL || unacked == 0)
+		return 0;
+	acked_seq = atomic_load_explicit(&p->win->acked_seq, memory_order_relaxed);
+	for (step = 0; step < steps; step++)
+		if ((unacked & (1u << step)) != 0 &&
+		    (int32_t)(acked_seq - r->tx_seq[step]) > PHUB_RING_REORDER)
+			lost |= 1u << step;
+	return lost;
+}
+
+/* Steps going again: each takes a new place in the link's send order. */
+static void
+round_resend(const struct phub_ring_params *p, struct phub_ring_round *r, uint32_t steps_mask)
+{
+	unsigned int step, steps = phub_ring_steps(p->racks);
+
+	r->resent |= steps_mask;
+	if (p->win == NULL)
+		return;
+	for (step = 0; step < steps; step++)
+		if ((steps_mask & (1u << step)) != 0)
+			r->tx_seq[step] = window_seq(p->win);
+}
+
+/*
+ * A round's timer may fire: its deadline passed and, with a window, nothing came back from the
+ * link for an RTO either (ACKs still coming in send order mean its steps are queued, not lost).
+ */
+static bool
+round_timed_out(const struct phub_ring_params *p, const struct phub_ring_round *r,
+		uint64_t now_ns)
+{
+	if (now_ns < r->rto_deadline_ns)
+		return false;
+	/* Another lcore's clock may be a little ahead: heard after now is heard now. */
+	return p->win == NULL || p->heard_ns == 0 ||
+	       (now_ns > p->heard_ns && now_ns - p->heard_ns >= p->rto_ns);
+}
+
 /* The rounds' sends due now: retransmissions (if resend) and held steps that fit the window. */
 static unsigned int
 seg_due(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint64_t now_ns,
@@ -453,11 +529,13 @@ seg_due(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint64_t no
 		struct phub_ring_round *r = &seg->round[i];
 		uint32_t unacked = r->sent & ~r->acked;
 		struct phub_ring_out *o = &out[n];
+		uint32_t lost;
 
 		if (!r->active)
 			continue;
 		memset(o, 0, sizeof(*o));
-		if (resend && unacked != 0 && now_ns >= r->rto_deadline_ns) {
+		lost = resend ? round_overtaken(p, r, unacked) : 0;
+		if (resend && unacked != 0 && round_timed_out(p, r, now_ns)) {
 			uint64_t rto;
 
 			if (r->retries < 30)
@@ -468,8 +546,21 @@ seg_due(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint64_t no
 			r->rto_deadline_ns = now_ns + rto;
 			o->send_steps = unacked;
 			o->resent_steps = unacked;
-			if (p->win != NULL)
+			round_resend(p, r, unacked);
+			if (p->win != NULL) {
 				window_cut(p->win, now_ns, p->rto_ns);
+				atomic_fetch_add_explicit(&p->win->timeouts, 1, memory_order_relaxed);
+			}
+		} else if (lost != 0) {
+			/* No back-off: the link delivers, this one datagram did not arrive. */
+			o->send_steps = lost;
+			o->resent_steps = lost;
+			round_resend(p, r, lost);
+			r->rto_deadline_ns = now_ns + p->rto_ns;
+			window_cut(p->win, now_ns, p->rto_ns);
+			atomic_fetch_add_explicit(&p->win->fast_resends,
+						  (uint64_t)__builtin_popcount(lost),
+						  memory_order_relaxed);
 		}
 		if (r->held != 0)
 			round_release(seg, p, r, now_ns, o);

@@ -685,7 +685,9 @@ struct phub_engine_ring_window {
 	uint64_t inflight_steps;	/* their datagrams */
 	uint64_t held_steps;		/* ready, held back until the window opens */
 	uint64_t held_total;		/* steps ever held back */
-	uint64_t cuts;			/* retransmission timeouts that halved cwnd */
+	uint64_t cuts;			/* losses that halved cwnd (once per RTO) */
+	uint64_t fast_resends;		/* steps resent because later ones were acknowledged */
+	uint64_t timeouts;		/* rounds resent because the link fell silent */
 	uint64_t min_bytes, max_bytes;	/* cwnd's bounds */
 };
 

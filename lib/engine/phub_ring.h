@@ -29,6 +29,7 @@
 
 enum {
 	PHUB_RING_MAX_RACKS = 16,	/* steps 2R-2 fit the 32-bit step masks */
+	PHUB_RING_MAX_STEPS = 2 * (PHUB_RING_MAX_RACKS - 1),
 };
 
 /* Steps of one iteration's ring: R-1 reduce then R-1 gather steps. */
@@ -81,8 +82,11 @@ struct phub_ring_round {
 	uint32_t sent;		/* steps sent at least once */
 	uint32_t acked;		/* steps pos+1 acknowledged */
 	uint32_t held;		/* steps ready to go, held back by the link's window */
+	uint32_t resent;	/* sent steps retransmitted since, not yet acknowledged */
 	uint64_t rto_deadline_ns;	/* retransmit the unacknowledged sent steps after this */
 	uint64_t timer_ns;	/* when that timer (re)started: an ACK's round-trip sample */
+	/* Each step's place in the link's send order at its last transmission (window.tx_seq). */
+	uint32_t tx_seq[PHUB_RING_MAX_STEPS];
 };
 
 /*
@@ -123,6 +127,20 @@ struct phub_ring_window {
 	_Atomic uint64_t cut_ns;	/* when cwnd was last halved */
 	_Atomic uint64_t cuts;		/* how often */
 	_Atomic uint64_t held_total;	/* steps ever held back */
+	/*
+	 * Loss detection by the order of ACKs (RACK, RFC 8985, counted in datagrams): every
+	 * transmission on the link takes the next tx_seq; acked_seq is the highest one a RING_ACK
+	 * answered (first transmissions only: a retransmitted step's ACK may answer either copy).
+	 * The link is FIFO, so a step still unacknowledged while one sent PHUB_RING_REORDER
+	 * datagrams after it was acknowledged is lost: it goes again at the next scan, without
+	 * waiting for a timeout. The timeout then only covers a link that fell silent (a lost
+	 * tail, a stalled neighbour), and a neighbour slowed down (a descheduled lcore, a queue)
+	 * is no loss as long as its ACKs come in send order.
+	 */
+	_Atomic uint32_t tx_seq;
+	_Atomic uint32_t acked_seq;
+	_Atomic uint64_t fast_resends;	/* steps resent because later ones were acknowledged */
+	_Atomic uint64_t timeouts;	/* rounds resent because the link fell silent */
 	uint64_t min_bytes, max_bytes;	/* cwnd's bounds */
 };
 
@@ -141,6 +159,12 @@ enum {
 	 */
 	PHUB_RING_WINDOW_MAX_STEPS = 256,
 	PHUB_RING_WINDOW_STEP_SHIFT = 40,	/* inflight's packing */
+	/*
+	 * Datagrams sent after an unacknowledged one whose ACKs make it lost: the slack for the
+	 * reordering of several data lcores sending on one link and handing received ones off
+	 * (a burst each).
+	 */
+	PHUB_RING_REORDER = 32,
 };
 
 /* A window of init_bytes within min_bytes .. max_bytes, nothing in flight or held. */
@@ -160,6 +184,12 @@ struct phub_ring_params {
 	uint64_t rto_max_ns;	/* ceiling of the exponential back-off */
 	struct phub_ring_window *win;	/* the link's window; NULL: none, every step goes */
 	bool unlinked;		/* no link to pos+1 yet: every ready step is held back */
+	/*
+	 * The newest RING_ACK from pos+1 (0: none yet). With a window, a round's timeout fires
+	 * only once the link has also been silent for rto_ns: while ACKs come, a lost step is
+	 * found by their order (phub_ring_window.acked_seq), and one not yet overtaken is queued.
+	 */
+	uint64_t heard_ns;
 };
 
 /* What the caller must do after an event: send these steps' parts, ACK, use the sum. */
@@ -219,9 +249,11 @@ phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint3
 	      uint32_t step, uint64_t now_ns, uint64_t *rtt_ns);
 
 /*
- * Retransmissions due at now_ns: for each round whose timer expired, out[] gets the steps
- * sent but not acknowledged (resent_steps), the timer backs off and the window is halved;
- * with them, the held steps the window has room for now. Returns how many rounds have
+ * Retransmissions due at now_ns: for each round whose timer expired (with a window: and the
+ * link silent for an RTO), out[] gets the steps sent but not acknowledged (resent_steps), the
+ * timer backs off and the window is halved; for a round whose steps later sends overtook
+ * (phub_ring_window.acked_seq), those steps, and the window is halved (once per RTO); with
+ * them, the held steps the window has room for now. Returns how many rounds have
  * something to send (0, 1 or 2); out must have room for 2.
  */
 unsigned int

@@ -623,6 +623,62 @@ START_TEST(test_window_grows_and_halves_within_its_bounds)
 }
 END_TEST
 
+/*
+ * Loss by the order of ACKs: a step that sends made PHUB_RING_REORDER datagrams after it on the
+ * link overtook is resent at once, before its timeout; one not overtaken that far is not, and
+ * its timer fires only once the link has been silent for an RTO.
+ */
+START_TEST(test_step_overtaken_by_acked_later_ones_is_resent_before_timeout)
+{
+	enum { N = PHUB_RING_REORDER + 3 };
+	static float b2[4][MAX_ELEMS];
+	struct phub_ring_params p = params(2, 0);
+	struct phub_ring_window win;
+	struct phub_ring_seg seg[N];
+	struct phub_ring_out out, due[2];
+	float rack[200];
+
+	for (unsigned int i = 0; i < 200; i++)
+		rack[i] = 1.0f;
+	phub_ring_window_init(&win, N * 400, N * 400, N * 400);
+	p.win = &win;
+	/* One step each, sent in segment order: places 1 .. N on the link. */
+	for (unsigned int i = 0; i < N; i++) {
+		phub_ring_seg_init(&seg[i], 0, b2[0], b2[1], b2[2], b2[3]);
+		ck_assert_int_eq(phub_ring_local(&seg[i], &p, 200, 0, rack, 0, &out), 0);
+		ck_assert_uint_eq(out.send_steps, 0x1);
+	}
+	/* Every ACK but those of segments 0 and 4 comes back. */
+	for (unsigned int i = 1; i < N; i++)
+		if (i != 4)
+			ck_assert(phub_ring_ack(&seg[i], &p, 0, 0, NS_PER_MS, NULL));
+	ck_assert_uint_eq(win.acked_seq, N);
+	p.heard_ns = NS_PER_MS;
+	/* Segment 0 (place 1) is N - 1 places behind: lost, resent before its 2 ms RTO. */
+	ck_assert_uint_eq(phub_ring_poll(&seg[0], &p, 200, NS_PER_MS + NS_PER_MS / 2, due), 1);
+	ck_assert_uint_eq(due[0].send_steps, 0x1);
+	ck_assert_uint_eq(due[0].resent_steps, 0x1);
+	ck_assert_uint_eq(win.fast_resends, 1);
+	ck_assert_uint_eq(win.cuts, 1);
+	/* Not again at the next scan: its new place is the newest. */
+	ck_assert_uint_eq(phub_ring_poll(&seg[0], &p, 200, NS_PER_MS + NS_PER_MS / 2, due), 0);
+	/* Segment 4 (place 5) is within the slack: not lost, and not timed out while ACKs come. */
+	ck_assert_uint_eq(phub_ring_poll(&seg[4], &p, 200, NS_PER_MS + NS_PER_MS / 2, due), 0);
+	p.heard_ns = 2 * NS_PER_MS + NS_PER_MS / 2;
+	ck_assert_uint_eq(phub_ring_poll(&seg[4], &p, 200, 3 * NS_PER_MS, due), 0);
+	ck_assert_uint_eq(win.timeouts, 0);
+	/* The link silent for an RTO: its timer fires. */
+	ck_assert_uint_eq(phub_ring_poll(&seg[4], &p, 200, 5 * NS_PER_MS, due), 1);
+	ck_assert_uint_eq(due[0].resent_steps, 0x1);
+	ck_assert_uint_eq(win.timeouts, 1);
+	/* A resent step's ACK may answer its first copy: it moves no place (Karn). */
+	ck_assert(phub_ring_ack(&seg[0], &p, 0, 0, 6 * NS_PER_MS, NULL));
+	ck_assert(phub_ring_ack(&seg[4], &p, 0, 0, 6 * NS_PER_MS, NULL));
+	ck_assert_uint_eq(win.acked_seq, N);
+	ck_assert_uint_eq(phub_ring_window_inflight(&win, NULL), 0);
+}
+END_TEST
+
 Suite *
 phub_ring_suite(void)
 {
@@ -649,6 +705,7 @@ phub_ring_suite(void)
 	tc = tcase_create("window");
 	tcase_add_test(tc, test_window_holds_steps_until_an_ack_opens_it);
 	tcase_add_test(tc, test_window_grows_and_halves_within_its_bounds);
+	tcase_add_test(tc, test_step_overtaken_by_acked_later_ones_is_resent_before_timeout);
 	suite_add_tcase(s, tc);
 	return s;
 }
