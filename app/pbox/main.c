@@ -319,6 +319,12 @@ main(int argc, char **argv)
 		phub_config_dump_plan(&pbox.cfg, stdout);
 		print_bpf_objects(&pbox.cfg);
 		pbox_memory_plan(&pbox.cfg, stdout);
+		rc = pbox_memory_check_jobs(&pbox.cfg, stdout, err, sizeof(err));
+		if (rc != 0) {
+			fprintf(stderr, "phub-pbox: %s: %s\n", config_path, err);
+			phub_config_free(&pbox.cfg);
+			return EXIT_FAILURE;
+		}
 		printf("# %s: configuration OK\n", config_path);
 		phub_config_free(&pbox.cfg);
 		return EXIT_SUCCESS;

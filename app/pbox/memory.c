@@ -157,6 +157,61 @@ pbox_memory_plan(const struct phub_config *cfg, FILE *f)
 			"raise eal.memory_mb)\n");
 }
 
+int
+pbox_memory_check_jobs(const struct phub_config *cfg, FILE *f, char *err, size_t size)
+{
+	uint64_t pools = pbox_pools_estimate_bytes(cfg);
+	uint64_t eal = (uint64_t)cfg->eal.memory_mb << 20;
+	uint64_t eal_free = eal > pools ? eal - pools : 0;
+	uint64_t sum = 0;
+	unsigned int said = 0;
+	int rc = 0;
+
+	for (unsigned int i = 0; i < cfg->n_jobs; i++) {
+		const struct phub_config_job *job = &cfg->jobs[i];
+		uint64_t need = phub_config_job_memory_bytes(cfg, i);
+
+		if (need == 0) {
+			fprintf(f, "# job %s: says neither model nor parameters: its memory is "
+					"checked only at JOIN\n", job->name);
+			continue;
+		}
+		said++;
+		sum += need;
+		fprintf(f, "# job %s: %s%s%.1fM parameters, %u workers, %s, %s: %.0f MB, %s\n",
+				job->name, job->model, job->model[0] != '\0' ? ", " : "",
+				(double)job->parameters / 1e6, job->workers,
+				phub_dtype_name(job->dtype), phub_opt_type_name(job->optimizer.type),
+				MB(need), need > eal_free ? "over EAL" : "fits");
+		if (need > eal_free && rc == 0) {
+			snprintf(err, size, "jobs[%u] (%s) needs %.0f MB, more than the %.0f MB of "
+					"EAL memory the mbuf pools leave: raise eal.memory_mb (now %u) "
+					"to at least %.0f", i, job->name, MB(need), MB(eal_free),
+					cfg->eal.memory_mb, MB(need + pools) + 1);
+			rc = -ENOMEM;
+		}
+	}
+	if (said > 1 && sum > eal_free && rc == 0) {
+		snprintf(err, size, "the declared jobs need %.0f MB together, more than the %.0f MB "
+				"of EAL memory the mbuf pools leave: raise eal.memory_mb (now %u) to "
+				"at least %.0f", MB(sum), MB(eal_free), cfg->eal.memory_mb,
+				MB(sum + pools) + 1);
+		rc = -ENOMEM;
+	}
+	/* A peer serves only the ring jobs that name it: one that none names is a leftover. */
+	for (unsigned int p = 0; p < cfg->n_peers; p++) {
+		bool used = false;
+
+		for (unsigned int i = 0; i < cfg->n_jobs && !used; i++)
+			for (unsigned int r = 0; r < cfg->jobs[i].n_racks; r++)
+				used |= cfg->jobs[i].racks[r].peer == (int16_t)p;
+		if (!used)
+			fprintf(f, "# note: peers[%u] (%s) serves no ring job: no jobs[].racks "
+					"names it\n", p, cfg->peers[p].name);
+	}
+	return rc;
+}
+
 struct place_ctx {
 	uint8_t *base;
 	size_t size;

@@ -246,6 +246,12 @@ void pbox_memory_control_node(const struct pbox *pb);
 
 /* memory.c: which of the Table 3 models a job of this configuration can hold (--check-config). */
 void pbox_memory_plan(const struct phub_config *cfg, FILE *f);
+/*
+ * --check-config: each declared job's memory (those that say what they train) against EAL
+ * memory, and the peers no ring job uses. Prints to f; returns 0, or -ENOMEM with err saying
+ * which key to raise when the declared jobs cannot fit EAL memory.
+ */
+int pbox_memory_check_jobs(const struct phub_config *cfg, FILE *f, char *err, size_t size);
 
 /* memif_gate.c: the interrupt thread's net_memif handlers and the lcores take turns. */
 extern atomic_bool pbox_memif_gate_open;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "config_priv.h"
+#include "model/phub_model.h"
 
 #define FIELD_SIZE(st, m) sizeof(((st *)0)->m)
 
@@ -646,6 +647,32 @@ parse_racks(struct cfg_ctx *ctx, const json_t *arr, void *target)
 				  sizeof(job->racks[0]), &job->n_racks);
 }
 
+/* A model lib/model knows (phub-bench and phub-plan take the same names), stored by its name. */
+static int
+parse_model(struct cfg_ctx *ctx, const json_t *v, void *target)
+{
+	char *model = target;
+	const struct phub_model_preset *mp;
+	char list[256];
+	char shown[64];
+	size_t o = 0;
+
+	if (!json_is_string(v))
+		return cfg_error(ctx, CFG_AT_VALUE, "expected a string, got %s", cfg_json_type(v));
+	mp = phub_model_preset_find(json_string_value(v));
+	if (mp != NULL && strlen(json_string_value(v)) == json_string_length(v)) {
+		snprintf(model, PHUB_CONFIG_NAME_MAX, "%s", mp->name);
+		return 0;
+	}
+	list[0] = '\0';
+	for (size_t i = 0; i < phub_model_preset_count() && o < sizeof(list); i++)
+		o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%s", i == 0 ? "" : ", ",
+				      phub_model_preset_at(i)->name);
+	cfg_quote(shown, sizeof(shown), json_string_value(v), json_string_length(v));
+	return cfg_error(ctx, CFG_AT_VALUE, "%s is not a model phub-plan knows (%s): give "
+			 "\"parameters\" instead", shown, list);
+}
+
 /* deterministic and optimizer are custom so that their defaults (set by parse_jobs) stay. */
 static const struct cfg_field job_fields[] = {
 	F_STR("name", struct phub_config_job, name, 1, PHUB_CONFIG_JOB_NAME_MAX - 1,
@@ -659,6 +686,8 @@ static const struct cfg_field job_fields[] = {
 	F_ENUM("on_worker_dead", struct phub_config_job, on_worker_dead, on_dead_names,
 	       PHUB_CONFIG_ON_DEAD_FAIL, 0),
 	F_CUSTOM("racks", 0, parse_racks, 0),
+	F_CUSTOM("model", offsetof(struct phub_config_job, model), parse_model, 0),
+	F_INT("parameters", struct phub_config_job, parameters, 1, 1000000000000, 0, 0),
 	F_END
 };
 

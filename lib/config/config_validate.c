@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "config_priv.h"
+#include "engine/phub_engine.h"
+#include "model/phub_model.h"
 
 #define PATH_LEN 64
 
@@ -558,4 +560,122 @@ cfg_derive(struct phub_config *cfg)
 		}
 		cfg->segment_bytes = seg;
 	}
+}
+
+/* Declared job i's memory by part, as the engine will charge it; false if it does not say. */
+static bool
+job_memory(const struct phub_config *cfg, unsigned int i, struct phub_engine_memory *m)
+{
+	const struct phub_config_job *job = &cfg->jobs[i];
+	struct phub_engine_memory_params p;
+
+	if (job->parameters == 0)
+		return false;
+	memset(&p, 0, sizeof(p));
+	p.n_elems = job->parameters;
+	p.n_keys = 1;
+	p.dtype = job->dtype;
+	p.optimizer = job->optimizer.type;
+	/* A ring job's engine holds this rack's ranks, and the ring's buffers. */
+	p.world_size = job->n_racks != 0 ? job->racks[job->ring_pos].ranks : job->workers;
+	p.deterministic = job->deterministic;
+	p.ring = job->n_racks != 0;
+	p.checkpoint_shadow = cfg->checkpoint.dir[0] != '\0';
+	p.n_servers = cfg->n_lcore_params;
+	p.segment_elems = cfg->segment_bytes / (uint32_t)phub_dtype_size(job->dtype);
+	phub_engine_memory_need(&p, m);
+	return true;
+}
+
+uint64_t
+phub_config_job_memory_bytes(const struct phub_config *cfg, unsigned int i)
+{
+	struct phub_engine_memory m;
+
+	if (i >= cfg->n_jobs || !job_memory(cfg, i, &m))
+		return 0;
+	return m.total;
+}
+
+static uint64_t
+mb_up(uint64_t bytes)
+{
+	return (bytes + (1u << 20) - 1) >> 20;
+}
+
+/*
+ * Jobs that say what they train (model or parameters) must fit the limits, each alone and all
+ * together: a declared job the PBox would refuse at JOIN is a configuration error now. Runs
+ * after cfg_derive(), whose segment size and servers the estimate uses.
+ */
+int
+cfg_validate_memory(struct cfg_ctx *ctx, struct phub_config *cfg)
+{
+	uint64_t job_limit = (uint64_t)cfg->limits.job_memory_mb << 20;
+	uint64_t total_limit = (uint64_t)cfg->limits.total_memory_mb << 20;
+	uint64_t sum = 0;
+	char path[PATH_LEN];
+
+	for (unsigned int i = 0; i < cfg->n_jobs; i++) {
+		struct phub_config_job *job = &cfg->jobs[i];
+		const struct phub_model_preset *mp;
+		struct phub_engine_memory m;
+
+		if (job->model[0] != '\0' && job->parameters != 0) {
+			snprintf(path, sizeof(path), "jobs[%u].parameters", i);
+			return cfg_error_at(ctx, path, "jobs[%u].model already says what the job "
+					    "trains: give model or parameters, not both", i);
+		}
+		snprintf(path, sizeof(path), "jobs[%u].%s", i,
+			 job->model[0] != '\0' ? "model" : "parameters");
+		mp = job->model[0] != '\0' ? phub_model_preset_find(job->model) : NULL;
+		/* The planner's reading of Table 3's sizes: MB of 2^20 bytes of fp32. */
+		if (mp != NULL)
+			job->parameters = (uint64_t)(phub_model_preset_bytes(mp,
+					PHUB_MODEL_UNITS_PAPER) / sizeof(float));
+		if (!job_memory(cfg, i, &m))
+			continue;
+		if (m.total > job_limit) {
+			const struct {
+				const char *name;
+				uint64_t bytes;
+			} parts[] = {
+				{ "model", m.model }, { "optimizer state", m.optimizer },
+				{ "wire copy", m.wire_copy },
+				{ "checkpoint shadow", m.checkpoint_shadow },
+				{ "rank-order staging", m.deterministic_staging },
+				{ "ring", m.ring },
+			};
+			char what[160];
+			size_t o = 0;
+
+			/* What to change first: a long message may be cut at its end. */
+			for (size_t k = 0; k < sizeof(parts) / sizeof(parts[0]); k++)
+				if (parts[k].bytes != 0 && o < sizeof(what))
+					o += (size_t)snprintf(what + o, sizeof(what) - o, "%s%s %llu",
+							      o == 0 ? "" : ", ", parts[k].name,
+							      (unsigned long long)mb_up(parts[k].bytes));
+			return cfg_error_at(ctx, path, "job %s needs %llu MB, above "
+					    "limits.job_memory_mb %u: raise limits.job_memory_mb "
+					    "(and total_memory_mb) to at least %llu; %llu parameters, "
+					    "%s, %s, %u workers here, %s sums: %s MB",
+					    job->name, (unsigned long long)mb_up(m.total),
+					    cfg->limits.job_memory_mb,
+					    (unsigned long long)mb_up(m.total),
+					    (unsigned long long)job->parameters,
+					    phub_dtype_name(job->dtype),
+					    phub_opt_type_name(job->optimizer.type),
+					    job->n_racks != 0 ? job->racks[job->ring_pos].ranks :
+					    job->workers,
+					    job->deterministic ? "rank-order" : "arrival-order", what);
+		}
+		sum += m.total;
+		if (sum > total_limit)
+			return cfg_error_at(ctx, path, "the jobs declared up to this one (%s) need "
+					    "%llu MB together, above limits.total_memory_mb %u: raise "
+					    "limits.total_memory_mb to at least %llu", job->name,
+					    (unsigned long long)mb_up(sum), cfg->limits.total_memory_mb,
+					    (unsigned long long)mb_up(sum));
+	}
+	return 0;
 }

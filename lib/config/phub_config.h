@@ -227,6 +227,12 @@ struct phub_config_job {
 	bool deterministic;
 	enum phub_config_on_worker_dead on_worker_dead;
 	struct phub_config_optimizer optimizer;
+	/*
+	 * What the job trains: its parameter count, written or derived from model; 0 when the
+	 * file says neither (its memory is then known only at JOIN).
+	 */
+	uint64_t parameters;
+	char model[PHUB_CONFIG_NAME_MAX];	/* a lib/model preset's name, or "" */
 	char name[PHUB_CONFIG_JOB_NAME_MAX];
 };
 
@@ -348,6 +354,14 @@ phub_config_port_driver(const struct phub_config *cfg, unsigned int port);
 /* The index of the job with that name, or -ENOENT. */
 int
 phub_config_job_find(const struct phub_config *cfg, const char *name);
+
+/*
+ * The PBox memory declared job i takes, in bytes: lib/engine's phub_engine_memory_need() with
+ * its parameters, this rack's workers, dtype, optimizer, deterministic flag, ring buffers and
+ * the checkpoint shadow. 0 when the job does not say what it trains (model or parameters).
+ */
+uint64_t
+phub_config_job_memory_bytes(const struct phub_config *cfg, unsigned int i);
 
 /*
  * The EAL command line the configuration asks for: prog, --lcores, --main-lcore, -m,

@@ -11,13 +11,13 @@
 
 #include "engine_priv.h"
 
+/* The ring's per-segment state; its four model buffers are phub_engine_memory_need()'s ring. */
 uint64_t
-engine_ring_memory(const struct phub_engine_job *job)
+engine_ring_bookkeeping(const struct phub_engine_job *job)
 {
 	if (job->ring.racks < 2)
 		return 0;
-	return 4 * job->n_elems * sizeof(float) +
-	       (uint64_t)job->n_segments * sizeof(struct phub_ring_seg);
+	return (uint64_t)job->n_segments * sizeof(struct phub_ring_seg);
 }
 
 int
