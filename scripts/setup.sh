@@ -12,15 +12,21 @@ PHUB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # tools the demo and tests drive (iproute2 for namespaces, python3 for
 # dpdk-telemetry.py and the summaries; debhelper, dpkg-dev and lintian for the packages,
 # systemd for systemd-analyze verify, man-db for the man pages; torch and the rest for the
-# Python binding's tests and examples).
+<<<<<<< HEAD
+# Python binding's tests and examples; venv, setuptools and wheel for its pip install test).
+=======
+# Python binding's tests and examples; prometheus and its Python client for phub-exporter and
+# its tests).
+>>>>>>> i24-ops
 PHUB_PACKAGES=(
 	build-essential pkg-config meson ninja-build clang llvm
 	dpdk dpdk-dev libdpdk-dev libnuma-dev libbpf-dev libxdp-dev
 	libjansson-dev check
 	python3 iproute2 procps ethtool shellcheck
 	python3-torch python3-torchvision python3-sklearn python3-pytest python3-matplotlib
-	python3-numpy
+	python3-numpy python3-venv python3-setuptools python3-wheel
 	debhelper dpkg-dev lintian systemd man-db
+	prometheus python3-prometheus-client
 )
 
 phub_log()

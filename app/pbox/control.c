@@ -126,6 +126,14 @@ explain_no_memory(void *ctx, const struct phub_engine_job_params *p,
 static void
 job_created(void *ctx, struct phub_engine_job *job)
 {
+	struct pbox *pb = ctx;
+	uint32_t slot = phub_engine_job_slot(job);
+	uint64_t base = 0;
+
+	/* No lcore counts for this slot now: its last job was freed after a quiescent state. */
+	for (uint16_t k = 0; k < pb->n_lcores; k++)
+		base += __atomic_load_n(&pb->lcores[k].stats.job_pushes[slot], __ATOMIC_RELAXED);
+	__atomic_store_n(&pb->job_pushes_base[slot], base, __ATOMIC_RELAXED);
 	pbox_checkpoint_job_created(ctx, job);
 }
 
@@ -180,6 +188,11 @@ stats_publish(struct pbox *pb)
 	pb->ring_hellos_early = st.ring_hellos_early;
 	pb->ring_hellos_refused = st.ring_hellos_refused;
 	pb->ring_jobs_failed = st.ring_jobs_failed;
+	pb->jobs_created = st.jobs_created;
+	pb->jobs_ended = st.jobs_ended;
+	pb->jobs_failed = st.jobs_failed;
+	pb->joins = st.joins;
+	pb->ranks_removed = st.ranks_removed;
 	memcpy(pb->control_drops, st.drops, sizeof(pb->control_drops));
 }
 

@@ -828,9 +828,12 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 	/* The loop's one clock read (the jobs' clock, control.c): none per PUSH. */
 	req.now_ns = lc->now_ns;
 
-	if (f->msg.opcode == PHUB_WIRE_OP_PUSH)
+	if (f->msg.opcode == PHUB_WIRE_OP_PUSH) {
+		uint64_t taken = lc->engine_stats.pushes;
+
 		phub_engine_push(job, &req, &reply, &lc->engine_stats);
-	else
+		lc->stats.job_pushes[phub_engine_job_slot(job)] += lc->engine_stats.pushes - taken;
+	} else
 		phub_engine_pull(job, &req, &reply, &lc->engine_stats);
 
 	if (reply.actions == PHUB_ENGINE_DROP) {
@@ -1231,6 +1234,8 @@ pbox_lcore_main(void *arg)
 		unsigned int work = 0;
 		uint64_t cur_tsc, start_tsc;
 
+		if (unlikely(__atomic_load_n(&lc->test_stall_ms, __ATOMIC_RELAXED) != 0))
+			pbox_health_test_stall(lc);
 		/* Every burst of this iteration, RX and TX, lies within one memif gate turn. */
 		if (!pbox_memif_gate_enter(lc))
 			goto quiescent;

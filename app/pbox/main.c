@@ -53,7 +53,9 @@ usage(FILE *f, const char *prog)
 		"\n"
 		"Stop with SIGINT or SIGTERM. Telemetry: dpdk-telemetry.py -f <eal.file_prefix>,\n"
 		"commands /phub/stats, /phub/lcores, /phub/ports, /phub/jobs, /phub/job,<id>,\n"
-		"/phub/chunkmap,<id> (docs/operations.md).\n", prog);
+		"/phub/chunkmap,<id>, /phub/ring, /phub/health (docs/operations.md).\n"
+		"Under systemd: WATCHDOG=1 while every lcore makes progress ($WATCHDOG_USEC),\n"
+		"log lines to the journal once each with their priority ($JOURNAL_STREAM).\n", prog);
 }
 
 /* Where the BPF programs of the configured ports are: an installed PBox must find them. */
@@ -319,15 +321,11 @@ main(int argc, char **argv)
 		phub_config_dump_plan(&pbox.cfg, stdout);
 		print_bpf_objects(&pbox.cfg);
 		pbox_memory_plan(&pbox.cfg, stdout);
-		rc = pbox_memory_check_jobs(&pbox.cfg, stdout, err, sizeof(err));
-		if (rc != 0) {
-			fprintf(stderr, "phub-pbox: %s: %s\n", config_path, err);
-			phub_config_free(&pbox.cfg);
-			return EXIT_FAILURE;
-		}
-		printf("# %s: configuration OK\n", config_path);
+		rc = pbox_memory_check_jobs(&pbox.cfg, config_path, stdout);
+		if (rc == 0)
+			printf("# %s: configuration OK\n", config_path);
 		phub_config_free(&pbox.cfg);
-		return EXIT_SUCCESS;
+		return rc == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 	}
 
 	eal_argc = phub_config_eal_argv(&pbox.cfg, argv[0], &eal_argv);
@@ -336,6 +334,10 @@ main(int argc, char **argv)
 		return EXIT_FAILURE;
 	}
 	pbox_xdp_eal_args(eal_argc, eal_argv);
+	/* Before EAL's first line: under systemd, each line once in the journal (log.c). */
+	pbox_log_init();
+	pbox.test_hooks = getenv("PHUB_PBOX_TEST_HOOKS") != NULL &&
+		strcmp(getenv("PHUB_PBOX_TEST_HOOKS"), "1") == 0;
 	rc = rte_eal_init(eal_argc, eal_argv);
 	if (rc < 0)
 		rte_exit(EXIT_FAILURE, "EAL start failed: %s. Check eal.* in %s: lcores that exist, "
@@ -391,6 +393,7 @@ main(int argc, char **argv)
 	PBOX_LOG(NOTICE, "ready: %u ports, %u data lcores, control on UDP port %u, %s",
 			pbox.n_ports, pbox.n_lcores, pbox.cfg.udp_base_port,
 			phub_kernels_isa_name(phub_kernels_get()->isa));
+	pbox_health_init(&pbox);
 	rc = pbox_notify("READY=1\nSTATUS=serving");
 	if (rc != 0)
 		PBOX_LOG(WARNING, "cannot tell systemd we are ready ($NOTIFY_SOCKET): %s",
@@ -399,6 +402,7 @@ main(int argc, char **argv)
 	while (!pbox.quit) {
 		pbox_control_poll(&pbox);
 		pbox_checkpoint_poll(&pbox);
+		pbox_health_poll(&pbox);
 		if (!pbox.stop_requested)
 			continue;
 		if (!stopping_notified) {

@@ -122,6 +122,8 @@ fit_word(uint64_t need, uint64_t job_limit, uint64_t eal_free)
 	return "fits";
 }
 
+static unsigned int eal_nodes(const struct phub_config *cfg);
+
 void
 pbox_memory_plan(const struct phub_config *cfg, FILE *f)
 {
@@ -129,13 +131,16 @@ pbox_memory_plan(const struct phub_config *cfg, FILE *f)
 			cfg->limits.total_memory_mb) << 20;
 	uint64_t eal = (uint64_t)cfg->eal.memory_mb << 20;
 	uint64_t pools = pbox_pools_estimate_bytes(cfg);
-	uint64_t eal_free = eal > pools ? eal - pools : 0;
+	unsigned int nodes = eal_nodes(cfg);
+	/* A job takes its memory on one node: the JOIN port's. */
+	uint64_t eal_free = eal > pools ? (eal - pools) / nodes : 0;
 	uint16_t workers = 2;
 
 	fprintf(f, "# memory: a job may take %u MB (limits.job_memory_mb), all jobs %u MB "
-			"(limits.total_memory_mb); EAL memory %u MB (eal.memory_mb), about %.0f MB "
-			"of it for the mbuf pools\n", cfg->limits.job_memory_mb,
-			cfg->limits.total_memory_mb, cfg->eal.memory_mb, MB(pools));
+			"(limits.total_memory_mb); EAL memory %u MB (eal.memory_mb) over %u NUMA "
+			"node(s), about %.0f MB of it for the mbuf pools\n",
+			cfg->limits.job_memory_mb, cfg->limits.total_memory_mb, cfg->eal.memory_mb,
+			nodes, MB(pools));
 	fprintf(f, "# one job of %u workers, fp32, %s sums, checkpoints %s: MB needed and "
 			"whether it fits\n", workers, cfg->deterministic ? "rank-order" :
 			"arrival-order", cfg->checkpoint.dir[0] != '\0' ? "on" : "off");
@@ -154,62 +159,127 @@ pbox_memory_plan(const struct phub_config *cfg, FILE *f)
 		fprintf(f, "#   %-12s %9.1fM  %-22s %s\n", mp->title, (double)elems / 1e6, a, b);
 	}
 	fprintf(f, "# (over limits: raise limits.job_memory_mb and limits.total_memory_mb; over EAL: "
-			"raise eal.memory_mb)\n");
+			"more than one node's share: raise eal.memory_mb)\n");
+}
+
+/*
+ * The NUMA nodes phub-setup shares eal.memory_mb over (scripts/phub-setup, hugepages): those
+ * of the ports and their lcores, where sysfs told; 1 when none is known.
+ */
+static unsigned int
+eal_nodes(const struct phub_config *cfg)
+{
+	uint64_t seen = 0;
+	unsigned int n = 0;
+
+	for (unsigned int i = 0; i < cfg->n_ports; i++)
+		if (cfg->ports[i].numa_node >= 0 && cfg->ports[i].numa_node < 64)
+			seen |= UINT64_C(1) << cfg->ports[i].numa_node;
+	for (unsigned int i = 0; i < cfg->n_data_lcores; i++) {
+		const struct phub_config_lcore *l = phub_config_lcore_find(cfg, cfg->data_lcores[i]);
+
+		if (l != NULL && l->numa_node >= 0 && l->numa_node < 64)
+			seen |= UINT64_C(1) << l->numa_node;
+	}
+	for (; seen != 0; seen &= seen - 1)
+		n++;
+	return n == 0 ? 1 : n;
+}
+
+static uint64_t
+mb_up(uint64_t bytes)
+{
+	return (bytes + (1u << 20) - 1) >> 20;
+}
+
+/* One declared job as its own file says: its size, workers, dtype, optimizer, sums. */
+static void
+declared_job_need(const struct phub_config *cfg, const struct phub_config_job *job,
+		struct phub_engine_memory *m)
+{
+	struct phub_engine_memory_params mp = {
+		.n_elems = job->parameters, .n_keys = 1, .dtype = job->dtype,
+		.optimizer = job->optimizer.type, .deterministic = job->deterministic,
+		/* A ring job's PBox holds its own rack's ranks. */
+		.world_size = job->n_racks != 0 ? job->racks[job->ring_pos].ranks : job->workers,
+		.checkpoint_shadow = cfg->checkpoint.dir[0] != '\0',
+		.n_servers = cfg->n_lcore_params,
+		.segment_elems = cfg->segment_bytes / (uint32_t)phub_dtype_size(job->dtype),
+	};
+
+	if (mp.segment_elems == 0)
+		mp.segment_elems = 1024;
+	phub_engine_memory_need(&mp, m);
 }
 
 int
-pbox_memory_check_jobs(const struct phub_config *cfg, FILE *f, char *err, size_t size)
+pbox_memory_check_jobs(const struct phub_config *cfg, const char *path, FILE *f)
 {
 	uint64_t pools = pbox_pools_estimate_bytes(cfg);
 	uint64_t eal = (uint64_t)cfg->eal.memory_mb << 20;
-	uint64_t eal_free = eal > pools ? eal - pools : 0;
-	uint64_t sum = 0;
-	unsigned int said = 0;
-	int rc = 0;
+	unsigned int nodes = eal_nodes(cfg);
+	uint64_t node_free = eal > pools ? (eal - pools) / nodes : 0;
+	uint64_t all = 0;
+	int failed = 0;
 
 	for (unsigned int i = 0; i < cfg->n_jobs; i++) {
 		const struct phub_config_job *job = &cfg->jobs[i];
-		uint64_t need = phub_config_job_memory_bytes(cfg, i);
+		struct phub_engine_memory m;
+		char why[320];
 
-		if (need == 0) {
-			fprintf(f, "# job %s: says neither model nor parameters: its memory is "
-					"checked only at JOIN\n", job->name);
+		if (job->parameters == 0) {
+			fprintf(f, "# jobs[%u] %s: no \"model\" or \"parameters\": its memory is not "
+					"checked\n", i, job->name);
 			continue;
 		}
-		said++;
-		sum += need;
-		fprintf(f, "# job %s: %s%s%.1fM parameters, %u workers, %s, %s: %.0f MB, %s\n",
-				job->name, job->model, job->model[0] != '\0' ? ", " : "",
-				(double)job->parameters / 1e6, job->workers,
+		declared_job_need(cfg, job, &m);
+		all += m.total;
+		fprintf(f, "# jobs[%u] %s: %.1fM parameters (%s%s), %u workers%s, %s, %s, %s sums, "
+				"checkpoints %s: %.0f MB (model %.0f, optimizer state %.0f, wire "
+				"copy %.0f, checkpoint shadow %.0f, deterministic staging %.0f)\n", i,
+				job->name, (double)job->parameters / 1e6,
+				job->model[0] != '\0' ? "model " : "parameters", job->model,
+				job->workers, job->n_racks != 0 ? " over its ring" : "",
 				phub_dtype_name(job->dtype), phub_opt_type_name(job->optimizer.type),
-				MB(need), need > eal_free ? "over EAL" : "fits");
-		if (need > eal_free && rc == 0) {
-			snprintf(err, size, "jobs[%u] (%s) needs %.0f MB, more than the %.0f MB of "
-					"EAL memory the mbuf pools leave: raise eal.memory_mb (now %u) "
-					"to at least %.0f", i, job->name, MB(need), MB(eal_free),
-					cfg->eal.memory_mb, MB(need + pools) + 1);
-			rc = -ENOMEM;
+				job->deterministic ? "rank-order" : "arrival-order",
+				cfg->checkpoint.dir[0] != '\0' ? "on" : "off", MB(m.total),
+				MB(m.model), MB(m.optimizer), MB(m.wire_copy),
+				MB(m.checkpoint_shadow), MB(m.deterministic_staging));
+		/* The key to raise (job_memory_mb <= total_memory_mb: the config checks it). */
+		why[0] = '\0';
+		if (m.total > (uint64_t)cfg->limits.job_memory_mb << 20)
+			snprintf(why, sizeof(why), "more than limits.job_memory_mb (%u): raise it to "
+					"%" PRIu64 " or more", cfg->limits.job_memory_mb,
+					mb_up(m.total));
+		else if (m.total > node_free)
+			snprintf(why, sizeof(why), "more than EAL has on one NUMA node (%.0f MB: "
+					"eal.memory_mb %u over %u node(s), less about %.0f MB of mbuf "
+					"pools): raise eal.memory_mb to %" PRIu64 " or more",
+					MB(node_free), cfg->eal.memory_mb, nodes, MB(pools),
+					mb_up(m.total * nodes + pools));
+		if (why[0] != '\0') {
+			fprintf(stderr, "phub-pbox: %s: jobs[%u] (%s) needs %" PRIu64 " MB, %s\n",
+					path, i, job->name, mb_up(m.total), why);
+			failed = 1;
 		}
 	}
-	if (said > 1 && sum > eal_free && rc == 0) {
-		snprintf(err, size, "the declared jobs need %.0f MB together, more than the %.0f MB "
-				"of EAL memory the mbuf pools leave: raise eal.memory_mb (now %u) to "
-				"at least %.0f", MB(sum), MB(eal_free), cfg->eal.memory_mb,
-				MB(sum + pools) + 1);
-		rc = -ENOMEM;
-	}
-	/* A peer serves only the ring jobs that name it: one that none names is a leftover. */
+	if (all > (uint64_t)cfg->limits.total_memory_mb << 20 && cfg->n_jobs > 1)
+		fprintf(f, "# the declared jobs together need %.0f MB, more than "
+				"limits.total_memory_mb (%u): they cannot all run at once\n", MB(all),
+				cfg->limits.total_memory_mb);
+	/* A peer no declared ring job names serves nothing (the PBox only rings declared jobs). */
 	for (unsigned int p = 0; p < cfg->n_peers; p++) {
 		bool used = false;
 
 		for (unsigned int i = 0; i < cfg->n_jobs && !used; i++)
-			for (unsigned int r = 0; r < cfg->jobs[i].n_racks; r++)
-				used |= cfg->jobs[i].racks[r].peer == (int16_t)p;
+			for (unsigned int r = 0; r < cfg->jobs[i].n_racks && !used; r++)
+				used = strcmp(cfg->jobs[i].racks[r].pbox, cfg->peers[p].name) == 0;
 		if (!used)
-			fprintf(f, "# note: peers[%u] (%s) serves no ring job: no jobs[].racks "
-					"names it\n", p, cfg->peers[p].name);
+			fprintf(f, "# peers[%u] %s: no job of jobs[] has it in its racks: it serves "
+					"nothing (remove it, or declare the ring job)\n", p,
+					cfg->peers[p].name);
 	}
-	return rc;
+	return failed ? -E2BIG : 0;
 }
 
 struct place_ctx {

@@ -109,6 +109,8 @@ struct pbox_lcore_stats {
 	uint64_t model_copied;		/* ... and copied (the reference was not free) */
 	uint64_t model_inline;		/* ... under PBOX_MODEL_CHAIN_MIN: copied behind each header */
 	uint64_t net_drops[PBOX_NET_DROP_MAX];
+	/* PUSHes the engine took, by job slot: minus the slot's base, one job's (telemetry). */
+	uint64_t job_pushes[PHUB_ENGINE_MAX_JOBS];
 };
 
 struct pbox_lcore {
@@ -144,6 +146,8 @@ struct pbox_lcore {
 	uint32_t ring_release_cursor[PHUB_ENGINE_MAX_JOBS];
 	bool memif_gated;		/* has a queue on a net_memif port: see memif_gate.c */
 	atomic_bool in_memif_section;	/* written by this lcore, read by the interrupt thread */
+	/* Test hook (health.c): ms the lcore stands still at its next loop turn, then 0. */
+	uint32_t test_stall_ms;
 } __rte_cache_aligned;
 
 /* Marks in mbuf->hash.usr of inbox mbufs: what the receiver does with them. */
@@ -183,7 +187,15 @@ struct pbox {
 	uint64_t ring_hellos_early;
 	uint64_t ring_hellos_refused;
 	uint64_t ring_jobs_failed;
+	uint64_t jobs_created;
+	uint64_t jobs_ended;
+	uint64_t jobs_failed;
+	uint64_t joins;
+	uint64_t ranks_removed;
+	/* Per job slot: the lcores' job_pushes when the slot's job was made (main lcore). */
+	uint64_t job_pushes_base[PHUB_ENGINE_MAX_JOBS];
 	uint64_t start_tsc;
+	bool test_hooks;		/* PHUB_PBOX_TEST_HOOKS=1: /phub/test/ commands (health.c) */
 	bool no_steering;		/* --no-steering: software hand-off only */
 	volatile bool stop_requested;	/* SIGINT or SIGTERM: checkpoint, then quit */
 	volatile bool quit;		/* the lcores leave their loops */
@@ -247,11 +259,12 @@ void pbox_memory_control_node(const struct pbox *pb);
 /* memory.c: which of the Table 3 models a job of this configuration can hold (--check-config). */
 void pbox_memory_plan(const struct phub_config *cfg, FILE *f);
 /*
- * --check-config: each declared job's memory (those that say what they train) against EAL
- * memory, and the peers no ring job uses. Prints to f; returns 0, or -ENOMEM with err saying
- * which key to raise when the declared jobs cannot fit EAL memory.
+ * memory.c, --check-config: each job of jobs[] that says what it trains ("model" or
+ * "parameters") against the limits and EAL memory, with its workers, dtype, optimizer,
+ * deterministic flag and checkpoints; and the peers[] no ring job uses. Prints to f; each
+ * job that does not fit also to stderr, naming the key to raise. 0, or -E2BIG.
  */
-int pbox_memory_check_jobs(const struct phub_config *cfg, FILE *f, char *err, size_t size);
+int pbox_memory_check_jobs(const struct phub_config *cfg, const char *path, FILE *f);
 
 /* memif_gate.c: the interrupt thread's net_memif handlers and the lcores take turns. */
 extern atomic_bool pbox_memif_gate_open;
@@ -310,5 +323,28 @@ void pbox_xdp_fini(void);
 
 /* telemetry.c */
 int pbox_telemetry_init(struct pbox *pb);
+
+/*
+ * health.c: what the main lcore samples every loop turn for /phub/health and the systemd
+ * watchdog: the control loop's heartbeat, each data lcore's loop counter and each port's
+ * imissed and rx_nombuf, with the time each last moved.
+ */
+enum pbox_health_level {
+	PBOX_HEALTH_OK,
+	PBOX_HEALTH_DEGRADED,
+	PBOX_HEALTH_FAILING,
+};
+
+/* After the lcores launched: reads $WATCHDOG_USEC (and $WATCHDOG_PID) for the pings. */
+void pbox_health_init(struct pbox *pb);
+/* One control loop turn: samples, and sends WATCHDOG=1 while everything makes progress. */
+void pbox_health_poll(struct pbox *pb);
+/* Registers /phub/health (and the /phub/test/ commands when pb->test_hooks). */
+void pbox_health_telemetry_init(struct pbox *pb);
+/* Test hook: the lcore loop stands still while lc->test_stall_ms says so. */
+void pbox_health_test_stall(struct pbox_lcore *lc);
+
+/* log.c: under systemd's journal, each log line once on stderr with its priority. */
+void pbox_log_init(void);
 
 #endif /* PBOX_H */

@@ -138,6 +138,12 @@ cmd_stats(const char *cmd, const char *params, struct rte_tel_data *d)
 	rte_tel_data_add_dict_u64(d, "arp_replies", t.net.arp_replies);
 	rte_tel_data_add_dict_u64(d, "aggregation_ns", t.engine.agg_ns);
 	rte_tel_data_add_dict_u64(d, "optimizer_ns", t.engine.opt_ns);
+	rte_tel_data_add_dict_u64(d, "joins", LOAD(pbox.joins));
+	rte_tel_data_add_dict_u64(d, "jobs_created", LOAD(pbox.jobs_created));
+	rte_tel_data_add_dict_u64(d, "jobs_ended", LOAD(pbox.jobs_ended));
+	rte_tel_data_add_dict_u64(d, "jobs_failed", LOAD(pbox.jobs_failed));
+	rte_tel_data_add_dict_u64(d, "ring_jobs_failed", LOAD(pbox.ring_jobs_failed));
+	rte_tel_data_add_dict_u64(d, "ranks_removed", LOAD(pbox.ranks_removed));
 	rte_tel_data_add_dict_u64(d, "dropped", dropped);
 	drops = drops_dict(&t);
 	if (drops != NULL)
@@ -192,6 +198,7 @@ cmd_ports(const char *cmd, const char *params, struct rte_tel_data *d)
 		const struct pbox_port *port = &pbox.ports[i];
 		struct rte_tel_data *p = rte_tel_data_alloc();
 		struct rte_eth_stats st;
+		struct rte_eth_link link;
 		char ip[16];
 
 		if (p == NULL)
@@ -210,6 +217,12 @@ cmd_ports(const char *cmd, const char *params, struct rte_tel_data *d)
 		rte_tel_data_add_dict_string(p, "steering",
 				phub_config_steering_name(port->steering));
 		rte_tel_data_add_dict_u64(p, "multi_seg_tx", port->multi_seg_tx);
+		memset(&link, 0, sizeof(link));
+		rte_tel_data_add_dict_u64(p, "link_up",
+				rte_eth_link_get_nowait(port->port_id, &link) == 0 &&
+				link.link_status == RTE_ETH_LINK_UP);
+		rte_tel_data_add_dict_u64(p, "link_speed_mbps",
+				link.link_speed == RTE_ETH_SPEED_NUM_UNKNOWN ? 0 : link.link_speed);
 		rte_tel_data_add_dict_u64(p, "ipackets", st.ipackets);
 		rte_tel_data_add_dict_u64(p, "opackets", st.opackets);
 		rte_tel_data_add_dict_u64(p, "ibytes", st.ibytes);
@@ -221,6 +234,18 @@ cmd_ports(const char *cmd, const char *params, struct rte_tel_data *d)
 		rte_tel_data_add_dict_container(d, port->name, p, 0);
 	}
 	return 0;
+}
+
+/* The PUSHes the engine took for a job: its slot's counts since the job was made. */
+static uint64_t
+job_pushes(const struct phub_engine_job *job)
+{
+	uint32_t slot = phub_engine_job_slot(job);
+	uint64_t n = 0;
+
+	for (uint16_t k = 0; k < pbox.n_lcores; k++)
+		n += LOAD(pbox.lcores[k].stats.job_pushes[slot]);
+	return n - LOAD(pbox.job_pushes_base[slot]);
 }
 
 static void
@@ -249,6 +274,7 @@ job_dict(struct rte_tel_data *d, const struct phub_engine_job *job)
 	rte_tel_data_add_dict_u64(d, "iterations_done", (uint32_t)(info.iteration_min + 1));
 	rte_tel_data_add_dict_u64(d, "iteration_newest", (uint32_t)(info.iteration_max + 1));
 	rte_tel_data_add_dict_u64(d, "segments_optimized", info.segments_completed);
+	rte_tel_data_add_dict_u64(d, "pushes", job_pushes(job));
 	/* Exchanges: whole-model iterations; per second over the PBox's uptime. */
 	rte_tel_data_add_dict_u64(d, "exchanges_per_s_x1000", ms == 0 || info.n_segments == 0 ? 0 :
 			info.segments_completed * 1000000 / info.n_segments / ms);
@@ -553,7 +579,6 @@ JOBS_LOCKED(cmd_ring)
 int
 pbox_telemetry_init(struct pbox *pb)
 {
-	(void)pb;
 	rte_telemetry_register_cmd("/phub/stats", cmd_stats,
 			"PBox totals: packets, bytes, pushes, drops by reason. No parameters");
 	rte_telemetry_register_cmd("/phub/lcores", cmd_lcores,
@@ -568,5 +593,6 @@ pbox_telemetry_init(struct pbox *pb)
 			"Bytes per server, lcore, port and NUMA node of a job. Parameter: job id or name");
 	rte_telemetry_register_cmd("/phub/ring", cmd_ring,
 			"Ring jobs: position, neighbours, traffic each way, HELLOs. No parameters");
+	pbox_health_telemetry_init(pb);
 	return 0;
 }

@@ -310,6 +310,12 @@ struct phub_bench_summary {
 	double cpu_s_per_gb;
 	double p50_ms;			/* over every timed exchange of every worker */
 	double p99_ms;
+	/*
+	 * The fastest exchange of the job: exchange k takes the longest of the workers' k-th
+	 * times; the least of those over k (the exchanges every worker timed; 0: none). Against
+	 * p50 it tells what the path can do from what a stalled worker cost.
+	 */
+	double best_ms;
 	uint64_t retransmits;
 	uint64_t pulls;
 	uint64_t reconnects;		/* sums over workers */

@@ -160,6 +160,12 @@ rto_update(struct phub *h)
 /*
  * RFC 6298 on the stamp an ACK (or a replayed MODEL) echoes: it names the very transmission
  * answered, so retransmitted segments give samples too (no Karn ambiguity).
+ *
+ * RFC 6298's gains assume a sample per round trip; every ACK gives one here, hundreds per round
+ * trip on a busy link, and RTTVAR then forgot a delay spike (a PBox or worker thread waiting for
+ * a CPU) within a millisecond, so that the next spike expired RTOs again and sent probes the
+ * PBox answered as duplicates or with replayed MODELs. As Linux's TCP does with its mdev_max,
+ * RTTVAR rises at once with every sample but falls at most once per SRTT.
  */
 static void
 rtt_sample(struct phub *h, uint32_t aux, uint64_t now)
@@ -173,10 +179,17 @@ rtt_sample(struct phub *h, uint32_t aux, uint64_t now)
 	if (h->srtt_ns == 0) {
 		h->srtt_ns = r;
 		h->rttvar_ns = r / 2;
+		h->rttvar_fell_ns = now;
 	} else {
 		uint64_t delta = h->srtt_ns > r ? h->srtt_ns - r : r - h->srtt_ns;
+		uint64_t var = (3 * h->rttvar_ns + delta) / 4;
 
-		h->rttvar_ns = (3 * h->rttvar_ns + delta) / 4;
+		if (var >= h->rttvar_ns) {
+			h->rttvar_ns = var;
+		} else if (now - h->rttvar_fell_ns >= h->srtt_ns) {
+			h->rttvar_ns = var;
+			h->rttvar_fell_ns = now;
+		}
 		h->srtt_ns = (7 * h->srtt_ns + r) / 8;
 	}
 	rto_update(h);

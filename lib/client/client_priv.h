@@ -270,6 +270,7 @@ struct phub {
 	uint32_t n_waiting;		/* segments SENT or ACKED */
 	uint64_t srtt_ns;		/* 0 until the first sample */
 	uint64_t rttvar_ns;
+	uint64_t rttvar_fell_ns;	/* when RTTVAR last went down (client_node.c, rtt_sample) */
 	uint64_t rto_ns;
 	struct ep_order *ep_order;	/* per PBox endpoint: what was answered last */
 	uint64_t push_probe_ns;		/* last PUSH resent without evidence of loss */

@@ -110,10 +110,6 @@ phub_config_load_buffer(const void *buf, size_t size, const struct phub_config_p
 	if (rc != 0)
 		goto fail;
 	cfg_derive(cfg);
-	/* Declared jobs' memory needs the derived segment size and servers. */
-	rc = cfg_validate_memory(&ctx, cfg);
-	if (rc != 0)
-		goto fail;
 	snprintf(cfg->source, sizeof(cfg->source), "%s", ctx.name);
 	json_decref(ctx.root);
 	return 0;

@@ -141,12 +141,6 @@ dump_jobs(const struct phub_config *cfg, FILE *f)
 			(unsigned long long)job->nonce, job->workers,
 			phub_dtype_name(job->dtype), job->deterministic ? "true" : "false",
 			job->on_worker_dead == PHUB_CONFIG_ON_DEAD_CONTINUE ? "continue" : "fail");
-		/* What the job trains as written: a model, else a parameter count, else nothing. */
-		if (job->model[0] != '\0')
-			fprintf(f, "      \"model\": \"%s\",\n", job->model);
-		else if (job->parameters != 0)
-			fprintf(f, "      \"parameters\": %llu,\n",
-				(unsigned long long)job->parameters);
 		dump_optimizer(&job->optimizer, f);
 		if (job->n_racks != 0) {
 			fprintf(f, "      ,\"racks\": [");

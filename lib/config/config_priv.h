@@ -188,7 +188,5 @@ int
 cfg_validate(struct cfg_ctx *ctx, struct phub_config *cfg);
 void
 cfg_derive(struct phub_config *cfg);
-int
-cfg_validate_memory(struct cfg_ctx *ctx, struct phub_config *cfg);
 
 #endif /* PHUB_CONFIG_PRIV_H */

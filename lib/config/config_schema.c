@@ -9,6 +9,7 @@
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -647,30 +648,32 @@ parse_racks(struct cfg_ctx *ctx, const json_t *arr, void *target)
 				  sizeof(job->racks[0]), &job->n_racks);
 }
 
-/* A model lib/model knows (phub-bench and phub-plan take the same names), stored by its name. */
+/* "model": a Table 3 network by name or abbreviation; its parameters are the preset's size. */
 static int
-parse_model(struct cfg_ctx *ctx, const json_t *v, void *target)
+parse_job_model(struct cfg_ctx *ctx, const json_t *v, void *target)
 {
-	char *model = target;
+	struct phub_config_job *job = target;
 	const struct phub_model_preset *mp;
-	char list[256];
-	char shown[64];
-	size_t o = 0;
+	char known[256];
+	size_t n = 0;
 
 	if (!json_is_string(v))
-		return cfg_error(ctx, CFG_AT_VALUE, "expected a string, got %s", cfg_json_type(v));
+		return cfg_error(ctx, CFG_AT_VALUE, "expected a model name, got %s",
+				 cfg_json_type(v));
 	mp = phub_model_preset_find(json_string_value(v));
-	if (mp != NULL && strlen(json_string_value(v)) == json_string_length(v)) {
-		snprintf(model, PHUB_CONFIG_NAME_MAX, "%s", mp->name);
-		return 0;
+	if (mp == NULL || strlen(json_string_value(v)) >= sizeof(job->model)) {
+		known[0] = '\0';
+		for (size_t i = 0; i < phub_model_preset_count() && n < sizeof(known); i++)
+			n += (size_t)snprintf(known + n, sizeof(known) - n, "%s%s", i ? ", " : "",
+					      phub_model_preset_at(i)->name);
+		return cfg_error(ctx, CFG_AT_VALUE, "unknown model \"%s\": one of %s (phub-bench "
+				 "--list-models), or give \"parameters\" instead",
+				 json_string_value(v), known);
 	}
-	list[0] = '\0';
-	for (size_t i = 0; i < phub_model_preset_count() && o < sizeof(list); i++)
-		o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%s", i == 0 ? "" : ", ",
-				      phub_model_preset_at(i)->name);
-	cfg_quote(shown, sizeof(shown), json_string_value(v), json_string_length(v));
-	return cfg_error(ctx, CFG_AT_VALUE, "%s is not a model phub-plan knows (%s): give "
-			 "\"parameters\" instead", shown, list);
+	snprintf(job->model, sizeof(job->model), "%s", mp->name);
+	job->parameters = (uint64_t)(phub_model_preset_bytes(mp, PHUB_MODEL_UNITS_PAPER) /
+				     sizeof(float));
+	return 0;
 }
 
 /* deterministic and optimizer are custom so that their defaults (set by parse_jobs) stay. */
@@ -686,8 +689,8 @@ static const struct cfg_field job_fields[] = {
 	F_ENUM("on_worker_dead", struct phub_config_job, on_worker_dead, on_dead_names,
 	       PHUB_CONFIG_ON_DEAD_FAIL, 0),
 	F_CUSTOM("racks", 0, parse_racks, 0),
-	F_CUSTOM("model", offsetof(struct phub_config_job, model), parse_model, 0),
-	F_INT("parameters", struct phub_config_job, parameters, 1, 1000000000000, 0, 0),
+	F_CUSTOM("model", 0, parse_job_model, 0),
+	F_INT("parameters", struct phub_config_job, parameters, 1, INT64_C(1) << 42, 0, 0),
 	F_END
 };
 
@@ -717,6 +720,13 @@ parse_jobs(struct cfg_ctx *ctx, const json_t *arr, void *target)
 		optimizer_defaults(&job->optimizer, PHUB_OPT_SGD);
 		cfg_push_index(ctx, i);
 		rc = cfg_parse_object(ctx, v, job_fields, job);
+		/* One source of the size: a model's preset or a count, never two that disagree. */
+		if (rc == 0 && json_object_get(v, "model") != NULL &&
+		    json_object_get(v, "parameters") != NULL) {
+			cfg_push_key(ctx, "parameters");
+			rc = cfg_error(ctx, CFG_AT_KEY, "give \"model\" or \"parameters\", not both");
+			cfg_pop(ctx);
+		}
 		cfg_pop(ctx);
 		if (rc != 0)
 			return rc;

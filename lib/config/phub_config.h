@@ -228,11 +228,12 @@ struct phub_config_job {
 	enum phub_config_on_worker_dead on_worker_dead;
 	struct phub_config_optimizer optimizer;
 	/*
-	 * What the job trains: its parameter count, written or derived from model; 0 when the
-	 * file says neither (its memory is then known only at JOIN).
+	 * What it trains, when the file says: "parameters" (a count) or "model" (a Table 3 name
+	 * phub-plan and phub-bench know, its parameters from there). 0: not said; the memory
+	 * check of phub-pbox --check-config then has nothing to check.
 	 */
 	uint64_t parameters;
-	char model[PHUB_CONFIG_NAME_MAX];	/* a lib/model preset's name, or "" */
+	char model[PHUB_CONFIG_NAME_MAX];
 	char name[PHUB_CONFIG_JOB_NAME_MAX];
 };
 
@@ -354,14 +355,6 @@ phub_config_port_driver(const struct phub_config *cfg, unsigned int port);
 /* The index of the job with that name, or -ENOENT. */
 int
 phub_config_job_find(const struct phub_config *cfg, const char *name);
-
-/*
- * The PBox memory declared job i takes, in bytes: lib/engine's phub_engine_memory_need() with
- * its parameters, this rack's workers, dtype, optimizer, deterministic flag, ring buffers and
- * the checkpoint shadow. 0 when the job does not say what it trains (model or parameters).
- */
-uint64_t
-phub_config_job_memory_bytes(const struct phub_config *cfg, unsigned int i);
 
 /*
  * The EAL command line the configuration asks for: prog, --lcores, --main-lcore, -m,

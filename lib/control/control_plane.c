@@ -287,13 +287,25 @@ job_create(struct phub_control *ctl, const struct phub_control_peer *to,
 					join->name);
 			return NULL;
 		}
-		if (declared->workers != join->world_size ||
-		    (uint8_t)declared->dtype != join->dtype) {
+		/*
+		 * Named by its config key: the operator's file and the worker's launcher
+		 * (WORLD_SIZE) disagree, and the message must say which line to change.
+		 */
+		if (declared->workers != join->world_size) {
 			control_send_error(ctl, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
-					"job %s is configured for %u workers in %s; the JOIN says "
-					"%u in %s", join->name, declared->workers,
+					"job %s: jobs[%u].workers is %u in the PBox's config; "
+					"the JOIN says world size %u", join->name,
+					(unsigned int)(declared - ctl->p.declared),
+					declared->workers, join->world_size);
+			return NULL;
+		}
+		if ((uint8_t)declared->dtype != join->dtype) {
+			control_send_error(ctl, to, msg, PHUB_WIRE_ERR_LAYOUT_MISMATCH,
+					"job %s: jobs[%u].dtype is %s in the PBox's config; "
+					"the JOIN says %s", join->name,
+					(unsigned int)(declared - ctl->p.declared),
 					phub_wire_dtype_name((uint8_t)declared->dtype),
-					join->world_size, phub_wire_dtype_name(join->dtype));
+					phub_wire_dtype_name(join->dtype));
 			return NULL;
 		}
 		p.optimizer = declared->optimizer;
@@ -806,6 +818,7 @@ control_job_abort(struct phub_control *ctl, struct phub_engine_job *job, uint16_
 	uint32_t base = phub_engine_job_rank_base(job);
 	struct phub_engine_job_info info;
 
+	ctl->stats.jobs_failed++;
 	phub_engine_job_get_info(job, &info);
 	for (uint16_t r = 0; r < info.world_size; r++) {
 		struct phub_control_peer to;
@@ -956,6 +969,7 @@ orphan_expired(struct phub_control *ctl, struct phub_engine_job *job, uint64_t n
 	control_log(ctl, PHUB_CONTROL_LOG_ERR, "job %s (id %u): restored from checkpoint, no "
 			"worker joined within worker_dead_ms %u ms: freed (a worker that JOINs "
 			"later starts a new job)", info.name, info.job_id, ctl->p.worker_dead_ms);
+	ctl->stats.jobs_failed++;
 	phub_control_job_end(ctl, job);
 	return true;
 }
@@ -990,6 +1004,7 @@ job_abandoned(struct phub_control *ctl, struct phub_engine_job *job, uint64_t de
 			"job ends",
 			info.name, info.job_id, least_silent_ns / 1000000u, ctl->p.worker_dead_ms,
 			info.iteration_min);
+	ctl->stats.jobs_failed++;
 	phub_control_job_end(ctl, job);
 	return true;
 }

@@ -314,6 +314,11 @@ struct phub_control_stats {
 	uint64_t ring_hellos_early;	/* for a declared ring job not made here yet: unanswered */
 	uint64_t ring_hellos_refused;	/* another ring, nonce, position or address: logged */
 	uint64_t ring_jobs_failed;	/* ended because a ring peer fell silent or restarted */
+	/*
+	 * Jobs that ended without their workers' LEAVEs: aborted with an ERROR to their ranks
+	 * (a dead rank, a ring peer lost), every rank silent, or restored and never joined.
+	 */
+	uint64_t jobs_failed;
 	uint64_t ranks_removed;		/* dead ranks an elastic job went on without */
 	uint64_t worlds_sent;		/* WORLD datagrams, first and again */
 	uint64_t world_acks;		/* WORLD_ACKs that acknowledged a change */

@@ -170,6 +170,8 @@ def main():
             "warmup": args.warmup, "threads": args.threads,
             "exchanges_per_s": round(rate, 3),
             "p50_ms": round(percentile(ms, 0.50), 2), "p99_ms": round(percentile(ms, 0.99), 2),
+            # The fastest exchange (each the slowest rank's), as phub-bench's best_ms.
+            "best_ms": round(ms[0], 2),
             # Model bits reduced per second, and the ring's bus bandwidth per rank
             # (2 (n - 1) / n of the model crosses each rank's link per allreduce).
             "gbps": round(model_bits * rate / 1e9, 3),

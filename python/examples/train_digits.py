@@ -13,6 +13,8 @@ it within float rounding, the PBox's fused kernels rounding once where torch rou
     train_digits.py --mode all --workers 2 --plot digits.png     # a soft PBox is started
     train_digits.py --mode phub --server 10.0.0.1 --port 47000   # the PBox of a rack
     train_digits.py --mode phub --rank 1 --workers 4 --server ...   # one rank (one namespace)
+    python3 -m phub.run --nproc_per_node 2 ... train_digits.py   # each process a rank: torchrun
+                                                 # (RANK, WORLD_SIZE, PHUB_SERVER, PHUB_JOB...)
 
 Progress lines (rank 0): mode, epoch, mean training loss of rank 0's shards, test accuracy, images/s
 (of the global batch). The JSON and the plot carry the global loss of every step.
@@ -105,8 +107,13 @@ def run(args, mode, rank, world, log_path):
     model = make_model(args.model)
     if mode == "phub":
         import phub.torch as pt
-        pt.init(server=args.server, port=args.port, job=args.job, nonce=args.nonce, rank=rank,
-                world_size=world, deterministic=args.deterministic)
+        if args.torchrun:
+            # Everything from torchrun's environment and PHUB_SERVER (docs/pytorch.md).
+            pt.init(server=args.server, port=args.port, job=args.job, nonce=args.nonce,
+                    deterministic=args.deterministic)
+        else:
+            pt.init(server=args.server, port=args.port, job=args.job, nonce=args.nonce,
+                    rank=rank, world_size=world, deterministic=args.deterministic)
         kw = dict(lr=args.lr)
         if args.optimizer == "momentum":
             kw["momentum"] = args.momentum
@@ -307,17 +314,38 @@ def main():
     ap.add_argument("--check-tolerance", type=float, default=1e-5,
                     help="largest relative loss difference --check accepts (default 1e-5)")
     ap.add_argument("--server", help="PBox address; default: start a soft PBox on loopback")
-    ap.add_argument("--port", type=int, default=47000)
+    ap.add_argument("--port", type=int, help="the PBox's control port (default 47000, or "
+                    "PHUB_PORT under torchrun)")
     ap.add_argument("--netns-prefix", help="worker rank r runs in network namespace "
                     "<prefix><r+1> (a virtual rack's workers: --netns-prefix <rack>-w)")
-    ap.add_argument("--job", default="digits")
-    ap.add_argument("--nonce", type=lambda s: int(s, 0), default=0x5eed)
+    ap.add_argument("--job", help="job name (default digits, or PHUB_JOB under torchrun)")
+    ap.add_argument("--nonce", type=lambda s: int(s, 0),
+                    help="the job's nonce (default 0x5eed, or PHUB_NONCE under torchrun)")
     ap.add_argument("--build", default=os.environ.get("PHUB_BUILD_DIR",
                                                       os.path.join(HERE, "..", "..", "build")))
     ap.add_argument("--plot", help="write a PNG of loss and accuracy against wall time")
-    ap.add_argument("--json", help="write the results as JSON")
+    ap.add_argument("--json", help="write the results as JSON (under torchrun: each rank's "
+                    "steps to JSON.RANK)")
     args = ap.parse_args()
     os.environ.setdefault("PHUB_BUILD_DIR", args.build)
+    # Started by torchrun (or python3 -m phub.run): this process is the rank torchrun says,
+    # and phub.torch.init() takes the rest from the environment.
+    args.torchrun = args.rank is None and "LOCAL_RANK" in os.environ and "RANK" in os.environ
+    if args.torchrun:
+        if args.mode != "phub":
+            ap.error("under torchrun each process is one PHub rank: --mode phub")
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        args.workers = world
+        with tempfile.TemporaryDirectory() as tmp:
+            run(args, "phub", rank, world, os.path.join(tmp, "phub"))
+            if args.json:
+                with open(os.path.join(tmp, f"phub.{rank}")) as f, \
+                        open(f"{args.json}.{rank}", "w") as g:
+                    g.write(f.read())
+        return 0
+    args.port = 47000 if args.port is None else args.port
+    args.job = "digits" if args.job is None else args.job
+    args.nonce = 0x5eed if args.nonce is None else args.nonce
 
     if args.rank is not None:
         if args.mode != "phub" or args.server is None:

@@ -114,8 +114,12 @@ def _candidates():
         yield os.path.join(build, "lib", "client", "libphub.so.0")
     # Imported from the source tree (python/phub): the usual build directory beside it.
     yield os.path.join(here, "..", "..", "build", "lib", "client", "libphub.so.0")
-    # Installed: the dynamic linker's search path.
+    # Installed: the dynamic linker's search path (ld.so.cache, as ldconfig wrote it).
     yield "libphub.so.0"
+    # meson install's default prefix, when ldconfig has not been run since.
+    for d in ("/usr/local/lib/x86_64-linux-gnu", "/usr/local/lib/aarch64-linux-gnu",
+              "/usr/local/lib64", "/usr/local/lib"):
+        yield os.path.join(d, "libphub.so.0")
 
 
 def load():

@@ -8,7 +8,7 @@
 #        (deleted)                                   | dpkg -i
 #                                                    v
 #   /usr/sbin/phub-pbox --check-config /usr/share/phub/examples/*.json
-#   systemd-analyze verify phub-pbox@.service; cc $(pkg-config --libs phub)
+#   systemd-analyze verify phub-{pbox,exporter}@.service; phub-exporter; cc $(pkg-config ...)
 #   virtual rack: /usr/sbin/phub-pbox  <--UDP-->  /usr/bin/phub-bench x2 (verified)
 #                                                    | dpkg --purge
 #                                                    v
@@ -94,10 +94,20 @@ out=$(cd / && env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin phub-setup --check \
 	/usr/share/phub/examples/virtual-rack.json 2>&1) || fail "installed phub-setup --check: $out"
 grep -q "no PCI NICs in this configuration" <<< "$out" || fail "phub-setup: $out"
 if command -v systemd-analyze >/dev/null; then
-	out=$(systemd-analyze verify /lib/systemd/system/phub-pbox@.service 2>&1) ||
-		fail "systemd-analyze verify: exit $?"
-	[ -z "$out" ] || fail "systemd-analyze verify: $out"
+	for unit in phub-pbox@.service phub-exporter@.service; do
+		out=$(systemd-analyze verify "/lib/systemd/system/$unit" 2>&1) ||
+			fail "systemd-analyze verify $unit: exit $?"
+		[ -z "$out" ] || fail "systemd-analyze verify $unit: $out"
+	done
 fi
+# The exporter and its monitoring files where the docs say they are.
+if /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null; then
+	env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin phub-exporter --list-metrics |
+		grep -qx phub_pushes_total || fail "installed phub-exporter --list-metrics"
+fi
+for f in phub-alerts.yml phub-dashboard.json; do
+	[ -f "/usr/share/phub/monitoring/$f" ] || fail "no /usr/share/phub/monitoring/$f"
+done
 
 # libphub-dev: a program built against the installed header and pkg-config file.
 cat > "$work/w.c" <<'EOF'

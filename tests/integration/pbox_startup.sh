@@ -86,6 +86,49 @@ sed -i 's/"mtu": 1500/"mtu": 9000/' "$tmp/pools.json"
 refuses "too little memory for the mbuf pools" "$tmp/pools.json" \
 	"cannot create a pool .*eal.memory_mb"
 
+# A declared job that says what it trains is checked by --check-config against the job limit,
+# then EAL memory, each refusal naming the key to raise and to what; raised, the check passes.
+config declared '[0, 1]' 256 net_null0 null
+python3 - "$tmp/declared.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["jobs"] = [{"name": "big", "nonce": "0x5be1c2f07a9d3e64", "workers": 4, "parameters": 100000000,
+              "optimizer": {"type": "adam", "lr": 0.001}}]
+json.dump(c, open(sys.argv[1], "w"), indent=1)
+PY
+check_declared()
+{
+	timeout 60 "$pbox_bin" -c "$tmp/declared.json" --check-config >"$tmp/out" 2>&1
+}
+for key in limits.job_memory_mb eal.memory_mb; do
+	if check_declared; then
+		echo "FAIL a declared job over $key: --check-config exit 0"
+		failed=1
+		break
+	fi
+	msg=$(grep -E "jobs\[0\] \(big\) needs [0-9]+ MB, more than" "$tmp/out")
+	want=$(echo "$msg" | sed -nE 's/.* raise (it|eal\.memory_mb) to ([0-9]+) or more.*/\2/p')
+	if ! echo "$msg" | grep -q "$key" || [ -z "$want" ]; then
+		echo "FAIL a declared job over $key: not named: $(tail -n 2 "$tmp/out")"
+		failed=1
+		break
+	fi
+	echo "ok   --check-config: $msg"
+	python3 - "$tmp/declared.json" "$key" "$want" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+section, key = sys.argv[2].split(".")
+c.setdefault(section, {})[key] = int(sys.argv[3])
+json.dump(c, open(sys.argv[1], "w"), indent=1)
+PY
+done
+if check_declared && grep -q "jobs\[0\] big: 100.0M parameters" "$tmp/out"; then
+	echo "ok   --check-config: the job fits once the keys are raised"
+else
+	echo "FAIL the declared job still does not pass: $(tail -n 2 "$tmp/out")"
+	failed=1
+fi
+
 # A good config starts; a second PBox with the same file prefix is refused; SIGTERM stops it.
 config good '[0, 1]' 256 net_null0 null
 "$pbox_bin" -c "$tmp/good.json" >"$tmp/good.out" 2>&1 &

@@ -918,7 +918,7 @@ main(int argc, char **argv)
 {
 	struct hostile_params hp = { .repeat = 3, .guesses = 20, .victim_world = 2 };
 	struct own_session own;
-	struct tally *t = calloc(1, sizeof(*t));
+	struct tally *t;
 	int fd, fd2, rc;
 
 	hp.ctrl.sin_family = AF_INET;
@@ -965,7 +965,7 @@ main(int argc, char **argv)
 		}
 		i++;
 	}
-	if (t == NULL || hp.ctrl.sin_addr.s_addr == 0)
+	if (hp.ctrl.sin_addr.s_addr == 0)
 		usage();
 	if (hp.ping_only)
 		return ping(&hp);
@@ -978,6 +978,12 @@ main(int argc, char **argv)
 	if (hp.ring_spray)
 		return ring_spray(&hp);
 
+	/* Only the whole run tallies; the single-purpose modes above need none. */
+	t = calloc(1, sizeof(*t));
+	if (t == NULL) {
+		fprintf(stderr, "phub-hostile: out of memory\n");
+		return 1;
+	}
 	fd = udp_socket();
 	fd2 = udp_socket();
 	rc = join_own(&hp, t, fd, &own);
@@ -985,6 +991,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "phub-hostile: cannot join a job of its own: %s%s%s\n",
 				strerror(-rc), t->n_errors > 0 ? ": " : "",
 				t->n_errors > 0 ? t->error_texts[0] : "");
+		free(t);
 		return 1;
 	}
 	malformed(&hp, t, fd, &own);

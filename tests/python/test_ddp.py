@@ -18,7 +18,7 @@ def _model():
                                torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 3))
 
 
-def _train(ddp, rank):
+def _train(ddp, rank, no_sync=False):
     g = torch.Generator().manual_seed(1)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
     losses = []
@@ -27,7 +27,13 @@ def _train(ddp, rank):
         y = torch.randint(0, 3, (8,), generator=g)
         xs, ys = x[rank * 4:(rank + 1) * 4], y[rank * 4:(rank + 1) * 4]
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(ddp(xs), ys)
+        if no_sync:
+            # Half the shard accumulates inside DDP's no_sync (no hook call), half syncs.
+            with ddp.no_sync():
+                (torch.nn.functional.cross_entropy(ddp(xs[:2]), ys[:2]) / 2).backward()
+            loss = torch.nn.functional.cross_entropy(ddp(xs[2:]), ys[2:]) / 2
+        else:
+            loss = torch.nn.functional.cross_entropy(ddp(xs), ys)
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -50,9 +56,26 @@ def _worker(rank, world, store, port, job, out):
     got, got_losses = _train(hooked, rank)
     stats = state.session.stats() if state.session is not None else None
     state.close()
+    # The staging path of GPU buckets (host buffers, a pushing thread), forced on the CPU.
+    staged = DDP(_model())
+    state = pt.AllreduceState(job_suffix="-ddp-staged", staging=True)
+    staged.register_comm_hook(state, pt.allreduce_hook)
+    got_staged, _ = _train(staged, rank)
+    staged_used = state._stage is not None and state.session.stats()["pushes"] > 0
+    state.close()
+    # DDP's no_sync() with the hook: as with gloo's allreduce.
+    ref_ns, _ = _train(DDP(_model()), rank, no_sync=True)
+    hooked = DDP(_model())
+    state = pt.AllreduceState(job_suffix="-ddp-nosync")
+    hooked.register_comm_hook(state, pt.allreduce_hook)
+    got_ns, _ = _train(hooked, rank, no_sync=True)
+    ns_used = state.session is not None and state.session.stats()["pushes"] > 0
+    state.close()
     dist.destroy_process_group()
     torch.save({"ref": ref, "got": got, "ref_losses": ref_losses, "got_losses": got_losses,
-                "stats": stats}, f"{out}.{rank}")
+                "stats": stats, "got_staged": got_staged, "staged_used": staged_used,
+                "ref_ns": ref_ns, "got_ns": got_ns, "ns_used": ns_used},
+               f"{out}.{rank}")
 
 
 def test_ddp_hook_trains_exactly_as_gloo_allreduce(soft_pbox, job):
@@ -68,5 +91,12 @@ def test_ddp_hook_trains_exactly_as_gloo_allreduce(soft_pbox, job):
         assert r["stats"]["ops_completed"] >= STEPS - 2
         for a, b in zip(r["ref"], r["got"]):
             assert torch.equal(a, b)            # (a + b) / 2 on the PBox == a/2 + b/2 in gloo
+        assert r["staged_used"]
+        for a, b in zip(r["ref"], r["got_staged"]):
+            assert torch.equal(a, b)
+        assert r["ns_used"]
+        for a, b in zip(r["ref_ns"], r["got_ns"]):
+            assert torch.equal(a, b)
+        assert not torch.equal(r["ref_ns"][0], r["ref"][0])     # no_sync did something else
         assert r["ref_losses"] == r["got_losses"]
     assert res[0]["ref_losses"][0] != res[0]["ref_losses"][-1]   # it did train

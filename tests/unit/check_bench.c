@@ -602,6 +602,8 @@ START_TEST(test_summary_adds_worker_rates_and_pools_exchange_times)
 	ck_assert_double_eq_tol(s.cpu_s_per_gb, 1.0, 1e-9);
 	ck_assert_double_eq(s.p50_ms, 4);
 	ck_assert_double_eq(s.p99_ms, 100);
+	/* Exchange k takes its slowest worker's time (5, 6, 7, 100): the fastest is 5. */
+	ck_assert_double_eq(s.best_ms, 5);
 	ck_assert_uint_eq(s.retransmits, 7);
 	ck_assert_uint_eq(s.pulls, 1);
 	ck_assert_double_eq(s.max_abs_error, 0.5);
@@ -626,7 +628,7 @@ START_TEST(test_report_json_has_the_documented_fields)
 		{ .rank = 0, .timed = 4, .timed_s = 1.0, .verified = true, .bitwise = true },
 		{ .rank = 1, .status = -EIO, .max_abs_error = NAN },
 	};
-	const char *num[] = { "exchanges_per_s", "goodput_gbps", "p50_ms", "p99_ms",
+	const char *num[] = { "exchanges_per_s", "goodput_gbps", "p50_ms", "p99_ms", "best_ms",
 		"max_abs_error" };
 	const char *ints[] = { "workers", "model_bytes", "iterations", "retransmits", "keys",
 		"pulls" };

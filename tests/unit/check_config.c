@@ -15,6 +15,7 @@
 
 #include "config_priv.h"
 #include "phub_config.h"
+#include "model/phub_model.h"
 
 static struct phub_config cfg;
 static char err[PHUB_CONFIG_ERR_MAX];
@@ -317,8 +318,8 @@ START_TEST(test_every_key_is_read_as_written)
 	ck_assert_uint_eq(cfg.priority_hold_us, 3000);
 	ck_assert_uint_eq(cfg.limits.max_jobs, 3);
 	ck_assert_uint_eq(cfg.limits.max_workers_per_job, 8);
-	ck_assert_uint_eq(cfg.limits.job_memory_mb, 400);
-	ck_assert_uint_eq(cfg.limits.total_memory_mb, 600);
+	ck_assert_uint_eq(cfg.limits.job_memory_mb, 100);
+	ck_assert_uint_eq(cfg.limits.total_memory_mb, 300);
 	ck_assert_uint_eq(cfg.n_jobs, 2);
 	j = &cfg.jobs[0];
 	ck_assert_str_eq(j->name, "resnet 50 (v1.5)");
@@ -331,12 +332,7 @@ START_TEST(test_every_key_is_read_as_written)
 	ck_assert_double_eq(j->optimizer.lr, 0.25);
 	ck_assert_double_eq(j->optimizer.momentum, 0.8);
 	ck_assert_double_eq(j->optimizer.weight_decay, 0.0005);
-	/* "RN18" is ResNet 18 as lib/model names it, 45 MB of fp32 in Table 3. */
-	ck_assert_str_eq(j->model, "resnet18");
-	ck_assert_uint_eq(j->parameters, 45u * 1048576 / 4);
 	j = &cfg.jobs[1];
-	ck_assert_str_eq(j->model, "");
-	ck_assert_uint_eq(j->parameters, 1000000);
 	ck_assert_uint_eq(j->nonce, UINT64_C(0xd04f7e2b91c6a835));
 	ck_assert_int_eq(j->dtype, PHUB_DTYPE_BF16);
 	/* Not written in the job: inherited from the top-level deterministic. */
@@ -503,6 +499,36 @@ START_TEST(test_baremetal_example_loads_with_its_nics_on_two_numa_nodes)
 	ck_assert_int_eq(phub_config_port_driver(&cfg, 1)->steering,
 			 PHUB_CONFIG_STEERING_RTE_FLOW);
 	ck_assert_int_eq(phub_config_port_driver(&cfg, 1)->fallback, PHUB_CONFIG_STEERING_RSS);
+}
+END_TEST
+
+/* A declared job says what it trains: a Table 3 model by name or abbreviation, or a count. */
+START_TEST(test_declared_job_takes_its_parameters_from_a_model_or_a_count)
+{
+	const struct phub_model_preset *rn50 = phub_model_preset_find("resnet50");
+	static const char text[] =
+		"{ \"eal\": { \"lcores\": [0, 1], \"no_huge\": true },"
+		"  \"ports\": [ { \"name\": \"p0\", \"device\": \"net_null0\", \"driver\": \"null\","
+		"    \"ipv4\": \"10.1.0.1/24\", \"lcores\": [1] } ],"
+		"  \"jobs\": ["
+		"    { \"name\": \"a\", \"nonce\": \"0x5be1c2f07a9d3e64\", \"workers\": 2,"
+		"      \"model\": \"RN50\" },"
+		"    { \"name\": \"b\", \"nonce\": \"0xd04f7e2b91c6a835\", \"workers\": 2,"
+		"      \"parameters\": 340000000 },"
+		"    { \"name\": \"c\", \"nonce\": \"0x9f3c61d2a7e4b508\", \"workers\": 2 } ] }";
+
+	enter_data_dir();
+	ck_assert_ptr_nonnull(rn50);
+	ck_assert_msg(load_string(text) == 0, "%s", err);
+	ck_assert_str_eq(cfg.jobs[0].model, "resnet50");
+	ck_assert_uint_eq(cfg.jobs[0].parameters,
+			  (uint64_t)(phub_model_preset_bytes(rn50, PHUB_MODEL_UNITS_PAPER) / 4));
+	ck_assert_uint_gt(cfg.jobs[0].parameters, 25000000);
+	ck_assert_uint_lt(cfg.jobs[0].parameters, 26000000);
+	ck_assert_str_eq(cfg.jobs[1].model, "");
+	ck_assert_uint_eq(cfg.jobs[1].parameters, 340000000);
+	/* Not said: nothing to check. */
+	ck_assert_uint_eq(cfg.jobs[2].parameters, 0);
 }
 END_TEST
 
@@ -816,144 +842,6 @@ START_TEST(test_plan_lists_every_queue_and_udp_port)
 END_TEST
 
 /* The docs line of a key must hold its default and bounds as the table says them. */
-/* A job with the keys given, on one tap port; the rest defaults (checkpoints on). */
-static int
-load_job(const char *job, const char *limits)
-{
-	char text[2048];
-
-	snprintf(text, sizeof(text),
-		 "{ \"eal\": { \"lcores\": [0, 1] }, \"ports\": [ { \"name\": \"p0\", "
-		 "\"device\": \"net_tap0\", \"driver\": \"tap\", \"ipv4\": \"10.10.0.1/24\", "
-		 "\"lcores\": [1] } ], \"limits\": %s, \"jobs\": [ { \"name\": \"j\", "
-		 "\"nonce\": \"0x9f3c61d2a7e4b508\", %s } ] }", limits, job);
-	return load_string(text);
-}
-
-START_TEST(test_declared_job_memory_follows_its_workers_dtype_optimizer_and_order)
-{
-	const char *big = "{ \"job_memory_mb\": 1048576, \"total_memory_mb\": 4194304 }";
-	uint64_t n = 10000000, base, adam, bf16, det;
-
-	enter_data_dir();
-	/* Saying nothing about what it trains: nothing to check before JOIN. */
-	ck_assert_msg(load_job("\"workers\": 4", big) == 0, "%s", err);
-	ck_assert_uint_eq(phub_config_job_memory_bytes(&cfg, 0), 0);
-	phub_config_free(&cfg);
-
-	ck_assert_msg(load_job("\"workers\": 4, \"parameters\": 10000000", big) == 0, "%s", err);
-	base = phub_config_job_memory_bytes(&cfg, 0);
-	/* sgd: model and aggregation (8 B), checkpoint shadow of the model (4 B), bookkeeping. */
-	ck_assert_uint_ge(base, n * 12);
-	ck_assert_uint_lt(base, n * 12 + (4 << 20));
-	ck_assert_uint_eq(phub_config_job_memory_bytes(&cfg, 1), 0);
-	phub_config_free(&cfg);
-
-	ck_assert(load_job("\"workers\": 4, \"parameters\": 10000000, "
-			   "\"optimizer\": { \"type\": \"adam\" }", big) == 0);
-	adam = phub_config_job_memory_bytes(&cfg, 0);
-	/* Two moments, and their shadow: 16 B more per parameter. */
-	ck_assert_uint_eq(adam - base, n * 16);
-	phub_config_free(&cfg);
-
-	ck_assert(load_job("\"workers\": 4, \"parameters\": 10000000, \"dtype\": \"bf16\"",
-			   big) == 0);
-	bf16 = phub_config_job_memory_bytes(&cfg, 0);
-	/* The wire copy in bf16; fewer, larger segments of 2-byte elements. */
-	ck_assert_uint_ge(bf16, base + n * 2 - (4 << 20));
-	ck_assert_uint_le(bf16, base + n * 2);
-	phub_config_free(&cfg);
-
-	ck_assert(load_job("\"workers\": 4, \"parameters\": 10000000, \"deterministic\": true",
-			   big) == 0);
-	det = phub_config_job_memory_bytes(&cfg, 0);
-	/* Ranks 1 .. 3 staged in fp32, and a few more rank cells. */
-	ck_assert_uint_ge(det - base, n * 4 * 3);
-	ck_assert_uint_lt(det - base, n * 4 * 3 + (1 << 20));
-	phub_config_free(&cfg);
-
-	ck_assert(load_job("\"workers\": 4, \"model\": \"ResNet50\"", big) == 0);
-	ck_assert_str_eq(cfg.jobs[0].model, "resnet50");
-	ck_assert_uint_eq(cfg.jobs[0].parameters, 97u * 1048576 / 4);
-}
-END_TEST
-
-START_TEST(test_declared_job_over_the_limits_names_the_key_to_raise)
-{
-	enter_data_dir();
-	/* 10M fp32 parameters with sgd and checkpoints: about 115 MB. */
-	ck_assert(load_job("\"workers\": 2, \"parameters\": 10000000",
-			   "{ \"job_memory_mb\": 100 }") == -EINVAL);
-	ck_assert_msg(strstr(err, "t.json:1:") == err, "%s", err);
-	ck_assert_msg(strstr(err, "jobs[0].parameters: job j needs 11") != NULL, "%s", err);
-	ck_assert_msg(strstr(err, "above limits.job_memory_mb 100: raise limits.job_memory_mb")
-		      != NULL, "%s", err);
-	ck_assert(load_job("\"workers\": 2, \"parameters\": 10000000",
-			   "{ \"job_memory_mb\": 120 }") == 0);
-	phub_config_free(&cfg);
-	/* The sum of declared jobs against total_memory_mb. */
-	ck_assert(load_string("{ \"eal\": { \"lcores\": [0, 1] }, \"ports\": [ { \"name\": \"p0\", "
-			      "\"device\": \"net_tap0\", \"driver\": \"tap\", \"ipv4\": "
-			      "\"10.10.0.1/24\", \"lcores\": [1] } ], \"limits\": { "
-			      "\"job_memory_mb\": 120, \"total_memory_mb\": 200 }, \"jobs\": [ "
-			      "{ \"name\": \"a\", \"nonce\": \"0x9f3c61d2a7e4b508\", \"workers\": 2, "
-			      "\"parameters\": 10000000 }, { \"name\": \"b\", \"nonce\": "
-			      "\"0xd04f7e2b91c6a835\", \"workers\": 2, \"parameters\": 10000000 } ] }")
-		  == -EINVAL);
-	ck_assert_msg(strstr(err, "jobs[1].parameters: the jobs declared up to this one (b) need "
-			      "2") != NULL, "%s", err);
-	ck_assert_msg(strstr(err, "raise limits.total_memory_mb to at least") != NULL, "%s", err);
-}
-END_TEST
-
-START_TEST(test_ring_job_memory_counts_this_racks_ranks_and_the_ring)
-{
-	const char *fmt = "{ \"name\": \"r1\", \"eal\": { \"lcores\": [0, 1] }, \"ports\": [ { "
-			  "\"name\": \"p0\", \"device\": \"net_tap0\", \"driver\": \"tap\", "
-			  "\"ipv4\": \"10.10.0.1/24\", \"lcores\": [1] } ], \"deterministic\": true, "
-			  "\"jobs\": [ { \"name\": \"j\", \"nonce\": \"0x9f3c61d2a7e4b508\", "
-			  "\"workers\": 8, \"parameters\": 1000000%s } ]%s }";
-	char text[2048];
-	uint64_t flat, ring;
-
-	enter_data_dir();
-	snprintf(text, sizeof(text), fmt, "", "");
-	ck_assert_msg(load_string(text) == 0, "%s", err);
-	flat = phub_config_job_memory_bytes(&cfg, 0);
-	phub_config_free(&cfg);
-	/* 2 of the 8 ranks here: one staged rank instead of 7, and the ring's 4 fp32 models. */
-	snprintf(text, sizeof(text), fmt, ", \"racks\": [ { \"pbox\": \"r0\", \"ranks\": 6 }, "
-		 "{ \"pbox\": \"r1\", \"ranks\": 2 } ]", ", \"peers\": [ { \"name\": \"r0\", "
-		 "\"ipv4\": \"10.30.0.1\" } ]");
-	ck_assert_msg(load_string(text) == 0, "%s", err);
-	ring = phub_config_job_memory_bytes(&cfg, 0);
-	ck_assert_uint_ge(ring + 6 * 4000000ull, flat + 16000000ull - (1 << 20));
-	ck_assert_uint_le(ring + 6 * 4000000ull, flat + 16000000ull);
-}
-END_TEST
-
-/* Every shipped example's declared jobs say what they train, so --check-config checks them. */
-START_TEST(test_every_example_job_says_what_it_trains)
-{
-	static const char *const examples[] = { "virtual-rack.json", "baremetal-2nic.json" };
-	char sysfs[PHUB_CONFIG_PATH_MAX];
-
-	snprintf(sysfs, sizeof(sysfs), "%s/tests/data/sysfs", source_root());
-	for (size_t e = 0; e < sizeof(examples) / sizeof(examples[0]); e++) {
-		ck_assert_msg(load_example(examples[e], sysfs) == 0, "%s", err);
-		ck_assert_uint_gt(cfg.n_jobs, 0);
-		for (unsigned int i = 0; i < cfg.n_jobs; i++) {
-			uint64_t need = phub_config_job_memory_bytes(&cfg, i);
-
-			ck_assert_msg(need > 0, "%s: jobs[%u] says neither model nor parameters",
-				      examples[e], i);
-			ck_assert_uint_le(need, (uint64_t)cfg.limits.job_memory_mb << 20);
-		}
-		phub_config_free(&cfg);
-	}
-}
-END_TEST
-
 static void
 check_doc_line(const char *docs, const char *path, const struct cfg_field *f)
 {
@@ -1055,11 +943,9 @@ phub_config_suite(void)
 		{ "virtual rack example", test_virtual_rack_example_loads },
 		{ "bare-metal example",
 		  test_baremetal_example_loads_with_its_nics_on_two_numa_nodes },
+		{ "declared job size",
+		  test_declared_job_takes_its_parameters_from_a_model_or_a_count },
 		{ "unknown numa", test_unknown_numa_facts_do_not_fail_the_check },
-		{ "job memory", test_declared_job_memory_follows_its_workers_dtype_optimizer_and_order },
-		{ "job memory limits", test_declared_job_over_the_limits_names_the_key_to_raise },
-		{ "ring job memory", test_ring_job_memory_counts_this_racks_ranks_and_the_ring },
-		{ "examples declare models", test_every_example_job_says_what_it_trains },
 		{ "sysfs", test_sysfs_readers_return_the_node_or_minus_one },
 		{ "locate", test_locate_finds_values_past_escapes_and_lookalike_strings },
 		{ "line and column", test_columns_count_characters_and_lines_count_newlines },

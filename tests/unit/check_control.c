@@ -986,6 +986,8 @@ START_TEST(test_dead_rank_of_an_elastic_job_is_removed_and_the_others_told)
 	ck_assert_uint_eq(info.live, 2);
 	phub_control_get_stats(ctl, &cs);
 	ck_assert_uint_eq(cs.ranks_removed, 1);
+	/* The job goes on without the rank: it did not fail. */
+	ck_assert_uint_eq(cs.jobs_failed, 0);
 	/* WORLD to ranks 0 and 1, none to the dead one, no ERROR. */
 	ck_assert_uint_eq(fk.n_sent, 2);
 	for (unsigned int i = 0; i < 2; i++) {
@@ -1066,6 +1068,9 @@ START_TEST(test_dead_rank_of_a_fail_job_ends_it_as_before)
 	phub_control_get_stats(ctl, &cs);
 	ck_assert_uint_eq(cs.ranks_removed, 0);
 	ck_assert_uint_eq(cs.worlds_sent, 0);
+	/* A job that ended on a dead rank failed; it did not end by its workers' LEAVEs. */
+	ck_assert_uint_eq(cs.jobs_failed, 1);
+	ck_assert_uint_eq(cs.jobs_ended, 1);
 }
 END_TEST
 

@@ -285,9 +285,9 @@ ring_teardown(void)
 	net.queue = NULL;
 }
 
-/* Worker rank (global) JOINs the PBox of rack box. */
+/* Worker rank (global) JOINs the PBox of rack box, declaring world size world and dtype. */
 static void
-worker_join(unsigned int box, unsigned int rank)
+worker_join_as(unsigned int box, unsigned int rank, uint16_t world, uint8_t dtype)
 {
 	struct phub_wire_join_params jp;
 	struct phub_control_peer from = { .ipv4 = worker_ip(rank), .udp_port = 40000,
@@ -299,8 +299,8 @@ worker_join(unsigned int box, unsigned int rank)
 	snprintf(jp.join.name, sizeof(jp.join.name), "%s", "spanning");
 	jp.join.nonce = NONCE;
 	jp.join.rank = (uint16_t)rank;
-	jp.join.world_size = net.box[box].declared.workers;
-	jp.join.dtype = PHUB_DTYPE_FP32;
+	jp.join.world_size = world;
+	jp.join.dtype = dtype;
 	jp.join.optimizer = PHUB_OPT_SGD;
 	jp.join.hyper.lr = 0.5f;
 	jp.keys = wkeys;
@@ -308,6 +308,13 @@ worker_join(unsigned int box, unsigned int rank)
 	len = phub_wire_join_write(buf, sizeof(buf), &jp, 1500, 0);
 	ck_assert_int_gt(len, 0);
 	phub_control_input(net.box[box].ctl, &from, buf, (size_t)len);
+}
+
+/* Worker rank (global) JOINs the PBox of rack box as the config declares the job. */
+static void
+worker_join(unsigned int box, unsigned int rank)
+{
+	worker_join_as(box, rank, net.box[box].declared.workers, PHUB_DTYPE_FP32);
 }
 
 static void
@@ -683,6 +690,31 @@ START_TEST(test_join_of_another_racks_rank_names_the_rack)
 }
 END_TEST
 
+/*
+ * A JOIN whose world size or dtype is not the declared job's is refused with the config key
+ * to change (a launcher's WORLD_SIZE against the operator's jobs[].workers).
+ */
+START_TEST(test_join_against_the_declaration_names_the_config_key)
+{
+	static const unsigned int ranks[] = { 1, 1 };
+
+	ring_setup(2, ranks, 0, 1);
+	worker_join_as(0, 0, 4, PHUB_DTYPE_FP32);
+	ck_assert(!net.worker[0].joined);
+	ck_assert_uint_eq(net.worker[0].error, PHUB_WIRE_ERR_LAYOUT_MISMATCH);
+	ck_assert_str_eq(net.worker[0].error_text, "job spanning: jobs[0].workers is 2 in the "
+			"PBox's config; the JOIN says world size 4");
+	worker_join_as(0, 0, 2, PHUB_DTYPE_BF16);
+	ck_assert(!net.worker[0].joined);
+	ck_assert_str_eq(net.worker[0].error_text, "job spanning: jobs[0].dtype is fp32 in the "
+			"PBox's config; the JOIN says bf16");
+	ck_assert_ptr_null(box_job(0));
+	worker_join(0, 0);
+	ck_assert(net.worker[0].joined);
+	ring_teardown();
+}
+END_TEST
+
 /* A HELLO before the job exists here goes unanswered; the neighbour offers it again. */
 START_TEST(test_hello_before_the_job_exists_is_unanswered)
 {
@@ -787,6 +819,7 @@ START_TEST(test_silent_peer_ends_the_job_with_an_error_naming_it)
 	}
 	phub_control_get_stats(net.box[0].ctl, &st);
 	ck_assert_uint_eq(st.ring_jobs_failed, 1);
+	ck_assert_uint_eq(st.jobs_failed, 1);
 	ring_teardown();
 }
 END_TEST
@@ -932,6 +965,7 @@ phub_control_ring_suite(void)
 	tcase_add_test(tc, test_two_racks_link_and_run_the_initial_round_under_loss);
 	tcase_add_test(tc, test_three_racks_of_one_two_three_link_and_run);
 	tcase_add_test(tc, test_join_of_another_racks_rank_names_the_rack);
+	tcase_add_test(tc, test_join_against_the_declaration_names_the_config_key);
 	tcase_add_test(tc, test_hello_before_the_job_exists_is_unanswered);
 	tcase_add_test(tc, test_hello_that_does_not_fit_is_counted_and_ignored);
 	tcase_add_test(tc, test_silent_peer_ends_the_job_with_an_error_naming_it);
