@@ -12,12 +12,8 @@ PHUB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # tools the demo and tests drive (iproute2 for namespaces, python3 for
 # dpdk-telemetry.py and the summaries; debhelper, dpkg-dev and lintian for the packages,
 # systemd for systemd-analyze verify, man-db for the man pages; torch and the rest for the
-<<<<<<< HEAD
-# Python binding's tests and examples; venv, setuptools and wheel for its pip install test).
-=======
-# Python binding's tests and examples; prometheus and its Python client for phub-exporter and
-# its tests).
->>>>>>> i24-ops
+# Python binding's tests and examples; venv, setuptools and wheel for its pip install test;
+# prometheus and its Python client for phub-exporter and its tests).
 PHUB_PACKAGES=(
 	build-essential pkg-config meson ninja-build clang llvm
 	dpdk dpdk-dev libdpdk-dev libnuma-dev libbpf-dev libxdp-dev
