@@ -3,7 +3,8 @@
  * When the appliance checkpoints: the periodic snapshots the data lcores collect, written by a
  * control thread, the last snapshot on SIGTERM, the restore of every job at start, and the
  * removal of a job's files when it ends. The files themselves (names, atomic write, restore)
- * are lib/control's (control_ckpt.c), shared with the soft PBox. Format: docs/reliability.md.
+ * are lib/control's (control_ckpt.c), shared with the soft PBox. Format:
+ * docs/history/reliability-log.md, "The files".
  */
 
 #include <dirent.h>

@@ -200,8 +200,9 @@ declared_job_need(const struct phub_config *cfg, const struct phub_config_job *j
 	struct phub_engine_memory_params mp = {
 		.n_elems = job->parameters, .n_keys = 1, .dtype = job->dtype,
 		.optimizer = job->optimizer.type, .deterministic = job->deterministic,
-		/* A ring job's PBox holds its own rack's ranks. */
+		/* A ring job's PBox holds its own rack's ranks, and the ring's four buffers. */
 		.world_size = job->n_racks != 0 ? job->racks[job->ring_pos].ranks : job->workers,
+		.ring = job->n_racks != 0,
 		.checkpoint_shadow = cfg->checkpoint.dir[0] != '\0',
 		.n_servers = cfg->n_lcore_params,
 		.segment_elems = cfg->segment_bytes / (uint32_t)phub_dtype_size(job->dtype),
@@ -226,6 +227,7 @@ pbox_memory_check_jobs(const struct phub_config *cfg, const char *path, FILE *f)
 		const struct phub_config_job *job = &cfg->jobs[i];
 		struct phub_engine_memory m;
 		char why[320];
+		char ring[32];
 
 		if (job->parameters == 0) {
 			fprintf(f, "# jobs[%u] %s: no \"model\" or \"parameters\": its memory is not "
@@ -234,9 +236,13 @@ pbox_memory_check_jobs(const struct phub_config *cfg, const char *path, FILE *f)
 		}
 		declared_job_need(cfg, job, &m);
 		all += m.total;
+		ring[0] = '\0';
+		if (m.ring != 0)
+			snprintf(ring, sizeof(ring), ", ring %.0f", MB(m.ring));
 		fprintf(f, "# jobs[%u] %s: %.1fM parameters (%s%s), %u workers%s, %s, %s, %s sums, "
 				"checkpoints %s: %.0f MB (model %.0f, optimizer state %.0f, wire "
-				"copy %.0f, checkpoint shadow %.0f, deterministic staging %.0f)\n", i,
+				"copy %.0f, checkpoint shadow %.0f, deterministic staging %.0f%s)\n",
+				i,
 				job->name, (double)job->parameters / 1e6,
 				job->model[0] != '\0' ? "model " : "parameters", job->model,
 				job->workers, job->n_racks != 0 ? " over its ring" : "",
@@ -244,7 +250,7 @@ pbox_memory_check_jobs(const struct phub_config *cfg, const char *path, FILE *f)
 				job->deterministic ? "rank-order" : "arrival-order",
 				cfg->checkpoint.dir[0] != '\0' ? "on" : "off", MB(m.total),
 				MB(m.model), MB(m.optimizer), MB(m.wire_copy),
-				MB(m.checkpoint_shadow), MB(m.deterministic_staging));
+				MB(m.checkpoint_shadow), MB(m.deterministic_staging), ring);
 		/* The key to raise (job_memory_mb <= total_memory_mb: the config checks it). */
 		why[0] = '\0';
 		if (m.total > (uint64_t)cfg->limits.job_memory_mb << 20)

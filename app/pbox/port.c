@@ -458,8 +458,9 @@ pbox_ports_init(struct pbox *pb)
 		device_ethdev_name(cp, name, sizeof(name));
 		if (rte_eth_dev_get_port_by_name(name, &port->port_id) != 0) {
 			PBOX_LOG(ERR, "port %s: device %s not found: %s", cp->name, cp->device,
-					cp->is_pci ? "is it bound to vfio-pci or a bifurcated driver "
-					"(see docs/operations.md)?" :
+					cp->is_pci ? "is it bound to its profile's kernel driver "
+					"(vfio-pci; mlx5_core for mlx5), and is its PMD installed "
+					"(phub-setup --check names the package; docs/deploy.md)?" :
 					"check the vdev string and that the PMD is installed");
 			return -ENODEV;
 		}

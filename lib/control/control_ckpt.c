@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Checkpoint files in one directory (phub_control.h, docs/reliability.md): their names, the
- * atomic write, the newest two kept, the removal when a job ends, and the restore of every job
- * at start. Plain POSIX; lib/engine writes and reads the file's contents.
+ * Checkpoint files in one directory (phub_control.h, docs/history/reliability-log.md): their
+ * names, the atomic write, the newest two kept, the removal when a job ends, and the restore of
+ * every job at start. Plain POSIX; lib/engine writes and reads the file's contents.
  */
 
 #include <dirent.h>

@@ -164,7 +164,8 @@ job_memory_estimate(const struct phub_engine_job *job)
 	struct phub_engine_memory_params p = {
 		.n_elems = job->n_elems, .dtype = job->dtype, .optimizer = job->optimizer.type,
 		.world_size = job->world_size, .deterministic = job->deterministic,
-		.checkpoint_shadow = job->ckpt_shadow, .n_segments = job->n_segments,
+		.checkpoint_shadow = job->ckpt_shadow, .ring = job->ring.racks >= 2,
+		.n_segments = job->n_segments,
 	};
 	struct phub_engine_memory m;
 	uint64_t bytes;
@@ -176,7 +177,7 @@ job_memory_estimate(const struct phub_engine_job *job)
 	bytes += (uint64_t)job->n_segments * sizeof(struct segment_slot);
 	bytes += (uint64_t)job->n_chunks * sizeof(struct engine_chunk);
 	bytes += (uint64_t)job->n_cell_rows * job->cell_row_len * sizeof(struct rank_cell);
-	bytes += engine_ring_memory(job);
+	bytes += engine_ring_bookkeeping(job);
 	return bytes;
 }
 

@@ -25,11 +25,14 @@ phub_engine_memory_need(const struct phub_engine_memory_params *p, struct phub_e
 	/* Rank 0 is added as it arrives; every other rank may wait in the staging buffer. */
 	if (p->deterministic && p->world_size > 1)
 		m->deterministic_staging = elems * wire * (p->world_size - 1u);
+	/* A job across racks keeps four fp32 buffers of the model for the ring's steps. */
+	if (p->ring)
+		m->ring = elems * sizeof(float) * 4;
 	if (segments == 0 && p->segment_elems != 0)
 		segments = (elems + p->segment_elems - 1) / p->segment_elems + p->n_keys;
 	m->bookkeeping = segments * sizeof(struct segment_slot) + segments * sizeof(struct engine_chunk) +
 		(uint64_t)(p->n_servers > 0 ? p->n_servers : 1) * p->world_size *
 		sizeof(struct rank_cell);
 	m->total = m->model + m->optimizer + m->wire_copy + m->checkpoint_shadow +
-		m->deterministic_staging + m->bookkeeping;
+		m->deterministic_staging + m->ring + m->bookkeeping;
 }

@@ -253,7 +253,7 @@ engine_job_now_ns(const struct phub_engine_job *job)
 	return job->clock != NULL ? job->clock(job->clock_arg) : engine_now_ns();
 }
 /* engine_ring_node.c: the ring's memory and set-up at job creation. */
-uint64_t engine_ring_memory(const struct phub_engine_job *job);
+uint64_t engine_ring_bookkeeping(const struct phub_engine_job *job);
 int engine_ring_setup(struct phub_engine_job *job, void *(*alloc)(struct phub_engine_job *, size_t));
 void engine_ring_release(struct phub_engine_job *job, void (*release)(struct phub_engine_job *, void *));
 /*

@@ -49,13 +49,16 @@ ring_mark(struct phub_engine_job *job, uint32_t seg)
 	bit_keep(job->ring_held, seg, phub_ring_holds(s));
 }
 
+/*
+ * The ring's per-segment state and its bitmaps; its four model buffers are
+ * phub_engine_memory_need()'s ring.
+ */
 uint64_t
-engine_ring_memory(const struct phub_engine_job *job)
+engine_ring_bookkeeping(const struct phub_engine_job *job)
 {
 	if (job->ring.racks < 2)
 		return 0;
-	return 4 * job->n_elems * sizeof(float) +
-	       (uint64_t)job->n_segments * sizeof(struct phub_ring_seg) +
+	return (uint64_t)job->n_segments * sizeof(struct phub_ring_seg) +
 	       2 * ring_active_words(job) * sizeof(uint64_t);
 }
 

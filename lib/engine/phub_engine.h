@@ -551,6 +551,7 @@ struct phub_engine_memory_params {
 	uint16_t world_size;
 	bool deterministic;		/* rank-order sums: a staging buffer */
 	bool checkpoint_shadow;		/* checkpoints enabled on the PBox */
+	bool ring;			/* a job across racks: its ring buffers */
 	uint32_t n_servers;		/* (port, queue) servers; 0: 1 */
 	/* The job's segments if known, else 0 and the segment size to estimate them from. */
 	uint32_t n_segments;
@@ -564,6 +565,7 @@ struct phub_engine_memory {
 	uint64_t wire_copy;		/* the model in the wire dtype (fp16, bf16) */
 	uint64_t checkpoint_shadow;	/* model and optimizer state, for consistent checkpoints */
 	uint64_t deterministic_staging;	/* (world_size - 1) models in the wire dtype */
+	uint64_t ring;			/* a ring job's rack sums in flight: 4 fp32 models */
 	uint64_t bookkeeping;		/* segment slots, chunk index, per-rank cells */
 	uint64_t total;
 };

@@ -4,8 +4,8 @@
 # worker and on all, bursty (Gilbert-Elliott) loss, reordering (the rack's delay line),
 # duplication, corruption, a worker under heavy loss next to a second job, a job of one rank
 # under loss. Every worker's final model must equal the loss-free reference byte for byte (SGD
-# on phub-bench's exact gradients); the figures are printed for docs/reliability.md. One
-# scenario per run; the rack is always torn down.
+# on phub-bench's exact gradients); the figures are printed for docs/reliability.md (history:
+# docs/history/reliability-log.md). One scenario per run; the rack is always torn down.
 #
 #                      R-tor: bridge br0
 #          +--------------+-----------+---- ... ---+

@@ -11,7 +11,8 @@
 # Usage: install.sh destdir|setup|pci BUILD_DIR SOURCE_DIR
 #   destdir  the install and the installed programs' checks above
 #   setup    phub-setup for real (root): hugepages for a vdev-only config, then --undo
-#   pci      phub-setup --check on a fake sysfs of a two-node host with an E810 on node 1
+#   pci      phub-setup --check on a fake sysfs of a two-node host with an E810 on node 1, and a
+#            fake root (PHUB_SETUP_ROOT) with or without the ice PMD and the E810 DDP package
 
 set -euo pipefail
 
@@ -68,6 +69,12 @@ destdir() {
 		rc=0
 		out=$(clean_env "$prefix/sbin/phub-pbox" -c "$f" --check-config) || rc=$?
 		[ "$rc" = 0 ] || fail "installed phub-pbox --check-config $f: exit $rc"
+		# Honest: every declared job says what it trains (so it was checked), no peer idles.
+		[ "$(grep -cE '^# jobs\[[0-9]+\] .*: [0-9]+ MB \(' <<< "$out")" = "$(grep -c '"nonce"' "$f")" ] ||
+			fail "$f: not every declared job was checked: $(grep '^# jobs\[' <<< "$out")"
+		if grep -q '^# peers\[' <<< "$out"; then
+			fail "$f: $(grep '^# peers\[' <<< "$out")"
+		fi
 		echo "$out" | grep -qx "# drivers from $data/drivers-cfg" ||
 			fail "$f: profiles not taken from $data/drivers-cfg: $(echo "$out" | grep 'drivers from')"
 		if grep -q '"driver": "tap"' "$f"; then
@@ -178,6 +185,31 @@ pci() {
                "ipv4": "10.20.0.1/16", "mtu": 9000, "lcores": [1] } ],
   "idle": { "policy": "poll" } }
 JSON
+	# The packages' files as Debian 12 puts them: the ice PMD and the E810 DDP package.
+	local root=$work/root pmds=$work/root/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0
+	mkdir -p "$pmds" "$root/lib/firmware/intel/ice/ddp"
+	export PHUB_SETUP_ROOT=$root
+	: > "$pmds/librte_net_ice.so.23"
+	# Without the DDP package: refused, naming the package that brings it.
+	rc=0
+	out=$(PHUB_SYSFS_ROOT=$sys "$src/scripts/phub-setup" --check \
+		--pbox "$build/app/pbox/phub-pbox" "$cfg" 2>&1) || rc=$?
+	[ "$rc" = 1 ] || fail "no DDP package: exit $rc, not 1"
+	grep -q "nic0 (ice): no E810 DDP package in .*apt install firmware-misc-nonfree" <<< "$out" ||
+		fail "no DDP package: firmware-misc-nonfree not named: $out"
+	: > "$root/lib/firmware/intel/ice/ddp/ice-1.3.30.0.pkg"
+	# Without the PMD: refused, naming Debian's package of it (not "bound to vfio-pci?").
+	rm "$pmds/librte_net_ice.so.23"
+	rc=0
+	out=$(PHUB_SYSFS_ROOT=$sys "$src/scripts/phub-setup" --check \
+		--pbox "$build/app/pbox/phub-pbox" "$cfg" 2>&1) || rc=$?
+	[ "$rc" = 1 ] || fail "no ice PMD: exit $rc, not 1"
+	grep -q "nic0 (ice): DPDK's ice PMD (librte_net_ice.so) is not installed.*apt install librte-net-ice23" <<< "$out" ||
+		fail "no ice PMD: librte-net-ice23 not named: $out"
+	if grep -q "no E810 DDP" <<< "$out"; then
+		fail "the DDP package present is still refused"
+	fi
+	: > "$pmds/librte_net_ice.so.23"
 	# No IOMMU group: vfio-pci is refused, with the kernel options that fix it.
 	rc=0
 	out=$(PHUB_SYSFS_ROOT=$sys "$src/scripts/phub-setup" --check \
@@ -202,6 +234,17 @@ JSON
 	[ "$rc" = 0 ] || fail "with an IOMMU: exit $rc"
 	grep -q "would bind nic0 (0000:3b:00.0) from ice to vfio-pci" <<< "$out" ||
 		fail "the binding to vfio-pci is not planned"
+	grep -q "nic0 (ice): PMD librte_net_ice found" <<< "$out" || fail "the ice PMD not reported"
+	# An mlx5 port: the verbs provider and rdma-core are named when missing.
+	sed 's/"driver": "ice"/"driver": "mlx5"/' "$cfg" > "$work/mlx5.json"
+	: > "$pmds/librte_net_mlx5.so.23"
+	rc=0
+	out=$(PHUB_SYSFS_ROOT=$sys "$src/scripts/phub-setup" --check \
+		--pbox "$build/app/pbox/phub-pbox" "$work/mlx5.json" 2>&1) || rc=$?
+	[ "$rc" = 1 ] || fail "mlx5 without rdma-core: exit $rc, not 1"
+	grep -q "apt install ibverbs-providers rdma-core" <<< "$out" || fail "mlx5: no provider named: $out"
+	grep -q "rdma-core is not installed" <<< "$out" || fail "mlx5: rdma-core not named: $out"
+	unset PHUB_SETUP_ROOT
 	[ "$(cat "$sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages")" = 0 ] ||
 		fail "--check changed the hugepages"
 }

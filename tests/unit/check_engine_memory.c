@@ -56,6 +56,24 @@ START_TEST(test_deterministic_bf16_adam_counts_staging_and_the_wire_copy)
 }
 END_TEST
 
+/* A job across racks keeps four fp32 models for the ring's steps; the config check counts them. */
+START_TEST(test_ring_job_counts_its_four_ring_buffers)
+{
+	struct phub_engine_memory_params p = {
+		.n_elems = 1000000, .n_keys = 1, .dtype = PHUB_DTYPE_FP32, .optimizer = PHUB_OPT_SGD,
+		.world_size = 2, .segment_elems = 2048,
+	};
+	struct phub_engine_memory flat, ring;
+
+	phub_engine_memory_need(&p, &flat);
+	ck_assert_uint_eq(flat.ring, 0);
+	p.ring = true;
+	phub_engine_memory_need(&p, &ring);
+	ck_assert_uint_eq(ring.ring, 1000000u * 4 * 4);
+	ck_assert_uint_eq(ring.total, flat.total + ring.ring);
+}
+END_TEST
+
 static const struct phub_layout_key keys[] = {
 	{ .key_id = 0, .n_elems = 300000 },
 	{ .key_id = 1, .n_elems = 7 },
@@ -213,6 +231,7 @@ phub_engine_memory_suite(void)
 
 	tcase_add_test(tc, test_resnet50_parts_are_what_each_buffer_holds);
 	tcase_add_test(tc, test_deterministic_bf16_adam_counts_staging_and_the_wire_copy);
+	tcase_add_test(tc, test_ring_job_counts_its_four_ring_buffers);
 	tcase_add_test(tc, test_created_jobs_are_charged_what_the_computation_says);
 	tcase_add_test(tc, test_a_placing_allocator_is_asked_to_place_every_per_element_buffer);
 	suite_add_tcase(s, tc);
