@@ -265,7 +265,7 @@ def start_soft_pbox(build):
     return p, int(m.group(1))
 
 
-def plot(results, path):
+def plot(results, path, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -284,7 +284,7 @@ def plot(results, path):
     for ax in (a, b):
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle("CNN on scikit-learn digits: PHub, DDP over gloo, one process")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -412,7 +412,9 @@ def main():
         with open(args.json, "w") as f:
             json.dump(summary, f)
     if args.plot:
-        plot(results, args.plot)
+        what = ("wide MLP (4.3M parameters)" if args.model == "mlp" else "small CNN")
+        plot(results, args.plot, f"{what} on scikit-learn digits: PHub, DDP over gloo, "
+             "one process")
         print(f"plot: {args.plot}")
     return status
 
