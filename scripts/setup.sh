@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Shared set-up of README's two commands: install what is missing, configure, build.
 #
-# Source it (". scripts/setup.sh") and call phub_setup BUILD_DIR [meson options...],
-# or run it directly: scripts/setup.sh [BUILD_DIR [meson options...]].
+# usage: scripts/setup.sh [BUILD_DIR [meson options...]]    (BUILD_DIR: default build)
+#        scripts/setup.sh --help | --version
+# or source it (". scripts/setup.sh") and call phub_setup BUILD_DIR [meson options...].
 # Idempotent and quiet when everything is already there.
 
 PHUB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -73,5 +74,11 @@ phub_setup()
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
 	set -euo pipefail
+	# shellcheck source=scripts/cli.sh
+	. "$PHUB_ROOT/scripts/cli.sh"
+	case ${1:-} in
+	-h | --help) cli_help "$0"; exit 0 ;;
+	--version) cli_version setup.sh; exit 0 ;;
+	esac
 	phub_setup "${1:-build}" "${@:2}"
 fi

@@ -23,7 +23,7 @@ phub_bench_racks_parse(const char *spec, struct phub_bench_racks *out, char *err
 
 	memset(out, 0, sizeof(*out));
 	if (spec == NULL || *spec == '\0') {
-		snprintf(err, errlen, "--racks: empty (expected IP0:N0,IP1:N1,...)");
+		snprintf(err, errlen, "--servers: empty (expected IP0:N0,IP1:N1,...)");
 		return -EINVAL;
 	}
 	while (*p != '\0') {
@@ -37,12 +37,12 @@ phub_bench_racks_parse(const char *spec, struct phub_bench_racks *out, char *err
 		char *end;
 
 		if (out->n == PHUB_BENCH_MAX_RACKS) {
-			snprintf(err, errlen, "--racks: more than %u racks", PHUB_BENCH_MAX_RACKS);
+			snprintf(err, errlen, "--servers: more than %u racks", PHUB_BENCH_MAX_RACKS);
 			return -EINVAL;
 		}
 		if (colon == NULL || (size_t)(colon - p) >= sizeof(r->server) ||
 				len - (size_t)(colon - p) - 1 >= sizeof(num)) {
-			snprintf(err, errlen, "--racks: rack %u '%.*s': expected IP:RANKS",
+			snprintf(err, errlen, "--servers: rack %u '%.*s': expected IP:RANKS",
 				out->n, (int)len, p);
 			return -EINVAL;
 		}
@@ -51,7 +51,7 @@ phub_bench_racks_parse(const char *spec, struct phub_bench_racks *out, char *err
 		memcpy(num, colon + 1, len - (size_t)(colon - p) - 1);
 		num[len - (size_t)(colon - p) - 1] = '\0';
 		if (inet_pton(AF_INET, r->server, &a) != 1) {
-			snprintf(err, errlen, "--racks: rack %u: '%s' is not an IPv4 address",
+			snprintf(err, errlen, "--servers: rack %u: '%s' is not an IPv4 address",
 				out->n, r->server);
 			return -EINVAL;
 		}
@@ -59,7 +59,7 @@ phub_bench_racks_parse(const char *spec, struct phub_bench_racks *out, char *err
 		v = strtoul(num, &end, 10);
 		if (num[0] < '1' || num[0] > '9' || *end != '\0' || errno != 0 ||
 				v > UINT16_MAX || total + v > UINT16_MAX) {
-			snprintf(err, errlen, "--racks: rack %u: ranks '%s': an integer from 1,"
+			snprintf(err, errlen, "--servers: rack %u: ranks '%s': an integer from 1,"
 				" and the world at most %u", out->n, num, UINT16_MAX);
 			return -EINVAL;
 		}
@@ -71,7 +71,7 @@ phub_bench_racks_parse(const char *spec, struct phub_bench_racks *out, char *err
 		if (*p == ',') {
 			p++;
 			if (*p == '\0') {
-				snprintf(err, errlen, "--racks: a rack after the last ','");
+				snprintf(err, errlen, "--servers: a rack after the last ','");
 				return -EINVAL;
 			}
 		}

@@ -68,7 +68,7 @@ usage(FILE *f)
 	unsigned int i;
 
 	fprintf(f,
-		"usage: phub-bench (--server IP --workers N | --racks IP0:N0,IP1:N1,...)\n"
+		"usage: phub-bench (--server IP --workers N | --servers IP0:N0,IP1:N1,...)\n"
 		"                  (--model NAME|FILE | --layout FILE | --keys N --key-elems E)\n"
 		"                  [options]\n"
 		"  Emulated workers with zero compute (PHub 4.4): every worker pushes a whole\n"
@@ -78,15 +78,16 @@ usage(FILE *f)
 		"  --port N             its control port (default %u)\n"
 		"  --workers N          workers in the job (world size)\n"
 		"  --rank I             run only rank I of the N (by hand, e.g. in a namespace)\n"
-		"  --racks IP0:N0,IP1:N1,...   a job across racks, in ring order: rack r's PBox\n"
+		"  --servers IP0:N0,IP1:N1,...   a job across racks, in ring order: rack r's PBox\n"
 		"                       (control address) holds Nr ranks, the global ranks after\n"
 		"                       those of the racks before it; each rank joins its rack's\n"
 		"                       PBox with its global rank and world size N0+N1+...\n"
-		"                       (instead of --server; --workers, if given, must match)\n"
+		"                       (instead of --server; --workers, if given, must match;\n"
+		"                       --racks: its deprecated spelling)\n"
 		"  --netns-prefix P     rank i joins from network namespace /run/netns/<P><i+1>;\n"
-		"                       with --racks, a %%r in P is the rack's number and i\n"
+		"                       with --servers, a %%r in P is the rack's number and i\n"
 		"                       counts within the rack (rank i of rack r: <P/r><i+1>)\n"
-		"  --netns-prefixes P0,P1,...   with --racks: one prefix per rack; rank i of\n"
+		"  --netns-prefixes P0,P1,...   with --servers: one prefix per rack; rank i of\n"
 		"                       rack r joins from <Pr><i+1>\n"
 		"  --model NAME|FILE    a model by its name, as phub-plan takes it, in any case:\n"
 		"                      ",
@@ -138,7 +139,8 @@ usage(FILE *f)
 		"  --json               one JSON object on stdout instead of the table\n"
 		"  --quiet              no progress lines on stderr\n"
 		"  --print-layout       print the keys (index, elements, name) and exit\n"
-		"  --help\n"
+		"  --help               this text\n"
+		"  --version            print the version and exit\n"
 		"Exit status: 0 when every worker's model matched the reference, 1 otherwise,\n"
 		"2 for bad options.\n");
 }
@@ -180,7 +182,8 @@ enum {
 	OPT_MTU, OPT_WINDOW, OPT_CHUNK, OPT_CSUM, OPT_NO_OFFLOAD, OPT_CONNECT_TIMEOUT, OPT_DEAD, OPT_TIMEOUT,
 	OPT_JSON, OPT_QUIET, OPT_PRINT_LAYOUT, OPT_LIST_MODELS, OPT_HELP, OPT_PAUSE_AT,
 	OPT_GRADIENTS,
-	OPT_DETERMINISTIC, OPT_RACKS, OPT_NETNS_PREFIXES, OPT_ELASTIC, OPT_DIE_AT,
+	OPT_DETERMINISTIC, OPT_RACKS, OPT_NETNS_PREFIXES, OPT_ELASTIC, OPT_DIE_AT, OPT_VERSION,
+	OPT_RACKS_OLD,
 };
 
 static const struct option long_opts[] = {
@@ -189,7 +192,9 @@ static const struct option long_opts[] = {
 	{ "workers", required_argument, NULL, OPT_WORKERS },
 	{ "rank", required_argument, NULL, OPT_RANK },
 	{ "netns-prefix", required_argument, NULL, OPT_NETNS },
-	{ "racks", required_argument, NULL, OPT_RACKS },
+	{ "servers", required_argument, NULL, OPT_RACKS },
+	/* Deprecated: --racks is a count everywhere else (virtual-rack, phub-plan). */
+	{ "racks", required_argument, NULL, OPT_RACKS_OLD },
 	{ "netns-prefixes", required_argument, NULL, OPT_NETNS_PREFIXES },
 	{ "model", required_argument, NULL, OPT_MODEL },
 	{ "layout", required_argument, NULL, OPT_LAYOUT },
@@ -226,6 +231,7 @@ static const struct option long_opts[] = {
 	{ "print-layout", no_argument, NULL, OPT_PRINT_LAYOUT },
 	{ "list-models", no_argument, NULL, OPT_LIST_MODELS },
 	{ "help", no_argument, NULL, OPT_HELP },
+	{ "version", no_argument, NULL, OPT_VERSION },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -297,6 +303,10 @@ parse_args(int argc, char **argv, struct options *o)
 		case OPT_NETNS:
 			c->netns_prefix = optarg;
 			break;
+		case OPT_RACKS_OLD:
+			fprintf(stderr, "phub-bench: --racks is deprecated: use --servers %s\n",
+				optarg);
+			/* fall through */
 		case OPT_RACKS:
 			o->racks_spec = optarg;
 			break;
@@ -438,6 +448,9 @@ parse_args(int argc, char **argv, struct options *o)
 		case OPT_HELP:
 			usage(stdout);
 			return 1;
+		case OPT_VERSION:
+			printf("phub-bench %s\n", PHUB_VERSION);
+			return 1;
 		default:
 			usage(stderr);
 			return -EINVAL;
@@ -468,7 +481,7 @@ parse_args(int argc, char **argv, struct options *o)
 		char err[256];
 
 		if (c->server != NULL) {
-			fprintf(stderr, "phub-bench: --racks names every rack's PBox: no --server\n");
+			fprintf(stderr, "phub-bench: --servers names every rack's PBox: no --server\n");
 			return -EINVAL;
 		}
 		if (phub_bench_racks_parse(o->racks_spec, &o->racks, err, sizeof(err)) != 0 ||
@@ -479,7 +492,7 @@ parse_args(int argc, char **argv, struct options *o)
 			return -EINVAL;
 		}
 		if (have_workers && c->world_size != o->racks.world_size) {
-			fprintf(stderr, "phub-bench: --workers %u is not the %u ranks of --racks\n",
+			fprintf(stderr, "phub-bench: --workers %u is not the %u ranks of --servers\n",
 				c->world_size, o->racks.world_size);
 			return -EINVAL;
 		}
@@ -493,11 +506,11 @@ parse_args(int argc, char **argv, struct options *o)
 		c->server = o->racks_spec;
 		have_workers = true;
 	} else if (c->netns_prefixes != NULL) {
-		fprintf(stderr, "phub-bench: --netns-prefixes goes with --racks\n");
+		fprintf(stderr, "phub-bench: --netns-prefixes goes with --servers\n");
 		return -EINVAL;
 	}
 	if (c->server == NULL || !have_workers) {
-		fprintf(stderr, "phub-bench: --server and --workers (or --racks) are required"
+		fprintf(stderr, "phub-bench: --server and --workers (or --servers) are required"
 			" (--help)\n");
 		return -EINVAL;
 	}

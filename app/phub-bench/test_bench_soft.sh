@@ -25,7 +25,7 @@
 #                the key and element named; Nesterov accepts it as rounding (not bitwise)
 #   model-names  --model takes phub-plan's names in any case and the paper's abbreviations, or a
 #                layout file; --list-models lists them; an unknown one is a usage error (no PBox)
-#   racks        --racks with two "racks" on the one soft PBox (a flat job there: this checks the
+#   racks        --servers with two "racks" on the one soft PBox (a flat job there: this checks the
 #                ranks' placement, the world size, verification and the digest, not the ring);
 #                the option's refusals (with --server, --workers that differ, prefixes)
 #   netns        the worker (rank 0) enters /run/netns/<prefix>1, where the soft PBox listens on its
@@ -311,9 +311,9 @@ racks)
 		timeout 150 "$bench" --port "$port" --quiet "$@" >"$tmp/bench.out" 2>"$tmp/bench.err"
 		rc=$?
 	}
-	racks_bench --job "racks-$$" --racks "127.0.0.1:1,127.0.0.1:2" --keys 4 --key-elems 3000 \
+	racks_bench --job "racks-$$" --servers "127.0.0.1:1,127.0.0.1:2" --keys 4 --key-elems 3000 \
 		--iterations 3 --json
-	[ "$rc" = 0 ] || fail "phub-bench --racks exited $rc"
+	[ "$rc" = 0 ] || fail "phub-bench --servers exited $rc"
 	json_check 'r["verified"] is True' 'r["workers"] == 3' 'len(r["per_worker"]) == 3' \
 		'[k["first_rank"] for k in r["racks"]] == [0, 1]' \
 		'[k["ranks"] for k in r["racks"]] == [1, 2]' 'r["verify_mode"] == "exact"' \
@@ -322,27 +322,30 @@ racks)
 	digest=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["model_digest"])' \
 		<"$tmp/bench.out")
 	# The same run again: the same model, the same digest.
+	# The same run again, by the deprecated spelling --racks: it still works, and says so.
 	racks_bench --job "racks2-$$" --racks "127.0.0.1:2,127.0.0.1:1" --keys 4 --key-elems 3000 \
 		--iterations 3 --json
-	[ "$rc" = 0 ] || fail "the second phub-bench --racks exited $rc"
+	[ "$rc" = 0 ] || fail "the second phub-bench (--racks) exited $rc"
+	grep -q -- "--racks is deprecated: use --servers" "$tmp/bench.err" ||
+		fail "phub-bench --racks does not say it is deprecated"
 	json_check "r['model_digest'] == '$digest'"
 	# Random gradients across racks: within tolerance, whatever --deterministic says.
-	racks_bench --job "racks3-$$" --racks "127.0.0.1:1,127.0.0.1:1" --keys 2 --key-elems 3000 \
+	racks_bench --job "racks3-$$" --servers "127.0.0.1:1,127.0.0.1:1" --keys 2 --key-elems 3000 \
 		--iterations 3 --gradients random --deterministic --json
-	[ "$rc" = 0 ] || fail "phub-bench --racks --gradients random exited $rc"
+	[ "$rc" = 0 ] || fail "phub-bench --servers --gradients random exited $rc"
 	json_check 'r["verify_mode"] == "tolerance"'
 	for bad in "--server 127.0.0.1" "--workers 4" "--netns-prefixes a,b,c" \
 		"--netns-prefix a --netns-prefixes a,b"; do
 		# shellcheck disable=SC2086 # the options as words
-		racks_bench --racks "127.0.0.1:1,127.0.0.1:2" --keys 1 --key-elems 10 $bad
-		[ "$rc" = 2 ] || fail "--racks with $bad: exit $rc, expected 2"
+		racks_bench --servers "127.0.0.1:1,127.0.0.1:2" --keys 1 --key-elems 10 $bad
+		[ "$rc" = 2 ] || fail "--servers with $bad: exit $rc, expected 2"
 	done
 	racks_bench --server 127.0.0.1 --workers 2 --netns-prefixes a,b --keys 1 --key-elems 10
-	[ "$rc" = 2 ] || fail "--netns-prefixes without --racks: exit $rc, expected 2"
-	racks_bench --racks "127.0.0.1:0" --keys 1 --key-elems 10
-	[ "$rc" = 2 ] || fail "--racks 127.0.0.1:0: exit $rc, expected 2"
-	grep -q -- "--racks: rack 0: ranks '0'" "$tmp/bench.err" ||
-		fail "--racks 127.0.0.1:0: the reason is not said"
+	[ "$rc" = 2 ] || fail "--netns-prefixes without --servers: exit $rc, expected 2"
+	racks_bench --servers "127.0.0.1:0" --keys 1 --key-elems 10
+	[ "$rc" = 2 ] || fail "--servers 127.0.0.1:0: exit $rc, expected 2"
+	grep -q -- "--servers: rack 0: ranks '0'" "$tmp/bench.err" ||
+		fail "--servers 127.0.0.1:0: the reason is not said"
 	;;
 netns)
 	if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then

@@ -39,7 +39,8 @@ static void
 usage(FILE *f, const char *prog)
 {
 	fprintf(f,
-		"Usage: %s [EAL options] -- [options]\n"
+		"usage: %s [EAL options] -- [options]\n"
+		"       %s --help | --version   (no EAL options needed)\n"
 		"\n"
 		"Emulates W PHub workers on one DPDK port: JOIN, then whole-model iterations of\n"
 		"PUSH (a synthetic layout of --keys x --key-elems fp32), counting ACK and MODEL;\n"
@@ -56,15 +57,17 @@ usage(FILE *f, const char *prog)
 		"                         (not with --blast)\n"
 		"      --blast            plain frames for a forwarder (testpmd macswap/io)\n"
 		"      --payload-bytes B  --blast: element bytes per frame (default 8192)\n"
-		"      --pbox-ip A        the PBox port's address (default 10.77.0.1)\n"
+		"      --server A         the PBox port's address (default 10.77.0.1; --pbox-ip:\n"
+		"                         the deprecated spelling)\n"
 		"      --worker-ip A      worker 0's address, worker i's is A + i (10.77.0.101)\n"
 		"      --port P           the PBox's control UDP port, its udp_base_port, as in\n"
 		"                         phub-bench (default 47000; --base-port: the old\n"
 		"                         spelling)\n"
 		"      --worker-port P    worker 0's UDP port; worker i has P + i (default 40000)\n"
 		"      --mtu M            for splitting JOIN and sizing mbufs (default 9000)\n"
-		"      --window N         PUSH segments in flight per worker (default 32); 0: no\n"
-		"                         limit (--blast then sends as fast as the port takes)\n"
+		"      --window-segments N  PUSH segments in flight per worker (default 32); 0:\n"
+		"                         no limit (--blast then sends as fast as the port\n"
+		"                         takes); --window: the deprecated spelling\n"
 		"      --rto-us U         retransmission timeout (default 20000)\n"
 		"      --job NAME         job name prefix, run r joins NAME-r (default loadgen)\n"
 		"      --nonce HEX        job nonce (default 0x9b51e4c07a2d3f86)\n"
@@ -88,8 +91,11 @@ usage(FILE *f, const char *prog)
 		"                         time, on the same port (addresses and UDP ports %u\n"
 		"                         above these); its counters are reported with each run\n"
 		"      --bulk-priority P  the second job's --priority (default 128)\n"
-		"      --bulk-window N    the second job's --window (default 64)\n"
-		"  -h, --help             this text\n", prog, LG_MAX_WORKERS, LG_MAX_WORKERS);
+		"      --bulk-window-segments N  the second job's --window-segments (default\n"
+		"                         64; --bulk-window: the deprecated spelling)\n"
+		"  -h, --help             this text\n"
+		"      --version          print the version and exit\n",
+		prog, prog, LG_MAX_WORKERS, LG_MAX_WORKERS);
 }
 
 static void
@@ -160,8 +166,24 @@ enum {
 	OPT_BASE_PORT, OPT_WORKER_PORT, OPT_MTU, OPT_WINDOW, OPT_RTO, OPT_JOB, OPT_NONCE,
 	OPT_OPTIMIZER, OPT_CHUNK, OPT_NO_CSUM, OPT_DPDK_PORT, OPT_JSON, OPT_P3, OPT_REPEAT,
 	OPT_REFLECT, OPT_REFLECT_ACKS,
-	OPT_PRIORITY, OPT_BULK_WORKERS, OPT_BULK_PRIORITY, OPT_BULK_WINDOW,
+	OPT_PRIORITY, OPT_BULK_WORKERS, OPT_BULK_PRIORITY, OPT_BULK_WINDOW, OPT_VERSION,
 };
+
+/* Old spellings still taken, each with a line on stderr naming the new one (docs/index.md). */
+static const char *const deprecated[][2] = {
+	{ "pbox-ip", "server" },
+	{ "window", "window-segments" },
+	{ "bulk-window", "bulk-window-segments" },
+};
+
+static void
+warn_deprecated(const char *name)
+{
+	for (size_t i = 0; i < RTE_DIM(deprecated); i++)
+		if (strcmp(name, deprecated[i][0]) == 0)
+			fprintf(stderr, "phub-loadgen: --%s is deprecated: use --%s\n", name,
+					deprecated[i][1]);
+}
 
 static int
 parse_args(int argc, char **argv, struct lg_options *o)
@@ -175,11 +197,13 @@ parse_args(int argc, char **argv, struct lg_options *o)
 		{ "iterations", required_argument, NULL, 'i' },
 		{ "blast", no_argument, NULL, OPT_BLAST },
 		{ "payload-bytes", required_argument, NULL, OPT_PAYLOAD },
+		{ "server", required_argument, NULL, OPT_PBOX_IP },
 		{ "pbox-ip", required_argument, NULL, OPT_PBOX_IP },
 		{ "worker-ip", required_argument, NULL, OPT_WORKER_IP },
 		{ "base-port", required_argument, NULL, OPT_BASE_PORT },
 		{ "worker-port", required_argument, NULL, OPT_WORKER_PORT },
 		{ "mtu", required_argument, NULL, OPT_MTU },
+		{ "window-segments", required_argument, NULL, OPT_WINDOW },
 		{ "window", required_argument, NULL, OPT_WINDOW },
 		{ "rto-us", required_argument, NULL, OPT_RTO },
 		{ "job", required_argument, NULL, OPT_JOB },
@@ -197,8 +221,10 @@ parse_args(int argc, char **argv, struct lg_options *o)
 		{ "priority", required_argument, NULL, OPT_PRIORITY },
 		{ "bulk-workers", required_argument, NULL, OPT_BULK_WORKERS },
 		{ "bulk-priority", required_argument, NULL, OPT_BULK_PRIORITY },
+		{ "bulk-window-segments", required_argument, NULL, OPT_BULK_WINDOW },
 		{ "bulk-window", required_argument, NULL, OPT_BULK_WINDOW },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, OPT_VERSION },
 		{ NULL, 0, NULL, 0 },
 	};
 	uint64_t v;
@@ -233,6 +259,8 @@ parse_args(int argc, char **argv, struct lg_options *o)
 		opt = getopt_long(argc, argv, "w:d:i:h", options, &idx);
 		if (opt == -1)
 			break;
+		if (idx >= 0)
+			warn_deprecated(options[idx].name);
 		switch (opt) {
 		case 'w':
 			rc = parse_workers(optarg, o);
@@ -348,6 +376,9 @@ parse_args(int argc, char **argv, struct lg_options *o)
 			break;
 		case 'h':
 			usage(stdout, argv[0]);
+			exit(EXIT_SUCCESS);
+		case OPT_VERSION:
+			printf("phub-loadgen %s\n", PHUB_VERSION);
 			exit(EXIT_SUCCESS);
 		default:
 			return -EINVAL;
@@ -655,6 +686,20 @@ main(int argc, char **argv)
 	int rc;
 
 	memset(&lg, 0, sizeof(lg));
+	/*
+	 * --help and --version answer before EAL starts (no hugepages, no lock, no "--" needed):
+	 * EAL would otherwise take --help as its own and refuse --version.
+	 */
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			usage(stdout, "phub-loadgen");
+			return EXIT_SUCCESS;
+		}
+		if (strcmp(argv[i], "--version") == 0) {
+			printf("phub-loadgen %s\n", PHUB_VERSION);
+			return EXIT_SUCCESS;
+		}
+	}
 	rc = rte_eal_init(argc, argv);
 	if (rc < 0)
 		rte_exit(EXIT_FAILURE, "EAL start failed: %s\n", rte_strerror(rte_errno));

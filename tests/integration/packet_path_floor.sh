@@ -18,7 +18,7 @@ fi
 OUT=$(mktemp /tmp/phub-pp-floor.XXXXXX)
 trap 'rm -f "$OUT"' EXIT
 
-"$ROOT/scripts/bench-packet-path" --build-dir "$BUILD_DIR" --sizes 1024 --workers 2 \
+"$ROOT/scripts/bench-packet-path" --build "$BUILD_DIR" --sizes 1024 --workers 2 \
 	--repeat 1 --duration 1 --json "$OUT"
 
 fail()

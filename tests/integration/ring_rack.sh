@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Jobs across racks (issue "Racks of PBoxes", docs/hierarchy.md): a virtual multi-rack of R racks,
 # each with its own ToR, PBox (one data lcore, adaptive idle) and workers, the PBoxes' uplinks on
-# one spine; phub-bench puts a job's ranks across the racks (--racks), each rank joining its own
+# one spine; phub-bench puts a job's ranks across the racks (--servers), each rank joining its own
 # rack's PBox with its global rank and the total world size, and verifies every model.
 #
 #                          R-spine: bridge br0 (--spine-rate, --spine-netem)
@@ -74,7 +74,7 @@ check()
 }
 
 # multi_up RACKS WORKERS [virtual-rack up options...]: the multi-rack, one data lcore per PBox;
-# racks_spec is phub-bench's --racks for it (every worker of every rack a rank).
+# racks_spec is phub-bench's --servers for it (every worker of every rack a rank).
 multi_up()
 {
 	local racks=$1 workers=$2 r
@@ -90,7 +90,7 @@ multi_up()
 		racks_spec+="${racks_spec:+,}10.$((id + r)).0.1:${counts[r]:-${counts[0]}}"
 	done
 	n_racks=$racks
-	step "multi-rack $name up: $racks racks, --racks $racks_spec"
+	step "multi-rack $name up: $racks racks, --servers $racks_spec"
 }
 
 # config Q: rack Q's PBox config.
@@ -130,13 +130,13 @@ ring_bench()
 {
 	local out=$1
 	shift
-	timeout 200 "$bench_bin" --racks "$racks_spec" --netns-prefix "$name.%r-w" --job ring \
+	timeout 200 "$bench_bin" --servers "$racks_spec" --netns-prefix "$name.%r-w" --job ring \
 		--nonce "$nonce" --json --quiet --timeout 60 --connect-timeout-ms 30000 "$@" \
 		>"$out" 2>"$out.err"
 	local rc=$?
 	step "phub-bench $out: exit $rc, $(phubrack brief ring "$out" 2>/dev/null)"
 	if [ $rc -ne 0 ]; then
-		fail "phub-bench --racks $racks_spec $* exited $rc"
+		fail "phub-bench --servers $racks_spec $* exited $rc"
 		tail -n 5 "$out.err"
 	fi
 	return $rc
@@ -304,10 +304,10 @@ print(len(seen))
 			2>"$tmp/solo$r.err" || { fail "single-rack job on rack $r"; tail -3 "$tmp/solo$r.err"; }
 		expect "$tmp/solo$r.json" 'r["verified"]' 'r["bitwise"]'
 	done
-	# phub-bench's --racks form with one rack: its namespaces by %r, against rack 1's PBox.
-	timeout 120 "$bench_bin" --racks "10.$((id + 1)).0.1:2" --netns-prefixes "$name.1-w" \
+	# phub-bench's --servers form with one rack: its namespaces by %r, against rack 1's PBox.
+	timeout 120 "$bench_bin" --servers "10.$((id + 1)).0.1:2" --netns-prefixes "$name.1-w" \
 		--job onerack --keys 4 --key-elems 3000 --iterations 3 --json --quiet --timeout 60 \
-		>"$tmp/one.json" 2>"$tmp/one.err" || { fail "--racks with one rack"; tail -3 "$tmp/one.err"; }
+		>"$tmp/one.json" 2>"$tmp/one.err" || { fail "--servers with one rack"; tail -3 "$tmp/one.err"; }
 	expect "$tmp/one.json" 'r["verified"]' 'r["bitwise"]' 'len(r["model_digest"]) == 16'
 	# --routed: a flat job, rack 1's workers on rack 0's PBox across the spine and both ToRs.
 	step "a flat job across the routed spine"

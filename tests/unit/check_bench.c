@@ -724,7 +724,7 @@ START_TEST(test_racks_parse_refuses_what_is_not_ip_colon_ranks)
 		err[0] = '\0';
 		ck_assert_msg(phub_bench_racks_parse(bad[i], &r, err, sizeof(err)) == -EINVAL,
 			"'%s' accepted", bad[i]);
-		ck_assert_msg(strncmp(err, "--racks", 7) == 0, "'%s': %s", bad[i], err);
+		ck_assert_msg(strncmp(err, "--servers", 9) == 0, "'%s': %s", bad[i], err);
 	}
 	ck_assert_int_eq(phub_bench_racks_parse(NULL, &r, err, sizeof(err)), -EINVAL);
 }
