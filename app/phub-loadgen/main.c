@@ -61,8 +61,8 @@ usage(FILE *f, const char *prog)
 		"                         the deprecated spelling)\n"
 		"      --worker-ip A      worker 0's address, worker i's is A + i (10.77.0.101)\n"
 		"      --port P           the PBox's control UDP port, its udp_base_port, as in\n"
-		"                         phub-bench (default 47000; --base-port: the old\n"
-		"                         spelling)\n"
+		"                         phub-bench (default 47000; --base-port: the\n"
+		"                         deprecated spelling)\n"
 		"      --worker-port P    worker 0's UDP port; worker i has P + i (default 40000)\n"
 		"      --mtu M            for splitting JOIN and sizing mbufs (default 9000)\n"
 		"      --window-segments N  PUSH segments in flight per worker (default 32); 0:\n"
@@ -174,6 +174,7 @@ static const char *const deprecated[][2] = {
 	{ "pbox-ip", "server" },
 	{ "window", "window-segments" },
 	{ "bulk-window", "bulk-window-segments" },
+	{ "base-port", "port" },
 };
 
 static void

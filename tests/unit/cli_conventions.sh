@@ -107,7 +107,7 @@ if [ -n "${bin[phub-loadgen]:-}" ]; then
 	eal=(-l 0 --no-huge --no-pci -m 64 --file-prefix "$prefix" --log-level=lib.eal:error --)
 	# No port 7: options parsed (exit 1, not 2 for bad options), then the port refused.
 	for o in "--pbox-ip 10.1.0.1|--server" "--window 4|--window-segments" \
-		"--bulk-window 8|--bulk-window-segments"; do
+		"--bulk-window 8|--bulk-window-segments" "--base-port 47000|--port"; do
 		read -ra words <<<"${o%|*}"
 		check_alias "phub-loadgen ${o%|*}" 1 "${words[0]}" "${o#*|}" \
 			"$lg" "${eal[@]}" --dpdk-port 7 "${words[@]}"
@@ -146,6 +146,12 @@ check_alias "bench-packet-path --p3-window" 0 --p3-window --p3-window-segments \
 	bash "$root/scripts/bench-packet-path" --p3-window 4 --version
 check_alias "bench-packet-path --p3-bulk-window" 0 --p3-bulk-window --p3-bulk-window-segments \
 	bash "$root/scripts/bench-packet-path" --p3-bulk-window 4 --version
+check_alias "bench-gloo --rack" 0 --rack --name \
+	bash "$root/scripts/bench-gloo" --rack x --version
+check_alias "bench-jobs --rack" 0 --rack --name \
+	bash "$root/scripts/bench-jobs" --rack x --version
+check_quiet "bench-gloo --name" 0 bash "$root/scripts/bench-gloo" --name x --version
+check_quiet "bench-jobs --name" 0 bash "$root/scripts/bench-jobs" --name x --version
 for s in bench-ring bench-figures bench-packet-path bench-faults bench-jobs bench-e2e \
 	bench-link bench-torch; do
 	check_quiet "$s --build" 0 bash "$root/scripts/$s" --build "$tmp" --version
