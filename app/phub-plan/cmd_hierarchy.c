@@ -14,7 +14,7 @@ static const char usage_text[] =
 	"usage: phub-plan hierarchy --racks R --workers-per-rack N --core-gbps B\n"
 	"                          [--pbox-gbps B] [--worker-gbps B] [--formula 000|001|both]\n"
 	"                          [--model NAME|FILE | --model-bytes B]\n"
-	"                          [--units si|paper] [--json]\n\n"
+	"                          [--rack-sum-ms MS] [--units si|paper] [--json]\n\n"
 	"Should a job whose workers span R racks of N workers reduce hierarchically (each rack's\n"
 	"PBox first, then the PBoxes across racks)? PHub §3.4:\n"
 	"  000 (SoCC):  N(R-1)/(R B_Core) > max(N/B_PBox, 1/B_Wkr) + C,\n"
@@ -29,6 +29,11 @@ static const char usage_text[] =
 	"  --pbox-gbps B          B_PBox (default 560: 10 x 56 Gbit/s, §3.3)\n"
 	"  --worker-gbps B        B_Wkr (default 56, §4.1)\n"
 	"  --formula V            000, 001 or both (default 000)\n"
+	"  --rack-sum-ms MS       the calibration: the measured rack-local sum time of the model\n"
+	"                         (one rack's job of the same N workers on one PBox, per\n"
+	"                         iteration); adds the predicted iteration of the ring of PBoxes,\n"
+	"                         MS + 2(R-1)/R M / B_Core, and of a flat ring allreduce of the RN\n"
+	"                         workers, 2(RN-1)/(RN) M / B_Core, and their ratio\n"
 	"  --model NAME|FILE, --model-bytes   the model whose exchange is timed: a network\n"
 	"                         by name (phub-plan bandwidth --list-models) or a model\n"
 	"                         file (--preset NAME: the old spelling)\n"
@@ -67,7 +72,7 @@ result_text(const char *formula, const struct phub_model_hier *h)
 int
 plan_hierarchy(int argc, char **argv)
 {
-	enum { O_RACKS = PLAN_OPT_OWN, O_WPR, O_CORE, O_PBOX, O_WORKER, O_FORMULA };
+	enum { O_RACKS = PLAN_OPT_OWN, O_WPR, O_CORE, O_PBOX, O_WORKER, O_FORMULA, O_RACK_SUM };
 	static const struct option opts[] = {
 		{ "racks", required_argument, NULL, O_RACKS },
 		{ "workers-per-rack", required_argument, NULL, O_WPR },
@@ -75,6 +80,7 @@ plan_hierarchy(int argc, char **argv)
 		{ "pbox-gbps", required_argument, NULL, O_PBOX },
 		{ "worker-gbps", required_argument, NULL, O_WORKER },
 		{ "formula", required_argument, NULL, O_FORMULA },
+		{ "rack-sum-ms", required_argument, NULL, O_RACK_SUM },
 		{ "preset", required_argument, NULL, PLAN_OPT_PRESET },
 		{ "model", required_argument, NULL, PLAN_OPT_MODEL },
 		{ "model-bytes", required_argument, NULL, PLAN_OPT_MODEL_BYTES },
@@ -88,6 +94,8 @@ plan_hierarchy(int argc, char **argv)
 	};
 	bool json = false, racks_given = false, wpr_given = false, v000 = true, v001 = false;
 	struct phub_model_hier h[2];
+	struct phub_model_hier_pred pred;
+	double rack_sum_ms = NAN;
 	char err[PHUB_MODEL_ERR_LEN];
 	struct plan_model_opts m;
 	struct phub_model_job job;
@@ -117,6 +125,9 @@ plan_hierarchy(int argc, char **argv)
 			break;
 		case O_WORKER:
 			rc = plan_double(cmd, "worker-gbps", optarg, &p.worker_gbps);
+			break;
+		case O_RACK_SUM:
+			rc = plan_double(cmd, "rack-sum-ms", optarg, &rack_sum_ms);
 			break;
 		case O_FORMULA:
 			if (strcmp(optarg, "000") == 0) {
@@ -160,23 +171,35 @@ plan_hierarchy(int argc, char **argv)
 	p.version = PHUB_MODEL_HIER_001;
 	if (v001 && phub_model_hierarchy(&p, &h[1], err, sizeof(err)) != 0)
 		return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);
+	if (!isnan(rack_sum_ms) &&
+			phub_model_hier_predict(&p, rack_sum_ms / 1e3, &pred, err, sizeof(err)) != 0)
+		return plan_fail(cmd, PLAN_EXIT_VALUE, "--rack-sum-ms: %s", err);
 
 	if (json) {
 		const struct phub_model_hier *t = v000 ? &h[0] : &h[1];
 		json_t *results = json_array();
+		json_t *root;
 
 		if (v000)
 			json_array_append_new(results, result_json("000", &h[0]));
 		if (v001)
 			json_array_append_new(results, result_json("001", &h[1]));
-		return plan_json_print(json_pack(
+		root = json_pack(
 				"{s:s, s:f, s:i, s:i, s:f, s:f, s:f, s:o, s:{s:f, s:f, s:f}}",
 				"model", name, "model_bytes", p.model_bytes, "racks", (int)p.racks,
 				"workers_per_rack", (int)p.workers_per_rack, "pbox_gbps",
 				p.pbox_gbps, "core_gbps", p.core_gbps, "worker_gbps", p.worker_gbps,
 				"results", results, "traffic", "flat_cross_bytes",
 				t->flat_cross_bytes, "hier_cross_bytes", t->hier_cross_bytes,
-				"saved_fraction", t->saved_fraction));
+				"saved_fraction", t->saved_fraction);
+		if (!isnan(rack_sum_ms))
+			json_object_set_new(root, "predicted", json_pack(
+					"{s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "rack_sum_s",
+					pred.rack_sum_s, "ring_cross_s", pred.ring_cross_s, "ring_s",
+					pred.ring_s, "ring_it_per_s", 1 / pred.ring_s, "flat_ring_s",
+					pred.flat_ring_s, "flat_ring_it_per_s", 1 / pred.flat_ring_s,
+					"ratio", pred.ratio));
+		return plan_json_print(root);
 	}
 	printf("%u racks of %u workers, model %s (%.0f bytes); B_PBox %g, B_Core %g, B_Wkr %g Gbit/s\n",
 			p.racks, p.workers_per_rack, name, p.model_bytes, p.pbox_gbps, p.core_gbps,
@@ -191,6 +214,15 @@ plan_hierarchy(int argc, char **argv)
 		printf("bytes through one rack's uplink per iteration, each direction: flat %.0f,\n"
 			"hierarchical %.0f: %.1f%% saved\n",
 				t->flat_cross_bytes, t->hier_cross_bytes, 100 * t->saved_fraction);
+	}
+	if (!isnan(rack_sum_ms)) {
+		printf("predicted iteration, calibrated by a rack-local sum of %.1f ms:\n",
+				rack_sum_ms);
+		printf("  ring of PBoxes: sum + ring %.3f s + %.3f s = %.3f s (%.3f it/s)\n",
+				pred.rack_sum_s, pred.ring_cross_s, pred.ring_s, 1 / pred.ring_s);
+		printf("  flat ring allreduce of %u workers: %.3f s (%.3f it/s)\n",
+				p.racks * p.workers_per_rack, pred.flat_ring_s, 1 / pred.flat_ring_s);
+		printf("  ring / flat ring, iterations/s: %.2f\n", pred.ratio);
 	}
 	return 0;
 }

@@ -87,3 +87,31 @@ phub_model_hierarchy(const struct phub_model_hier_params *p, struct phub_model_h
 	out->saved_fraction = 1 - out->hier_cross_bytes / out->flat_cross_bytes;
 	return 0;
 }
+
+int
+phub_model_hier_predict(const struct phub_model_hier_params *p, double rack_sum_s,
+		struct phub_model_hier_pred *out, char *err, size_t errlen)
+{
+	struct phub_model_hier h;
+	double r, w, bytes_per_s;
+	int rc;
+
+	if (out == NULL)
+		return model_err(err, errlen, EINVAL, "missing parameters");
+	/* The same checks as the condition's (racks >= 2, every bandwidth and M > 0). */
+	rc = phub_model_hierarchy(p, &h, err, errlen);
+	if (rc != 0)
+		return rc;
+	if (!(rack_sum_s >= 0) || isinf(rack_sum_s))
+		return model_err(err, errlen, EINVAL, "rack_sum_s must be a time >= 0");
+	r = p->racks;
+	w = r * p->workers_per_rack;
+	bytes_per_s = p->core_gbps * MODEL_GIGA / MODEL_BITS_PER_BYTE;
+	memset(out, 0, sizeof(*out));
+	out->rack_sum_s = rack_sum_s;
+	out->ring_cross_s = 2 * (r - 1) / r * p->model_bytes / bytes_per_s;
+	out->ring_s = rack_sum_s + out->ring_cross_s;
+	out->flat_ring_s = 2 * (w - 1) / w * p->model_bytes / bytes_per_s;
+	out->ratio = out->flat_ring_s / out->ring_s;
+	return 0;
+}

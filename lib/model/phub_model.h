@@ -141,6 +141,25 @@ struct phub_model_hier {
 int phub_model_hierarchy(const struct phub_model_hier_params *p, struct phub_model_hier *out,
 		char *err, size_t errlen);
 
+/*
+ * The iteration times of a job across R racks, calibrated by the measured rack-local sum time
+ * (a one-rack job of the same N workers and model on one PBox: PUSH, sum, MODEL). Not from the
+ * text: a store-and-forward estimate for a 2-CPU or CPU-bound PBox, where the rack's sum and the
+ * ring do not overlap. The ring of PBoxes: rack_sum_s + 2(R-1)/R M / B_Core. A flat ring
+ * allreduce of the R N workers (ranks of a rack contiguous, so that it crosses each rack's
+ * uplink once each way): 2(RN-1)/(RN) M / B_Core, its intra-rack links not limiting.
+ */
+struct phub_model_hier_pred {
+	double rack_sum_s;	/* the calibration: measured rack-local sum time of the model */
+	double ring_cross_s;	/* 2(R-1)/R M / B_Core */
+	double ring_s;		/* rack_sum_s + ring_cross_s */
+	double flat_ring_s;	/* 2(RN-1)/(RN) M / B_Core */
+	double ratio;		/* flat_ring_s / ring_s: the ring's iterations/s over the flat ring's */
+};
+
+int phub_model_hier_predict(const struct phub_model_hier_params *p, double rack_sum_s,
+		struct phub_model_hier_pred *out, char *err, size_t errlen);
+
 /* ---------------------------------------------------------------------------------------------
  * §4.9: rack-scale cost model.
  */

@@ -196,6 +196,37 @@ START_TEST(test_hierarchy_001_by_hand)
 }
 END_TEST
 
+/* 2 racks x 2 workers, 1 Gbit of model on a 1 Gbit/s core, 0.5 s of rack-local sum: the ring
+ * moves 2(2-1)/2 = 1 M per uplink and direction (1 s), a flat ring of 4 workers 1.5 M (1.5 s). */
+START_TEST(test_hierarchy_predict_by_hand)
+{
+	struct phub_model_hier_params p = {
+		.model_bytes = ONE_GBIT_BYTES, .workers_per_rack = 2, .racks = 2, .pbox_gbps = 560,
+		.core_gbps = 1, .worker_gbps = 56,
+	};
+	struct phub_model_hier_pred q;
+	char err[PHUB_MODEL_ERR_LEN] = "";
+
+	ck_assert_int_eq(phub_model_hier_predict(&p, 0.5, &q, NULL, 0), 0);
+	ck_assert(REL_EQ(q.ring_cross_s, 1.0, 1e-12));
+	ck_assert(REL_EQ(q.ring_s, 1.5, 1e-12));
+	ck_assert(REL_EQ(q.flat_ring_s, 1.5, 1e-12));
+	ck_assert(REL_EQ(q.ratio, 1.0, 1e-12));
+	/* 4 racks of 8 on 10 Gbit/s, no sum time: ring 1.5/10, flat 2 * 31/32 / 10. */
+	p.racks = 4;
+	p.workers_per_rack = 8;
+	p.core_gbps = 10;
+	ck_assert_int_eq(phub_model_hier_predict(&p, 0, &q, NULL, 0), 0);
+	ck_assert(REL_EQ(q.ring_s, 0.15, 1e-12));
+	ck_assert(REL_EQ(q.flat_ring_s, 0.19375, 1e-12));
+	ck_assert(REL_EQ(q.ratio, 0.19375 / 0.15, 1e-12));
+	ck_assert_int_eq(phub_model_hier_predict(&p, -1, &q, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "rack_sum_s"));
+	p.racks = 1;
+	ck_assert_int_eq(phub_model_hier_predict(&p, 0.5, &q, err, sizeof(err)), -EINVAL);
+}
+END_TEST
+
 START_TEST(test_hierarchy_rejects_one_rack_and_zero_bandwidth)
 {
 	struct phub_model_hier_params p = {
@@ -747,6 +778,7 @@ phub_model_suite(void)
 		{ "presets", test_presets_found_by_abbreviation_and_name },
 		{ "hierarchy_000", test_hierarchy_000_by_hand },
 		{ "hierarchy_001", test_hierarchy_001_by_hand },
+		{ "hierarchy_predict", test_hierarchy_predict_by_hand },
 		{ "hierarchy_errors", test_hierarchy_rejects_one_rack_and_zero_bandwidth },
 		{ "cost_switch", test_cost_switch_holds_the_texts_worker_counts },
 		{ "cost_by_hand", test_cost_per_worker_by_hand },
