@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "csum.h"
+#include "net/phub_net_csum.h"
 #include "wire/phub_wire.h"
 
 enum {
@@ -63,7 +63,7 @@ pbox_ack_tmpl_init(struct pbox_ack_tmpl *t, const uint8_t mac[6], uint32_t ipv4)
 	t->ip[9] = 17;				/* UDP */
 	pbox_ack_put16(t->ip + 12, (uint16_t)(ipv4 >> 16));
 	pbox_ack_put16(t->ip + 14, (uint16_t)ipv4);
-	csum = (uint16_t)~pbox_raw_cksum_scalar(t->ip, sizeof(t->ip));
+	csum = (uint16_t)~phub_net_raw_cksum_scalar(t->ip, sizeof(t->ip));
 	memcpy(t->ip + 10, &csum, sizeof(csum));
 	memcpy(pseudo, t->ip + 12, 4);
 	pseudo[9] = 17;
@@ -75,8 +75,8 @@ pbox_ack_tmpl_init(struct pbox_ack_tmpl *t, const uint8_t mac[6], uint32_t ipv4)
 	head[5] = PHUB_WIRE_HDR_LEN;
 	head[6] = PHUB_WIRE_DTYPE_NONE;
 	/* The pseudo-header's length and the UDP header's own: the same word twice. */
-	t->udp_sum = (uint32_t)pbox_raw_cksum_scalar(pseudo, sizeof(pseudo)) +
-		pbox_raw_cksum_scalar(pseudo + 10, 2) + pbox_raw_cksum_scalar(head, sizeof(head));
+	t->udp_sum = (uint32_t)phub_net_raw_cksum_scalar(pseudo, sizeof(pseudo)) +
+		phub_net_raw_cksum_scalar(pseudo + 10, 2) + phub_net_raw_cksum_scalar(head, sizeof(head));
 }
 
 /*
@@ -105,7 +105,7 @@ pbox_ack_rewrite(uint8_t *frame, const struct pbox_ack_tmpl *t, uint8_t flags)
 	memcpy(&dport, udp + 2, sizeof(dport));
 	memcpy(&flag_word, flag_bytes, sizeof(flag_word));
 	sum = t->udp_sum + (dst & 0xffff) + (dst >> 16) + sport + dport + flag_word +
-		pbox_raw_cksum_scalar(h + 8, 10) + pbox_raw_cksum_scalar(h + 24, 28);
+		phub_net_raw_cksum_scalar(h + 8, 10) + phub_net_raw_cksum_scalar(h + 24, 28);
 	sum = (sum & 0xffff) + (sum >> 16);
 	sum = (sum & 0xffff) + (sum >> 16);
 	csum = (uint16_t)~sum;
@@ -114,7 +114,7 @@ pbox_ack_rewrite(uint8_t *frame, const struct pbox_ack_tmpl *t, uint8_t flags)
 		csum = 0xffff;
 	/* The template's IPv4 checksum, its destination 0 replaced (RFC 1624). */
 	memcpy(&ip_csum, t->ip + 10, sizeof(ip_csum));
-	ip_csum = pbox_csum_update32(ip_csum, 0, dst);
+	ip_csum = phub_net_csum_update32(ip_csum, 0, dst);
 
 	memmove(frame, frame + 6, 6);		/* to the PUSH's source */
 	memcpy(frame + 6, t->src_mac, 6);
@@ -163,13 +163,13 @@ pbox_frame_retarget(uint8_t *frame, const struct pbox_frame_peer *from,
 
 	memcpy(&ip_csum, ip + 10, sizeof(ip_csum));
 	memcpy(&udp_csum, udp + 6, sizeof(udp_csum));
-	ip_csum = pbox_csum_update32(ip_csum, from->ipv4, to->ipv4);
+	ip_csum = phub_net_csum_update32(ip_csum, from->ipv4, to->ipv4);
 	/* The destination is in the UDP pseudo-header too. */
-	udp_csum = pbox_csum_update32(udp_csum, from->ipv4, to->ipv4);
-	udp_csum = pbox_csum_update16(udp_csum, from->udp_port, to->udp_port);
-	udp_csum = pbox_csum_update16(udp_csum, from->rank, to->rank);
-	udp_csum = pbox_csum_update32(udp_csum, (uint32_t)from->token, (uint32_t)to->token);
-	udp_csum = pbox_csum_update32(udp_csum, (uint32_t)(from->token >> 32),
+	udp_csum = phub_net_csum_update32(udp_csum, from->ipv4, to->ipv4);
+	udp_csum = phub_net_csum_update16(udp_csum, from->udp_port, to->udp_port);
+	udp_csum = phub_net_csum_update16(udp_csum, from->rank, to->rank);
+	udp_csum = phub_net_csum_update32(udp_csum, (uint32_t)from->token, (uint32_t)to->token);
+	udp_csum = phub_net_csum_update32(udp_csum, (uint32_t)(from->token >> 32),
 			(uint32_t)(to->token >> 32));
 	/* 0 means "no checksum" in UDP over IPv4: send its other form. */
 	if (udp_csum == 0)

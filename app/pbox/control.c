@@ -67,10 +67,11 @@ control_send(void *ctx, const struct phub_control_peer *to, const void *payload,
 		rte_pktmbuf_free(m);
 		return;
 	}
-	pbox_build_udp(m, &pb->ports[to->port], (const struct rte_ether_addr *)to->mac, to->ipv4,
-			pb->cfg.udp_base_port, to->udp_port, (uint16_t)len);
+	phub_net_udp_build(m, &pb->ports[to->port].mac, (const struct rte_ether_addr *)to->mac,
+			pb->ports[to->port].ipv4, to->ipv4, pb->cfg.udp_base_port, to->udp_port,
+			(uint16_t)len);
 	memcpy(p + m->l2_len + m->l3_len + sizeof(struct rte_udp_hdr), payload, len);
-	pbox_finish_udp_csum(m, (uint16_t)(sizeof(struct rte_udp_hdr) + len), 0);
+	phub_net_udp_csum_finish(m, (uint16_t)(sizeof(struct rte_udp_hdr) + len), 0);
 	m->hash.usr = PBOX_INBOX_TX | ((uint32_t)to->port << 8);
 	if (rte_ring_enqueue(lc->inbox, m) != 0)
 		rte_pktmbuf_free(m);

@@ -15,7 +15,6 @@
 #include <rte_memory.h>
 #include <rte_udp.h>
 
-#include "csum.h"
 #include "engine/phub_ring.h"
 #include "pbox.h"
 #include "prio.h"
@@ -109,79 +108,6 @@ pbox_ring_udp_port(const struct pbox *pb, uint16_t port)
 	return pb->lcores[pb->lcore_index[pb->cfg.ports[port].lcores[0]]].udp_port;
 }
 
-/*
- * Write Ethernet, IPv4 and UDP headers at the start of m's data, which must be
- * empty; udp_payload_len bytes are to follow. Returns the header length.
- */
-uint16_t
-pbox_build_udp(struct rte_mbuf *m, const struct pbox_port *port, const struct rte_ether_addr *dst_mac,
-		uint32_t dst_ip, uint16_t src_udp, uint16_t dst_udp, uint16_t udp_payload_len)
-{
-	struct rte_ether_hdr *eth = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
-	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
-	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
-
-	rte_ether_addr_copy(dst_mac, &eth->dst_addr);
-	rte_ether_addr_copy(&port->mac, &eth->src_addr);
-	eth->ether_type = RTE_BE16(RTE_ETHER_TYPE_IPV4);
-	ip->version_ihl = RTE_IPV4_VHL_DEF;
-	ip->type_of_service = 0;
-	ip->total_length = rte_cpu_to_be_16((uint16_t)(sizeof(*ip) + sizeof(*udp) +
-			udp_payload_len));
-	ip->packet_id = 0;
-	/* Don't fragment: every datagram fits the MTU by construction. */
-	ip->fragment_offset = RTE_BE16(RTE_IPV4_HDR_DF_FLAG);
-	ip->time_to_live = 64;
-	ip->next_proto_id = IPPROTO_UDP;
-	ip->src_addr = rte_cpu_to_be_32(port->ipv4);
-	ip->dst_addr = rte_cpu_to_be_32(dst_ip);
-	ip->hdr_checksum = 0;
-	ip->hdr_checksum = rte_ipv4_cksum(ip);
-	udp->src_port = rte_cpu_to_be_16(src_udp);
-	udp->dst_port = rte_cpu_to_be_16(dst_udp);
-	udp->dgram_len = rte_cpu_to_be_16((uint16_t)(sizeof(*udp) + udp_payload_len));
-	udp->dgram_cksum = 0;
-	m->l2_len = RTE_ETHER_HDR_LEN;
-	m->l3_len = sizeof(*ip);
-	return L2_L3_L4_LEN;
-}
-
-/*
- * The UDP checksum of a frame whose first segment holds the headers and
- * l4_len - payload bytes of UDP, with payload_sum the raw sum of the rest
- * (computed once for a payload shared by several frames). The sums add because
- * the shared payload starts at an even offset of the datagram.
- */
-void
-pbox_finish_udp_csum(struct rte_mbuf *m, uint16_t head_l4_len, uint32_t payload_sum)
-{
-	struct rte_ipv4_hdr *ip = rte_pktmbuf_mtod_offset(m, struct rte_ipv4_hdr *, RTE_ETHER_HDR_LEN);
-	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
-	uint32_t sum;
-	uint16_t csum;
-
-	sum = pbox_udp_phdr_sum(ip->src_addr, ip->dst_addr, rte_be_to_cpu_16(udp->dgram_len));
-	sum += pbox_raw_cksum(udp, head_l4_len);
-	sum += payload_sum;
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	csum = (uint16_t)~sum;
-	/* 0 means "no checksum" in UDP over IPv4: send its other form. */
-	udp->dgram_cksum = csum == 0 ? 0xffff : csum;
-}
-
-/* The UDP checksum over the pseudo-header and the datagram's own length sums to all ones. */
-static inline bool
-udp_csum_ok(const struct rte_ipv4_hdr *ip, const struct rte_udp_hdr *udp, uint16_t udp_len)
-{
-	uint32_t sum = pbox_udp_phdr_sum(ip->src_addr, ip->dst_addr, udp_len) +
-		pbox_raw_cksum(udp, udp_len);
-
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return sum == 0xffff;
-}
-
 static void
 handle_arp(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi)
 {
@@ -222,14 +148,15 @@ reply_in_place(struct pbox_lcore *lc, struct rx_frame *f, uint16_t tx_port,
 
 	m->data_len = (uint16_t)(L2_L3_L4_LEN + len);
 	m->pkt_len = m->data_len;
-	pbox_build_udp(m, &pbox.ports[tx_port], &f->src_mac, f->src_ip, f->dst_udp, f->src_udp, len);
+	phub_net_udp_build(m, &pbox.ports[tx_port].mac, &f->src_mac, pbox.ports[tx_port].ipv4,
+			f->src_ip, f->dst_udp, f->src_udp, len);
 	phub = rte_pktmbuf_mtod_offset(m, uint8_t *, L2_L3_L4_LEN);
 	rc = phub_wire_encode(phub, len, answer);
 	if (unlikely(rc < 0)) {
 		wire_drop(lc, m, PHUB_DROP_NO_BUFFER);
 		return;
 	}
-	pbox_finish_udp_csum(m, (uint16_t)(sizeof(struct rte_udp_hdr) + len), 0);
+	phub_net_udp_csum_finish(m, (uint16_t)(sizeof(struct rte_udp_hdr) + len), 0);
 	tx_any(lc, tx_port, m);
 }
 
@@ -347,8 +274,8 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 		m->l2_len = RTE_ETHER_HDR_LEN;
 		m->l3_len = sizeof(struct rte_ipv4_hdr);
 	} else {
-		pbox_build_udp(m, port, (const struct rte_ether_addr *)peer->mac, peer->ipv4,
-				lc->udp_port, peer->udp_port,
+		phub_net_udp_build(m, &port->mac, (const struct rte_ether_addr *)peer->mac,
+				port->ipv4, peer->ipv4, lc->udp_port, peer->udp_port,
 				(uint16_t)(PHUB_WIRE_HDR_LEN + hdr->payload_len));
 		if (unlikely(phub_wire_hdr_encode(p + L2_L3_L4_LEN, PHUB_WIRE_HDR_LEN, hdr,
 				payload_crc) < 0)) {
@@ -358,7 +285,7 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 	}
 	if (pl->by_ref || pl->copy != NULL) {
 		struct rte_mbuf *mi = pl->by_ref ?
-				pbox_extref_get(&lc->model_refs, lc->indirect_pool,
+				phub_net_extref_get(&lc->model_refs, lc->indirect_pool,
 						(void *)(uintptr_t)pl->data, pl->iova, pl->len,
 						pl->len) :
 				rte_pktmbuf_alloc(lc->indirect_pool);
@@ -379,7 +306,7 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 		memcpy(dst, pl->data, hdr->payload_len);
 	}
 	if (!copied) {
-		pbox_finish_udp_csum(m, sizeof(struct rte_udp_hdr) + PHUB_WIRE_HDR_LEN,
+		phub_net_udp_csum_finish(m, sizeof(struct rte_udp_hdr) + PHUB_WIRE_HDR_LEN,
 				payload_sum);
 		/*
 		 * The next ranks' frames start from this one's headers, kept as built: a copy of
@@ -432,7 +359,7 @@ model_payload_init(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_en
 		return;
 	}
 	/* With none out, every rank (at most PHUB_ENGINE_MAX_WORKERS) has a reference. */
-	if (!pbox_extref_out(&lc->model_refs) && !lc->model_copy[tx_port]) {
+	if (!phub_net_extref_out(&lc->model_refs) && !lc->model_copy[tx_port]) {
 		pl->iova = model_iova(reply->model);
 		pl->by_ref = pl->iova != RTE_BAD_IOVA;
 		if (pl->by_ref) {
@@ -490,7 +417,7 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 		hdr.flags |= PHUB_WIRE_F_REPLAY;
 		hdr.aux = about->aux;
 	}
-	payload_sum = pbox_raw_cksum(reply->model, reply->model_bytes);
+	payload_sum = phub_net_raw_cksum(reply->model, reply->model_bytes);
 
 	model_payload_init(lc, tx_port, reply, all, &pl);
 	for (uint16_t r = first; r < end; r++) {
@@ -532,7 +459,7 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 	if (pl.by_ref && lc->tx[tx_port] != NULL && lc->queue[tx_port] != PBOX_NO_QUEUE) {
 		rte_eth_tx_buffer_flush(pbox.ports[tx_port].port_id, lc->queue[tx_port],
 				lc->tx[tx_port]);
-		if (pbox_extref_out(&lc->model_refs))
+		if (phub_net_extref_out(&lc->model_refs))
 			lc->model_copy[tx_port] = true;
 	}
 }
@@ -583,7 +510,8 @@ ring_frame(struct pbox_lcore *lc, uint16_t port, const struct phub_engine_ring_l
 	p = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(head + hdr->payload_len));
 	if (unlikely(p == NULL))
 		goto err;
-	pbox_build_udp(m, &pbox.ports[port], (const struct rte_ether_addr *)next->peer.mac,
+	phub_net_udp_build(m, &pbox.ports[port].mac,
+			(const struct rte_ether_addr *)next->peer.mac, pbox.ports[port].ipv4,
 			next->peer.ipv4, pbox_ring_udp_port(&pbox, port), next->peer.udp_port,
 			(uint16_t)(PHUB_WIRE_HDR_LEN + hdr->payload_len));
 	if (unlikely(phub_wire_hdr_encode(p + L2_L3_L4_LEN, PHUB_WIRE_HDR_LEN, hdr, 0) < 0)) {
@@ -591,8 +519,8 @@ ring_frame(struct pbox_lcore *lc, uint16_t port, const struct phub_engine_ring_l
 		goto err;
 	}
 	memcpy(p + head, payload, hdr->payload_len);
-	pbox_finish_udp_csum(m, (uint16_t)(sizeof(struct rte_udp_hdr) + PHUB_WIRE_HDR_LEN),
-			pbox_raw_cksum(payload, hdr->payload_len));
+	phub_net_udp_csum_finish(m, (uint16_t)(sizeof(struct rte_udp_hdr) + PHUB_WIRE_HDR_LEN),
+			phub_net_raw_cksum(payload, hdr->payload_len));
 	return m;
 err:
 	rte_pktmbuf_free(m);
@@ -941,7 +869,8 @@ handle_frame(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi, bool handed
 		uint64_t l4 = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
 
 		if (l4 == RTE_MBUF_F_RX_L4_CKSUM_BAD ||
-		    (l4 != RTE_MBUF_F_RX_L4_CKSUM_GOOD && !udp_csum_ok(ip, udp, udp_len))) {
+		    (l4 != RTE_MBUF_F_RX_L4_CKSUM_GOOD &&
+		     !phub_net_udp_csum_ok(ip, udp, udp_len))) {
 			net_drop(lc, m, PBOX_NET_DROP_BAD_UDP_CSUM);
 			return;
 		}

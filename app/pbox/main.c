@@ -181,17 +181,17 @@ lcores_tx_init(struct pbox *pb)
 	for (uint16_t k = 0; k < pb->n_lcores; k++) {
 		struct pbox_lcore *lc = &pb->lcores[k];
 		int socket = pb->ports[lc->rx_ports[0]].socket;
-		struct pbox_extref *refs;
+		struct phub_net_extref *refs;
 
 		lc->pool = pb->pools[socket];
 		lc->indirect_pool = pb->indirect_pools[socket];
 		/* A broadcast by reference takes one per rank: PHUB_ENGINE_MAX_WORKERS. */
 		refs = rte_zmalloc_socket("phub_model_refs", PHUB_ENGINE_MAX_WORKERS *
-				(sizeof(*refs) + sizeof(struct pbox_extref *)), 0, socket);
+				(sizeof(*refs) + sizeof(struct phub_net_extref *)), 0, socket);
 		if (refs == NULL)
 			return -ENOMEM;
-		pbox_extref_stack_init(&lc->model_refs, refs,
-				(struct pbox_extref **)(void *)(refs + PHUB_ENGINE_MAX_WORKERS),
+		phub_net_extref_stack_init(&lc->model_refs, refs,
+				(struct phub_net_extref **)(void *)(refs + PHUB_ENGINE_MAX_WORKERS),
 				PHUB_ENGINE_MAX_WORKERS);
 		for (uint16_t p = 0; p < pb->n_ports; p++) {
 			if (lc->queue[p] == PBOX_NO_QUEUE)

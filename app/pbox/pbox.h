@@ -20,10 +20,10 @@
 
 #include "config/phub_config.h"
 #include "engine/phub_engine.h"
+#include "net/phub_net.h"
 #include "wire/phub_wire.h"
 
 #include "ack.h"
-#include "extref.h"
 
 #define PBOX_BURST 32
 #define PBOX_RING_SIZE 4096
@@ -134,13 +134,13 @@ struct pbox_lcore {
 	uint32_t elastic_epoch[PHUB_ENGINE_MAX_JOBS];
 	/*
 	 * The MODEL payload by reference (send_model): each frame of a broadcast points into the
-	 * job's model memory through a reference of its own (extref.h; one shared by all frames
+	 * job's model memory through a reference of its own (lib/net's extref; one shared by all frames
 	 * cost 5 % of the lcore at 8 KB, 12 % at 1 KB in locked decrements), one per rank at most.
 	 * Per port, whether the frames were all gone at the flush right after the broadcast (a
 	 * driver that copies at TX, like net_memif, af_packet, tap) or not (a NIC's DMA: copy
 	 * from then on).
 	 */
-	struct pbox_extref_stack model_refs;
+	struct phub_net_extref_stack model_refs;
 	bool model_copy[PBOX_MAX_PORTS];
 	/* Per job slot: where the next release of window-held ring steps starts. */
 	uint32_t ring_release_cursor[PHUB_ENGINE_MAX_JOBS];
@@ -217,11 +217,6 @@ int pbox_lcore_main(void *arg);
  * PBox and port, whichever lcore sends, so that the peer knows them by it).
  */
 uint16_t pbox_ring_udp_port(const struct pbox *pb, uint16_t port);
-
-uint16_t pbox_build_udp(struct rte_mbuf *m, const struct pbox_port *port,
-		const struct rte_ether_addr *dst_mac, uint32_t dst_ip, uint16_t src_udp,
-		uint16_t dst_udp, uint16_t udp_payload_len);
-void pbox_finish_udp_csum(struct rte_mbuf *m, uint16_t l4_len, uint32_t payload_sum);
 
 /* control.c */
 int pbox_control_init(struct pbox *pb);

@@ -10,74 +10,7 @@
 #include <rte_ip.h>
 #include <rte_udp.h>
 
-#include "csum.h"
 #include "loadgen.h"
-
-/*
- * Write Ethernet, IPv4 and UDP headers at the start of m's data (at least LG_L2_L4_LEN bytes
- * already appended); udp_payload_len bytes follow them, in this mbuf or chained ones.
- */
-void
-lg_frame_udp(struct rte_mbuf *m, const struct lg *lg, const struct rte_ether_addr *src_mac,
-		uint32_t src_ip, uint16_t src_udp, uint16_t dst_udp, uint16_t udp_payload_len)
-{
-	struct rte_ether_hdr *eth = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
-	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
-	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
-
-	rte_ether_addr_copy(&lg->pbox_mac, &eth->dst_addr);
-	rte_ether_addr_copy(src_mac, &eth->src_addr);
-	eth->ether_type = RTE_BE16(RTE_ETHER_TYPE_IPV4);
-	ip->version_ihl = RTE_IPV4_VHL_DEF;
-	ip->type_of_service = 0;
-	ip->total_length = rte_cpu_to_be_16((uint16_t)(sizeof(*ip) + sizeof(*udp) +
-			udp_payload_len));
-	ip->packet_id = 0;
-	/* Every datagram fits the MTU: the PBox drops fragments. */
-	ip->fragment_offset = RTE_BE16(RTE_IPV4_HDR_DF_FLAG);
-	ip->time_to_live = 64;
-	ip->next_proto_id = IPPROTO_UDP;
-	ip->src_addr = rte_cpu_to_be_32(src_ip);
-	ip->dst_addr = rte_cpu_to_be_32(lg->opt.pbox_ipv4);
-	ip->hdr_checksum = 0;
-	ip->hdr_checksum = rte_ipv4_cksum(ip);
-	udp->src_port = rte_cpu_to_be_16(src_udp);
-	udp->dst_port = rte_cpu_to_be_16(dst_udp);
-	udp->dgram_len = rte_cpu_to_be_16((uint16_t)(sizeof(*udp) + udp_payload_len));
-	udp->dgram_cksum = 0;
-}
-
-/*
- * The UDP checksum, as a kernel sender puts it: the pseudo-header, the head_udp_len bytes of UDP
- * in the first mbuf and payload_sum, the raw sum of the rest, computed once per payload. The sums
- * add because the rest starts at an even offset of the datagram. Disabled, the field stays 0,
- * which UDP over IPv4 reads as "no checksum".
- */
-void
-lg_frame_udp_csum(struct rte_mbuf *m, uint16_t head_udp_len, uint32_t payload_sum, bool enabled)
-{
-	struct rte_ipv4_hdr *ip = rte_pktmbuf_mtod_offset(m, struct rte_ipv4_hdr *,
-			RTE_ETHER_HDR_LEN);
-	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
-	uint32_t sum;
-	uint16_t csum;
-
-	if (!enabled)
-		return;
-	/*
-	 * The pseudo-header from the fields, not rte_ipv4_phdr_cksum: that one sums a copy built
-	 * on the stack 16 bits a step, words spanning its narrow stores, which the CPU cannot
-	 * forward (two thirds of this function's time, the generator's largest item at 1 KB).
-	 */
-	sum = pbox_udp_phdr_sum(ip->src_addr, ip->dst_addr, rte_be_to_cpu_16(udp->dgram_len));
-	sum += rte_raw_cksum(udp, head_udp_len);
-	sum += payload_sum;
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	csum = (uint16_t)~sum;
-	udp->dgram_cksum = csum == 0 ? 0xffff : csum;
-}
 
 void
 lg_tx_flush(struct lg *lg)
@@ -139,9 +72,12 @@ lg_frame_control(struct lg *lg, const struct lg_worker *w, const void *datagram,
 		rte_pktmbuf_free(m);
 		return -ENOSPC;
 	}
-	lg_frame_udp(m, lg, &w->mac, w->ipv4, w->udp, lg->opt.base_port, len);
+	phub_net_udp_build(m, &w->mac, &lg->pbox_mac, w->ipv4, lg->opt.pbox_ipv4, w->udp,
+			lg->opt.base_port, len);
 	memcpy(p + LG_L2_L4_LEN, datagram, len);
-	lg_frame_udp_csum(m, (uint16_t)(sizeof(struct rte_udp_hdr) + len), 0, lg->opt.udp_csum);
+	/* With --no-udp-csum the field stays 0, which UDP over IPv4 reads as "no checksum". */
+	if (lg->opt.udp_csum)
+		phub_net_udp_csum_finish(m, (uint16_t)(sizeof(struct rte_udp_hdr) + len), 0);
 	lg_tx(lg, m);
 	lg_tx_flush(lg);
 	return 0;
@@ -166,12 +102,12 @@ lg_frame_push(struct lg *lg, const struct lg_worker *w, const struct lg_segment 
 	p = (uint8_t *)rte_pktmbuf_append(m, LG_HEAD_LEN);
 	if (unlikely(p == NULL))
 		goto err;
-	lg_frame_udp(m, lg, &w->mac, w->ipv4, w->udp, s->dst_udp,
-			(uint16_t)(PHUB_WIRE_HDR_LEN + bytes));
+	phub_net_udp_build(m, &w->mac, &lg->pbox_mac, w->ipv4, lg->opt.pbox_ipv4, w->udp,
+			s->dst_udp, (uint16_t)(PHUB_WIRE_HDR_LEN + bytes));
 	if (unlikely(phub_wire_hdr_encode(p + LG_L2_L4_LEN, PHUB_WIRE_HDR_LEN, hdr, 0) < 0))
 		goto err;
 	if (bytes > 0 && lg->chained_tx) {
-		struct rte_mbuf *mi = pbox_extref_get(lg->refs, lg->indirect_pool,
+		struct rte_mbuf *mi = phub_net_extref_get(lg->refs, lg->indirect_pool,
 				rte_pktmbuf_mtod(lg->payload, void *), rte_pktmbuf_iova(lg->payload),
 				lg->payload->data_len, bytes);
 
@@ -188,8 +124,9 @@ lg_frame_push(struct lg *lg, const struct lg_worker *w, const struct lg_segment 
 			goto err;
 		memcpy(dst, rte_pktmbuf_mtod(lg->payload, void *), bytes);
 	}
-	lg_frame_udp_csum(m, sizeof(struct rte_udp_hdr) + PHUB_WIRE_HDR_LEN,
-			bytes > 0 ? s->payload_sum : 0, lg->opt.udp_csum);
+	if (lg->opt.udp_csum)
+		phub_net_udp_csum_finish(m, sizeof(struct rte_udp_hdr) + PHUB_WIRE_HDR_LEN,
+				bytes > 0 ? s->payload_sum : 0);
 	return m;
 err:
 	rte_pktmbuf_free(m);

@@ -12,8 +12,8 @@
 #include <rte_log.h>
 #include <rte_mbuf.h>
 
-#include "extref.h"
 #include "layout/phub_layout.h"
+#include "net/phub_net.h"
 #include "wire/phub_wire.h"
 
 #define LG_BURST 32
@@ -142,12 +142,12 @@ struct lg {
 	struct rte_mempool *indirect_pool;
 	struct rte_mbuf *payload;	/* the gradient every PUSH carries, shared */
 	/*
-	 * Each chained PUSH points at the gradient through a reference of its own (extref.h): an
+	 * Each chained PUSH points at the gradient through a reference of its own (lib/net's extref): an
 	 * indirect mbuf on the one payload mbuf cost two locked refcount updates per frame (16 %
 	 * of the generator's CPU at 1 KB), and the generator must stay ahead of what it measures.
 	 * Shared by the jobs of the process (one lcore).
 	 */
-	struct pbox_extref_stack *refs;
+	struct phub_net_extref_stack *refs;
 	struct rte_ether_addr port_mac;
 	struct rte_ether_addr pbox_mac;
 	bool chained_tx;		/* the port takes multi-segment frames */
@@ -203,10 +203,6 @@ struct lg {
 extern volatile bool lg_quit;
 
 /* frame.c: Ethernet/IPv4/UDP around PHub datagrams, and the way out. */
-void lg_frame_udp(struct rte_mbuf *m, const struct lg *lg, const struct rte_ether_addr *src_mac,
-		uint32_t src_ip, uint16_t src_udp, uint16_t dst_udp, uint16_t udp_payload_len);
-void lg_frame_udp_csum(struct rte_mbuf *m, uint16_t head_udp_len, uint32_t payload_sum,
-		bool enabled);
 int lg_frame_control(struct lg *lg, const struct lg_worker *w, const void *datagram,
 		uint16_t len);
 struct rte_mbuf *lg_frame_push(struct lg *lg, const struct lg_worker *w,

@@ -485,15 +485,15 @@ port_init(struct lg *lg)
 	if (lg->refs == NULL)
 		return -ENOMEM;
 	{
-		struct pbox_extref *all = calloc(HDR_MBUFS, sizeof(*all));
-		struct pbox_extref **free_slots = calloc(HDR_MBUFS, sizeof(*free_slots));
+		struct phub_net_extref *all = calloc(HDR_MBUFS, sizeof(*all));
+		struct phub_net_extref **free_slots = calloc(HDR_MBUFS, sizeof(*free_slots));
 
 		if (all == NULL || free_slots == NULL) {
 			free(all);
 			free(free_slots);
 			return -ENOMEM;
 		}
-		pbox_extref_stack_init(lg->refs, all, free_slots, HDR_MBUFS);
+		phub_net_extref_stack_init(lg->refs, all, free_slots, HDR_MBUFS);
 	}
 
 	/* A server side waits for nobody: its client connects when it likes. */

@@ -3,7 +3,7 @@
  * --reflect: the server side of --blast, and the floor of the PBox's packet path: per PUSH-shaped
  * frame only what any correct PBox must do on a port without RX checksum offload. It receives
  * the frame, reads every byte of its UDP datagram once (the raw sum of the PBox's own check,
- * app/pbox/csum.h: aggregation must read each byte at least once, and the checksum must be checked
+ * lib/net's checksum: aggregation must read each byte at least once, and the checksum must be checked
  * before a datagram is added), and answers with the frames the protocol requires per PUSH on
  * average: the frame itself, MACs swapped (a full-size frame per PUSH, as the PBox's W MODELs per
  * W PUSHes) and, with --reflect-acks, a small frame of an ACK's size for W - 1 of every W frames
@@ -27,8 +27,8 @@
 #include <rte_ip.h>
 #include <rte_udp.h>
 
-#include "csum.h"
 #include "loadgen.h"
+#include "net/phub_net_csum.h"
 
 /* Where --blast puts the run's worker count and the sender's rank (frame.c, blast.c). */
 #define REFLECT_RANK_OFF (LG_L2_L4_LEN + 12)
@@ -82,7 +82,7 @@ reflect_check(struct rte_mbuf *m, bool *ok, bool *none)
 	if (ihl < sizeof(*ip) || udp_len < sizeof(*udp) ||
 	    RTE_ETHER_HDR_LEN + ihl + udp_len > m->data_len)
 		return NULL;
-	sum = (uint32_t)rte_ipv4_phdr_cksum(ip, 0) + pbox_raw_cksum(udp, udp_len);
+	sum = (uint32_t)rte_ipv4_phdr_cksum(ip, 0) + phub_net_raw_cksum(udp, udp_len);
 	sum = (sum & 0xffff) + (sum >> 16);
 	*none = udp->dgram_cksum == 0;
 	*ok = *none || sum == 0xffff;
