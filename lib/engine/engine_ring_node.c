@@ -465,6 +465,29 @@ phub_engine_ring_receive(struct phub_engine_job *job, const struct phub_engine_r
 		ring_complete(job, seg, elem, n, &out, reply, stats);
 }
 
+/* The chunk a scan looked up last: a run of its segments asks once whether this lcore owns it. */
+struct seg_owner {
+	uint32_t chunk;		/* UINT32_MAX: none yet */
+	uint32_t end;		/* the first segment after the chunk's */
+	bool owned;
+};
+
+/* Whether the caller (owns(), NULL: everything) serves the chunk of segment seg. */
+static bool
+seg_owned(const struct phub_engine_job *job, uint32_t seg, struct seg_owner *o,
+		bool (*owns)(void *arg, uint32_t server), void *arg)
+{
+	if (o->chunk == UINT32_MAX || seg < job->chunks[o->chunk].first_segment || seg >= o->end) {
+		struct phub_layout_chunk chunk;
+
+		o->chunk = seg_chunk(job, seg);
+		phub_layout_chunk_get(job->layout, o->chunk, &chunk);
+		o->end = job->chunks[o->chunk].first_segment + chunk.n_segments;
+		o->owned = owns == NULL || owns(arg, chunk.server);
+	}
+	return o->owned;
+}
+
 /* The first segment at or after seg (and before n) whose bit is set in the bitmap, or n. */
 static uint32_t
 ring_next_bit(_Atomic uint64_t *map, uint32_t seg, uint32_t n)
@@ -487,17 +510,16 @@ phub_engine_ring_poll_some(struct phub_engine_job *job, uint64_t now_ns,
 		void (*send)(void *arg, const struct phub_engine_ring_send *what), void *arg,
 		struct phub_engine_stats *stats, uint32_t *cursor, unsigned int budget)
 {
-	uint32_t n = job->n_segments, start, seg, c, c_end = 0;
+	uint32_t n = job->n_segments, start, seg;
+	struct seg_owner owner = { .chunk = UINT32_MAX };
 	struct phub_ring_params params;
 	unsigned int sent = 0, pass;
-	bool owned = false;
 
 	if (job->ring_segs == NULL || n == 0)
 		return 0;
 	ring_params_now(job, &params);
 	start = *cursor < n ? *cursor : 0;
 	seg = start;
-	c = UINT32_MAX;
 	/* Two passes: from the cursor to the end, then from the start to the cursor. */
 	for (pass = 0; pass < 2 && sent < budget; pass++) {
 		uint32_t stop = pass == 0 ? n : start;
@@ -509,15 +531,7 @@ phub_engine_ring_poll_some(struct phub_engine_job *job, uint64_t now_ns,
 			struct phub_ring_out due[2];
 			unsigned int i, due_n;
 
-			if (c == UINT32_MAX || seg < job->chunks[c].first_segment || seg >= c_end) {
-				struct phub_layout_chunk chunk;
-
-				c = seg_chunk(job, seg);
-				phub_layout_chunk_get(job->layout, c, &chunk);
-				c_end = job->chunks[c].first_segment + chunk.n_segments;
-				owned = owns == NULL || owns(arg, chunk.server);
-			}
-			if (!owned)
+			if (!seg_owned(job, seg, &owner, owns, arg))
 				continue;
 			due_n = phub_ring_poll(&job->ring_segs[seg], &params, 0, now_ns, due);
 			ring_mark(job, seg);
@@ -550,10 +564,11 @@ phub_engine_ring_release(struct phub_engine_job *job, uint64_t now_ns,
 		void (*send)(void *arg, const struct phub_engine_ring_send *what), void *arg,
 		uint32_t *cursor, unsigned int visits)
 {
-	uint32_t n = job->n_segments, start, seg = 0, c = UINT32_MAX, c_end = 0;
+	uint32_t n = job->n_segments, start, seg = 0;
+	struct seg_owner owner = { .chunk = UINT32_MAX };
 	struct phub_ring_params params;
 	unsigned int sent = 0, seen = 0, pass;
-	bool owned = false, full = false;
+	bool full = false;
 
 	if (job->ring_segs == NULL || n == 0)
 		return 0;
@@ -571,15 +586,7 @@ phub_engine_ring_release(struct phub_engine_job *job, uint64_t now_ns,
 			struct phub_ring_out due[2];
 			unsigned int i, due_n;
 
-			if (c == UINT32_MAX || seg < job->chunks[c].first_segment || seg >= c_end) {
-				struct phub_layout_chunk chunk;
-
-				c = seg_chunk(job, seg);
-				phub_layout_chunk_get(job->layout, c, &chunk);
-				c_end = job->chunks[c].first_segment + chunk.n_segments;
-				owned = owns == NULL || owns(arg, chunk.server);
-			}
-			if (!owned || !phub_ring_holds(s))
+			if (!seg_owned(job, seg, &owner, owns, arg) || !phub_ring_holds(s))
 				continue;
 			seen++;
 			due_n = phub_ring_release(s, &params, now_ns, due);
