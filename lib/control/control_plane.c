@@ -522,6 +522,9 @@ join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
 	}
 	/* The data path reads it with the endpoint: CSUM on this rank's ACKs and MODELs. */
 	peer.flags = (join->join_flags & PHUB_WIRE_JOIN_F_CSUM) ? PHUB_ENGINE_PEER_F_CSUM : 0;
+	/* ... and ACKV instead of one ACK per PUSH, when the worker takes it. */
+	if (join->join_flags & PHUB_WIRE_JOIN_F_ACKV)
+		peer.flags |= PHUB_ENGINE_PEER_F_ACKV;
 	/* The same rank from the same source again: its JOIN_ACK was lost, this is a replay. */
 	replay = phub_engine_job_rank(job, rank, &old, &old_token) &&
 		old.ipv4 == peer.ipv4 && old.udp_port == peer.udp_port;
