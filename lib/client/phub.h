@@ -77,6 +77,12 @@ phub_dtype_size(enum phub_dtype dtype)
  * both where the kernel takes them and falls back by itself where it does not (docs/client.md).
  */
 #define PHUB_CONNECT_F_NO_OFFLOAD 0x8u
+/*
+ * One ACK per PUSH, as workers before ACKV had: without the flag (and without PHUB_ACKV=0 in the
+ * environment) libphub asks the PBox to acknowledge each burst of PUSHes in one ACKV datagram
+ * (docs/protocol.md section 3). For interop debugging and before/after measurements.
+ */
+#define PHUB_CONNECT_F_NO_ACKV 0x10u
 
 /* One key (a layer's tensor) of the job. Every rank declares the same keys in the same order. */
 struct phub_key {
