@@ -66,7 +66,7 @@ bool phub_ackv_take(struct phub_ackv_batch *b, uint32_t job_id, uint16_t rank,
 
 /*
  * Hand every ACK still owed to send: one call per rank with up to max_per_frame (>= 1) entries,
- * more calls when they do not fit, ranks in the order their first ACK came. The batch is
+ * more calls when they do not fit, ranks in the order of their first ACK still owed. The batch is
  * empty afterwards. Returns the calls made.
  */
 unsigned int phub_ackv_flush(struct phub_ackv_batch *b, unsigned int max_per_frame,
