@@ -279,18 +279,24 @@ ackv_send(void *arg, const struct phub_ackv_pending *to, const struct phub_wire_
 	tx_enqueue(lc, to->port, m);
 }
 
+/* Entries per ACKV: the smallest port MTU's, as the JOIN_ACK tells the workers (control.c). */
+static unsigned int
+ackv_max_entries(void)
+{
+	unsigned int mtu = UINT16_MAX;
+
+	for (uint16_t pi = 0; pi < pbox.n_ports; pi++)
+		mtu = RTE_MIN(mtu, (unsigned int)pbox.ports[pi].mtu);
+	return phub_wire_ackv_max_entries(mtu);
+}
+
 /* The ACKs this turn owes, as one ACKV per rank (more when they exceed the port's MTU). */
 static void
 ackv_flush(struct pbox_lcore *lc)
 {
-	unsigned int mtu = UINT16_MAX;
-
 	if (lc->ackv.n == 0)
 		return;
-	/* The smallest port MTU, as the JOIN_ACK tells the workers (control.c). */
-	for (uint16_t pi = 0; pi < pbox.n_ports; pi++)
-		mtu = RTE_MIN(mtu, (unsigned int)pbox.ports[pi].mtu);
-	phub_ackv_flush(&lc->ackv, phub_wire_ackv_max_entries(mtu), ackv_send, lc);
+	phub_ackv_flush(&lc->ackv, ackv_max_entries(), ackv_send, lc);
 }
 
 /*
@@ -547,6 +553,15 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 					hdr.seg_index, hdr.iteration, &hdr.aux))
 				lc->stats.acks_in_model++;
 		}
+		/*
+		 * The rank's other ACKs of this turn leave before a MODEL with a stamp: an answer
+		 * to a later PUSH ahead of an earlier one's ACK makes the worker take that one
+		 * for lost (RACK), and on a rate-limited link the turn's MODELs delay an ACKV at
+		 * the turn's end by milliseconds.
+		 */
+		if (hdr.aux != 0 && (peer.flags & PHUB_ENGINE_PEER_F_ACKV) && lc->ackv.live != 0)
+			phub_ackv_flush_rank(&lc->ackv, hdr.job_id, hdr.worker_rank,
+					ackv_max_entries(), ackv_send, lc);
 		hdr.flags &= (uint8_t)~PHUB_WIRE_F_CSUM;
 		if (peer.flags & PHUB_ENGINE_PEER_F_CSUM) {
 			/* The payload's CRC once, finished with each rank's header. */

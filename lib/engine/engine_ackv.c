@@ -53,48 +53,68 @@ phub_ackv_take(struct phub_ackv_batch *b, uint32_t job_id, uint16_t rank, uint32
 	return found;
 }
 
-unsigned int
-phub_ackv_flush(struct phub_ackv_batch *b, unsigned int max_per_frame, phub_ackv_send_fn send,
-		void *arg)
+/* Send every ACK owed to the destination of b->p[i] (not gone), from i on. */
+static unsigned int
+flush_dest(struct phub_ackv_batch *b, unsigned int i, unsigned int max_per_frame,
+		phub_ackv_send_fn send, void *arg)
 {
 	struct phub_wire_ackv_entry out[PHUB_ACKV_BATCH_MAX];
-	unsigned int calls = 0;
+	const struct phub_ackv_pending *first = &b->p[i];
+	unsigned int calls = 0, k = 0;
 
 	if (max_per_frame == 0)
 		max_per_frame = 1;
 	if (max_per_frame > PHUB_ACKV_BATCH_MAX)
 		max_per_frame = PHUB_ACKV_BATCH_MAX;
-	for (unsigned int i = 0; b->live != 0 && i < b->n; i++) {
-		const struct phub_ackv_pending *first = &b->p[i];
-		unsigned int k = 0;
+	/* Every later ACK to the same rank joins this one's datagram, in arrival order. */
+	for (unsigned int j = i; j < b->n; j++) {
+		struct phub_ackv_pending *p = &b->p[j];
 
-		if (first->gone)
+		if (p->gone || p->rank != first->rank || p->job_id != first->job_id)
 			continue;
-		/* Every later ACK to the same rank joins this one's datagram, in arrival order. */
-		for (unsigned int j = i; j < b->n; j++) {
-			struct phub_ackv_pending *p = &b->p[j];
-
-			if (p->gone || p->rank != first->rank || p->job_id != first->job_id)
-				continue;
-			out[k++] = p->e;
-			p->gone = true;
-			b->live--;
-			if (k == max_per_frame) {
-				send(arg, first, out, k);
-				b->frames++;
-				b->entries += k;
-				calls++;
-				k = 0;
-			}
-		}
-		if (k != 0) {
+		out[k++] = p->e;
+		p->gone = true;
+		b->live--;
+		if (k == max_per_frame) {
 			send(arg, first, out, k);
 			b->frames++;
 			b->entries += k;
 			calls++;
+			k = 0;
 		}
 	}
+	if (k != 0) {
+		send(arg, first, out, k);
+		b->frames++;
+		b->entries += k;
+		calls++;
+	}
+	return calls;
+}
+
+unsigned int
+phub_ackv_flush(struct phub_ackv_batch *b, unsigned int max_per_frame, phub_ackv_send_fn send,
+		void *arg)
+{
+	unsigned int calls = 0;
+
+	for (unsigned int i = 0; b->live != 0 && i < b->n; i++)
+		if (!b->p[i].gone)
+			calls += flush_dest(b, i, max_per_frame, send, arg);
 	b->n = 0;
 	b->live = 0;
 	return calls;
+}
+
+unsigned int
+phub_ackv_flush_rank(struct phub_ackv_batch *b, uint32_t job_id, uint16_t rank,
+		unsigned int max_per_frame, phub_ackv_send_fn send, void *arg)
+{
+	for (unsigned int i = 0; b->live != 0 && i < b->n; i++) {
+		const struct phub_ackv_pending *p = &b->p[i];
+
+		if (!p->gone && p->rank == rank && p->job_id == job_id)
+			return flush_dest(b, i, max_per_frame, send, arg);
+	}
+	return 0;
 }

@@ -72,6 +72,15 @@ bool phub_ackv_take(struct phub_ackv_batch *b, uint32_t job_id, uint16_t rank,
 unsigned int phub_ackv_flush(struct phub_ackv_batch *b, unsigned int max_per_frame,
 		phub_ackv_send_fn send, void *arg);
 
+/*
+ * Hand the ACKs still owed to one rank to send, as phub_ackv_flush() does for all: before a
+ * MODEL that echoes a stamp goes to that rank, so that no ACK of an earlier PUSH arrives after
+ * the answer to a later one (the worker would take the earlier PUSH for lost, RFC 8985's rule).
+ * Returns the calls made.
+ */
+unsigned int phub_ackv_flush_rank(struct phub_ackv_batch *b, uint32_t job_id, uint16_t rank,
+		unsigned int max_per_frame, phub_ackv_send_fn send, void *arg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -369,6 +369,10 @@ send_models(struct soft_pbox *sp, int fd, const struct sockaddr_in *src,
 		    phub_ackv_take(&sp->ackv, m.job_id, r, m.chunk_id, m.seg_index, m.iteration,
 				&m.aux))
 			sp->stats.acks_in_model++;
+		/* Its other ACKs of the batch first: never an answer to a later PUSH ahead. */
+		if (m.aux != 0)
+			phub_ackv_flush_rank(&sp->ackv, m.job_id, r,
+					phub_wire_ackv_max_entries(ACKV_MTU), ackv_send, sp);
 		m.flags &= (uint8_t)~PHUB_WIRE_F_CSUM;
 		if (peer.flags & PHUB_ENGINE_PEER_F_CSUM) {
 			/* The payload's CRC once, finished with each rank's header. */

@@ -193,6 +193,34 @@ START_TEST(test_all_taken_sends_nothing_and_full_refuses)
 }
 END_TEST
 
+/* Before a MODEL with a stamp: only that rank's ACKs leave, in one ACKV; the rest wait. */
+START_TEST(test_flush_of_one_rank_leaves_the_others_owed)
+{
+	struct phub_wire_ackv_entry e;
+
+	phub_ackv_init(&batch);
+	memset(&out, 0, sizeof(out));
+	for (uint32_t i = 0; i < 6; i++) {
+		e = entry(i, 0, 3, 10 + i);
+		phub_ackv_add(&batch, &job_a, 7, (uint16_t)(i % 2), 0, &e);
+	}
+	e = entry(9, 0, 3, 99);
+	phub_ackv_add(&batch, &job_b, 8, 1, 0, &e);
+	ck_assert_uint_eq(phub_ackv_flush_rank(&batch, 7, 1, 64, record, &out), 1);
+	ck_assert_uint_eq(out.s[0].rank, 1);
+	ck_assert_uint_eq(out.s[0].job_id, 7);
+	ck_assert_uint_eq(out.s[0].n, 3);
+	ck_assert_uint_eq(out.s[0].e[2].chunk_id, 5);
+	ck_assert_uint_eq(batch.live, 4);
+	/* Nothing owed to rank 1 of job 7 any more. */
+	ck_assert_uint_eq(phub_ackv_flush_rank(&batch, 7, 1, 64, record, &out), 0);
+	ck_assert_uint_eq(phub_ackv_flush(&batch, 64, record, &out), 2);
+	ck_assert_uint_eq(out.s[1].rank, 0);
+	ck_assert_uint_eq(out.s[1].n, 3);
+	ck_assert_uint_eq(out.s[2].job_id, 8);
+}
+END_TEST
+
 Suite *
 phub_engine_ackv_suite(void)
 {
@@ -204,6 +232,7 @@ phub_engine_ackv_suite(void)
 	tcase_add_test(tc, test_ackvs_split_at_the_entries_a_datagram_holds);
 	tcase_add_test(tc, test_model_takes_only_its_ranks_acks_of_that_segment);
 	tcase_add_test(tc, test_all_taken_sends_nothing_and_full_refuses);
+	tcase_add_test(tc, test_flush_of_one_rank_leaves_the_others_owed);
 	suite_add_tcase(s, tc);
 	return s;
 }
