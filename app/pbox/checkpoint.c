@@ -311,6 +311,23 @@ pbox_checkpoint_job_end(struct pbox *pb, struct phub_engine_job *job)
 	memset(cj, 0, sizeof(*cj));
 }
 
+void
+pbox_checkpoint_job_replaced(struct pbox *pb, struct phub_engine_job *job)
+{
+	struct ckpt_job *cj;
+
+	(void)pb;
+	if (!ck.enabled)
+		return;
+	cj = ckpt_job_of(job);
+	if (cj->job != job)
+		return;
+	/* A write of it in progress finishes first: the file it makes is as good as the others. */
+	writer_wait(job);
+	phub_engine_job_ckpt_cancel(job);
+	memset(cj, 0, sizeof(*cj));
+}
+
 /* ---- SIGTERM ---- */
 
 bool
@@ -508,14 +525,16 @@ restored(void *ctx, struct phub_engine_job *job, const struct phub_engine_ckpt_i
 int
 pbox_checkpoint_restore(struct pbox *pb)
 {
-	struct phub_engine_allocator allocator = {
-		.alloc = restore_alloc, .free = restore_free, .place = pbox_memory_place,
-		.ctx = (void *)(intptr_t)pb->ports[0].socket,
-	};
-	struct phub_engine_ckpt_restore_params rp;
+	/* Kept: a ring job is restored again when a ring neighbour restarts (control.c). */
+	static struct phub_engine_allocator allocator;
+	static struct phub_engine_ckpt_restore_params rp;
 
 	if (!ck.enabled)
 		return 0;
+	allocator = (struct phub_engine_allocator){
+		.alloc = restore_alloc, .free = restore_free, .place = pbox_memory_place,
+		.ctx = (void *)(intptr_t)pb->ports[0].socket,
+	};
 	memset(&rp, 0, sizeof(rp));
 	rp.servers = pb->servers;
 	rp.n_servers = pb->n_servers;

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# A ring job survives a PBox restart (issue 25 item 3, docs/hierarchy.md "Failure behaviour"): a
+# virtual multi-rack of 3 racks of 1 worker under 2% loss on every spine link, one ring job
+# with a checkpoint every 2 iterations; rack 1's PBox is killed (SIGKILL) mid-training once a
+# checkpoint of iteration >= 4 is on its disk, and started again on the same config. It restores
+# the job from its checkpoint of K and says so in its RING_HELLO; racks 0 and 2 go back to
+# their own checkpoints of K; every rank JOINs again, resumes at K + 1 and ends with the model
+# of an uninterrupted run, bit for bit (phub-bench's reference).
+#
+# usage: ring_restart_rack.sh VIRTUAL_RACK PHUB_PBOX PHUB_BENCH
+# Exits 77 with the reason when it cannot run here (not root, no netns, no /dev/net/tun).
+set -uo pipefail
+
+vrack=$1
+pbox_bin=$2
+bench_bin=$3
+
+if ! ip netns list >/dev/null 2>&1; then
+	echo "SKIP: no network namespaces here (ip netns)"
+	exit 77
+fi
+# shellcheck source=tests/integration/rack_lib.sh
+. "$(dirname "$0")/rack_lib.sh"
+lib_init ring-restart
+# Its own name and ids (10.26 .. 10.29), apart from the other ring tests' (lib_init's).
+rack=h25r
+id=26
+nonce=0x25c0ffee5eed4b31
+state_root=${PHUB_VRACK_STATE_DIR:-/run/phub-vrack}
+racks_spec="10.26.0.1:1,10.27.0.1:1,10.28.0.1:1"
+ckpt_dir=$state_root/$rack.1/checkpoints
+
+# rack_pbox R: start rack R's PBox on its config (again after a kill).
+rack_pbox()
+{
+	"$vrack" pbox-start --name "$rack" --rack "$1" --bin "$pbox_bin" \
+		>"$tmp/pbox-start-$1.log" 2>&1 ||
+		{ cat "$tmp/pbox-start-$1.log"; echo "FAIL: rack $1's PBox did not start"; exit 1; }
+}
+
+# newest_ckpt: the iteration of rack 1's newest checkpoint of the job, -1 when none.
+newest_ckpt()
+{
+	local f it=-1 n
+	for f in "$ckpt_dir"/ring.*.ckpt; do
+		[ -e "$f" ] || continue
+		n=${f%.ckpt}
+		n=$((10#${n##*.}))
+		[ "$n" -gt "$it" ] && it=$n
+	done
+	echo "$it"
+}
+
+"$vrack" down --name "$rack" >/dev/null 2>&1
+"$vrack" up --name "$rack" --racks 3 --id "$id" --workers 1 --lcores 1 --memory-mb 512 \
+	--ring-job "ring:$nonce" --spine-netem "loss 2%" >"$tmp/up.log" 2>&1 ||
+	{ cat "$tmp/up.log"; echo "FAIL: the multi-rack did not come up"; exit 1; }
+for r in 0 1 2; do
+	phubrack config-edit "$state_root/$rack.$r/pbox.json" \
+		"c['checkpoint']['interval_iterations'] = 2; c.setdefault('timeouts', {})['worker_dead_ms'] = 15000" ||
+		{ echo "FAIL: editing rack $r's config"; exit 1; }
+done
+for r in 0 1 2; do
+	rack_pbox "$r"
+done
+echo "[${SECONDS}s] 3 racks up, --servers $racks_spec"
+
+timeout 150 "$bench_bin" --servers "$racks_spec" --netns-prefix "$rack.%r-w" --job ring \
+	--nonce "$nonce" --json --quiet --timeout 100 --connect-timeout-ms 30000 --dead-ms 30000 \
+	--keys 6 --key-elems 12000 --iterations 24 --optimizer sgd \
+	>"$tmp/r.json" 2>"$tmp/r.err" &
+bench_pid=$!
+bench_pids+=("$bench_pid")
+for ((i = 0; i < 1200; i++)); do
+	[ "$(newest_ckpt)" -ge 4 ] && break
+	kill -0 "$bench_pid" 2>/dev/null || break
+	sleep 0.05
+done
+kill -0 "$bench_pid" 2>/dev/null || fail "phub-bench ended before rack 1's PBox was killed"
+killed_at=$(newest_ckpt)
+pid=$(cat "$state_root/$rack.1/pbox.pid")
+kill -KILL "$pid"
+while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+echo "[${SECONDS}s] rack 1's PBox killed; its newest checkpoint: iteration $killed_at"
+cp "$state_root/$rack.1/pbox.log" "$tmp/pbox-1-before.log"
+rack_pbox 1
+wait "$bench_pid"
+rc=$?
+bench_pids=()
+echo "[${SECONDS}s] phub-bench: exit $rc, $(phubrack brief ring "$tmp/r.json" 2>/dev/null)"
+if [ "$rc" -ne 0 ]; then
+	fail "phub-bench exited $rc"
+	tail -n 5 "$tmp/r.err"
+fi
+phubrack expect "$tmp/r.json" 'r["verified"]' 'r["bitwise"]' 'r["reconnects"] >= 3' ||
+	fail "the report does not hold: verified, bitwise, every rank JOINed again"
+phubrack query '"workers went back to %s, rollbacks %s" % ([w["resumed_at"]
+	for w in t["per_worker"]], t["rollbacks"])' "$tmp/r.json" 2>/dev/null
+back=$(sed -nE 's/.*job ring \(id [0-9]+\) restored from .* iteration ([0-9]+),.*/\1/p' \
+	"$state_root/$rack.1/pbox.log" | head -n 1)
+echo "rack 1 restored the job at iteration ${back:-none}"
+[ -n "$back" ] || fail "rack 1's PBox did not restore the ring job"
+for r in 0 2; do
+	grep -E "ring peer rack1 went back to its checkpoint of iteration ${back:-x} " \
+		"$state_root/$rack.$r/pbox.log" || fail "rack $r did not go back to iteration ${back:-?}"
+done
+for r in 0 1 2; do
+	"$vrack" pbox-stop --name "$rack" --rack "$r" >/dev/null 2>&1 ||
+		fail "rack $r's PBox did not stop on SIGTERM"
+done
+
+if [ "$failed" -ne 0 ]; then
+	for f in "$state_root/$rack".*/pbox.log; do
+		[ -f "$f" ] || continue
+		echo "--- $f ends with:"
+		grep -v 'lcore [0-9]*: serving' "$f" | tail -n 15
+	done
+	exit 1
+fi
+echo "PASS: ring-restart"
+exit 0
