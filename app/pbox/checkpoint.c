@@ -289,20 +289,31 @@ pbox_checkpoint_job_created(struct pbox *pb, struct phub_engine_job *job)
 	arm(cj, info.iteration_max + 1 == 0 ? 0 : next_target(job));
 }
 
+/* The job's snapshots stop, a write of it in progress finished first; NULL: not ours. */
+static struct ckpt_job *
+job_quiesce(struct phub_engine_job *job)
+{
+	struct ckpt_job *cj;
+
+	if (!ck.enabled)
+		return NULL;
+	cj = ckpt_job_of(job);
+	if (cj->job != job)
+		return NULL;
+	writer_wait(job);
+	return cj;
+}
+
 void
 pbox_checkpoint_job_end(struct pbox *pb, struct phub_engine_job *job)
 {
-	struct ckpt_job *cj;
+	struct ckpt_job *cj = job_quiesce(job);
 	struct phub_engine_job_info info;
 	unsigned int removed;
 
 	(void)pb;
-	if (!ck.enabled)
+	if (cj == NULL)
 		return;
-	cj = ckpt_job_of(job);
-	if (cj->job != job)
-		return;
-	writer_wait(job);
 	phub_engine_job_get_info(job, &info);
 	removed = phub_control_ckpt_remove_all(&ck.dir, info.name);
 	if (removed > 0)
@@ -314,16 +325,12 @@ pbox_checkpoint_job_end(struct pbox *pb, struct phub_engine_job *job)
 void
 pbox_checkpoint_job_replaced(struct pbox *pb, struct phub_engine_job *job)
 {
-	struct ckpt_job *cj;
+	/* A write of it in progress finishes first: the file it makes is as good as the others. */
+	struct ckpt_job *cj = job_quiesce(job);
 
 	(void)pb;
-	if (!ck.enabled)
+	if (cj == NULL)
 		return;
-	cj = ckpt_job_of(job);
-	if (cj->job != job)
-		return;
-	/* A write of it in progress finishes first: the file it makes is as good as the others. */
-	writer_wait(job);
 	phub_engine_job_ckpt_cancel(job);
 	memset(cj, 0, sizeof(*cj));
 }

@@ -39,17 +39,18 @@ rack_pbox()
 		{ cat "$tmp/pbox-start-$1.log"; echo "FAIL: rack $1's PBox did not start"; exit 1; }
 }
 
-# newest_ckpt: the iteration of rack 1's newest checkpoint of the job, -1 when none.
+# newest_ckpt: the iteration of rack 1's newest checkpoint of the job, -1 when none (the names
+# are ring.<10 digits>.ckpt: the last in order is the newest).
 newest_ckpt()
 {
-	local f it=-1 n
-	for f in "$ckpt_dir"/ring.*.ckpt; do
-		[ -e "$f" ] || continue
-		n=${f%.ckpt}
-		n=$((10#${n##*.}))
-		[ "$n" -gt "$it" ] && it=$n
-	done
-	echo "$it"
+	local last
+	last=$(find "$ckpt_dir" -maxdepth 1 -name 'ring.*.ckpt' 2>/dev/null | sort | tail -n 1)
+	if [ -z "$last" ]; then
+		echo -1
+	else
+		last=${last%.ckpt}
+		echo $((10#${last##*.}))
+	fi
 }
 
 "$vrack" down --name "$rack" >/dev/null 2>&1
@@ -72,16 +73,15 @@ timeout 150 "$bench_bin" --servers "$racks_spec" --netns-prefix "$rack.%r-w" --j
 	>"$tmp/r.json" 2>"$tmp/r.err" &
 bench_pid=$!
 bench_pids+=("$bench_pid")
-for ((i = 0; i < 1200; i++)); do
-	[ "$(newest_ckpt)" -ge 4 ] && break
-	kill -0 "$bench_pid" 2>/dev/null || break
+# Mid-training: once rack 1 has a checkpoint of iteration 4 or later (a minute at most).
+until [ "$(newest_ckpt)" -ge 4 ] || ! kill -0 "$bench_pid" 2>/dev/null || [ "$SECONDS" -gt 60 ]; do
 	sleep 0.05
 done
 kill -0 "$bench_pid" 2>/dev/null || fail "phub-bench ended before rack 1's PBox was killed"
 killed_at=$(newest_ckpt)
 pid=$(cat "$state_root/$rack.1/pbox.pid")
 kill -KILL "$pid"
-while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+until ! kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
 echo "[${SECONDS}s] rack 1's PBox killed; its newest checkpoint: iteration $killed_at"
 cp "$state_root/$rack.1/pbox.log" "$tmp/pbox-1-before.log"
 rack_pbox 1
@@ -111,11 +111,8 @@ for r in 0 1 2; do
 done
 
 if [ "$failed" -ne 0 ]; then
-	for f in "$state_root/$rack".*/pbox.log; do
-		[ -f "$f" ] || continue
-		echo "--- $f ends with:"
-		grep -v 'lcore [0-9]*: serving' "$f" | tail -n 15
-	done
+	# The racks' logs, each line named by its file.
+	grep -H -v 'lcore [0-9]*: serving' "$state_root/$rack".*/pbox.log | tail -n 60
 	exit 1
 fi
 echo "PASS: ring-restart"
