@@ -214,6 +214,7 @@ writer_hand(struct ckpt_job *cj, uint32_t iteration)
 		ck.req.w.job = cj->job;
 		ck.req.w.src = PHUB_ENGINE_CKPT_SHADOW;
 		ck.req.w.iteration = iteration;
+		ck.req.w.keep = pbox_control_ckpt_keep_from(cj->job, &ck.req.w.keep_from);
 		ck.busy = true;
 		ck.finished = false;
 		handed = true;
@@ -423,6 +424,7 @@ final_write(struct ckpt_job *cj)
 	shadow = st.complete;
 	memset(&w, 0, sizeof(w));
 	w.w.job = cj->job;
+	w.w.keep = pbox_control_ckpt_keep_from(cj->job, &w.w.keep_from);
 	if (live && (!shadow || phub_wire_iter_cmp(info.iteration_min, st.iteration) >= 0)) {
 		w.w.src = PHUB_ENGINE_CKPT_LIVE;
 		w.w.iteration = info.iteration_min;

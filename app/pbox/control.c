@@ -192,6 +192,12 @@ pbox_control_restore(struct pbox *pb, const struct phub_control_ckpt_dir *dir,
 	return phub_control_ckpt_restore(dir, ctl, rp, restored, ctx);
 }
 
+bool
+pbox_control_ckpt_keep_from(const struct phub_engine_job *job, uint32_t *keep_from)
+{
+	return ctl != NULL && phub_control_ckpt_keep_from(ctl, job, keep_from);
+}
+
 /* The counters telemetry reads: the main lcore alone writes them. */
 static void
 stats_publish(struct pbox *pb)

@@ -226,6 +226,8 @@ void pbox_control_fini(struct pbox *pb);
 /* control.c: the checkpoints' restore goes through the control plane */
 /* Every job of the checkpoint directory back, within the control plane's limits. */
 struct phub_control_ckpt_dir;
+/* A ring job's checkpoint files reach back to keep_from (phub_control_ckpt_keep_from()). */
+bool pbox_control_ckpt_keep_from(const struct phub_engine_job *job, uint32_t *keep_from);
 /*
  * Restore every job of dir at start; dir, rp and its allocator stay valid while the PBox runs:
  * a ring job goes back to one of its files when a ring neighbour restarted.

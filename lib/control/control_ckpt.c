@@ -146,13 +146,17 @@ phub_control_ckpt_close(struct phub_control_ckpt_dir *dir)
 
 /*
  * Keep the newest file of the job (newest: iteration just written) and the one before it;
- * remove the others. The older one is what a restart falls back to if the newest is damaged.
+ * remove the others (files after newest too: a ring job that went back left them). The older
+ * one is what a restart falls back to if the newest is damaged. A ring job's (w->keep) also
+ * keeps every file from w->keep_from on, and the one before it: what a neighbour restarted
+ * from its newest file may ask this PBox to go back to.
  */
 static void
-prune(const struct phub_control_ckpt_dir *dir, const char *job_name, uint32_t newest)
+prune(const struct phub_control_ckpt_dir *dir, const char *job_name, uint32_t newest,
+		const struct phub_control_ckpt_write *w)
 {
 	char esc[PHUB_CONTROL_CKPT_FILE_MAX];
-	uint32_t keep = newest, it;
+	uint32_t keep = newest, from = newest, it;
 	bool have_keep = false;
 	struct dirent *e;
 	DIR *d;
@@ -161,8 +165,11 @@ prune(const struct phub_control_ckpt_dir *dir, const char *job_name, uint32_t ne
 	d = opendir(dir->path);
 	if (d == NULL)
 		return;
+	/* A ring job's: from the oldest of its neighbours' newest on, and the one before it. */
+	if (w->keep && phub_wire_iter_cmp(w->keep_from, newest) < 0)
+		from = w->keep_from;
 	while ((e = readdir(d)) != NULL) {
-		if (!file_of_job(e->d_name, esc, &it) || phub_wire_iter_cmp(it, newest) >= 0)
+		if (!file_of_job(e->d_name, esc, &it) || phub_wire_iter_cmp(it, from) >= 0)
 			continue;
 		if (!have_keep || phub_wire_iter_cmp(it, keep) > 0) {
 			keep = it;
@@ -171,7 +178,8 @@ prune(const struct phub_control_ckpt_dir *dir, const char *job_name, uint32_t ne
 	}
 	rewinddir(d);
 	while ((e = readdir(d)) != NULL) {
-		if (!file_of_job(e->d_name, esc, &it) || it == newest || (have_keep && it == keep))
+		if (!file_of_job(e->d_name, esc, &it) || it == newest || (have_keep && it == keep) ||
+		    (phub_wire_iter_cmp(it, from) >= 0 && phub_wire_iter_cmp(it, newest) < 0))
 			continue;
 		unlinkat(dir->fd, e->d_name, 0);
 	}
@@ -251,7 +259,7 @@ phub_control_ckpt_write(const struct phub_control_ckpt_dir *dir, struct phub_con
 		strf(w->err, sizeof(w->err), "fsync %s: %s", dir->path, strerror(errno));
 		return;
 	}
-	prune(dir, info.name, w->iteration);
+	prune(dir, info.name, w->iteration, w);
 }
 
 /* ---- the restore at start ---- */
@@ -514,6 +522,24 @@ phub_control_ckpt_restore(const struct phub_control_ckpt_dir *dir, struct phub_c
 	return count;
 }
 
+/* Remove the job's files of iterations after it. */
+static void
+remove_after(const struct phub_control_ckpt_dir *dir, const char *job_name, uint32_t iteration)
+{
+	char esc[PHUB_CONTROL_CKPT_FILE_MAX];
+	struct dirent *e;
+	uint32_t it;
+	DIR *d = opendir(dir->path);
+
+	if (d == NULL)
+		return;
+	name_escape(job_name, esc, sizeof(esc));
+	while ((e = readdir(d)) != NULL)
+		if (file_of_job(e->d_name, esc, &it) && phub_wire_iter_cmp(it, iteration) > 0)
+			unlinkat(dir->fd, e->d_name, 0);
+	closedir(d);
+}
+
 void
 phub_control_ckpt_attach(struct phub_control *ctl, const struct phub_control_ckpt_dir *dir,
 		const struct phub_engine_ckpt_restore_params *rp,
@@ -527,15 +553,28 @@ phub_control_ckpt_attach(struct phub_control *ctl, const struct phub_control_ckp
 }
 
 bool
-control_ckpt_has(struct phub_control *ctl, const char *name, uint32_t iteration)
+control_ckpt_newest(const struct phub_control *ctl, const char *name, uint32_t at_most,
+		uint32_t *iteration)
 {
-	char file[PHUB_CONTROL_CKPT_FILE_MAX];
-	struct stat sb;
+	char esc[PHUB_CONTROL_CKPT_FILE_MAX];
+	bool found = false;
+	struct dirent *e;
+	uint32_t it;
+	DIR *d;
 
-	if (ctl->ckpt.dir == NULL)
+	if (ctl->ckpt.dir == NULL || (d = opendir(ctl->ckpt.dir->path)) == NULL)
 		return false;
-	file_name(name, iteration, file, sizeof(file));
-	return fstatat(ctl->ckpt.dir->fd, file, &sb, 0) == 0 && S_ISREG(sb.st_mode);
+	name_escape(name, esc, sizeof(esc));
+	while ((e = readdir(d)) != NULL) {
+		if (!file_of_job(e->d_name, esc, &it) ||
+		    (at_most != PHUB_WIRE_RING_HELLO_NONE && phub_wire_iter_cmp(it, at_most) > 0))
+			continue;
+		if (!found || phub_wire_iter_cmp(it, *iteration) > 0)
+			*iteration = it;
+		found = true;
+	}
+	closedir(d);
+	return found;
 }
 
 struct phub_engine_job *
@@ -564,6 +603,8 @@ control_ckpt_restore_at(struct phub_control *ctl, const char *name, uint32_t ite
 				"the job ends here", name, ctl->ckpt.dir->path, f.file, err);
 		return NULL;
 	}
+	/* The files after it are of iterations that run again: no restart may take them. */
+	remove_after(ctl->ckpt.dir, name, iteration);
 	phub_control_job_restored(ctl, job, &info);
 	if (ctl->ckpt.restored != NULL)
 		ctl->ckpt.restored(ctl->ckpt.ctx, job, &info, f.file);

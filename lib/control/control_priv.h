@@ -21,6 +21,8 @@ struct cring_link {
 	uint8_t mac[6];			/* where our HELLOs go once known (broadcast before) */
 	uint64_t heard_ns;		/* its newest HELLO(_ACK); the job's creation before */
 	uint64_t next_hello_ns;		/* when ours goes out again */
+	/* Its newest checkpoint file of the job, as its HELLO says (NONE: none, or not said). */
+	uint32_t newest_ckpt;
 };
 
 /* A ring job's control state (zero for other jobs). */
@@ -158,14 +160,19 @@ void control_job_replace(struct phub_control *ctl, struct phub_engine_job *job);
 /* control_ckpt.c: restore the job name from its file of iteration; NULL (logged) if none. */
 struct phub_engine_job *control_ckpt_restore_at(struct phub_control *ctl, const char *name,
 		uint32_t iteration);
-/* Whether the attached directory holds a file of the job name at iteration. */
-bool control_ckpt_has(struct phub_control *ctl, const char *name, uint32_t iteration);
+/*
+ * The newest file of the job name in the attached directory at or before at_most (any when
+ * at_most is PHUB_WIRE_RING_HELLO_NONE): true and its iteration, or false.
+ */
+bool control_ckpt_newest(const struct phub_control *ctl, const char *name, uint32_t at_most,
+		uint32_t *iteration);
 
 /* control_ring_restore.c: a ring job across a PBox restart (docs/hierarchy.md). */
 /* A ring job restored at start from its checkpoint of base: it has no generation yet. */
 void control_ring_restored(struct cjob *cj, uint32_t base);
-/* The restore trailer of our HELLO, when the job was restored. */
-void control_ring_hello_restore_fill(const struct cring *r, struct phub_wire_ring_hello *h);
+/* The state trailer of our HELLO, when this PBox keeps checkpoints. */
+void control_ring_hello_restore_fill(const struct phub_control *ctl, const struct cring *r,
+		struct phub_wire_ring_hello *h);
 enum control_ring_verdict {
 	CONTROL_RING_LINK,	/* take the HELLO as a link (the token may have changed) */
 	CONTROL_RING_IGNORE,	/* not now: the neighbour follows ours when it hears it */

@@ -106,6 +106,7 @@ link_init(struct cring_link *l, const struct phub_control_declared_job *d, uint1
 	/* Silent since the job began: a neighbour gets worker_dead_ms to show up. */
 	l->heard_ns = now;
 	l->next_hello_ns = now;
+	l->newest_ckpt = PHUB_WIRE_RING_HELLO_NONE;
 }
 
 void
@@ -176,7 +177,7 @@ hello_fill(const struct phub_control *ctl, const struct cjob *cj, uint16_t port,
 		h->endpoints[0] = ctl->p.ring_endpoints[port < ctl->p.n_ring_endpoints ? port : 0];
 	else
 		h->endpoints[0] = ctl->p.endpoints[0];
-	control_ring_hello_restore_fill(r, h);
+	control_ring_hello_restore_fill(ctl, r, h);
 }
 
 static void

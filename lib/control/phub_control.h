@@ -424,6 +424,12 @@ struct phub_control_ckpt_write {
 	uint64_t bytes;
 	char file[PHUB_CONTROL_CKPT_FILE_MAX];
 	char err[256];
+	/*
+	 * A ring job's (phub_control_ckpt_keep_from()): keep every file from keep_from on and
+	 * the newest one before it too, so that a neighbour's restart finds one to go back to.
+	 */
+	bool keep;
+	uint32_t keep_from;
 };
 
 /*
@@ -433,6 +439,14 @@ struct phub_control_ckpt_write {
  */
 void phub_control_ckpt_write(const struct phub_control_ckpt_dir *dir,
 		struct phub_control_ckpt_write *w);
+
+/*
+ * For a ring job: the oldest of its neighbours' newest checkpoints (their HELLOs say them),
+ * which its own files must reach back to (phub_control_ckpt_write.keep_from). False for
+ * other jobs, or while a neighbour has said none.
+ */
+bool phub_control_ckpt_keep_from(const struct phub_control *ctl,
+		const struct phub_engine_job *job, uint32_t *keep_from);
 
 /* Remove every file of a job (it ended: its workers have the model); how many went. */
 unsigned int phub_control_ckpt_remove_all(const struct phub_control_ckpt_dir *dir,

@@ -930,13 +930,15 @@ int phub_wire_error_encode(void *buf, size_t cap, const struct phub_wire_error_m
  * +-------------------------------+-------------------------------+
  * |        racks (2 .. 16)        |   pos (the sender's, < racks) | 80
  * +-------------------------------+-------------------------------+
- * |   endpoint_count (1 .. 64)    |   flags (RESTORED or 0)       | 84
+ * |   endpoint_count (1 .. 64)    |   flags (STATE or 0)          | 84
  * +-------------------------------+-------------------------------+
  *
- * flags (the field reserved before): PHUB_WIRE_RING_HELLO_F_RESTORED says that 8 bytes follow
- * the endpoints: the sender's ring generation (u32; 0: restarted, not yet given one) and the
- * checkpoint iteration its job was restored at (u32); docs/protocol.md section 12. A HELLO of
- * a job never restored carries no flag and no trailer, as before.
+ * flags (the field reserved before): PHUB_WIRE_RING_HELLO_F_STATE says that 12 bytes follow
+ * the endpoints, the sender's checkpoint state of the job: its ring generation (u32; 0: never
+ * restored, or restored at its start and not yet given one), the checkpoint iteration its job
+ * was restored at (u32; PHUB_WIRE_RING_HELLO_NONE: never restored) and its newest checkpoint
+ * file of the job (u32; NONE: none); docs/protocol.md section 12. A PBox that keeps no
+ * checkpoints sends no flag and no trailer, as before.
  */
 struct __attribute__((packed)) phub_wire_ring_hello_body {
 	char name[PHUB_WIRE_JOB_NAME_LEN];
@@ -948,9 +950,10 @@ struct __attribute__((packed)) phub_wire_ring_hello_body {
 	phub_be16_t flags;		/* PHUB_WIRE_RING_HELLO_F_*; was reserved (0) */
 };
 
-/* RING_HELLO flags: a restore trailer (generation u32, base iteration u32) ends the body. */
-#define PHUB_WIRE_RING_HELLO_F_RESTORED 0x0001u
-#define PHUB_WIRE_RING_HELLO_RESTORE_BYTES 8
+/* RING_HELLO flags: a state trailer (generation, base, newest checkpoint; u32 each) ends it. */
+#define PHUB_WIRE_RING_HELLO_F_STATE 0x0001u
+#define PHUB_WIRE_RING_HELLO_STATE_BYTES 12
+#define PHUB_WIRE_RING_HELLO_NONE 0xffffffffu	/* no such iteration */
 
 static_assert(sizeof(struct phub_wire_ring_hello_body) == 88, "RING_HELLO body is 88 bytes");
 
@@ -964,10 +967,11 @@ struct phub_wire_ring_hello {
 	uint16_t pos;
 	uint16_t endpoint_count;
 	struct phub_wire_endpoint endpoints[PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS];
-	/* The restore trailer: restored false, the rest 0, when the flag is not set. */
-	bool restored;
-	uint32_t generation;		/* the ring's generation; 0: a PBox just restarted */
-	uint32_t base_iteration;	/* the checkpoint iteration its job went back to */
+	/* The state trailer: state false, the rest 0, when the flag is not set. */
+	bool state;
+	uint32_t generation;		/* the ring state's generation (0: none yet) */
+	uint32_t base_iteration;	/* the checkpoint its job went back to; NONE: never */
+	uint32_t newest_ckpt;		/* its newest checkpoint file of the job; NONE: none */
 };
 
 /*
