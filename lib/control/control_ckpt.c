@@ -178,7 +178,8 @@ prune(const struct phub_control_ckpt_dir *dir, const char *job_name, uint32_t ne
 	}
 	rewinddir(d);
 	while ((e = readdir(d)) != NULL) {
-		if (!file_of_job(e->d_name, esc, &it) || it == newest || (have_keep && it == keep) ||
+		if (!file_of_job(e->d_name, esc, &it) || it == newest ||
+		    (have_keep && it == keep) ||
 		    (phub_wire_iter_cmp(it, from) >= 0 && phub_wire_iter_cmp(it, newest) < 0))
 			continue;
 		unlinkat(dir->fd, e->d_name, 0);
@@ -609,8 +610,8 @@ control_ckpt_restore_at(struct phub_control *ctl, const char *name, uint32_t ite
 	if (ctl->ckpt.restored != NULL)
 		ctl->ckpt.restored(ctl->ckpt.ctx, job, &info, f.file);
 	control_log(ctl, PHUB_CONTROL_LOG_NOTICE, "job %s (id %u) restored from %s/%s in %.1f ms: "
-			"iteration %u; its workers resume at iteration %u once they JOIN again", name,
-			phub_engine_job_id(job), ctl->ckpt.dir->path, f.file,
+			"iteration %u; its workers resume at iteration %u once they JOIN again",
+			name, phub_engine_job_id(job), ctl->ckpt.dir->path, f.file,
 			(double)(control_now_ns(ctl) - t0) / 1e6, iteration, iteration + 1);
 	return job;
 }

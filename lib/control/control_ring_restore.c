@@ -92,8 +92,8 @@ go_back(struct phub_control *ctl, struct cjob *cj, const struct cring_link *l,
 	phub_engine_job_get_info(cj->job, &info);
 	control_log(ctl, PHUB_CONTROL_LOG_NOTICE, "job %s (id %u), ring position %u: ring peer %s "
 			"is at its checkpoint of iteration %u (ring generation %u): this rack goes "
-			"back to its own of iteration %u, from iteration %u; its workers JOIN again "
-			"and resume at %u", d->name, info.job_id, cj->ring.pos,
+			"back to its own of iteration %u, from iteration %u; its workers JOIN "
+			"again and resume at %u", d->name, info.job_id, cj->ring.pos,
 			ctl->p.ring_peers[l->peer].name, limit, generation, base,
 			info.iteration_max + 1, base + 1);
 	control_job_replace(ctl, cj->job);

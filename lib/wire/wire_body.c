@@ -743,7 +743,8 @@ phub_wire_ring_hello_parse(const void *body, size_t len, struct phub_wire_ring_h
 	out->pos = wire_ld16(&b.pos);
 	out->endpoint_count = wire_ld16(&b.endpoint_count);
 	flags = wire_ld16(&b.flags);
-	trailer = (flags & PHUB_WIRE_RING_HELLO_F_STATE) != 0 ? PHUB_WIRE_RING_HELLO_STATE_BYTES : 0;
+	trailer = (flags & PHUB_WIRE_RING_HELLO_F_STATE) != 0 ?
+		PHUB_WIRE_RING_HELLO_STATE_BYTES : 0;
 	/*
 	 * A ring of 2 .. 16 racks with the sender on it, a token to carry (0 is "no session"), at
 	 * least one endpoint to send to, and exactly the endpoints the count says.

@@ -79,7 +79,7 @@ static struct {
 	struct dgram *queue;
 	size_t queued;
 	unsigned int polling;		/* the PBox whose ring poll is running */
-	/* A PBox restarted: ring datagrams of the jobs before it meet new tokens and are dropped. */
+	/* A PBox restarted: ring datagrams of the jobs before meet new tokens and are dropped. */
 	bool stale_ok;
 } net;
 
@@ -461,9 +461,10 @@ push_round(uint32_t it)
 					if (n > seg_elems)
 						n = seg_elems;
 					for (uint32_t e = 0; e < n; e++)
-						w[e] = it == 0 ? (float)(rank + 1) * 0.5f + (float)e :
-							(float)(rank + 1) * 0.3f - (float)it * 0.7f +
-							(float)e * 0.01f;
+						w[e] = it == 0 ?
+							(float)(rank + 1) * 0.5f + (float)e :
+							(float)(rank + 1) * 0.3f -
+							(float)it * 0.7f + (float)e * 0.01f;
 					memset(&req, 0, sizeof(req));
 					req.iteration = it;
 					req.session_token = net.worker[rank].token;
@@ -885,7 +886,8 @@ rejoin_lost(void)
 			unsigned int rank = net.box[i].first_rank + k;
 			struct phub_engine_rank_status st;
 
-			ck_assert_int_eq(phub_engine_job_rank_status(box_job(i), (uint16_t)k, &st), 0);
+			ck_assert_int_eq(phub_engine_job_rank_status(box_job(i), (uint16_t)k, &st),
+					0);
 			if (st.joined)
 				continue;
 			net.worker[rank].joined = false;
@@ -977,8 +979,9 @@ ring_restart_run(bool kill, bool skew, uint64_t seed, float *model)
 				for (unsigned int i = 0; i < 3; i++) {
 					struct phub_engine_job_info info;
 
-					ck_assert_msg(box_job(i) != NULL, "rack%u's job ended: %s", i,
-							net.worker[net.box[i].first_rank].error_text);
+					ck_assert_msg(box_job(i) != NULL,
+						"rack%u's job ended: %s", i,
+						net.worker[net.box[i].first_rank].error_text);
 					phub_engine_job_get_info(box_job(i), &info);
 					back &= phub_engine_job_id(box_job(i)) != old_id[i] &&
 						info.iteration_max == base &&
