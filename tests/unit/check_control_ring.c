@@ -1048,6 +1048,55 @@ START_TEST(test_restarted_peer_and_its_neighbours_go_back_to_its_checkpoint)
 }
 END_TEST
 
+/*
+ * The neighbours of a PBox restarted from its checkpoint keep none that old (their files are
+ * newer, or gone): they cannot meet it, the job ends on them with an ERROR that says why.
+ */
+START_TEST(test_neighbour_without_an_old_enough_checkpoint_ends_the_job)
+{
+	static const unsigned int ranks[] = { 1, 1, 1 };
+	static const struct phub_engine_ckpt_restore_params rp = { .servers = one_server,
+		.n_servers = 1 };
+	static struct phub_control_ckpt_dir dirs[3];
+	struct phub_control_ckpt_write w;
+	char paths[3][40];
+
+	link_and_run(3, ranks, 0, 11);
+	for (unsigned int i = 0; i < 3; i++) {
+		snprintf(paths[i], sizeof(paths[i]), "/tmp/phub-ring-restart.XXXXXX");
+		ck_assert_ptr_nonnull(mkdtemp(paths[i]));
+		ck_assert_int_eq(phub_control_ckpt_open(&dirs[i], paths[i]), 0);
+		phub_control_ckpt_attach(net.box[i].ctl, &dirs[i], &rp, NULL, NULL);
+	}
+	/* Only rack1 keeps a checkpoint (of the initial round). */
+	memset(&w, 0, sizeof(w));
+	w.job = box_job(1);
+	w.src = PHUB_ENGINE_CKPT_LIVE;
+	w.iteration = 0;
+	phub_control_ckpt_write(&dirs[1], &w);
+	ck_assert_msg(w.rc == 0, "%s", w.err);
+	net.stale_ok = true;
+	box_free(1);
+	box_create(1, ranks);
+	phub_control_ckpt_attach(net.box[1].ctl, &dirs[1], &rp, NULL, NULL);
+	ck_assert_uint_eq(phub_control_ckpt_restore(&dirs[1], net.box[1].ctl, &rp, NULL, NULL),
+			1);
+	for (unsigned int k = 0; k < 100 && (box_job(0) != NULL || box_job(2) != NULL); k++)
+		tick();
+	ck_assert_ptr_null(box_job(0));
+	ck_assert_ptr_null(box_job(2));
+	ck_assert_uint_eq(net.worker[0].error, PHUB_WIRE_ERR_JOB_ABORTED);
+	ck_assert_str_eq(net.worker[0].error_text, "ring peer rack1 (10.30.0.2) is at its "
+			"checkpoint of iteration 0; this PBox has none that old to go back to");
+	for (unsigned int i = 0; i < 3; i++) {
+		phub_control_ckpt_remove_all(&dirs[i], "spanning");
+		phub_control_ckpt_close(&dirs[i]);
+		ck_assert_int_eq(rmdir(paths[i]), 0);
+	}
+	ring_teardown();
+}
+END_TEST
+
 /* A declared ring that the ring code could not index is refused at creation. */
 START_TEST(test_control_refuses_a_declared_ring_it_cannot_index)
 {
@@ -1135,6 +1184,7 @@ phub_control_ring_suite(void)
 	tcase_add_test(tc, test_control_refuses_a_declared_ring_it_cannot_index);
 	tcase_add_test(tc, test_ring_job_left_by_its_workers_drains_then_ends);
 	tcase_add_test(tc, test_restarted_peer_and_its_neighbours_go_back_to_its_checkpoint);
+	tcase_add_test(tc, test_neighbour_without_an_old_enough_checkpoint_ends_the_job);
 	suite_add_tcase(s, tc);
 	return s;
 }
