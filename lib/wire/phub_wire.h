@@ -930,10 +930,10 @@ int phub_wire_error_encode(void *buf, size_t cap, const struct phub_wire_error_m
  * +-------------------------------+-------------------------------+
  * |        racks (2 .. 16)        |   pos (the sender's, < racks) | 80
  * +-------------------------------+-------------------------------+
- * |   endpoint_count (1 .. 64)    |   flags (STATE or 0)          | 84
+ * |   endpoint_count (1 .. 64)    |   caps (PHUB_WIRE_RING_CAP_*) | 84
  * +-------------------------------+-------------------------------+
  *
- * flags (the field reserved before): PHUB_WIRE_RING_HELLO_F_STATE says that 12 bytes follow
+ * caps (the field reserved before): PHUB_WIRE_RING_CAP_STATE says that 12 bytes follow
  * the endpoints, the sender's checkpoint state of the job: its ring generation (u32; 0: never
  * restored, or restored at its start and not yet given one), the checkpoint iteration its job
  * was restored at (u32; PHUB_WIRE_RING_HELLO_NONE: never restored) and its newest checkpoint
@@ -947,11 +947,14 @@ struct __attribute__((packed)) phub_wire_ring_hello_body {
 	phub_be16_t racks;
 	phub_be16_t pos;
 	phub_be16_t endpoint_count;
-	phub_be16_t flags;		/* PHUB_WIRE_RING_HELLO_F_*; was reserved (0) */
+	phub_be16_t caps;		/* PHUB_WIRE_RING_CAP_*; was reserved (0) */
 };
 
-/* RING_HELLO flags: a state trailer (generation, base, newest checkpoint; u32 each) ends it. */
-#define PHUB_WIRE_RING_HELLO_F_STATE 0x0001u
+/*
+ * RING_HELLO caps bit STATE: a state trailer (generation, base, newest checkpoint; u32 each)
+ * ends the body. Bits 0x0001 and 0x0002 are the ring's data format's (issue 22).
+ */
+#define PHUB_WIRE_RING_CAP_STATE 0x0004u
 #define PHUB_WIRE_RING_HELLO_STATE_BYTES 12
 #define PHUB_WIRE_RING_HELLO_NONE 0xffffffffu	/* no such iteration */
 

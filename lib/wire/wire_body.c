@@ -742,15 +742,15 @@ phub_wire_ring_hello_parse(const void *body, size_t len, struct phub_wire_ring_h
 	out->racks = wire_ld16(&b.racks);
 	out->pos = wire_ld16(&b.pos);
 	out->endpoint_count = wire_ld16(&b.endpoint_count);
-	flags = wire_ld16(&b.flags);
-	trailer = (flags & PHUB_WIRE_RING_HELLO_F_STATE) != 0 ?
+	flags = wire_ld16(&b.caps);
+	trailer = (flags & PHUB_WIRE_RING_CAP_STATE) != 0 ?
 		PHUB_WIRE_RING_HELLO_STATE_BYTES : 0;
 	/*
 	 * A ring of 2 .. 16 racks with the sender on it, a token to carry (0 is "no session"), at
 	 * least one endpoint to send to, and exactly the endpoints the count says.
 	 */
 	if (out->racks < 2 || out->racks > PHUB_WIRE_RING_MAX_RACKS || out->pos >= out->racks ||
-	    out->token == 0 || (flags & ~PHUB_WIRE_RING_HELLO_F_STATE) != 0 ||
+	    out->token == 0 || (flags & ~PHUB_WIRE_RING_CAP_STATE) != 0 ||
 	    out->endpoint_count == 0 || out->endpoint_count > PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS ||
 	    len != HELLO_FIXED + (size_t)out->endpoint_count * ENDPOINT_SIZE + trailer)
 		return PHUB_DROP_RING_HELLO_FIELDS;
@@ -802,7 +802,7 @@ phub_wire_ring_hello_write(void *buf, size_t cap, uint8_t opcode,
 	wire_st16(&b.racks, h->racks);
 	wire_st16(&b.pos, h->pos);
 	wire_st16(&b.endpoint_count, h->endpoint_count);
-	wire_st16(&b.flags, h->state ? PHUB_WIRE_RING_HELLO_F_STATE : 0);
+	wire_st16(&b.caps, h->state ? PHUB_WIRE_RING_CAP_STATE : 0);
 	memcpy(body, &b, sizeof(b));
 	for (uint16_t i = 0; i < h->endpoint_count; i++) {
 		uint8_t *e = body + HELLO_FIXED + (size_t)i * ENDPOINT_SIZE;

@@ -840,10 +840,10 @@ static const struct defect defects[] = {
 	  { SET16(HELLO_EP1_PORT, 0) }, 0, 0 },
 	{ "RING_HELLO position differs from the header's", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
 	  { SET16(H(worker_rank), 2) }, 0, 0 },
-	{ "RING_HELLO unknown flag", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
-	  { SET16(HB(flags), 2) }, 0, 0 },
-	{ "RING_HELLO state flag without its trailer", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
-	  { SET16(HB(flags), 1) }, 0, 0 },
+	{ "RING_HELLO unknown cap", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
+	  { SET16(HB(caps), 0x8000) }, 0, 0 },
+	{ "RING_HELLO state cap without its trailer", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
+	  { SET16(HB(caps), PHUB_WIRE_RING_CAP_STATE) }, 0, 0 },
 	{ "RING_HELLO name unterminated", PHUB_DROP_JOIN_NAME_UNTERMINATED, B_HELLO,
 	  { { HB(name), P_FILL_NAME, 'a' } }, 0, 0 },
 };
@@ -1121,9 +1121,10 @@ START_TEST(test_ring_hello_state_trailer_round_trips)
 	ck_assert_uint_eq(back.base_iteration, 0xfffffffeu);
 	ck_assert_uint_eq(back.newest_ckpt, PHUB_WIRE_RING_HELLO_NONE);
 	ck_assert_uint_eq(back.endpoints[1].udp_port, 47002);
-	/* The trailer without its flag is trailing bytes. */
-	ck_assert_uint_eq(buf[HDR + offsetof(struct phub_wire_ring_hello_body, flags) + 1], 1);
-	buf[HDR + offsetof(struct phub_wire_ring_hello_body, flags) + 1] = 0;
+	/* The trailer without its cap is trailing bytes. */
+	ck_assert_uint_eq(buf[HDR + offsetof(struct phub_wire_ring_hello_body, caps) + 1],
+			PHUB_WIRE_RING_CAP_STATE);
+	buf[HDR + offsetof(struct phub_wire_ring_hello_body, caps) + 1] = 0;
 	ck_assert_int_eq(phub_wire_ring_hello_parse(buf + HDR, m.payload_len, &back),
 			PHUB_DROP_RING_HELLO_FIELDS);
 }
