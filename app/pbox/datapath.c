@@ -529,7 +529,7 @@ err:
 
 /*
  * The ring steps of one segment to the next PBox (engine reply RING_SEND or a retransmission):
- * one datagram per step, fp32, from this PBox's ring address on the port that reaches it.
+ * one datagram per step (a whole segment, or 1/R of one for a split ring), fp32, from this PBox's ring address on the port that reaches it.
  * Before the control plane has linked the ring the engine holds the steps back (the scan
  * sends them once it has); a link that went away in between drops them here, unacknowledged.
  */
@@ -558,8 +558,8 @@ send_ring(struct pbox_lcore *lc, struct phub_engine_job *job,
 
 		if ((what->steps & (1u << step)) == 0)
 			continue;
-		phub_ring_part(rp.racks, what->elem_count, phub_ring_send_part(rp.racks, rp.pos,
-				step), &off, &count);
+		phub_ring_seg_part(rp.racks, what->elem_count, what->root,
+				phub_ring_send_part(rp.racks, rp.pos, step), &off, &count);
 		if (count == 0)
 			continue;	/* an empty part: both ends skip its step */
 		hdr.opcode = phub_ring_step_is_reduce(rp.racks, step) ? PHUB_WIRE_OP_RING_REDUCE :

@@ -364,6 +364,7 @@ phub_engine_job_create(struct phub_engine *engine, const struct phub_engine_job_
 		job->ring.rto_ns = p->ring->rto_ns;
 		job->ring.rto_max_ns = p->ring->rto_max_ns;
 		job->ring_window_max = p->ring->window_max_bytes;
+		job->ring_split = p->ring->split_segments;
 		job->ring_total_world = p->ring->total_world;
 		job->ring_holds_rank0 = p->ring->holds_rank0;
 		job->rank_base = p->ring->rank_base;

@@ -93,8 +93,12 @@ engine_ring_setup(struct phub_engine_job *job, void *(*alloc)(struct phub_engine
 			uint64_t elem = chunk.elem_base + (uint64_t)s * job->segment_elems;
 			float *b = job->ring_bufs + elem;
 
-			phub_ring_seg_init(&job->ring_segs[job->chunks[c].first_segment + s],
-					job->first_iteration, b, b + n, b + 2 * n, b + 3 * n);
+			struct phub_ring_seg *rs = &job->ring_segs[job->chunks[c].first_segment + s];
+
+			phub_ring_seg_init(rs, job->first_iteration, b, b + n, b + 2 * n, b + 3 * n);
+			/* Whole segments: the roots take turns by chunk and index, as on the wire. */
+			if (!job->ring_split)
+				rs->root = (uint8_t)((c + s) % job->ring.racks);
 		}
 	}
 	return 0;
@@ -278,6 +282,7 @@ ring_send_of(const struct phub_engine_job *job, uint32_t seg, const struct phub_
 	send->iteration = out->iteration;
 	send->steps = out->send_steps;
 	send->sum = out->sum;
+	send->root = job->ring_segs[seg].root;
 }
 
 /* The segment's sum over every rack is complete: the step, the slot moves on, MODEL to all. */

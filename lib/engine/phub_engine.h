@@ -118,6 +118,12 @@ struct phub_engine_ring_params {
 	 * 0 gives PHUB_RING_WINDOW_MAX; PHUB_ENGINE_RING_NO_WINDOW sends every step at once.
 	 */
 	uint64_t window_max_bytes;
+	/*
+	 * Cut each segment into R parts, one ring datagram each (the format of PBoxes without
+	 * PHUB_WIRE_RING_CAP_WHOLE); false, the default: each ring datagram carries a whole
+	 * segment, the segments' roots taking turns (phub_ring_seg_part()).
+	 */
+	bool split_segments;
 };
 
 #define PHUB_ENGINE_RING_NO_WINDOW UINT64_MAX
@@ -154,8 +160,9 @@ enum phub_engine_action {
 /*
  * Ring steps of one segment to send to the next PBox. For each bit k of steps: opcode
  * RING_REDUCE if phub_ring_step_is_reduce(racks, k), else RING_GATHER; part
- * phub_ring_send_part(racks, pos, k) of the segment, cut by phub_ring_part(racks, elem_count,
- * ...): elem_offset + the part's offset within the chunk, aux k, fp32 payload from sum.
+ * phub_ring_send_part(racks, pos, k) of the segment, cut by phub_ring_seg_part(racks,
+ * elem_count, root, ...): elem_offset + the part's offset within the chunk, aux k, fp32
+ * payload from sum.
  */
 struct phub_engine_ring_send {
 	uint32_t chunk_id;
@@ -164,6 +171,7 @@ struct phub_engine_ring_send {
 	uint32_t iteration;
 	uint32_t steps;
 	const float *sum;		/* the segment's ring buffer (elem_count floats) */
+	unsigned int root;		/* the segment's, phub_ring_seg_part() */
 };
 
 struct phub_engine_reply {

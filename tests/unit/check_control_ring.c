@@ -383,8 +383,8 @@ ring_send(unsigned int i, const struct phub_engine_ring_send *what)
 
 		if ((what->steps & (1u << step)) == 0)
 			continue;
-		phub_ring_part(net.racks, what->elem_count, phub_ring_send_part(net.racks, i, step),
-				&off, &count);
+		phub_ring_seg_part(net.racks, what->elem_count, what->root,
+				   phub_ring_send_part(net.racks, i, step), &off, &count);
 		if (lost(i, to))
 			continue;
 		/* Where the engine was told next is: the address a HELLO gave. */

@@ -57,6 +57,7 @@ struct sim {
 	enum phub_opt_type opt;
 	bool exact;		/* gradients whose sums do not depend on the order */
 	bool deterministic;
+	bool split;		/* segments cut in R parts, not whole ones (split_segments) */
 	struct rack rack[MAX_RACKS];
 	uint32_t n_segments;
 	struct msg *queue;
@@ -138,8 +139,8 @@ send_ring(struct sim *s, unsigned int r, const struct phub_engine_ring_send *wha
 
 		if ((what->steps & (1u << step)) == 0)
 			continue;
-		phub_ring_part(s->racks, what->elem_count, phub_ring_send_part(s->racks, r, step),
-			       &off, &count);
+		phub_ring_seg_part(s->racks, what->elem_count, what->root,
+				   phub_ring_send_part(s->racks, r, step), &off, &count);
 		memset(&m, 0, sizeof(m));
 		m.kind = MSG_RING;
 		m.to = (r + 1) % s->racks;
@@ -188,6 +189,7 @@ rack_create(struct sim *s, unsigned int r, unsigned int ranks, unsigned int firs
 		.holds_rank0 = first_rank == 0,
 		.rto_ns = 2 * NS_PER_MS,
 		.rto_max_ns = 32 * NS_PER_MS,
+		.split_segments = s->split,
 	};
 	struct phub_engine_job_params p = {
 		.name = "spanning",
@@ -496,11 +498,15 @@ static const struct ring_case {
  */
 START_TEST(test_ring_of_racks_matches_one_pbox_with_every_worker)
 {
-	const struct ring_case *c = &cases[_i];
+	/* Each case twice: whole-segment ring datagrams, then segments cut in R parts. */
+	const unsigned int n_cases = sizeof(cases) / sizeof(cases[0]);
+	const struct ring_case *c = &cases[_i % n_cases];
 	struct sim *ring = sim_new(c->racks, c->dtype, c->opt, true, 11 + _i);
 	struct sim *flat = sim_new(1, c->dtype, c->opt, true, 5);
 	unsigned int all = 0, r;
 	uint64_t taken = 0, retransmits = 0;
+
+	ring->split = _i >= (int)n_cases;
 
 	for (r = 0; r < c->racks; r++)
 		all += c->ranks[r];
@@ -557,6 +563,38 @@ START_TEST(test_deterministic_ring_is_bit_reproducible)
 }
 END_TEST
 
+/*
+ * Whole-segment ring datagrams: the same model as the split ring's, from R times fewer ring
+ * datagrams taken (each carries a whole segment where the split ring's carry 1/R of one).
+ */
+START_TEST(test_whole_segments_take_r_times_fewer_datagrams)
+{
+	static const unsigned int ranks[] = { 1, 2, 1 };
+
+	for (unsigned int racks = 2; racks <= 3; racks++) {
+		struct sim *whole = sim_new(racks, PHUB_DTYPE_FP32, PHUB_OPT_SGD, true, 41);
+		struct sim *split = sim_new(racks, PHUB_DTYPE_FP32, PHUB_OPT_SGD, true, 41);
+		uint64_t taken_whole = 0, taken_split = 0, bytes_whole = 0, bytes_split = 0;
+
+		split->split = true;
+		sim_run(whole, ranks);
+		sim_run(split, ranks);
+		for (unsigned int r = 0; r < racks; r++) {
+			assert_same_state(whole->rack[r].job, split->rack[r].job, "whole vs split");
+			taken_whole += whole->rack[r].stats.ring_taken;
+			taken_split += split->rack[r].stats.ring_taken;
+			bytes_whole += whole->rack[r].stats.ring_taken_bytes;
+			bytes_split += split->rack[r].stats.ring_taken_bytes;
+		}
+		ck_assert_uint_gt(taken_whole, 0);
+		ck_assert_uint_eq(taken_whole * racks, taken_split);
+		ck_assert_uint_eq(bytes_whole, bytes_split);
+		sim_free(whole);
+		sim_free(split);
+	}
+}
+END_TEST
+
 /* Each hostile ring datagram is refused and counted under its reason; the job is unharmed. */
 START_TEST(test_hostile_ring_traffic_is_counted_by_reason)
 {
@@ -569,9 +607,12 @@ START_TEST(test_hostile_ring_traffic_is_counted_by_reason)
 	float data[SEG_ELEMS] = { 0 };
 	uint32_t off, count;
 
+	s->split = true;
+
 	sim_run(s, ranks);
 	k = &s->rack[1];
 	ck_assert(phub_engine_job_ring(k->job, NULL, &prev, NULL));
+	/* The split ring: chunk 1's first segment has a reduce part for rack 1 at step 0. */
 	phub_ring_part(2, SEG_ELEMS, phub_ring_recv_part(2, 1, 0), &off, &count);
 	memset(&good, 0, sizeof(good));
 	good.session_token = prev.token;
@@ -684,6 +725,7 @@ START_TEST(test_ring_poll_with_a_budget_serves_every_segment_in_turn)
 	uint32_t cursor = 0;
 	unsigned int distinct = 0;
 
+	s->split = true;	/* rack 0 sends step 0 of every segment */
 	s->total = 2;
 	rack_create(s, 0, 1, 0);
 	rack_create(s, 1, 1, 1);
@@ -716,6 +758,7 @@ START_TEST(test_ring_steps_wait_for_the_link)
 	struct phub_engine_ring_window w;
 	struct phub_engine_job_info info;
 
+	s->split = true;	/* rack 0 sends step 0 of every segment */
 	s->total = 2;
 	rack_create(s, 0, 1, 0);
 	rack_create(s, 1, 1, 1);
@@ -768,7 +811,8 @@ phub_engine_ring_suite(void)
 	TCase *tc = tcase_create("ring");
 
 	tcase_add_loop_test(tc, test_ring_of_racks_matches_one_pbox_with_every_worker, 0,
-			    (int)(sizeof(cases) / sizeof(cases[0])));
+			    2 * (int)(sizeof(cases) / sizeof(cases[0])));
+	tcase_add_test(tc, test_whole_segments_take_r_times_fewer_datagrams);
 	tcase_add_test(tc, test_deterministic_ring_is_bit_reproducible);
 	tcase_add_test(tc, test_hostile_ring_traffic_is_counted_by_reason);
 	tcase_add_test(tc, test_one_rack_job_refuses_ring_datagrams);
