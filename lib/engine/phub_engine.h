@@ -616,7 +616,7 @@ int phub_engine_job_ring_peers(struct phub_engine_job *job,
 bool phub_engine_job_ring(const struct phub_engine_job *job, struct phub_engine_ring_params *p,
 		struct phub_engine_ring_link *prev, struct phub_engine_ring_link *next);
 
-/* A RING_REDUCE, RING_GATHER or RING_ACK as the data path parsed it (host byte order). */
+/* A RING_REDUCE, RING_GATHER, RING_ACK or RING_ACKV as the data path parsed it (host order). */
 struct phub_engine_ring_request {
 	uint64_t session_token;
 	uint32_t chunk_id;
@@ -629,7 +629,7 @@ struct phub_engine_ring_request {
 	uint8_t dtype;
 	uint32_t src_ipv4;
 	uint16_t src_udp_port;
-	const void *payload;		/* RING_REDUCE/RING_GATHER: elem_count fp32 */
+	const void *payload;		/* RING_REDUCE/GATHER: elem_count fp32; RING_ACKV: body */
 	size_t payload_len;
 	uint64_t now_ns;		/* CLOCK_MONOTONIC, read once per burst by the caller */
 };
@@ -645,6 +645,20 @@ struct phub_engine_ring_request {
  */
 void phub_engine_ring_receive(struct phub_engine_job *job, const struct phub_engine_ring_request *req,
 		struct phub_engine_reply *reply, struct phub_engine_stats *stats);
+
+/*
+ * Take a RING_ACKV from next (req: session_token, rank, opcode, source, now_ns, and its body as
+ * payload/payload_len): every entry of a chunk whose server owns() gives this thread (NULL:
+ * every chunk) acknowledges its step as a RING_ACK would, round-trip sample and window
+ * included; entries of other threads' chunks are left to them (the data path hands them the
+ * datagram). Returns the steps newly acknowledged; reply->reason is OK, or the drop of the
+ * whole datagram (as RING_ACK's, and RING_ACKV_FIELDS for a body that does not parse). An
+ * entry naming no chunk or segment of the job is counted as CHUNK_RANGE or OFFSET_RANGE and
+ * skipped. Call phub_engine_ring_release() after it, as after a RING_ACK.
+ */
+unsigned int phub_engine_ring_ackv(struct phub_engine_job *job,
+		const struct phub_engine_ring_request *req, bool (*owns)(void *arg, uint32_t server),
+		void *arg, struct phub_engine_reply *reply, struct phub_engine_stats *stats);
 
 /*
  * Retransmit what is due at now_ns among the chunks whose server owns() says this thread

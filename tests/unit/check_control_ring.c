@@ -738,7 +738,10 @@ START_TEST(test_hello_before_the_job_exists_is_unanswered)
 }
 END_TEST
 
-/* A HELLO with another nonce, ring size, position or address is counted and changes nothing. */
+/*
+ * A HELLO with another nonce, ring size, position, ring format (caps) or address is counted
+ * and changes nothing.
+ */
 START_TEST(test_hello_that_does_not_fit_is_counted_and_ignored)
 {
 	static const unsigned int ranks[] = { 1, 1, 1 };
@@ -756,6 +759,7 @@ START_TEST(test_hello_that_does_not_fit_is_counted_and_ignored)
 	h.token = 77;
 	h.racks = 3;
 	h.pos = 2;		/* rack0's prev */
+	h.caps = PHUB_WIRE_RING_CAP_ALL;
 	h.endpoint_count = 1;
 	h.endpoints[0] = (struct phub_wire_endpoint){ .ipv4 = box_ip(2), .udp_port = DATA_PORT };
 #define SEND_HELLO(field, value) \
@@ -770,11 +774,13 @@ START_TEST(test_hello_that_does_not_fit_is_counted_and_ignored)
 	SEND_HELLO(racks, 4);
 	SEND_HELLO(pos, 0);		/* ourselves: not a neighbour */
 	SEND_HELLO(name[0], 'S');	/* no such ring job */
+	SEND_HELLO(caps, 0);		/* a PBox of the split ring with RING_ACKs */
+	SEND_HELLO(caps, PHUB_WIRE_RING_CAP_WHOLE);
 	from.ipv4 = box_ip(1);		/* rack1's address claiming rack2's position */
 	SEND_HELLO(token, 77);
 #undef SEND_HELLO
 	phub_control_get_stats(net.box[0].ctl, &st);
-	ck_assert_uint_eq(st.ring_hellos_refused, 5);
+	ck_assert_uint_eq(st.ring_hellos_refused, 7);
 	ck_assert_uint_eq(st.ring_hellos_taken, 0);
 	ck_assert_uint_eq(net.queued, 0);	/* nothing answered */
 	/* The right one, from the right address, is taken and answered. */
