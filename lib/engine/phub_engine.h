@@ -120,8 +120,10 @@ struct phub_engine_ring_params {
 	uint64_t window_max_bytes;
 	/*
 	 * Cut each segment into R parts, one ring datagram each (the format of PBoxes without
-	 * PHUB_WIRE_RING_CAP_WHOLE); false, the default: each ring datagram carries a whole
-	 * segment, the segments' roots taking turns (phub_ring_seg_part()).
+	 * PHUB_WIRE_RING_CAP_WHOLE); false, the default: in a job of fp32 elements each ring
+	 * datagram carries a whole segment, the segments' roots taking turns
+	 * (phub_ring_seg_part()). A 16-bit job's segments are always cut: the ring's fp32 sum
+	 * of one is twice its PUSH.
 	 */
 	bool split_segments;
 };
