@@ -477,10 +477,26 @@ phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint3
 	return true;
 }
 
+/*
+ * The slack of loss detection by ACK order for a step of `bytes`: PHUB_RING_REORDER datagrams,
+ * but at most half of what the window's ceiling holds of them. Whole-MTU datagrams fill a
+ * 256 KiB window with 29: with a slack of 32, no lost one could ever be overtaken that far,
+ * and each loss waited for the link to fall silent for an RTO.
+ */
+static int32_t
+reorder_slack(const struct phub_ring_params *p, uint64_t bytes)
+{
+	uint64_t fit = bytes != 0 ? p->win->max_bytes / bytes / 2 : PHUB_RING_REORDER;
+
+	if (fit < 3)
+		fit = 3;
+	return fit < PHUB_RING_REORDER ? (int32_t)fit : PHUB_RING_REORDER;
+}
+
 /* The unacknowledged steps of a round that sends later on the link overtook: lost. */
 static uint32_t
-round_overtaken(const struct phub_ring_params *p, const struct phub_ring_round *r,
-		uint32_t unacked)
+round_overtaken(const struct phub_ring_seg *seg, const struct phub_ring_params *p,
+		const struct phub_ring_round *r, uint32_t unacked)
 {
 	uint32_t acked_seq, lost = 0;
 	unsigned int step, steps = phub_ring_steps(p->racks);
@@ -490,7 +506,8 @@ round_overtaken(const struct phub_ring_params *p, const struct phub_ring_round *
 	acked_seq = atomic_load_explicit(&p->win->acked_seq, memory_order_relaxed);
 	for (step = 0; step < steps; step++)
 		if ((unacked & (1u << step)) != 0 &&
-		    (int32_t)(acked_seq - r->tx_seq[step]) > PHUB_RING_REORDER)
+		    (int32_t)(acked_seq - r->tx_seq[step]) >
+			    reorder_slack(p, step_bytes(seg, p, seg->elems, step)))
 			lost |= 1u << step;
 	return lost;
 }
@@ -540,7 +557,7 @@ seg_due(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint64_t no
 		if (!r->active)
 			continue;
 		memset(o, 0, sizeof(*o));
-		lost = resend ? round_overtaken(p, r, unacked) : 0;
+		lost = resend ? round_overtaken(seg, p, r, unacked) : 0;
 		if (resend && unacked != 0 && round_timed_out(p, r, now_ns)) {
 			uint64_t rto;
 

@@ -192,7 +192,8 @@ enum {
 	/*
 	 * Datagrams sent after an unacknowledged one whose ACKs make it lost: the slack for the
 	 * reordering of several data lcores sending on one link and handing received ones off
-	 * (a burst each).
+	 * (a burst each). At most half the datagrams of the step's size the window's ceiling
+	 * holds (at least 3), so that a window of whole-MTU datagrams still finds losses by it.
 	 */
 	PHUB_RING_REORDER = 32,
 };
