@@ -529,7 +529,8 @@ err:
 
 /*
  * The ring steps of one segment to the next PBox (engine reply RING_SEND or a retransmission):
- * one datagram per step (a whole segment, or 1/R of one for a split ring), fp32, from this PBox's ring address on the port that reaches it.
+ * one datagram per step (a whole segment, or 1/R of one for a split ring), fp32, from this
+ * PBox's ring address on the port that reaches it.
  * Before the control plane has linked the ring the engine holds the steps back (the scan
  * sends them once it has); a link that went away in between drops them here, unacknowledged.
  */
@@ -711,8 +712,8 @@ ring_ackv_add(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job 
 /*
  * A RING_REDUCE, RING_GATHER or RING_ACK, on the lcore that owns its chunk: the engine checks
  * it (token and source of the job's ring neighbour, step, iteration), the taken ones are
- * acknowledged in the turn's RING_ACKV, and what they complete goes on: ring steps to the next PBox, MODEL
- * to this rack's workers.
+ * acknowledged in the turn's RING_ACKV, and what they complete goes on: ring steps to the next
+ * PBox, MODEL to this rack's workers.
  */
 static void
 handle_ring(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *job, uint32_t server)

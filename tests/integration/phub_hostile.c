@@ -27,7 +27,8 @@
  * --ring-spray JOB_ID: only send --repeat RING_REDUCE, RING_GATHER, RING_ACK and RING_ACKV
  * datagrams each for that job (a job across racks, as the PBox at --server:--port knows it:
  * send them to a data port of its uplink) with guessed tokens, as a host on the spine that is
- * not the job's ring peer would; print {"sent": datagrams} and stop. The PBox must drop each as bad_token.
+ * not the job's ring peer would; print {"sent": datagrams} and stop. The PBox must drop each
+ * as bad_token.
  * --csum: only JOIN a job of its own asking for CRC32C (JOIN flag CSUM), PUSH its three
  * segments with CSUM, then one PUSH whose payload was changed after its CRC was computed (the UDP
  * checksum is the kernel's, so only the CRC can tell), then that PUSH intact; print as JSON
