@@ -697,7 +697,8 @@ ring_ackv_add(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job 
 		a->f = *f;
 		a->job = job;
 		a->n = 0;
-		a->max = room > 0 ? (unsigned int)room / sizeof(struct phub_wire_ring_ack_entry) : 1;
+		a->max = room > 0 ?
+			(unsigned int)room / sizeof(struct phub_wire_ring_ack_entry) : 1;
 		if (a->max > PHUB_WIRE_RING_ACKV_MAX)
 			a->max = PHUB_WIRE_RING_ACKV_MAX;
 	} else {
@@ -756,7 +757,7 @@ handle_ring(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *j
 		send_ring(lc, job, &reply.ring);
 	if (reply.actions & PHUB_ENGINE_MODEL_ALL)
 		send_ring_model(lc, job, f, &reply, pbox.servers[server].port);
-	/* Last: the acknowledgement keeps the mbuf, whose payload the steps above no longer need. */
+	/* Last: the acknowledgement keeps the mbuf; the steps above no longer need its payload. */
 	ring_ackv_add(lc, f, job);
 }
 
