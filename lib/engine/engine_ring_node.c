@@ -93,10 +93,12 @@ engine_ring_setup(struct phub_engine_job *job, void *(*alloc)(struct phub_engine
 			uint64_t elem = chunk.elem_base + (uint64_t)s * job->segment_elems;
 			float *b = job->ring_bufs + elem;
 
-			struct phub_ring_seg *rs = &job->ring_segs[job->chunks[c].first_segment + s];
+			uint32_t slot = job->chunks[c].first_segment + s;
+			struct phub_ring_seg *rs = &job->ring_segs[slot];
 
-			phub_ring_seg_init(rs, job->first_iteration, b, b + n, b + 2 * n, b + 3 * n);
-			/* Whole segments: the roots take turns by chunk and index, as on the wire. */
+			phub_ring_seg_init(rs, job->first_iteration, b, b + n, b + 2 * n,
+					b + 3 * n);
+			/* Whole segments: the roots take turns by chunk and index (the wire's). */
 			if (!job->ring_split)
 				rs->root = (uint8_t)((c + s) % job->ring.racks);
 		}
@@ -656,7 +658,7 @@ phub_engine_ring_ackv(struct phub_engine_job *job, const struct phub_engine_ring
 			continue;
 		}
 		seg = job->chunks[e.chunk_id].first_segment + e.seg_index;
-		/* Another lcore's chunk: that lcore takes the entry from its copy of the datagram. */
+		/* Another lcore's chunk: that lcore takes the entry from its copy. */
 		if (!seg_owned(job, seg, &owner, owns, arg))
 			continue;
 		if (phub_ring_ack(&job->ring_segs[seg], &params, e.iteration, e.step, req->now_ns,

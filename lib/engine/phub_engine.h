@@ -631,7 +631,7 @@ struct phub_engine_ring_request {
 	uint8_t dtype;
 	uint32_t src_ipv4;
 	uint16_t src_udp_port;
-	const void *payload;		/* RING_REDUCE/GATHER: elem_count fp32; RING_ACKV: body */
+	const void *payload;		/* REDUCE/GATHER: elem_count fp32; RING_ACKV: body */
 	size_t payload_len;
 	uint64_t now_ns;		/* CLOCK_MONOTONIC, read once per burst by the caller */
 };
@@ -659,8 +659,9 @@ void phub_engine_ring_receive(struct phub_engine_job *job, const struct phub_eng
  * skipped. Call phub_engine_ring_release() after it, as after a RING_ACK.
  */
 unsigned int phub_engine_ring_ackv(struct phub_engine_job *job,
-		const struct phub_engine_ring_request *req, bool (*owns)(void *arg, uint32_t server),
-		void *arg, struct phub_engine_reply *reply, struct phub_engine_stats *stats);
+		const struct phub_engine_ring_request *req,
+		bool (*owns)(void *arg, uint32_t server), void *arg,
+		struct phub_engine_reply *reply, struct phub_engine_stats *stats);
 
 /*
  * Retransmit what is due at now_ns among the chunks whose server owns() says this thread
