@@ -529,7 +529,8 @@ err:
 
 /*
  * The ring steps of one segment to the next PBox (engine reply RING_SEND or a retransmission):
- * one datagram per step, fp32, from this PBox's ring address on the port that reaches it.
+ * one datagram per step (a whole segment, or 1/R of one for a split ring), fp32, from this
+ * PBox's ring address on the port that reaches it.
  * Before the control plane has linked the ring the engine holds the steps back (the scan
  * sends them once it has); a link that went away in between drops them here, unacknowledged.
  */
@@ -558,8 +559,8 @@ send_ring(struct pbox_lcore *lc, struct phub_engine_job *job,
 
 		if ((what->steps & (1u << step)) == 0)
 			continue;
-		phub_ring_part(rp.racks, what->elem_count, phub_ring_send_part(rp.racks, rp.pos,
-				step), &off, &count);
+		phub_ring_seg_part(rp.racks, what->elem_count, what->root,
+				phub_ring_send_part(rp.racks, rp.pos, step), &off, &count);
 		if (count == 0)
 			continue;	/* an empty part: both ends skip its step */
 		hdr.opcode = phub_ring_step_is_reduce(rp.racks, step) ? PHUB_WIRE_OP_RING_REDUCE :
@@ -638,19 +639,88 @@ ring_release(struct pbox_lcore *lc, struct phub_engine_job *job)
 }
 
 /*
+ * The RING_ACKV an lcore gathers over one turn of its loop: one entry per ring datagram taken
+ * (or seen before) from the previous PBox, sent as one datagram when the turn's bursts are
+ * served (ring_ackv_flush()), when another job's or peer's datagram comes, or when full.
+ * Against one RING_ACK per datagram: a PBox's frames for the ring's acknowledgements fall from
+ * one per ring datagram to one per burst. The first datagram's mbuf carries it back.
+ */
+struct ring_ackv {
+	struct rx_frame f;		/* the first datagram acknowledged; f.m NULL: none */
+	struct phub_engine_job *job;
+	unsigned int n, max;
+	uint8_t body[PHUB_WIRE_RING_ACKV_MAX * sizeof(struct phub_wire_ring_ack_entry)];
+};
+
+/* By lcore id: only that lcore touches its own. */
+static struct ring_ackv ring_ackvs[RTE_MAX_LCORE];
+
+/* Send the gathered RING_ACKV, if any, back to the previous PBox. */
+static void
+ring_ackv_flush(struct pbox_lcore *lc)
+{
+	struct ring_ackv *a = &ring_ackvs[lc->lcore_id];
+	struct phub_engine_ring_params rp;
+	struct phub_engine_ring_link prev;
+	struct phub_wire_msg ack;
+
+	if (a->f.m == NULL)
+		return;
+	/* A datagram the engine took is of a linked ring job: our position, prev's job id. */
+	phub_engine_job_ring(a->job, &rp, &prev, NULL);
+	phub_wire_msg_init(&ack, PHUB_WIRE_OP_RING_ACKV);
+	ack.job_id = prev.job_id;
+	ack.session_token = a->f.msg.session_token;
+	ack.worker_rank = rp.pos;
+	ack.payload = a->body;
+	ack.payload_len = (uint16_t)(a->n * sizeof(struct phub_wire_ring_ack_entry));
+	lc->stats.ring_acks_out++;
+	reply_in_place(lc, &a->f, a->f.port_index, &ack);
+	a->f.m = NULL;
+	a->job = NULL;
+}
+
+/* One more ring datagram to acknowledge (f's mbuf is the RING_ACKV's or freed). */
+static void
+ring_ackv_add(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *job)
+{
+	struct ring_ackv *a = &ring_ackvs[lc->lcore_id];
+	uint32_t seg_elems = phub_layout_segment_elems(phub_engine_job_layout(job));
+
+	if (a->f.m != NULL && (a->job != job || a->f.src_ip != f->src_ip ||
+			       a->f.src_udp != f->src_udp || a->f.port_index != f->port_index ||
+			       a->f.msg.session_token != f->msg.session_token || a->n == a->max))
+		ring_ackv_flush(lc);
+	if (a->f.m == NULL) {
+		int room = phub_wire_max_payload(pbox.ports[f->port_index].mtu);
+
+		a->f = *f;
+		a->job = job;
+		a->n = 0;
+		a->max = room > 0 ?
+			(unsigned int)room / sizeof(struct phub_wire_ring_ack_entry) : 1;
+		if (a->max > PHUB_WIRE_RING_ACKV_MAX)
+			a->max = PHUB_WIRE_RING_ACKV_MAX;
+	} else {
+		rte_pktmbuf_free(f->m);
+	}
+	phub_wire_ring_ackv_put(a->body, a->n++, &(struct phub_wire_ring_ack){
+			.chunk_id = f->msg.chunk_id,
+			.seg_index = (uint16_t)(f->msg.elem_offset / seg_elems),
+			.iteration = f->msg.iteration, .step = f->msg.aux });
+}
+
+/*
  * A RING_REDUCE, RING_GATHER or RING_ACK, on the lcore that owns its chunk: the engine checks
  * it (token and source of the job's ring neighbour, step, iteration), the taken ones are
- * acknowledged in place, and what they complete goes on: ring steps to the next PBox, MODEL
- * to this rack's workers.
+ * acknowledged in the turn's RING_ACKV, and what they complete goes on: ring steps to the next
+ * PBox, MODEL to this rack's workers.
  */
 static void
 handle_ring(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *job, uint32_t server)
 {
 	struct phub_engine_ring_request req;
-	struct phub_engine_ring_params rp;
-	struct phub_engine_ring_link prev;
 	struct phub_engine_reply reply;
-	struct phub_wire_msg ack;
 
 	memset(&req, 0, sizeof(req));
 	req.session_token = f->msg.session_token;
@@ -687,20 +757,81 @@ handle_ring(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *j
 		send_ring(lc, job, &reply.ring);
 	if (reply.actions & PHUB_ENGINE_MODEL_ALL)
 		send_ring_model(lc, job, f, &reply, pbox.servers[server].port);
-	/* Last: the ACK reuses the received mbuf, whose payload the steps above no longer need. */
-	/* A datagram the engine took is of a linked ring job: our position, prev's job id. */
-	phub_engine_job_ring(job, &rp, &prev, NULL);
-	phub_wire_msg_init(&ack, PHUB_WIRE_OP_RING_ACK);
-	ack.job_id = prev.job_id;
-	ack.session_token = f->msg.session_token;
-	ack.worker_rank = rp.pos;
-	ack.chunk_id = f->msg.chunk_id;
-	ack.iteration = f->msg.iteration;
-	ack.elem_offset = f->msg.elem_offset;
-	ack.elem_count = f->msg.elem_count;
-	ack.aux = f->msg.aux;
-	lc->stats.ring_acks_out++;
-	reply_in_place(lc, f, f->port_index, &ack);
+	/* Last: the acknowledgement keeps the mbuf; the steps above no longer need its payload. */
+	ring_ackv_add(lc, f, job);
+}
+
+/*
+ * Hand a RING_ACKV whose entries name chunks of other data lcores to each of them (a copy
+ * each): every lcore acknowledges the entries of its own chunks (phub_engine_ring_ackv()).
+ */
+static void
+ring_ackv_hand_off(struct pbox_lcore *lc, const struct rx_frame *f,
+		const struct phub_engine_job *job)
+{
+	const struct phub_layout *layout = phub_engine_job_layout(job);
+	uint64_t others = 0;
+	unsigned int n = f->msg.payload_len / sizeof(struct phub_wire_ring_ack_entry);
+
+	for (unsigned int i = 0; i < n; i++) {
+		struct phub_wire_ring_ack e;
+		uint32_t server;
+		uint16_t owner;
+
+		phub_wire_ring_ackv_get(f->msg.payload, i, &e);
+		if (phub_layout_chunk_server(layout, e.chunk_id, &server) != 0)
+			continue;	/* counted by the engine */
+		owner = pbox.server_lcore_index[server];
+		if (owner != lc->data_index && owner < 64)
+			others |= UINT64_C(1) << owner;
+	}
+	while (others != 0) {
+		uint16_t owner = (uint16_t)__builtin_ctzll(others);
+		struct rte_mbuf *copy = rte_pktmbuf_copy(f->m, lc->pool, 0, UINT32_MAX);
+
+		others &= others - 1;
+		if (unlikely(copy == NULL)) {
+			lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
+			continue;
+		}
+		hand_off(lc, copy, f->port_index, owner);
+	}
+}
+
+/*
+ * A RING_ACKV from the next PBox: the entries of this lcore's chunks acknowledged, a copy to
+ * each other lcore whose chunks it names (not again for a copy handed here), then the steps the
+ * window held back go out, as after a RING_ACK.
+ */
+static void
+handle_ring_ackv(struct pbox_lcore *lc, struct rx_frame *f, bool handed)
+{
+	struct phub_engine_job *job = phub_engine_job_lookup(pbox.engine, f->msg.job_id);
+	struct ring_poll_ctx c = { .lc = lc, .job = job };
+	struct phub_engine_ring_request req;
+	struct phub_engine_reply reply;
+
+	if (job == NULL) {
+		wire_drop(lc, f->m, PHUB_DROP_UNKNOWN_JOB);
+		return;
+	}
+	memset(&req, 0, sizeof(req));
+	req.session_token = f->msg.session_token;
+	req.rank = f->msg.worker_rank;
+	req.opcode = f->msg.opcode;
+	req.src_ipv4 = f->src_ip;
+	req.src_udp_port = f->src_udp;
+	req.payload = f->msg.payload;
+	req.payload_len = f->msg.payload_len;
+	req.now_ns = lc->now_ns;
+	phub_engine_ring_ackv(job, &req, ring_poll_owns, &c, &reply, &lc->engine_stats);
+	if (reply.reason == PHUB_DROP_OK) {
+		lc->stats.ring_acks_in++;
+		if (!handed && pbox.n_lcores > 1)
+			ring_ackv_hand_off(lc, f, job);
+		ring_release(lc, job);
+	}
+	rte_pktmbuf_free(f->m);
 }
 
 static void
@@ -920,6 +1051,9 @@ handle_frame(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi, bool handed
 	case PHUB_WIRE_OP_RING_GATHER:
 	case PHUB_WIRE_OP_RING_ACK:
 		handle_data(lc, &f);
+		break;
+	case PHUB_WIRE_OP_RING_ACKV:
+		handle_ring_ackv(lc, &f, handed);
 		break;
 	case PHUB_WIRE_OP_PING:
 		handle_ping(lc, &f);
@@ -1193,6 +1327,8 @@ pbox_lcore_main(void *arg)
 			work += n;
 		}
 		drain_inbox(lc, &work);
+		/* The turn's ring datagrams are acknowledged together, one RING_ACKV. */
+		ring_ackv_flush(lc);
 
 		cur_tsc = rte_rdtsc();
 		work += ring_poll(lc, cur_tsc);

@@ -172,6 +172,8 @@ hello_fill(const struct phub_control *ctl, const struct cjob *cj, uint16_t port,
 	h->token = r->token;
 	h->racks = r->decl->n_racks;
 	h->pos = r->pos;
+	/* The ring this version runs: whole-segment datagrams, acknowledged by RING_ACKV. */
+	h->caps = PHUB_WIRE_RING_CAP_ALL;
 	h->endpoint_count = 1;
 	if (ctl->p.n_ring_endpoints != 0)
 		h->endpoints[0] = ctl->p.ring_endpoints[port < ctl->p.n_ring_endpoints ? port : 0];
@@ -328,6 +330,12 @@ control_ring_input(struct phub_control *ctl, const struct phub_control_peer *fro
 	if (h.racks != r->decl->n_racks) {
 		hello_refuse(ctl, from, &h, "a ring of %u racks; ours has %u", h.racks,
 				r->decl->n_racks);
+		return;
+	}
+	/* A segment's parts are the whole ring's choice: every PBox of it must cut them alike. */
+	if (h.caps != PHUB_WIRE_RING_CAP_ALL) {
+		hello_refuse(ctl, from, &h, "ring format 0x%x; ours is 0x%x (another version)",
+				h.caps, PHUB_WIRE_RING_CAP_ALL);
 		return;
 	}
 	if (r->prev.pos == h.pos)

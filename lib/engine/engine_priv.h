@@ -238,6 +238,7 @@ struct phub_engine_job {
 	} ring_prev, ring_next;
 	struct phub_ring_window ring_win;	/* the send window of the link to next */
 	uint64_t ring_window_max;		/* 0: default; PHUB_ENGINE_RING_NO_WINDOW: none */
+	bool ring_split;			/* segments cut in R parts (split_segments) */
 };
 
 struct phub_engine {

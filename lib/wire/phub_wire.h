@@ -273,7 +273,12 @@ enum phub_wire_payload {
  *                 datagrams to it carry. Sent until answered, then as a keep-alive.
  * RING_HELLO_ACK 0x44  the answer, from the receiver's control port: the same body, the
  *                 receiver's own.
- * 0x45-0x4f       reserved for PBox-to-PBox traffic (PHUB_DROP_RESERVED_OPCODE).
+ * RING_ACKV 0x45  PBox -> previous PBox: the RING_REDUCE/RING_GATHER segments of one job taken
+ *                 in one receive burst, one RING_ACK each in one datagram. job_id and token as
+ *                 RING_ACK, worker_rank = the sender's ring position. Body: 1 ..
+ *                 PHUB_WIRE_RING_ACKV_MAX entries of struct phub_wire_ring_ack_entry, their
+ *                 count payload_len / 16.
+ * 0x46-0x4f       reserved for PBox-to-PBox traffic (PHUB_DROP_RESERVED_OPCODE).
  */
 #define PHUB_WIRE_OPCODES(_) \
 	_(JOIN,		0x01, "join",		0, BODY) \
@@ -299,7 +304,8 @@ enum phub_wire_payload {
 	_(RING_GATHER,	0x41, "ring_gather",	PHUB_WIRE_USE_DATA, ELEMS) \
 	_(RING_ACK,	0x42, "ring_ack",	PHUB_WIRE_USE_DATA, NONE) \
 	_(RING_HELLO,	0x43, "ring_hello",	PHUB_WIRE_USE_JOB, BODY) \
-	_(RING_HELLO_ACK, 0x44, "ring_hello_ack", PHUB_WIRE_USE_JOB, BODY)
+	_(RING_HELLO_ACK, 0x44, "ring_hello_ack", PHUB_WIRE_USE_JOB, BODY) \
+	_(RING_ACKV,	0x45, "ring_ackv",	PHUB_WIRE_USE_SESSION, BODY)
 
 enum phub_wire_opcode {
 #define PHUB_WIRE_OP_ENUM(n, v, s, use, pl) PHUB_WIRE_OP_##n = (v),
@@ -367,6 +373,7 @@ enum phub_wire_opcode {
 	_(ERROR_CODE,		"error_bad_code") \
 	_(ERROR_TEXT,		"error_text_not_utf8") \
 	_(RING_HELLO_FIELDS,	"ring_hello_bad_fields") \
+	_(RING_ACKV_FIELDS,	"ring_ackv_bad_fields") \
 	/* second group: session and slot state, returned by the engine */ \
 	_(BAD_TOKEN,		"bad_token") \
 	_(UNKNOWN_JOB,		"unknown_job") \
@@ -951,10 +958,19 @@ struct __attribute__((packed)) phub_wire_ring_hello_body {
 };
 
 /*
- * RING_HELLO caps bit STATE: a state trailer (generation, base, newest checkpoint; u32 each)
- * ends the body. Bits 0x0001 and 0x0002 are the ring's data format's (issue 22).
+ * What the sender's ring speaks (the body's caps; 0 before them, the field was reserved). The
+ * two ends of a link must speak the same: a segment's parts are the whole ring's choice.
+ * WHOLE: each ring datagram carries a whole segment, the segments' roots taking turns
+ * (docs/protocol.md section 12); without it a segment is cut in R parts. ACKV: it
+ * acknowledges with RING_ACKV. These are the ring's format, compared between neighbours.
+ * STATE is not part of the format: it says a state trailer (generation, base, newest
+ * checkpoint; u32 each) ends the body, and is parsed into `state`, not `caps`. Other bits are
+ * refused (ring_hello_bad_fields).
  */
-#define PHUB_WIRE_RING_CAP_STATE 0x0004u
+#define PHUB_WIRE_RING_CAP_WHOLE	0x0001
+#define PHUB_WIRE_RING_CAP_ACKV		0x0002
+#define PHUB_WIRE_RING_CAP_ALL		(PHUB_WIRE_RING_CAP_WHOLE | PHUB_WIRE_RING_CAP_ACKV)
+#define PHUB_WIRE_RING_CAP_STATE	0x0004u
 #define PHUB_WIRE_RING_HELLO_STATE_BYTES 12
 #define PHUB_WIRE_RING_HELLO_NONE 0xffffffffu	/* no such iteration */
 
@@ -969,6 +985,7 @@ struct phub_wire_ring_hello {
 	uint16_t racks;
 	uint16_t pos;
 	uint16_t endpoint_count;
+	uint16_t caps;			/* PHUB_WIRE_RING_CAP_WHOLE | _ACKV bits */
 	struct phub_wire_endpoint endpoints[PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS];
 	/* The state trailer: state false, the rest 0, when the flag is not set. */
 	bool state;
@@ -987,6 +1004,58 @@ int phub_wire_ring_hello_write(void *buf, size_t cap, uint8_t opcode,
 /* Validate a RING_HELLO(_ACK) body of len bytes; never reads past body + len. */
 enum phub_drop_reason phub_wire_ring_hello_parse(const void *body, size_t len,
 		struct phub_wire_ring_hello *out);
+
+/* ---- RING_ACKV (docs/protocol.md section 12) ---- */
+
+/*
+ * One entry of a RING_ACKV body, 16 bytes, big-endian: the RING_REDUCE/RING_GATHER it
+ * acknowledges, as a RING_ACK would name it.
+ *
+ * +-------------------------------+-------------------------------+
+ * |                           chunk_id                            |  0
+ * +-------------------------------+-------------------------------+
+ * |  seg_index (in the chunk)     |           flags (0)           |  4
+ * +-------------------------------+-------------------------------+
+ * |                           iteration                           |  8
+ * +---------------------------------------------------------------+
+ * |            aux: the ring step, echoed (< 2 (16 - 1))          | 12
+ * +---------------------------------------------------------------+
+ */
+struct __attribute__((packed)) phub_wire_ring_ack_entry {
+	phub_be32_t chunk_id;
+	phub_be16_t seg_index;
+	phub_be16_t flags;
+	phub_be32_t iteration;
+	phub_be32_t aux;
+};
+
+static_assert(sizeof(struct phub_wire_ring_ack_entry) == 16, "RING_ACKV entry is 16 bytes");
+
+/*
+ * Entries in one RING_ACKV at most: 1024 bytes of body, more than the ring datagrams of a
+ * receive burst (32) and an inbox burst together. A sender puts fewer where its MTU is
+ * smaller (phub_wire_max_payload() / 16: 30 at PHUB_WIRE_MIN_MTU).
+ */
+#define PHUB_WIRE_RING_ACKV_MAX 64
+
+/* One RING_ACKV entry in host order. */
+struct phub_wire_ring_ack {
+	uint32_t chunk_id;
+	uint16_t seg_index;
+	uint32_t iteration;
+	uint32_t step;			/* aux */
+};
+
+/*
+ * Validate a RING_ACKV body of len bytes: 1 .. PHUB_WIRE_RING_ACKV_MAX whole entries, flags 0,
+ * steps below 2 (PHUB_WIRE_RING_MAX_RACKS - 1). PHUB_DROP_OK and *count, or the reason.
+ */
+enum phub_drop_reason phub_wire_ring_ackv_parse(const void *body, size_t len,
+		unsigned int *count);
+/* Entry i of a body phub_wire_ring_ackv_parse() took. */
+void phub_wire_ring_ackv_get(const void *body, unsigned int i, struct phub_wire_ring_ack *out);
+/* Write entry i of a body (16 bytes at body + 16 i). */
+void phub_wire_ring_ackv_put(void *body, unsigned int i, const struct phub_wire_ring_ack *e);
 
 #ifdef __cplusplus
 }

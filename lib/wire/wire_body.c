@@ -743,6 +743,7 @@ phub_wire_ring_hello_parse(const void *body, size_t len, struct phub_wire_ring_h
 	out->pos = wire_ld16(&b.pos);
 	out->endpoint_count = wire_ld16(&b.endpoint_count);
 	flags = wire_ld16(&b.caps);
+	out->caps = flags & PHUB_WIRE_RING_CAP_ALL;
 	trailer = (flags & PHUB_WIRE_RING_CAP_STATE) != 0 ?
 		PHUB_WIRE_RING_HELLO_STATE_BYTES : 0;
 	/*
@@ -750,7 +751,8 @@ phub_wire_ring_hello_parse(const void *body, size_t len, struct phub_wire_ring_h
 	 * least one endpoint to send to, and exactly the endpoints the count says.
 	 */
 	if (out->racks < 2 || out->racks > PHUB_WIRE_RING_MAX_RACKS || out->pos >= out->racks ||
-	    out->token == 0 || (flags & ~PHUB_WIRE_RING_CAP_STATE) != 0 ||
+	    out->token == 0 ||
+	    (flags & ~(PHUB_WIRE_RING_CAP_ALL | PHUB_WIRE_RING_CAP_STATE)) != 0 ||
 	    out->endpoint_count == 0 || out->endpoint_count > PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS ||
 	    len != HELLO_FIXED + (size_t)out->endpoint_count * ENDPOINT_SIZE + trailer)
 		return PHUB_DROP_RING_HELLO_FIELDS;
@@ -786,7 +788,8 @@ phub_wire_ring_hello_write(void *buf, size_t cap, uint8_t opcode,
 
 	if (buf == NULL || h == NULL ||
 	    (opcode != PHUB_WIRE_OP_RING_HELLO && opcode != PHUB_WIRE_OP_RING_HELLO_ACK) ||
-	    h->endpoint_count > PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS)
+	    h->endpoint_count > PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS ||
+	    (h->caps & ~PHUB_WIRE_RING_CAP_ALL) != 0)
 		return -EINVAL;
 	len = HELLO_FIXED + (size_t)h->endpoint_count * ENDPOINT_SIZE +
 		(h->state ? PHUB_WIRE_RING_HELLO_STATE_BYTES : 0);
@@ -802,7 +805,7 @@ phub_wire_ring_hello_write(void *buf, size_t cap, uint8_t opcode,
 	wire_st16(&b.racks, h->racks);
 	wire_st16(&b.pos, h->pos);
 	wire_st16(&b.endpoint_count, h->endpoint_count);
-	wire_st16(&b.caps, h->state ? PHUB_WIRE_RING_CAP_STATE : 0);
+	wire_st16(&b.caps, h->caps | (h->state ? PHUB_WIRE_RING_CAP_STATE : 0));
 	memcpy(body, &b, sizeof(b));
 	for (uint16_t i = 0; i < h->endpoint_count; i++) {
 		uint8_t *e = body + HELLO_FIXED + (size_t)i * ENDPOINT_SIZE;
@@ -825,4 +828,55 @@ phub_wire_ring_hello_write(void *buf, size_t cap, uint8_t opcode,
 	msg.payload_len = (uint16_t)len;
 	/* phub_wire_encode() checks the body as a receiver would: nothing invalid leaves. */
 	return phub_wire_encode(buf, cap, &msg);
+}
+
+/* ---- RING_ACKV ---- */
+
+#define ACKV_ENTRY sizeof(struct phub_wire_ring_ack_entry)
+
+enum phub_drop_reason
+phub_wire_ring_ackv_parse(const void *body, size_t len, unsigned int *count)
+{
+	const uint8_t *p = body;
+	size_t n = len / ACKV_ENTRY;
+
+	*count = 0;
+	if (body == NULL || len == 0)
+		return PHUB_DROP_BODY_SHORT;
+	/* Whole entries, not more than a sender may put in one. */
+	if (len % ACKV_ENTRY != 0 || n > PHUB_WIRE_RING_ACKV_MAX)
+		return PHUB_DROP_RING_ACKV_FIELDS;
+	for (size_t i = 0; i < n; i++) {
+		const uint8_t *e = p + i * ACKV_ENTRY;
+
+		/* flags is kept for later (0); a step no ring of 16 racks has names nothing. */
+		if (wire_ld16(e + 6) != 0 ||
+		    wire_ld32(e + 12) >= 2u * (PHUB_WIRE_RING_MAX_RACKS - 1))
+			return PHUB_DROP_RING_ACKV_FIELDS;
+	}
+	*count = (unsigned int)n;
+	return PHUB_DROP_OK;
+}
+
+void
+phub_wire_ring_ackv_get(const void *body, unsigned int i, struct phub_wire_ring_ack *out)
+{
+	const uint8_t *e = (const uint8_t *)body + (size_t)i * ACKV_ENTRY;
+
+	out->chunk_id = wire_ld32(e);
+	out->seg_index = wire_ld16(e + 4);
+	out->iteration = wire_ld32(e + 8);
+	out->step = wire_ld32(e + 12);
+}
+
+void
+phub_wire_ring_ackv_put(void *body, unsigned int i, const struct phub_wire_ring_ack *e)
+{
+	uint8_t *d = (uint8_t *)body + (size_t)i * ACKV_ENTRY;
+
+	wire_st32(d, e->chunk_id);
+	wire_st16(d + 4, e->seg_index);
+	wire_st16(d + 6, 0);
+	wire_st32(d + 8, e->iteration);
+	wire_st32(d + 12, e->step);
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Fuzz target of lib/wire: arbitrary bytes into the datagram validator and the three body
+ * Fuzz target of lib/wire: arbitrary bytes into the datagram validator and the body
  * parsers; whatever parses must encode back to the same bytes, and the encoder must accept it.
  */
 
@@ -98,6 +98,7 @@ fuzz_bodies(const uint8_t *data, size_t size)
 	struct phub_wire_join_ack_seg as;
 	struct phub_wire_error_msg es;
 	struct phub_wire_ring_hello hs;
+	unsigned int n;
 
 	if (phub_wire_join_parse(data, size, &js) == PHUB_DROP_OK) {
 		require(phub_wire_join_seg_encode(out, sizeof(out), &js) == (int)size);
@@ -120,6 +121,19 @@ fuzz_bodies(const uint8_t *data, size_t size)
 		require(phub_wire_ring_hello_write(out, sizeof(out), PHUB_WIRE_OP_RING_HELLO, &hs) ==
 			(int)(PHUB_WIRE_HDR_LEN + size));
 		require(memcmp(out + PHUB_WIRE_HDR_LEN, data, size) == 0);
+	}
+	/* So is a RING_ACKV body, entry by entry, each within the ring's steps. */
+	if (phub_wire_ring_ackv_parse(data, size, &n) == PHUB_DROP_OK) {
+		require(n >= 1 && n <= PHUB_WIRE_RING_ACKV_MAX &&
+			n * sizeof(struct phub_wire_ring_ack_entry) == size);
+		for (unsigned int i = 0; i < n; i++) {
+			struct phub_wire_ring_ack e;
+
+			phub_wire_ring_ackv_get(data, i, &e);
+			require(e.step < 2 * (PHUB_WIRE_RING_MAX_RACKS - 1));
+			phub_wire_ring_ackv_put(out, i, &e);
+		}
+		require(memcmp(out, data, size) == 0);
 	}
 }
 

@@ -387,8 +387,8 @@ ring_send(unsigned int i, const struct phub_engine_ring_send *what)
 
 		if ((what->steps & (1u << step)) == 0)
 			continue;
-		phub_ring_part(net.racks, what->elem_count, phub_ring_send_part(net.racks, i, step),
-				&off, &count);
+		phub_ring_seg_part(net.racks, what->elem_count, what->root,
+				   phub_ring_send_part(net.racks, i, step), &off, &count);
 		if (lost(i, to))
 			continue;
 		/* Where the engine was told next is: the address a HELLO gave. */
@@ -767,7 +767,10 @@ START_TEST(test_hello_before_the_job_exists_is_unanswered)
 }
 END_TEST
 
-/* A HELLO with another nonce, ring size, position or address is counted and changes nothing. */
+/*
+ * A HELLO with another nonce, ring size, position, ring format (caps) or address is counted
+ * and changes nothing.
+ */
 START_TEST(test_hello_that_does_not_fit_is_counted_and_ignored)
 {
 	static const unsigned int ranks[] = { 1, 1, 1 };
@@ -785,6 +788,7 @@ START_TEST(test_hello_that_does_not_fit_is_counted_and_ignored)
 	h.token = 77;
 	h.racks = 3;
 	h.pos = 2;		/* rack0's prev */
+	h.caps = PHUB_WIRE_RING_CAP_ALL;
 	h.endpoint_count = 1;
 	h.endpoints[0] = (struct phub_wire_endpoint){ .ipv4 = box_ip(2), .udp_port = DATA_PORT };
 #define SEND_HELLO(field, value) \
@@ -799,11 +803,13 @@ START_TEST(test_hello_that_does_not_fit_is_counted_and_ignored)
 	SEND_HELLO(racks, 4);
 	SEND_HELLO(pos, 0);		/* ourselves: not a neighbour */
 	SEND_HELLO(name[0], 'S');	/* no such ring job */
+	SEND_HELLO(caps, 0);		/* a PBox of the split ring with RING_ACKs */
+	SEND_HELLO(caps, PHUB_WIRE_RING_CAP_WHOLE);
 	from.ipv4 = box_ip(1);		/* rack1's address claiming rack2's position */
 	SEND_HELLO(token, 77);
 #undef SEND_HELLO
 	phub_control_get_stats(net.box[0].ctl, &st);
-	ck_assert_uint_eq(st.ring_hellos_refused, 5);
+	ck_assert_uint_eq(st.ring_hellos_refused, 7);
 	ck_assert_uint_eq(st.ring_hellos_taken, 0);
 	ck_assert_uint_eq(net.queued, 0);	/* nothing answered */
 	/* The right one, from the right address, is taken and answered. */
