@@ -126,4 +126,20 @@ bool phub_auth_key_equal(const uint8_t a[PHUB_AUTH_KEY_LEN], const uint8_t b[PHU
 /* Wipe secrets (sodium_memzero: not optimised away). */
 void phub_auth_wipe(void *p, size_t len);
 
+/* ---- on encoded datagrams (auth_wire.c) ---- */
+
+/*
+ * Give an encoded datagram of len bytes (a header without AUTH, then its payload; cap bytes
+ * of room) the AUTH extension of its opcode: the payload moves back, flag AUTH and hdr_len
+ * are set, the extension is zeroed and a CSUM flag and CRC are dropped (the MAC covers more).
+ * Returns the new length, -EINVAL when it is not a datagram or already has AUTH, -ENOSPC.
+ */
+int phub_auth_wire_extend(uint8_t *dgram, size_t len, size_t cap);
+/* Where a handshake datagram (header of hdr_len bytes, flag AUTH) keeps the ephemeral key. */
+static inline uint8_t *
+phub_auth_wire_pk(uint8_t *dgram, size_t hdr_len)
+{
+	return dgram + hdr_len - PHUB_AUTH_TRAILER_LEN - PHUB_AUTH_PK_LEN;
+}
+
 #endif /* PHUB_AUTH_H */
