@@ -84,7 +84,7 @@ control_auth_join_in(struct phub_control *ctl, const struct phub_control_peer *f
 
 bool
 control_auth_join_keys(struct phub_control *ctl, struct phub_engine_job *job, uint16_t rank,
-		bool live)
+		bool live, bool same_source)
 {
 	int rc;
 
@@ -99,7 +99,7 @@ control_auth_join_keys(struct phub_control *ctl, struct phub_engine_job *job, ui
 		ctl->stats.drops[PHUB_DROP_AUTH_MISSING]++;
 		return false;
 	}
-	rc = phub_engine_job_auth_join(job, rank, ctl->auth_wpk, live, ctl->auth_ppk,
+	rc = phub_engine_job_auth_join(job, rank, ctl->auth_wpk, live, same_source, ctl->auth_ppk,
 			ctl->auth_confirm);
 	if (rc != 0) {
 		ctl->stats.drops[rc == -EALREADY ? PHUB_DROP_AUTH_JOIN_REPLAY :

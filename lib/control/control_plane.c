@@ -558,7 +558,8 @@ join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
 
 		phub_engine_job_rank_status(job, rank, &st);
 		if (!control_auth_join_keys(ctl, job, rank,
-				st.joined && st.silent_ns < ctl->liveness_ns)) {
+				st.joined && st.silent_ns < (uint64_t)ctl->p.worker_dead_ms * 1000000u,
+				replay)) {
 			if (created)
 				phub_control_job_end(ctl, job);
 			return;

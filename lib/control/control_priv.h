@@ -127,7 +127,7 @@ bool control_auth_join_in(struct phub_control *ctl, const struct phub_control_pe
 		const uint8_t *dgram, size_t len, struct phub_wire_msg *msg);
 /* Before the engine joins the rank: the session keys; false when the JOIN is dropped. */
 bool control_auth_join_keys(struct phub_control *ctl, struct phub_engine_job *job,
-		uint16_t rank, bool live);
+		uint16_t rank, bool live, bool same_source);
 /* A JOIN_ACK datagram of an authenticated JOIN: its key and MAC; the new length or < 0. */
 int control_auth_join_ack(struct phub_control *ctl, uint8_t *buf, size_t len, size_t cap);
 /* Every control datagram out: sealed when it is for an authenticated session; 0: not sent. */

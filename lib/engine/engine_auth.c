@@ -117,7 +117,7 @@ key_load(_Atomic uint64_t *w, uint8_t *key)
 
 int
 phub_engine_job_auth_join(struct phub_engine_job *job, uint16_t rank,
-		const uint8_t worker_pk[PHUB_AUTH_PK_LEN], bool live,
+		const uint8_t worker_pk[PHUB_AUTH_PK_LEN], bool live, bool same_source,
 		uint8_t pbox_pk[PHUB_AUTH_PK_LEN], uint8_t confirm[PHUB_AUTH_KEY_LEN])
 {
 	struct engine_auth *a = job->auth;
@@ -130,19 +130,22 @@ phub_engine_job_auth_join(struct phub_engine_job *job, uint16_t rank,
 	if (a == NULL || rank >= job->world_size)
 		return -EINVAL;
 	r = &a->ranks[rank];
+	/*
+	 * While the session lives only its own JOIN, from its own address, is answered (again):
+	 * a JOIN seen on the wire and sent again, from anywhere, or another key, must not end
+	 * the session (the engine would move the rank to the JOIN's address). Once the session
+	 * has been silent for the liveness timeout, the rank may start a new one (a restarted
+	 * worker).
+	 */
+	if (r->have && live &&
+	    (!same_source || memcmp(r->worker_pk, worker_pk, PHUB_AUTH_PK_LEN) != 0))
+		return -EALREADY;
 	if (r->have && memcmp(r->worker_pk, worker_pk, PHUB_AUTH_PK_LEN) == 0) {
 		/* The JOIN of the session we hold, sent again: the same answer, the same keys. */
 		memcpy(pbox_pk, r->pbox_pk, PHUB_AUTH_PK_LEN);
 		memcpy(confirm, r->confirm, PHUB_AUTH_KEY_LEN);
 		return 0;
 	}
-	/*
-	 * Another ephemeral key while the session lives: a JOIN seen on the wire and sent again
-	 * must not end the session it belongs to (or any other). Once the session has been silent
-	 * for the liveness timeout, the rank may start a new one (a restarted worker).
-	 */
-	if (r->have && live)
-		return -EALREADY;
 	phub_auth_keypair(pbox_pk, sk);
 	rc = phub_auth_session_keys(&keys, a->psk, sk, worker_pk, worker_pk, pbox_pk, false);
 	phub_auth_wipe(sk, sizeof(sk));

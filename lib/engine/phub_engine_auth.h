@@ -27,14 +27,15 @@ bool phub_engine_job_auth(const struct phub_engine_job *job);
 const uint8_t *phub_engine_job_auth_psk(const struct phub_engine_job *job);
 
 /*
- * Control thread, at a JOIN that passed its MAC. live: the rank's session was heard within the
- * liveness timeout. Returns 0 and the keys to answer with when the JOIN is the rank's current
- * one (same ephemeral key: a JOIN sent again) or a new session may start (new keys, made
- * here and held until phub_engine_job_auth_commit()); -EALREADY when it carries another
- * ephemeral key than the live session's (a replayed or rival JOIN: PHUB_DROP_AUTH_JOIN_REPLAY).
+ * Control thread, at a JOIN that passed its MAC, before the engine joins the rank. live: the
+ * rank's session was heard within the liveness timeout; same_source: the JOIN comes from the
+ * session's address. Returns 0 and the keys to answer with when the JOIN is the rank's current
+ * one (same ephemeral key: a JOIN sent again) or a new session may start (new keys, in force
+ * at once); -EALREADY when a live session would be ended by it: another ephemeral key or
+ * another address (a replayed or rival JOIN: PHUB_DROP_AUTH_JOIN_REPLAY).
  */
 int phub_engine_job_auth_join(struct phub_engine_job *job, uint16_t rank,
-		const uint8_t worker_pk[PHUB_AUTH_PK_LEN], bool live,
+		const uint8_t worker_pk[PHUB_AUTH_PK_LEN], bool live, bool same_source,
 		uint8_t pbox_pk[PHUB_AUTH_PK_LEN], uint8_t confirm[PHUB_AUTH_KEY_LEN]);
 
 /*
