@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "client_priv.h"
 
 /* The lanes of the session: 0 the control port, 1 + k endpoint k (as the PBox numbers them). */
@@ -44,8 +46,14 @@ client_auth_free(struct phub *h)
 void
 client_auth_join_start(struct phub *h)
 {
-	/* A fresh key pair per JOIN exchange: every session has keys no other one had. */
-	phub_auth_keypair(h->auth_pk, h->auth_sk);
+	/*
+	 * One ephemeral key per handle: a JOIN again (a PBox restart, or a plain ERROR that may be
+	 * forged) then meets a PBox that still holds our session with its own answer and keys,
+	 * and a restarted one with a fresh key of its own, so every session's keys are new.
+	 */
+	if (!h->auth_have_pk)
+		phub_auth_keypair(h->auth_pk, h->auth_sk);
+	h->auth_have_pk = true;
 	memset(h->auth_ppk, 0, sizeof(h->auth_ppk));
 	h->auth_next_ok = false;
 }
@@ -111,6 +119,10 @@ client_auth_commit(struct phub *h)
 	if (!h->auth_next_ok)
 		return -EPROTO;
 	n = 1 + (size_t)h->n_endpoints;
+	/* The same keys (the PBox answered our JOIN again): the same streams, numbers go on. */
+	if (h->auth_lanes != NULL && n == h->n_auth_lanes &&
+	    sodium_memcmp(&h->auth_keys, &h->auth_next, sizeof(h->auth_keys)) == 0)
+		return 0;
 	free(h->auth_lanes);
 	h->auth_lanes = calloc(n, sizeof(*h->auth_lanes));
 	if (h->auth_lanes == NULL)

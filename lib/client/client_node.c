@@ -670,6 +670,17 @@ rx_one(struct phub *h, const struct sockaddr_in *src, const uint8_t *buf, size_t
 	/* An authenticated session believes nothing before its MAC and sequence number. */
 	if (h->auth && !client_auth_rx(h, src, buf, &msg)) {
 		h->stats.rx_dropped++;
+		/*
+		 * But for a plain "no such session" from the control port (a restarted PBox holds
+		 * no keys): a hint to JOIN again, nothing more. Forged, it costs one JOIN, which
+		 * the PBox answers with the session we have.
+		 */
+		if (msg.opcode == PHUB_WIRE_OP_ERROR && !(msg.flags & PHUB_WIRE_F_AUTH) &&
+		    msg.aux == PHUB_WIRE_ERR_UNKNOWN_JOB && msg.job_id == h->job_id &&
+		    msg.session_token == h->token && src != NULL &&
+		    src->sin_addr.s_addr == h->ctrl.sin_addr.s_addr &&
+		    src->sin_port == h->ctrl.sin_port)
+			h->rejoin = true;
 		return;
 	}
 	/* phub_wire_parse() has checked the CRC of every datagram that carries the flag. */

@@ -244,6 +244,7 @@ struct phub {
 	/* PHUB_CONNECT_F_AUTH (client_auth.c); the progress thread's once connected. */
 	bool auth;
 	bool auth_next_ok;		/* auth_next holds the keys of the JOIN_ACK's PBox key */
+	bool auth_have_pk;		/* auth_pk/auth_sk made (once per handle) */
 	uint32_t n_auth_lanes;
 	struct client_auth_lane *auth_lanes;	/* 1 + n_endpoints */
 	struct phub_auth_keys auth_keys;	/* the session's */

@@ -155,6 +155,10 @@ control_auth_out(struct phub_control *ctl, const void **buf, size_t len)
 	job = auth_job_of(ctl, *buf, len, &rank);
 	if (job == NULL)
 		return len;
+	/* No keys to seal with: only the ERROR that tells a worker to JOIN again goes, plain. */
+	if (!phub_engine_auth_has_keys(job, rank))
+		return ((const uint8_t *)*buf)[offsetof(struct phub_wire_hdr, opcode)] ==
+			PHUB_WIRE_OP_ERROR ? len : 0;
 	if (*buf != ctl->auth_out)
 		memcpy(ctl->auth_out, *buf, len);
 	n = phub_auth_wire_extend(ctl->auth_out, len, sizeof(ctl->auth_out));
@@ -202,6 +206,13 @@ control_auth_in(struct phub_control *ctl, const uint8_t *dgram, const struct phu
 	why = phub_engine_auth_rx(job, rank, PHUB_ENGINE_AUTH_LANE_CONTROL,
 			PHUB_ENGINE_AUTH_LANE_CONTROL, msg->flags, dgram, msg->hdr_len,
 			dgram + msg->hdr_len, msg->payload_len);
+	/*
+	 * A PING of a rank that holds no keys here (a PBox restarted from its checkpoints): the
+	 * ERROR that names no session goes back plain, as WireGuard's peer learns of a restart
+	 * from its handshake: the worker JOINs again, which is authenticated.
+	 */
+	if (why == PHUB_DROP_NOT_JOINED && msg->opcode == PHUB_WIRE_OP_PING)
+		return true;
 	if (why != PHUB_DROP_OK) {
 		ctl->stats.drops[why]++;
 		return false;

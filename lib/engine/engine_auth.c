@@ -232,6 +232,13 @@ phub_engine_auth_rx(struct phub_engine_job *job, uint16_t rank, unsigned int lan
 }
 
 bool
+phub_engine_auth_has_keys(const struct phub_engine_job *job, uint16_t rank)
+{
+	return job->auth != NULL && rank < job->world_size &&
+		atomic_load_explicit(&job->auth->ranks[rank].gen, memory_order_acquire) != 0;
+}
+
+bool
 phub_engine_auth_tx(struct phub_engine_job *job, uint16_t rank, unsigned int lane,
 		uint16_t channel, void *hdr, size_t hdr_len, const void *payload, size_t payload_len)
 {

@@ -402,6 +402,9 @@ struct phub_engine_ckpt_restore_params {
 	const struct phub_engine_allocator *allocator;	/* NULL: aligned_alloc */
 	bool checkpoint_shadow;
 	uint32_t max_segment_elems;	/* 0: any; a file cut in larger segments is refused */
+	/* An authenticated job (phub_engine_job_params' auth_psk, auth_lanes); NULL: not. */
+	const uint8_t *auth_psk;
+	unsigned int auth_lanes;
 };
 
 /*

@@ -38,6 +38,9 @@ int phub_engine_job_auth_join(struct phub_engine_job *job, uint16_t rank,
 		const uint8_t worker_pk[PHUB_AUTH_PK_LEN], bool live, bool same_source,
 		uint8_t pbox_pk[PHUB_AUTH_PK_LEN], uint8_t confirm[PHUB_AUTH_KEY_LEN]);
 
+/* Whether rank holds session keys (a restored job's ranks hold none until they JOIN again). */
+bool phub_engine_auth_has_keys(const struct phub_engine_job *job, uint16_t rank);
+
 /*
  * Data or control thread: check an authenticated datagram of rank arriving on lane at our UDP
  * port channel (hdr: the datagram, hdr_len its header). PHUB_DROP_OK, or the reason: nothing

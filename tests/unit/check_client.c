@@ -1387,6 +1387,7 @@ struct pair {
 	void **out[2];
 	struct soft_pbox_params pp;
 	struct soft_pbox *sp;
+	struct phub_control_declared_job decl;	/* with auth: the job, declared */
 	char dir[96];
 };
 
@@ -1407,7 +1408,7 @@ connect_main(void *arg)
 }
 
 static void
-pair_start(struct pair *x)
+pair_start(struct pair *x, bool auth)
 {
 	struct connect_arg a[2];
 	pthread_t t;
@@ -1420,6 +1421,16 @@ pair_start(struct pair *x)
 	x->pp = (struct soft_pbox_params){
 		.bind_addr = "127.0.0.1", .n_lcores = 2, .checkpoint_dir = x->dir,
 	};
+	if (auth) {
+		x->decl = (struct phub_control_declared_job){
+			.name = x->c.name, .nonce = 0x5eed, .workers = 2, .auth = true,
+			.dtype = (enum phub_dtype)x->c.dtype, .optimizer = { .type = x->c.opt,
+			.lr = x->c.lr, .weight_decay = x->c.weight_decay },
+		};
+		x->pp.declared = &x->decl;
+		x->pp.n_declared = 1;
+		x->c.flags |= PHUB_CONNECT_F_AUTH;
+	}
 	/* Fixed ports, so that the restarted PBox listens where the first did. */
 	for (int i = 0; i < 50 && x->sp == NULL; i++) {
 		x->pp.port = (uint16_t)(20000 + ((unsigned int)getpid() * 13 +
@@ -1529,13 +1540,14 @@ pair_end(struct pair *x)
 	reference_free(&x->c, &x->ref);
 }
 
+/* _i 1: an authenticated job, whose ranks JOIN again with new keys to the restored job. */
 START_TEST(test_restart_from_a_checkpoint_at_the_boundary_is_transparent)
 {
 	struct phub_stats st;
 	struct phub_info info;
 	struct pair x;
 
-	pair_start(&x);
+	pair_start(&x, _i == 1);
 	pair_run(&x, 1, 2);
 	ck_assert_int_eq(soft_pbox_checkpoint(x.sp), 1);
 	pair_restart(&x);
@@ -1548,6 +1560,12 @@ START_TEST(test_restart_from_a_checkpoint_at_the_boundary_is_transparent)
 		ck_assert_int_eq(phub_info(x.h[r], &info), 0);
 		ck_assert_uint_eq(info.first_iteration, 3);
 		ck_assert_int_eq(phub_resume(x.h[r], NULL), -EINVAL);
+		/* With auth, the restarted PBox's plain "no such session" came (and was only a
+		 * hint to JOIN again); without, nothing is checked for a MAC. */
+		if (_i == 1)
+			ck_assert_uint_ge(st.rx_auth_failed, 1);
+		else
+			ck_assert_uint_eq(st.rx_auth_failed, 0);
 	}
 	pair_end(&x);
 }
@@ -1562,7 +1580,7 @@ START_TEST(test_restart_from_an_older_checkpoint_rolls_back_with_estale)
 	struct pair x;
 	int rc;
 
-	pair_start(&x);
+	pair_start(&x, false);
 	pair_run(&x, 1, 2);
 	ck_assert_int_eq(soft_pbox_checkpoint(x.sp), 1);
 	/* The workers go on to 4; the PBox then dies and comes back at 2. */
@@ -2201,7 +2219,8 @@ phub_client_suite(void)
 	tc = tcase_create("restart");
 	tcase_set_timeout(tc, 60);
 	tcase_add_unchecked_fixture(tc, restart_setup, restart_teardown);
-	tcase_add_test(tc, test_restart_from_a_checkpoint_at_the_boundary_is_transparent);
+	tcase_add_loop_test(tc, test_restart_from_a_checkpoint_at_the_boundary_is_transparent, 0,
+			2);
 	tcase_add_test(tc, test_restart_from_an_older_checkpoint_rolls_back_with_estale);
 	suite_add_tcase(s, tc);
 
