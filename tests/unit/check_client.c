@@ -19,6 +19,7 @@
 
 #include <check.h>
 
+#include "auth/phub_auth.h"
 #include "client/phub.h"
 #include "client_priv.h"
 #include "kernels/phub_kernels.h"
@@ -1106,6 +1107,98 @@ START_TEST(test_forged_datagrams_to_a_live_authenticated_session_are_dropped)
 }
 END_TEST
 
+/* An authenticated JOIN of rank 0 of c made here (lib/auth), as a rival would with the nonce. */
+static int
+auth_join_make(const struct job_cfg *c, uint8_t *buf, size_t cap, uint64_t nonce)
+{
+	struct phub_wire_key keys[8];
+	struct phub_wire_join_params jp;
+	uint8_t psk[PHUB_AUTH_KEY_LEN], pk[PHUB_AUTH_PK_LEN], sk[PHUB_AUTH_SK_LEN];
+	size_t hl;
+	int len;
+
+	memset(&jp, 0, sizeof(jp));
+	snprintf(jp.join.name, sizeof(jp.join.name), "%s", c->name);
+	jp.join.world_size = (uint16_t)c->n_workers;
+	jp.join.dtype = (uint8_t)c->dtype;
+	jp.join.optimizer = (uint8_t)c->opt;
+	jp.join.hyper.lr = c->lr;
+	jp.join.hyper.weight_decay = c->weight_decay;
+	jp.join.hyper.beta1 = 0.9f;
+	jp.join.hyper.beta2 = 0.999f;
+	jp.join.hyper.eps = 1e-8f;
+	jp.join.chunk_bytes = c->chunk_bytes;
+	ck_assert_uint_le(c->n_keys, 8);
+	for (uint32_t k = 0; k < c->n_keys; k++)
+		keys[k] = (struct phub_wire_key){ c->keys[k].key_id, c->keys[k].n_elems };
+	jp.keys = keys;
+	jp.key_count = c->n_keys;
+	len = phub_wire_join_write(buf, cap, &jp, 1400, 0);
+	ck_assert_int_gt(len, 0);
+	len = phub_auth_wire_extend(buf, (size_t)len, cap);
+	ck_assert_int_gt(len, 0);
+	hl = buf[offsetof(struct phub_wire_hdr, hdr_len)];
+	phub_auth_keypair(pk, sk);
+	memcpy(phub_auth_wire_pk(buf, hl), pk, sizeof(pk));
+	phub_auth_psk(psk, c->name, nonce);
+	phub_auth_hs_seal(psk, 0, buf, hl, buf + hl, (size_t)len - hl);
+	return len;
+}
+
+static void
+udp_send_to(uint16_t port, const void *buf, size_t len)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(port) };
+	int fd = socket(AF_INET, SOCK_DGRAM, 0);
+
+	ck_assert_int_ge(fd, 0);
+	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(sendto(fd, buf, len, 0, (struct sockaddr *)&to, sizeof(to)), (ssize_t)len);
+	close(fd);
+}
+
+/*
+ * A live authenticated session is not moved by a JOIN: one with the right nonce and another
+ * ephemeral key from another address (a rival, or a JOIN seen and sent again) is dropped as
+ * auth_join_replay, the same bytes again likewise, and one with its key swapped after sealing
+ * as auth_bad_tag; none is answered and the session goes on.
+ */
+START_TEST(test_a_join_cannot_displace_a_live_authenticated_session)
+{
+	struct job_cfg c = mixed_job("authrival", 1);
+	struct phub_control_declared_job d;
+	struct soft_pbox *sp = auth_pbox_start(&c, true, 0.0, &d);
+	float grad[1] = { 1.0f }, out[1];
+	struct soft_pbox_stats st;
+	uint8_t join[1500];
+	char err[256];
+	struct phub *h;
+	uint64_t t0;
+	int len;
+
+	h = auth_connect(&c, sp, PHUB_CONNECT_F_AUTH, 0x5eed, 5000, err, sizeof(err));
+	ck_assert_msg(h != NULL, "%s", err);
+	len = auth_join_make(&c, join, sizeof(join), 0x5eed);
+	udp_send_to(soft_pbox_port(sp), join, (size_t)len);
+	udp_send_to(soft_pbox_port(sp), join, (size_t)len);
+	join[PHUB_WIRE_HDR_LEN + 3] ^= 1;	/* in the ephemeral key */
+	udp_send_to(soft_pbox_port(sp), join, (size_t)len);
+	t0 = now_ms();
+	do {
+		soft_pbox_get_stats(sp, &st);
+	} while ((st.drops[PHUB_DROP_AUTH_JOIN_REPLAY] < 2 ||
+		  st.drops[PHUB_DROP_AUTH_BAD_TAG] < 1) && now_ms() - t0 < WAIT_MS);
+	ck_assert_uint_eq(st.drops[PHUB_DROP_AUTH_JOIN_REPLAY], 2);
+	ck_assert_uint_eq(st.drops[PHUB_DROP_AUTH_BAD_TAG], 1);
+	ck_assert_uint_eq(st.joins, 1);
+	ck_assert_int_ge(phub_pushpull(h, c.keys[0].key_id, grad, out, PHUB_PRIORITY_DEFAULT,
+			NULL, NULL), 0);
+	ck_assert_int_eq(phub_wait_all(h, WAIT_MS), 0);
+	phub_close(h);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
 /* ---- loss ---- */
 
 START_TEST(test_ten_percent_loss_still_exact_and_retransmits)
@@ -2186,6 +2279,7 @@ phub_client_suite(void)
 			0, 2);
 	tcase_add_test(tc, test_joins_without_the_right_auth_are_dropped_and_counted);
 	tcase_add_test(tc, test_forged_datagrams_to_a_live_authenticated_session_are_dropped);
+	tcase_add_test(tc, test_a_join_cannot_displace_a_live_authenticated_session);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("loss");
