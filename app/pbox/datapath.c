@@ -287,7 +287,8 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 		const struct auth_to *auth)
 {
 	const struct pbox_port *port = &pbox.ports[tx_port];
-	uint16_t hl = (uint16_t)(PHUB_WIRE_HDR_LEN + (auth != NULL ? PHUB_WIRE_AUTH_TRAILER_LEN : 0));
+	uint16_t hl = (uint16_t)(PHUB_WIRE_HDR_LEN +
+			(auth != NULL ? PHUB_WIRE_AUTH_TRAILER_LEN : 0));
 	uint16_t head = (uint16_t)(L2_L3_L4_LEN + hl);
 	struct rte_mbuf *m = rte_pktmbuf_alloc(lc->pool);
 	struct pbox_frame_peer to;

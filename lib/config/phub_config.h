@@ -219,8 +219,8 @@ enum phub_config_on_worker_dead {
 
 /* jobs[].auth: whether every datagram of the job carries a MAC (docs/protocol.md section 8). */
 enum phub_config_auth {
-	PHUB_CONFIG_AUTH_OFF = 0,		/* the nonce in JOIN, the token: a trusted network */
-	PHUB_CONFIG_AUTH_REQUIRED = 1,		/* key exchange at JOIN, a MAC on every datagram */
+	PHUB_CONFIG_AUTH_OFF = 0,	/* the nonce in JOIN, the token: a trusted network */
+	PHUB_CONFIG_AUTH_REQUIRED = 1,	/* key exchange at JOIN, a MAC on every datagram */
 };
 
 struct phub_config_job {

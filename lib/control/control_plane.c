@@ -555,11 +555,11 @@ join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
 	/* The session keys before the session: a JOIN that may not have one changes nothing. */
 	if (rank < phub_engine_job_world_size(job)) {
 		struct phub_engine_rank_status st;
+		bool live;
 
 		phub_engine_job_rank_status(job, rank, &st);
-		if (!control_auth_join_keys(ctl, job, rank,
-				st.joined && st.silent_ns < (uint64_t)ctl->p.worker_dead_ms * 1000000u,
-				replay)) {
+		live = st.joined && st.silent_ns < (uint64_t)ctl->p.worker_dead_ms * 1000000u;
+		if (!control_auth_join_keys(ctl, job, rank, live, replay)) {
 			if (created)
 				phub_control_job_end(ctl, job);
 			return;

@@ -240,7 +240,8 @@ phub_engine_auth_has_keys(const struct phub_engine_job *job, uint16_t rank)
 
 bool
 phub_engine_auth_tx(struct phub_engine_job *job, uint16_t rank, unsigned int lane,
-		uint16_t channel, void *hdr, size_t hdr_len, const void *payload, size_t payload_len)
+		uint16_t channel, void *hdr, size_t hdr_len, const void *payload,
+		size_t payload_len)
 {
 	struct engine_auth *a = job->auth;
 	uint8_t key[PHUB_AUTH_KEY_LEN];

@@ -57,6 +57,7 @@ enum phub_drop_reason phub_engine_auth_rx(struct phub_engine_job *job, uint16_t 
  * the rank holds no keys (then nothing may be sent).
  */
 bool phub_engine_auth_tx(struct phub_engine_job *job, uint16_t rank, unsigned int lane,
-		uint16_t channel, void *hdr, size_t hdr_len, const void *payload, size_t payload_len);
+		uint16_t channel, void *hdr, size_t hdr_len, const void *payload,
+		size_t payload_len);
 
 #endif /* PHUB_ENGINE_AUTH_H */

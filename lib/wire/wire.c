@@ -469,8 +469,8 @@ phub_wire_parse(const void *buf, size_t len, struct phub_wire_msg *out)
 	}
 	/* The trailer (and a handshake's key) after any other extension must fit the header. */
 	if ((h.flags & PHUB_WIRE_F_AUTH) &&
-	    h.hdr_len < ((h.flags & PHUB_WIRE_F_HYPER) ? PHUB_WIRE_HDR_LEN_HYPER : PHUB_WIRE_HDR_LEN) +
-			phub_wire_auth_ext_len(h.opcode))
+	    h.hdr_len < ((h.flags & PHUB_WIRE_F_HYPER) ? PHUB_WIRE_HDR_LEN_HYPER :
+			 PHUB_WIRE_HDR_LEN) + phub_wire_auth_ext_len(h.opcode))
 		return PHUB_DROP_BAD_AUTH_EXT;
 	reserved = wire_ld32(&h.reserved);
 

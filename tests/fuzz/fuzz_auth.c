@@ -46,7 +46,8 @@ fuzz_window(const uint8_t *data, size_t size)
 			c = top > v ? top - v : 0;
 		if (c >= SPAN)
 			return;
-		want = !(seen[c / 8] & (1u << (c % 8))) && (c >= top || top - c <= PHUB_AUTH_WINDOW);
+		want = !(seen[c / 8] & (1u << (c % 8))) &&
+			(c >= top || top - c <= PHUB_AUTH_WINDOW);
 		got = phub_auth_window_update(&w, c);
 		require(got == want);
 		require(phub_auth_window_check(&w, c) == false);

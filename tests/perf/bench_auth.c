@@ -138,11 +138,13 @@ main(int argc, char **argv)
 				double gbs = (double)(HDR + sizes[s]) / ns;
 
 				if (json)
-					printf("%s{\"method\": \"%s\", \"payload\": %zu, \"ns\": %.1f, "
-						"\"gb_s\": %.2f}", (m || s) ? ", " : "",
+					printf("%s{\"method\": \"%s\", \"payload\": %zu, "
+						"\"ns\": %.1f, \"gb_s\": %.2f}",
+						(m || s) ? ", " : "",
 						methods[m].name, sizes[s], ns, gbs);
 				else
-					printf("%-30s payload %5zu B: %7.1f ns per datagram, %5.2f GB/s\n",
+					printf("%-30s payload %5zu B: %7.1f ns per datagram, "
+						"%5.2f GB/s\n",
 						methods[m].name, sizes[s], ns, gbs);
 			}
 		}

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Unit tests of lib/auth: key agreement, the datagram MACs under every bit flip, the replay window. */
+/* Unit tests of lib/auth: key agreement, datagram MACs under every bit flip, the replay window. */
 
 #include <stdint.h>
 #include <stdlib.h>
