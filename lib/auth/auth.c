@@ -21,6 +21,7 @@ static_assert(PHUB_AUTH_WINDOW % 64 == 0, "the window is whole words");
 static const char LABEL_PSK[] = "PHub auth v1 psk";
 static const char LABEL_KEYS[] = "PHub auth v1 session keys";
 static const char LABEL_CONFIRM[] = "PHub auth v1 confirm";
+static const char LABEL_RING[] = "PHub auth v1 ring hello";
 
 int
 phub_auth_init(void)
@@ -65,6 +66,16 @@ phub_auth_psk(uint8_t psk[PHUB_AUTH_KEY_LEN], const char *job_name, uint64_t non
 	crypto_generichash_final(&st, psk, PHUB_AUTH_KEY_LEN);
 	sodium_memzero(n, sizeof(n));
 	sodium_memzero(&st, sizeof(st));
+}
+
+uint64_t
+phub_auth_ring_proof(const uint8_t psk[PHUB_AUTH_KEY_LEN])
+{
+	uint8_t out[8];
+
+	crypto_generichash(out, sizeof(out), (const uint8_t *)LABEL_RING, sizeof(LABEL_RING), psk,
+			PHUB_AUTH_KEY_LEN);
+	return ld64_be(out);
 }
 
 void

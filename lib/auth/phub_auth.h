@@ -55,6 +55,13 @@ int phub_auth_init(void);
 /* The job's pre-shared key from its name and nonce; the nonce itself never goes on the wire. */
 void phub_auth_psk(uint8_t psk[PHUB_AUTH_KEY_LEN], const char *job_name, uint64_t nonce);
 
+/*
+ * What an authenticated ring job's RING_HELLO carries in its nonce field: 64 bits of keyed
+ * BLAKE2b of the PSK, which PBoxes that hold the job's nonce compare, and from which the nonce
+ * does not follow (RING_HELLO is not otherwise authenticated yet).
+ */
+uint64_t phub_auth_ring_proof(const uint8_t psk[PHUB_AUTH_KEY_LEN]);
+
 /* A fresh ephemeral X25519 key pair (one per JOIN, per RING_HELLO generation). */
 void phub_auth_keypair(uint8_t pk[PHUB_AUTH_PK_LEN], uint8_t sk[PHUB_AUTH_SK_LEN]);
 

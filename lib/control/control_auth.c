@@ -220,6 +220,20 @@ control_auth_in(struct phub_control *ctl, const uint8_t *dgram, const struct phu
 	return true;
 }
 
+uint64_t
+control_auth_ring_nonce(const struct phub_control_declared_job *d)
+{
+	uint8_t psk[PHUB_AUTH_KEY_LEN];
+	uint64_t proof;
+
+	if (!d->auth)
+		return d->nonce;
+	phub_auth_psk(psk, d->name, d->nonce);
+	proof = phub_auth_ring_proof(psk);
+	phub_auth_wipe(psk, sizeof(psk));
+	return proof;
+}
+
 uint32_t
 control_auth_segment_elems(const struct phub_control *ctl, enum phub_dtype dtype)
 {

@@ -136,6 +136,8 @@ size_t control_auth_out(struct phub_control *ctl, const void **buf, size_t len);
 bool control_auth_in(struct phub_control *ctl, const uint8_t *dgram,
 		const struct phub_wire_msg *msg);
 uint32_t control_auth_segment_elems(const struct phub_control *ctl, enum phub_dtype dtype);
+/* The RING_HELLO nonce field of a declared job: its nonce, or with auth a proof of it. */
+uint64_t control_auth_ring_nonce(const struct phub_control_declared_job *d);
 
 /* control_ring.c: the ring of PBoxes. */
 /*

@@ -13,7 +13,11 @@
 #   h25a-pbox: phub-pbox h25a-w1     h25a-w2     h25a-w3: auth_attacker.py (AF_PACKET,
 #   10.25.0.1            rank 0      rank 1       promiscuous eth0, 10.25.0.103)
 #
-# usage: auth_rack.sh VIRTUAL_RACK PHUB_PBOX PHUB_BENCH AUTH_ATTACKER
+# With SCENARIO "ring": an authenticated job across two racks (virtual-rack up --racks 2): the
+# workers JOIN their rack's PBox with auth, the PBoxes' RING_HELLOs carry a proof of the nonce
+# instead of the nonce, and the job ends exact.
+#
+# usage: auth_rack.sh VIRTUAL_RACK PHUB_PBOX PHUB_BENCH AUTH_ATTACKER [ring]
 # Exits 77 with the reason when it cannot run here (not root, no /dev/net/tun).
 set -uo pipefail
 
@@ -21,14 +25,49 @@ vrack=$1
 pbox_bin=$2
 bench_bin=$3
 attacker=$4
+scenario=${5:-attack}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tests/integration/rack_lib.sh
 . "$here/rack_lib.sh"
-lib_init "auth"
+lib_init "auth-$scenario"
 # This test's own rack and subnet (10.25.0.0/24), whatever lib_init drew.
 id=25
 rack="h25a"
 server="10.$id.0.1"
+
+if [ "$scenario" = ring ]; then
+	# The multi-rack h25a: racks h25a.0 (10.25.0.0/24) and h25a.1 (10.26.0.0/24), spine 10.27.
+	rack_nonce=0x25a5eed0a11ce001
+	"$vrack" down --name "$rack" >/dev/null 2>&1
+	"$vrack" up --name "$rack" --racks 2 --id "$id" --workers 2 --lcores 1 --memory-mb 512 \
+		--ring-job "ring:$rack_nonce" >"$tmp/up.log" 2>&1 ||
+		{ cat "$tmp/up.log"; echo "FAIL: the multi-rack did not come up"; exit 1; }
+	for r in 0 1; do
+		phubrack config-edit "/run/phub-vrack/$rack.$r/pbox.json" \
+			'c["jobs"][0]["auth"] = "required"' || { echo "FAIL: editing rack $r"; exit 1; }
+		"$vrack" pbox-start --name "$rack" --rack "$r" --bin "$pbox_bin" \
+			>"$tmp/pbox-start-$r.log" 2>&1 ||
+			{ cat "$tmp/pbox-start-$r.log"; echo "FAIL: rack $r's PBox did not start"; exit 1; }
+	done
+	timeout 200 "$bench_bin" --servers "10.$id.0.1:2,10.$((id + 1)).0.1:2" \
+		--netns-prefix "$rack.%r-w" --job ring --nonce "$rack_nonce" --auth --json --quiet \
+		--timeout 60 --connect-timeout-ms 30000 --keys 8 --key-elems 20000 --iterations 30 \
+		>"$tmp/ring.json" 2>"$tmp/ring.err" ||
+		{ fail "the authenticated ring job failed"; tail -n 5 "$tmp/ring.err"; }
+	exact "$tmp/ring.json"
+	summary "authenticated ring job, 2 racks" "$tmp/ring.json"
+	grep -q 'ring position 0 of 2 linked' "/run/phub-vrack/$rack.0/pbox.log" ||
+		fail "rack 0 never linked its ring (RING_HELLO's proof of the nonce refused?)"
+	for r in 0 1; do
+		"$vrack" pbox-stop --name "$rack" --rack "$r" >/dev/null 2>&1 ||
+			fail "rack $r's PBox did not stop on SIGTERM"
+	done
+	if [ "$failed" -eq 0 ]; then
+		echo "PASS: auth ring"
+		exit 0
+	fi
+	exit 1
+fi
 
 nonce=0x25a5eedc0ffee001
 job=authjob

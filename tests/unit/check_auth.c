@@ -89,6 +89,19 @@ START_TEST(test_a_low_order_public_key_is_refused)
 }
 END_TEST
 
+START_TEST(test_the_ring_proof_depends_on_the_psk_and_is_not_the_nonce)
+{
+	uint8_t a[PHUB_AUTH_KEY_LEN], b[PHUB_AUTH_KEY_LEN];
+
+	ck_assert_int_eq(phub_auth_init(), 0);
+	phub_auth_psk(a, "ring", 0x1234);
+	phub_auth_psk(b, "ring", 0x1235);
+	ck_assert_uint_eq(phub_auth_ring_proof(a), phub_auth_ring_proof(a));
+	ck_assert_uint_ne(phub_auth_ring_proof(a), phub_auth_ring_proof(b));
+	ck_assert_uint_ne(phub_auth_ring_proof(a), 0x1234);
+}
+END_TEST
+
 START_TEST(test_a_sealed_datagram_opens_once_under_its_key)
 {
 	struct pair p;
@@ -254,6 +267,7 @@ phub_auth_suite(void)
 	tcase_add_test(tc, test_both_sides_derive_the_same_keys_per_direction);
 	tcase_add_test(tc, test_keys_need_the_psk_and_an_ephemeral_secret);
 	tcase_add_test(tc, test_a_low_order_public_key_is_refused);
+	tcase_add_test(tc, test_the_ring_proof_depends_on_the_psk_and_is_not_the_nonce);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("mac");
