@@ -15,6 +15,7 @@
 #include <rte_memory.h>
 #include <rte_udp.h>
 
+#include "engine/phub_engine_auth.h"
 #include "engine/phub_ring.h"
 #include "pbox.h"
 #include "prio.h"
@@ -137,12 +138,31 @@ handle_arp(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi)
  * Reuse the received mbuf for a header-only answer (ACK) or one that echoes
  * the payload in place (PONG): the request's data is no longer needed.
  */
+/* An authenticated job's datagram to one of its ranks, sealed on the lane that sends it. */
+struct auth_to {
+	struct phub_engine_job *job;	/* NULL: not authenticated */
+	uint16_t rank;			/* the engine's (local) rank */
+	uint16_t lane;			/* PHUB_ENGINE_AUTH_LANE_DATA(server) */
+};
+
+/* The lane of a chunk's datagrams: its server's, as the worker numbers its endpoints. */
+static inline uint16_t
+auth_lane(const struct phub_engine_job *job, uint32_t chunk_id)
+{
+	uint32_t server = 0;
+
+	phub_layout_chunk_server(phub_engine_job_layout(job), chunk_id, &server);
+	return (uint16_t)PHUB_ENGINE_AUTH_LANE_DATA(server);
+}
+
 static void
 reply_in_place(struct pbox_lcore *lc, struct rx_frame *f, uint16_t tx_port,
-		const struct phub_wire_msg *answer)
+		const struct phub_wire_msg *answer, const struct auth_to *auth)
 {
 	struct rte_mbuf *m = f->m;
-	uint16_t len = (uint16_t)(PHUB_WIRE_HDR_LEN + answer->payload_len);
+	uint16_t hl = (uint16_t)(PHUB_WIRE_HDR_LEN + ((answer->flags & PHUB_WIRE_F_AUTH) ?
+			phub_wire_auth_ext_len(answer->opcode) : 0));
+	uint16_t len = (uint16_t)(hl + answer->payload_len);
 	uint8_t *phub;
 	int rc;
 
@@ -154,6 +174,11 @@ reply_in_place(struct pbox_lcore *lc, struct rx_frame *f, uint16_t tx_port,
 	rc = phub_wire_encode(phub, len, answer);
 	if (unlikely(rc < 0)) {
 		wire_drop(lc, m, PHUB_DROP_NO_BUFFER);
+		return;
+	}
+	if (auth != NULL && !phub_engine_auth_tx(auth->job, auth->rank, auth->lane, auth->lane,
+			phub, hl, phub + hl, answer->payload_len)) {
+		wire_drop(lc, m, PHUB_DROP_NOT_JOINED);
 		return;
 	}
 	phub_net_udp_csum_finish(m, (uint16_t)(sizeof(struct rte_udp_hdr) + len), 0);
@@ -180,12 +205,20 @@ send_ack(struct pbox_lcore *lc, const struct phub_engine_job *job, struct rx_fra
 	struct rte_mbuf *m = f->m;
 	struct phub_wire_msg ack;
 	bool csum = rank_wants_csum(job, f->msg.worker_rank);
+	struct auth_to auth = { .job = NULL };
 
+	if (unlikely(phub_engine_job_auth(job)) &&
+	    phub_engine_job_local_rank(job, f->msg.worker_rank, &auth.rank)) {
+		auth.job = (struct phub_engine_job *)(uintptr_t)job;
+		auth.lane = auth_lane(job, f->msg.chunk_id);
+	}
 	/*
 	 * The PUSH's frame, its IPv4 header without options, becomes the ACK in place from the
-	 * port's template (ack.h): no header built and summed in full, no field encoded.
+	 * port's template (ack.h): no header built and summed in full, no field encoded. Not for
+	 * an authenticated session: each ACK has its own sequence number and MAC.
 	 */
-	if (likely(!csum && f->udp_payload == rte_pktmbuf_mtod_offset(m, const uint8_t *,
+	if (likely(!csum && auth.job == NULL &&
+		   f->udp_payload == rte_pktmbuf_mtod_offset(m, const uint8_t *,
 			PBOX_ACK_HDR_OFF))) {
 		m->data_len = pbox_ack_rewrite(rte_pktmbuf_mtod(m, uint8_t *),
 				&pbox.ports[tx_port].ack_tmpl, f->msg.flags & PHUB_WIRE_F_LAST);
@@ -208,10 +241,12 @@ send_ack(struct pbox_lcore *lc, const struct phub_engine_job *job, struct rx_fra
 	ack.seg_count = f->msg.seg_count;
 	ack.aux = f->msg.aux;
 	ack.flags = f->msg.flags & PHUB_WIRE_F_LAST;
-	if (csum)
+	if (auth.job != NULL)
+		ack.flags |= PHUB_WIRE_F_AUTH;	/* the MAC replaces the CRC */
+	else if (csum)
 		ack.flags |= PHUB_WIRE_F_CSUM;	/* phub_wire_encode() computes it */
 	lc->stats.acks_sent++;
-	reply_in_place(lc, f, tx_port, &ack);
+	reply_in_place(lc, f, tx_port, &ack, auth.job != NULL ? &auth : NULL);
 }
 
 /*
@@ -222,7 +257,7 @@ struct model_head {
 	bool valid;
 	uint8_t flags;			/* the PHub flags it was built with */
 	struct pbox_frame_peer peer;
-	uint8_t bytes[L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN];
+	uint8_t bytes[L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN + PHUB_WIRE_AUTH_TRAILER_LEN];
 };
 
 /*
@@ -248,10 +283,13 @@ struct model_payload {
 static struct rte_mbuf *
 model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_peer *peer,
 		const struct phub_wire_msg *hdr, const struct model_payload *pl,
-		uint32_t payload_sum, uint32_t payload_crc, struct model_head *prev)
+		uint32_t payload_sum, uint32_t payload_crc, struct model_head *prev,
+		const struct auth_to *auth)
 {
 	const struct pbox_port *port = &pbox.ports[tx_port];
-	uint16_t head = (uint16_t)(L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN);
+	uint16_t hl = (uint16_t)(PHUB_WIRE_HDR_LEN +
+			(auth != NULL ? PHUB_WIRE_AUTH_TRAILER_LEN : 0));
+	uint16_t head = (uint16_t)(L2_L3_L4_LEN + hl);
 	struct rte_mbuf *m = rte_pktmbuf_alloc(lc->pool);
 	struct pbox_frame_peer to;
 	bool copied;
@@ -267,7 +305,8 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 	to.udp_port = rte_cpu_to_be_16(peer->udp_port);
 	to.rank = rte_cpu_to_be_16(hdr->worker_rank);
 	to.token = rte_cpu_to_be_64(hdr->session_token);
-	copied = prev->valid && prev->flags == hdr->flags;
+	/* Each authenticated frame has its own sequence number and MAC: built, not copied. */
+	copied = prev->valid && prev->flags == hdr->flags && auth == NULL;
 	if (copied) {
 		memcpy(p, prev->bytes, head);
 		pbox_frame_retarget(p, &prev->peer, &to);
@@ -276,12 +315,15 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 	} else {
 		phub_net_udp_build(m, &port->mac, (const struct rte_ether_addr *)peer->mac,
 				port->ipv4, peer->ipv4, lc->udp_port, peer->udp_port,
-				(uint16_t)(PHUB_WIRE_HDR_LEN + hdr->payload_len));
-		if (unlikely(phub_wire_hdr_encode(p + L2_L3_L4_LEN, PHUB_WIRE_HDR_LEN, hdr,
+				(uint16_t)(hl + hdr->payload_len));
+		if (unlikely(phub_wire_hdr_encode(p + L2_L3_L4_LEN, hl, hdr,
 				payload_crc) < 0)) {
 			lc->stats.encode_errors++;
 			goto err;
 		}
+		if (auth != NULL && !phub_engine_auth_tx(auth->job, auth->rank, auth->lane,
+				auth->lane, p + L2_L3_L4_LEN, hl, pl->data, hdr->payload_len))
+			goto err;
 	}
 	if (pl->by_ref || pl->copy != NULL) {
 		struct rte_mbuf *mi = pl->by_ref ?
@@ -306,7 +348,7 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 		memcpy(dst, pl->data, hdr->payload_len);
 	}
 	if (!copied) {
-		phub_net_udp_csum_finish(m, sizeof(struct rte_udp_hdr) + PHUB_WIRE_HDR_LEN,
+		phub_net_udp_csum_finish(m, (uint16_t)(sizeof(struct rte_udp_hdr) + hl),
 				payload_sum);
 		/*
 		 * The next ranks' frames start from this one's headers, kept as built: a copy of
@@ -396,6 +438,7 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 	struct phub_wire_msg hdr;
 	uint32_t payload_sum;
 	uint32_t payload_crc = 0;
+	struct auth_to auth = { .job = NULL };
 	bool crc_done = false;
 	uint16_t first = all ? 0 : (uint16_t)(about->worker_rank - base);
 	uint16_t end = all ? phub_engine_job_world_size(job) : (uint16_t)(first + 1);
@@ -418,6 +461,11 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 		hdr.aux = about->aux;
 	}
 	payload_sum = phub_net_raw_cksum(reply->model, reply->model_bytes);
+	if (unlikely(phub_engine_job_auth(job))) {
+		auth.job = job;
+		auth.lane = auth_lane(job, about->chunk_id);
+		hdr.flags |= PHUB_WIRE_F_AUTH;
+	}
 
 	model_payload_init(lc, tx_port, reply, all, &pl);
 	for (uint16_t r = first; r < end; r++) {
@@ -431,7 +479,8 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 		hdr.worker_rank = (uint16_t)(base + r);
 		hdr.session_token = token;
 		hdr.flags &= (uint8_t)~PHUB_WIRE_F_CSUM;
-		if (peer.flags & PHUB_ENGINE_PEER_F_CSUM) {
+		auth.rank = r;
+		if ((peer.flags & PHUB_ENGINE_PEER_F_CSUM) && auth.job == NULL) {
 			/* The payload's CRC once, finished with each rank's header. */
 			if (!crc_done)
 				payload_crc = phub_wire_csum_payload(reply->model,
@@ -439,7 +488,8 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 			crc_done = true;
 			hdr.flags |= PHUB_WIRE_F_CSUM;
 		}
-		m = model_frame(lc, tx_port, &peer, &hdr, &pl, payload_sum, payload_crc, &prev);
+		m = model_frame(lc, tx_port, &peer, &hdr, &pl, payload_sum, payload_crc, &prev,
+				auth.job != NULL ? &auth : NULL);
 		if (unlikely(m == NULL)) {
 			lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
 			continue;
@@ -675,7 +725,7 @@ ring_ackv_flush(struct pbox_lcore *lc)
 	ack.payload = a->body;
 	ack.payload_len = (uint16_t)(a->n * sizeof(struct phub_wire_ring_ack_entry));
 	lc->stats.ring_acks_out++;
-	reply_in_place(lc, &a->f, a->f.port_index, &ack);
+	reply_in_place(lc, &a->f, a->f.port_index, &ack, NULL);	/* ring: no MAC yet */
 	a->f.m = NULL;
 	a->job = NULL;
 }
@@ -834,6 +884,15 @@ handle_ring_ackv(struct pbox_lcore *lc, struct rx_frame *f, bool handed)
 	rte_pktmbuf_free(f->m);
 }
 
+/* The PHub flags byte of a UDP payload says AUTH (the MAC replaces the UDP checksum pass). */
+static inline bool
+udp_auth_flagged(const struct rte_udp_hdr *udp, uint16_t udp_len)
+{
+	return udp_len >= sizeof(*udp) + PHUB_WIRE_HDR_LEN &&
+		(((const uint8_t *)(udp + 1))[offsetof(struct phub_wire_hdr, flags)] &
+		 PHUB_WIRE_F_AUTH) != 0;
+}
+
 static void
 handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 {
@@ -865,6 +924,20 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 	if (f->msg.opcode >= PHUB_WIRE_OP_RING_REDUCE && f->msg.opcode <= PHUB_WIRE_OP_RING_ACK) {
 		handle_ring(lc, f, job, server);
 		return;
+	}
+	/* An authenticated job's MAC and replay window, before the engine reads anything. */
+	if (unlikely(phub_engine_job_auth(job) || (f->msg.flags & PHUB_WIRE_F_AUTH))) {
+		uint16_t rank = UINT16_MAX;
+		enum phub_drop_reason why;
+
+		phub_engine_job_local_rank(job, f->msg.worker_rank, &rank);
+		why = phub_engine_auth_rx(job, rank, PHUB_ENGINE_AUTH_LANE_DATA(server),
+				PHUB_ENGINE_AUTH_LANE_DATA(server), f->msg.flags, f->udp_payload,
+				f->msg.hdr_len, f->msg.payload, f->msg.payload_len);
+		if (why != PHUB_DROP_OK) {
+			wire_drop(lc, f->m, why);
+			return;
+		}
 	}
 
 	memset(&req, 0, sizeof(req));
@@ -925,9 +998,10 @@ handle_ping(struct pbox_lcore *lc, struct rx_frame *f)
 	struct phub_wire_msg pong = f->msg;
 
 	pong.opcode = PHUB_WIRE_OP_PONG;
-	pong.flags &= (uint8_t)~(PHUB_WIRE_F_CSUM | PHUB_WIRE_F_RETRANSMIT);
+	/* Sessions PING the control port; a data port answers any PING plainly. */
+	pong.flags &= (uint8_t)~(PHUB_WIRE_F_CSUM | PHUB_WIRE_F_RETRANSMIT | PHUB_WIRE_F_AUTH);
 	lc->stats.pongs++;
-	reply_in_place(lc, f, f->port_index, &pong);
+	reply_in_place(lc, f, f->port_index, &pong, NULL);
 }
 
 /*
@@ -999,8 +1073,13 @@ handle_frame(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi, bool handed
 	if (!handed && udp->dgram_cksum != 0) {
 		uint64_t l4 = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
 
+		/*
+		 * The software pass is skipped for a datagram with flag AUTH: its MAC, checked
+		 * before anything reads it, catches all the checksum would (and a datagram with
+		 * AUTH for a job without keys is dropped as auth_unexpected).
+		 */
 		if (l4 == RTE_MBUF_F_RX_L4_CKSUM_BAD ||
-		    (l4 != RTE_MBUF_F_RX_L4_CKSUM_GOOD &&
+		    (l4 != RTE_MBUF_F_RX_L4_CKSUM_GOOD && !udp_auth_flagged(udp, udp_len) &&
 		     !phub_net_udp_csum_ok(ip, udp, udp_len))) {
 			net_drop(lc, m, PBOX_NET_DROP_BAD_UDP_CSUM);
 			return;

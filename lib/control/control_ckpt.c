@@ -401,6 +401,7 @@ restore_one(const struct phub_control_ckpt_dir *dir, struct phub_control *ctl,
 	const struct phub_control_declared_job *d;
 	struct phub_engine_ring_params ring;
 	struct phub_engine_job_params jp;
+	uint8_t psk[PHUB_AUTH_KEY_LEN] = { 0 };
 	struct phub_engine_job *job;
 	int fd, rc;
 
@@ -446,7 +447,15 @@ restore_one(const struct phub_control_ckpt_dir *dir, struct phub_control *ctl,
 	}
 	rp.memory_limit_bytes = phub_control_job_memory_limit(ctl);
 	rp.max_segment_elems = phub_control_segment_elems(ctl, info->dtype);
+	/* A job the config declares with auth comes back with it, its segments cut for it. */
+	if (d != NULL && d->auth) {
+		phub_auth_psk(psk, d->name, d->nonce);
+		rp.auth_psk = psk;
+		rp.auth_lanes = 1 + p->n_servers;
+		rp.max_segment_elems = control_auth_segment_elems(ctl, info->dtype);
+	}
 	job = phub_engine_ckpt_restore(p->engine, fd, &rp, info, err, errlen);
+	phub_auth_wipe(psk, sizeof(psk));
 	rc = errno;
 	close(fd);
 	errno = rc;

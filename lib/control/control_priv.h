@@ -4,6 +4,7 @@
 #ifndef PHUB_CONTROL_PRIV_H
 #define PHUB_CONTROL_PRIV_H
 
+#include "auth/phub_auth.h"
 #include "phub_control.h"
 
 /*
@@ -102,6 +103,13 @@ struct phub_control {
 				const struct phub_engine_ckpt_info *info, const char *file);
 		void *ctx;
 	} ckpt;
+	/* Authenticated jobs (control_auth.c): the JOIN being handled, and its answer's keys. */
+	bool auth_join;
+	uint8_t auth_wpk[PHUB_AUTH_PK_LEN];
+	uint8_t auth_ppk[PHUB_AUTH_PK_LEN];
+	uint8_t auth_confirm[PHUB_AUTH_KEY_LEN];
+	uint8_t auth_in[PHUB_WIRE_MAX_DATAGRAM];	/* a JOIN with its nonce put back */
+	uint8_t auth_out[PHUB_WIRE_MAX_DATAGRAM];	/* a control datagram sealed */
 };
 
 /* One line of log through ops->log (nothing when it is NULL). */
@@ -124,6 +132,31 @@ const struct phub_control_declared_job *control_declared_find(const struct phub_
  */
 void control_job_abort(struct phub_control *ctl, struct phub_engine_job *job, uint16_t code,
 		uint32_t iteration, const char *text);
+
+/* A segment's elements at the ports' MTU with extra header bytes on every datagram. */
+uint32_t control_segment_elems_room(const struct phub_control *ctl, enum phub_dtype dtype,
+		unsigned int extra);
+
+/* control_auth.c: authenticated jobs (docs/protocol.md section 8). */
+/*
+ * A JOIN at the control port: false when it is dropped (counted) or refused; else msg may now
+ * describe a copy that carries the declared nonce, and the JOIN's ephemeral key is kept.
+ */
+bool control_auth_join_in(struct phub_control *ctl, const struct phub_control_peer *from,
+		const uint8_t *dgram, size_t len, struct phub_wire_msg *msg);
+/* Before the engine joins the rank: the session keys; false when the JOIN is dropped. */
+bool control_auth_join_keys(struct phub_control *ctl, struct phub_engine_job *job,
+		uint16_t rank, bool live, bool same_source);
+/* A JOIN_ACK datagram of an authenticated JOIN: its key and MAC; the new length or < 0. */
+int control_auth_join_ack(struct phub_control *ctl, uint8_t *buf, size_t len, size_t cap);
+/* Every control datagram out: sealed when it is for an authenticated session; 0: not sent. */
+size_t control_auth_out(struct phub_control *ctl, const void **buf, size_t len);
+/* LEAVE, PING, WORLD_ACK in: false when dropped (counted). */
+bool control_auth_in(struct phub_control *ctl, const uint8_t *dgram,
+		const struct phub_wire_msg *msg);
+uint32_t control_auth_segment_elems(const struct phub_control *ctl, enum phub_dtype dtype);
+/* The RING_HELLO nonce field of a declared job: its nonce, or with auth a proof of it. */
+uint64_t control_auth_ring_nonce(const struct phub_control_declared_job *d);
 
 /* control_ring.c: the ring of PBoxes. */
 /*

@@ -168,7 +168,8 @@ hello_fill(const struct phub_control *ctl, const struct cjob *cj, uint16_t port,
 	memset(h, 0, sizeof(*h));
 	h->job_id = phub_engine_job_id(cj->job);
 	snprintf(h->name, sizeof(h->name), "%s", r->decl->name);
-	h->nonce = r->decl->nonce;
+	/* An authenticated job's nonce stays on its hosts: the spine sees a proof of it. */
+	h->nonce = control_auth_ring_nonce(r->decl);
 	h->token = r->token;
 	h->racks = r->decl->n_racks;
 	h->pos = r->pos;
@@ -310,7 +311,7 @@ control_ring_input(struct phub_control *ctl, const struct phub_control_peer *fro
 	if (job == NULL) {
 		d = control_declared_find(ctl, h.name);
 		/* Its first worker has not joined here yet: the neighbour offers again. */
-		if (d != NULL && d->n_racks >= 2 && d->nonce == h.nonce) {
+		if (d != NULL && d->n_racks >= 2 && control_auth_ring_nonce(d) == h.nonce) {
 			ctl->stats.ring_hellos_early++;
 			return;
 		}
@@ -323,7 +324,7 @@ control_ring_input(struct phub_control *ctl, const struct phub_control_peer *fro
 		hello_refuse(ctl, from, &h, "the job does not span racks here");
 		return;
 	}
-	if (h.nonce != r->decl->nonce) {
+	if (h.nonce != control_auth_ring_nonce(r->decl)) {
 		hello_refuse(ctl, from, &h, "wrong nonce");
 		return;
 	}

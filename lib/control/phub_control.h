@@ -262,6 +262,7 @@ struct phub_control_declared_job {
 	struct phub_optimizer_params optimizer;
 	bool deterministic;
 	bool elastic;			/* on_worker_dead "continue" (docs/config.md) */
+	bool auth;			/* jobs[].auth "required": every datagram has a MAC */
 	/* A job across racks (docs/hierarchy.md): 2 .. 16 racks, this PBox among them; 0: none. */
 	uint16_t n_racks;
 	const struct phub_control_rack *racks;

@@ -246,6 +246,7 @@ job_release_all(struct phub_engine_job *job)
 	job_release(job, job->slots);
 	job_release(job, job->chunks);
 	engine_ckpt_release(job);
+	engine_auth_release(job);
 	engine_ring_release(job, job_release);
 	job_release(job, job->staging);
 	job_release(job, job->cells);
@@ -405,6 +406,8 @@ phub_engine_job_create(struct phub_engine *engine, const struct phub_engine_job_
 	rc = job_index_chunks(job);
 	if (rc == 0)
 		rc = job_allocate_buffers(job, p->memory_limit_bytes);
+	if (rc == 0)
+		rc = engine_auth_create(job, p->auth_psk, p->auth_lanes);
 	if (rc == 0)
 		rc = engine_claim_slot(engine, job);
 	if (rc != 0) {

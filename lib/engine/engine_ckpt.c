@@ -775,6 +775,8 @@ phub_engine_ckpt_restore(struct phub_engine *engine, int fd,
 	p.memory_limit_bytes = rp->memory_limit_bytes;
 	p.allocator = rp->allocator;
 	p.checkpoint_shadow = rp->checkpoint_shadow;
+	p.auth_psk = rp->auth_psk;
+	p.auth_lanes = rp->auth_lanes;
 	/* A job restored keeps its summation order: a deterministic run stays one. */
 	p.deterministic = (info->flags & PHUB_ENGINE_CKPT_F_DETERMINISTIC) != 0;
 	/* And its on_worker_dead; who was removed is not kept: every rank JOINs again. */

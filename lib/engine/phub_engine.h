@@ -98,6 +98,13 @@ struct phub_engine_job_params {
 	 * that spans ring.racks PBoxes; world_size stays this rack's ranks. NULL: one rack.
 	 */
 	const struct phub_engine_ring_params *ring;
+	/*
+	 * Authenticated job (jobs[].auth, phub_engine_auth.h): the PSK from its name and nonce,
+	 * and the lanes (the control thread and each data thread) that send and receive its
+	 * datagrams. NULL: datagrams are not authenticated.
+	 */
+	const uint8_t *auth_psk;
+	unsigned int auth_lanes;
 };
 
 /* A job's place in the ring of PBoxes; its peers and tokens come later (job_ring_peers). */
@@ -410,6 +417,9 @@ struct phub_engine_ckpt_restore_params {
 	 * state and world size only). NULL: a one-rack job.
 	 */
 	const struct phub_engine_ring_params *ring;
+	/* An authenticated job (phub_engine_job_params' auth_psk, auth_lanes); NULL: not. */
+	const uint8_t *auth_psk;
+	unsigned int auth_lanes;
 };
 
 /*

@@ -157,15 +157,21 @@ static_assert(offsetof(struct phub_wire_hdr, csum) == 52, "csum at 52");
  *		iteration (a schedule, a parameter group). Every rank's PUSHes of one segment and
  *		iteration must carry the same values, or none; without the flag the job's JOIN
  *		values apply. Values must be finite and >= 0 (PHUB_DROP_BAD_HYPER).
+ * AUTH:	any opcode. The header ends with the AUTH trailer (PHUB_WIRE_AUTH_TRAILER_LEN:
+ *		a 64-bit sequence number and a 16-byte MAC over header and payload, lib/auth),
+ *		after any other extension; JOIN, JOIN_ACK, RING_HELLO and RING_HELLO_ACK carry
+ *		the sender's ephemeral X25519 key (PHUB_WIRE_AUTH_PK_LEN) right before it. The
+ *		MAC replaces the CRC: AUTH with CSUM is refused (PHUB_DROP_BAD_AUTH_EXT).
  */
 #define PHUB_WIRE_F_CSUM	0x01
 #define PHUB_WIRE_F_RETRANSMIT	0x02
 #define PHUB_WIRE_F_LAST	0x04
 #define PHUB_WIRE_F_REPLAY	0x08
 #define PHUB_WIRE_F_HYPER	0x10
+#define PHUB_WIRE_F_AUTH	0x20
 #define PHUB_WIRE_F_ALL	\
 	(PHUB_WIRE_F_CSUM | PHUB_WIRE_F_RETRANSMIT | PHUB_WIRE_F_LAST | PHUB_WIRE_F_REPLAY | \
-	 PHUB_WIRE_F_HYPER)
+	 PHUB_WIRE_F_HYPER | PHUB_WIRE_F_AUTH)
 
 /*
  * The header extension of a PUSH with PHUB_WIRE_F_HYPER, at offset 56: float32 bit patterns,
@@ -191,6 +197,24 @@ static_assert(sizeof(struct phub_wire_hyper_ext) == 8, "HYPER extension is 8 byt
  * (a learning rate change mid-training) without a datagram outgrowing the link.
  */
 #define PHUB_WIRE_HDR_LEN_MAX PHUB_WIRE_HDR_LEN_HYPER
+
+/*
+ * The AUTH extension (flag PHUB_WIRE_F_AUTH), at the end of the header:
+ *
+ *  hdr_len - 56 +---------------------------------------------------------------+
+ *  (handshake   |  ephemeral X25519 public key, 32 bytes (JOIN, JOIN_ACK,        |
+ *   opcodes)    |  RING_HELLO, RING_HELLO_ACK only)                         ... |
+ *  hdr_len - 24 +---------------------------------------------------------------+
+ *               |  seq (64 bits): channel (16) << 48 | counter (48)             |
+ *  hdr_len - 16 +---------------------------------------------------------------+
+ *               |  tag: 16 bytes, over header [0, hdr_len - 16) and payload ... |
+ *  hdr_len      +---------------------------------------------------------------+
+ *
+ * A session that authenticates has its segments cut for PHUB_WIRE_HDR_LEN_MAX +
+ * PHUB_WIRE_AUTH_TRAILER_LEN (phub_wire_max_elems_room()); other sessions keep theirs.
+ */
+#define PHUB_WIRE_AUTH_TRAILER_LEN	24
+#define PHUB_WIRE_AUTH_PK_LEN		32
 
 /*
  * Payload element types: enum phub_dtype of wire/phub_types.h, or NONE. NONE marks a control body
@@ -347,6 +371,7 @@ enum phub_wire_opcode {
 	_(ELEM_RANGE,		"elem_range_overflow") \
 	_(UNUSED_FIELD,		"unused_field_nonzero") \
 	_(BAD_HYPER,		"bad_step_hyper") \
+	_(BAD_AUTH_EXT,		"bad_auth_ext") \
 	/* the control bodies */ \
 	_(BODY_SHORT,		"body_too_short") \
 	_(JOIN_NAME_UNTERMINATED, "join_name_unterminated") \
@@ -390,7 +415,14 @@ enum phub_wire_opcode {
 	_(WRONG_LCORE,		"wrong_lcore") \
 	_(NO_BUFFER,		"no_buffer") \
 	_(HYPER_MISMATCH,	"hyper_mismatch") \
-	_(RING_STEP,		"ring_step_range")
+	_(RING_STEP,		"ring_step_range") \
+	/* authenticated sessions (lib/auth; docs/protocol.md section 8) */ \
+	_(AUTH_MISSING,		"auth_missing") \
+	_(AUTH_UNEXPECTED,	"auth_unexpected") \
+	_(AUTH_BAD_TAG,		"auth_bad_tag") \
+	_(AUTH_REPLAY,		"auth_replay") \
+	_(AUTH_CHANNEL,		"auth_wrong_channel") \
+	_(AUTH_JOIN_REPLAY,	"auth_join_replay")
 
 /*
  * Second-group meanings, for the engine: BAD_TOKEN token unknown for the job; UNKNOWN_JOB no such
@@ -404,7 +436,12 @@ enum phub_wire_opcode {
  * NO_BUFFER TX ring full or no mbuf; HYPER_MISMATCH a PUSH whose HYPER values (or their absence)
  * differ from those of the segment's first PUSH of the iteration. RING_STEP a ring datagram whose step is beyond 2R-3, whose
  * opcode does not match its step, whose elements are not the step's part, or a gather step
- * before this rack's sum (docs/hierarchy.md).
+ * before this rack's sum (docs/hierarchy.md). AUTH_MISSING a datagram without flag AUTH for a
+ * job that requires it; AUTH_UNEXPECTED flag AUTH where no keys are held (a job without auth, a
+ * session without keys); AUTH_BAD_TAG the MAC does not match (forged, damaged, another key);
+ * AUTH_REPLAY a sequence number seen or older than the replay window; AUTH_CHANNEL a sequence
+ * number of another stream (another port's) than the one it arrived on; AUTH_JOIN_REPLAY an
+ * authenticated JOIN with another ephemeral key than the rank's live session's.
  */
 enum phub_drop_reason {
 #define PHUB_DROP_ENUM(n, s) PHUB_DROP_##n,
@@ -776,6 +813,10 @@ int phub_wire_max_payload(unsigned int mtu);
  * aligned within a cache-aligned chunk buffer. -EINVAL for a bad mtu or a non-numeric dtype.
  */
 int phub_wire_max_elems(unsigned int mtu, uint8_t dtype);
+/* The same with extra more header bytes on every datagram (PHUB_WIRE_AUTH_TRAILER_LEN). */
+int phub_wire_max_elems_room(unsigned int mtu, uint8_t dtype, unsigned int extra);
+/* Bytes flag AUTH adds to the header of opcode: the trailer, and the key on a handshake. */
+unsigned int phub_wire_auth_ext_len(uint8_t opcode);
 
 /* ---- header ---- */
 

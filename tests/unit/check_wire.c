@@ -755,6 +755,8 @@ static const struct defect defects[] = {
 	{ "flag 0x80", PHUB_DROP_BAD_FLAGS, B_ACK, { XOR8(H(flags), 0x80) }, 0, 0 },
 	{ "HYPER on an ACK of 56 header bytes", PHUB_DROP_BAD_HYPER, B_ACK,
 	  { XOR8(H(flags), PHUB_WIRE_F_HYPER) }, 0, 0 },
+	{ "AUTH on an ACK of 56 header bytes", PHUB_DROP_BAD_AUTH_EXT, B_ACK,
+	  { XOR8(H(flags), PHUB_WIRE_F_AUTH) }, 0, 0 },
 	{ "csum set without the flag", PHUB_DROP_CSUM_WITHOUT_FLAG, B_ACK,
 	  { SET32(H(csum), 1) }, 0, 0 },
 	{ "payload bit flipped under CSUM", PHUB_DROP_BAD_CSUM, B_PUSH_CSUM,
@@ -1045,6 +1047,55 @@ START_TEST(test_push_with_hyper_round_trips_and_bad_values_are_refused)
 	ck_assert_int_eq(phub_wire_hdr_encode(buf, PHUB_WIRE_HDR_LEN, &m, 0), -ENOSPC);
 	ck_assert_int_eq(phub_wire_hdr_encode(buf, PHUB_WIRE_HDR_LEN_HYPER, &m, 0),
 			PHUB_WIRE_HDR_LEN_HYPER);
+}
+END_TEST
+
+/* ---- the AUTH extension ---- */
+
+START_TEST(test_auth_extension_lengths_round_trip_and_exclude_csum)
+{
+	static uint8_t buf[BUF_SIZE];
+	struct phub_wire_msg m, back;
+	float payload[16] = { 2.5f };
+	int len;
+
+	phub_wire_msg_init(&m, PHUB_WIRE_OP_PUSH);
+	m.flags |= PHUB_WIRE_F_AUTH;
+	m.dtype = PHUB_DTYPE_FP32;
+	m.job_id = 1;
+	m.session_token = 2;
+	m.elem_count = 16;
+	m.payload = (const uint8_t *)payload;
+	m.payload_len = sizeof(payload);
+	len = phub_wire_encode(buf, sizeof(buf), &m);
+	ck_assert_int_eq(len, PHUB_WIRE_HDR_LEN + PHUB_WIRE_AUTH_TRAILER_LEN + 64);
+	ck_assert_int_eq(phub_wire_parse(buf, (size_t)len, &back), PHUB_DROP_OK);
+	ck_assert_int_eq(back.hdr_len, PHUB_WIRE_HDR_LEN + PHUB_WIRE_AUTH_TRAILER_LEN);
+	ck_assert(memcmp(back.payload, payload, sizeof(payload)) == 0);
+	/* The trailer goes after HYPER's extension. */
+	m.flags |= PHUB_WIRE_F_HYPER;
+	m.hyper_lr = 0.5f;
+	len = phub_wire_encode(buf, sizeof(buf), &m);
+	ck_assert_int_eq(len, PHUB_WIRE_HDR_LEN_HYPER + PHUB_WIRE_AUTH_TRAILER_LEN + 64);
+	ck_assert_int_eq(phub_wire_parse(buf, (size_t)len, &back), PHUB_DROP_OK);
+	ck_assert(back.hyper_lr == 0.5f);
+	/* A header of HYPER's length cannot hold the trailer too. */
+	buf[5] = PHUB_WIRE_HDR_LEN_HYPER + 16;
+	ck_assert_int_eq(phub_wire_parse(buf, (size_t)len - 8, &back), PHUB_DROP_BAD_AUTH_EXT);
+	/* The MAC replaces the CRC: both on one datagram is refused. */
+	m.flags |= PHUB_WIRE_F_CSUM;
+	ck_assert_int_eq(phub_wire_msg_check(&m), PHUB_DROP_BAD_AUTH_EXT);
+	ck_assert_int_eq(phub_wire_encode(buf, sizeof(buf), &m), -EINVAL);
+	/* Handshake opcodes carry the ephemeral key as well. */
+	ck_assert_uint_eq(phub_wire_auth_ext_len(PHUB_WIRE_OP_JOIN),
+			PHUB_WIRE_AUTH_PK_LEN + PHUB_WIRE_AUTH_TRAILER_LEN);
+	ck_assert_uint_eq(phub_wire_auth_ext_len(PHUB_WIRE_OP_RING_HELLO_ACK),
+			PHUB_WIRE_AUTH_PK_LEN + PHUB_WIRE_AUTH_TRAILER_LEN);
+	ck_assert_uint_eq(phub_wire_auth_ext_len(PHUB_WIRE_OP_PING), PHUB_WIRE_AUTH_TRAILER_LEN);
+	/* An authenticated session's segments leave room for the trailer. */
+	ck_assert_int_eq(phub_wire_max_elems_room(1500, PHUB_DTYPE_FP32,
+			PHUB_WIRE_AUTH_TRAILER_LEN), 336);
+	ck_assert_int_eq(phub_wire_max_elems_room(1500, PHUB_DTYPE_FP32, 0), 352);
 }
 END_TEST
 
@@ -1567,6 +1618,7 @@ phub_wire_suite(void)
 	tcase_add_test(tc, test_every_wire_reason_has_a_defect_case);
 	tcase_add_test(tc, test_every_defect_case_starts_from_a_valid_packet);
 	tcase_add_test(tc, test_push_with_hyper_round_trips_and_bad_values_are_refused);
+	tcase_add_test(tc, test_auth_extension_lengths_round_trip_and_exclude_csum);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("truncation");
