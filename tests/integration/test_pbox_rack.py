@@ -37,9 +37,13 @@ EXACT = ('r["verified"]', 'r["bitwise"]')
 
 
 def layout(rack, keys, name="mixed"):
+    """A --layout file of KEYS (element counts) in the rack's scratch dir, written once: ranks
+    started one after another read the same file."""
     path = rack.path(name + ".json")
-    with open(path, "w") as f:
-        json.dump(keys, f)
+    if not os.path.exists(path):
+        with open(path + ".tmp", "w") as f:
+            json.dump(keys, f)
+        os.replace(path + ".tmp", path)
     return path
 
 
@@ -610,8 +614,9 @@ def test_worker_timeout(rack):
     # Rank 2 is killed (SIGKILL) and never comes back: after timeouts.worker_dead_ms the
     # PBox tells ranks 0 and 1 (ERROR worker_timeout, which they report) and frees the job.
     rack.up(3, config_edit=timeouts(1500))
-    ranks = [rack.start_rank(r, 3, "--layout", layout(rack, MIXED), "--iterations", 100000,
-                             "--job", "doomed", name="t%d" % r) for r in range(3)]
+    mixed = layout(rack, MIXED)
+    ranks = [rack.start_rank(r, 3, "--layout", mixed, "--iterations", 100000, "--job",
+                             "doomed", name="t%d" % r) for r in range(3)]
     rack.wait_job_iterations("doomed", 3)
     ranks[2].proc.send_signal(signal.SIGKILL)
     start = time.monotonic()
