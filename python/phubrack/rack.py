@@ -213,6 +213,39 @@ class Rack:
             self._aliases.append(path)
         return "%s-%s" % (self.name, prefix)
 
+    def netem(self, worker, *args):
+        """virtual-rack netem on worker WORKER's link, both directions (ARGS: netem's, or
+        "off"); RackError when it refuses."""
+        p = self._vrack("netem", "--name", self.name, "--worker", worker, *args)
+        if p.returncode != 0:
+            raise RackError("netem %s on worker %s: %s" % (" ".join(map(str, args)), worker,
+                                                           p.stderr))
+
+    def pin_arp(self, *workers):
+        """Make each worker's neighbour entry for the PBox permanent (after a clean run has
+        resolved it), so that an impaired link loses datagrams and not ARP replies."""
+        for w in workers:
+            words = self.exec(w, "ip", "neigh", "show", self.server).stdout.split()
+            if "lladdr" not in words[:-1]:
+                raise RackError("worker %d has no neighbour entry for %s" % (w, self.server))
+            mac = words[words.index("lladdr") + 1]
+            self.exec(w, "ip", "neigh", "replace", self.server, "lladdr", mac, "dev", "eth0",
+                      "nud", "permanent", check=True)
+
+    def link_tx_packets(self, w):
+        """Frames worker W's eth0 sent. Each datagram of a UDP GSO message counts (UDP
+        OutDatagrams would count the message once), before the link's impairment drops any:
+        the rack's BPF fallback loses them at the ToR's end."""
+        return int(self.exec(w, "cat", "/sys/class/net/eth0/statistics/tx_packets",
+                             check=True).stdout)
+
+    def udp_in_csum_errors(self, w):
+        """Datagrams worker W's kernel dropped for a bad UDP checksum."""
+        lines = [line.split() for line in self.exec(w, "cat", "/proc/net/snmp",
+                                                    check=True).stdout.splitlines()
+                 if line.startswith("Udp:")]
+        return int(dict(zip(lines[0], lines[1]))["InCsumErrors"])
+
     def telemetry(self, *commands):
         """The PBox's answers to telemetry COMMANDS as one dict ({} when it does not answer)."""
         return telemetry.query("phub-" + self.name, commands)
@@ -227,7 +260,14 @@ class Rack:
             if (answer.get("/phub/job") or {}).get("iterations_done", 0) >= n:
                 return
             time.sleep(0.1)
-        raise RackError("job %s did not reach iteration %d: %s" % (job, n, answer))
+        raise RackError("job %s did not reach iteration %d: %s%s" % (job, n, answer,
+                                                                   self.runs_said()))
+
+    def runs_said(self):
+        """The end of what every background run wrote on stderr, for a failure's message."""
+        return "".join("\n%s (%s): %s" % (run.what, "running" if run.alive() else
+                                          "exit %d" % run.proc.returncode, _tail(run.err, 3))
+                       for run in self._runs)
 
     def newest_ckpt(self):
         """The iteration of the newest checkpoint file, -1 when there is none."""
@@ -256,13 +296,16 @@ class Rack:
         self._runs.append(run)
         return run
 
-    def bench_bg(self, workers, *args, name="r", prefix=None):
-        """phub-bench's WORKERS ranks in the workers' namespaces, in the background."""
-        return self.start(self.bench_cmd(workers, *args, prefix=prefix), name)
+    def bench_bg(self, workers, *args, name="r", prefix=None, bench_timeout=120):
+        """phub-bench's WORKERS ranks in the workers' namespaces, in the background
+        (bench_timeout: its --timeout)."""
+        return self.start(self.bench_cmd(workers, *args, prefix=prefix, timeout=bench_timeout),
+                          name)
 
-    def bench(self, workers, *args, name="r", prefix=None, timeout=240):
+    def bench(self, workers, *args, name="r", prefix=None, timeout=240, bench_timeout=120):
         """phub-bench in the foreground: its report, or RackError with its stderr."""
-        run = self.bench_bg(workers, *args, name=name, prefix=prefix)
+        run = self.bench_bg(workers, *args, name=name, prefix=prefix,
+                            bench_timeout=bench_timeout)
         run.wait(timeout)
         return run.report()
 
