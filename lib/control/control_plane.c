@@ -159,10 +159,20 @@ phub_control_job_restored(struct phub_control *ctl, struct phub_engine_job *job,
 	/* The file knows the optimizer; the first rank back declares the rest. */
 	cj->decl.known = PHUB_CONTROL_DECL_OPTIMIZER;
 	cj->decl.optimizer = (uint8_t)ckpt->optimizer.type;
+	/* A ring job's links start again, saying which checkpoint it went back to. */
+	if (phub_engine_job_ring(job, NULL, NULL, NULL)) {
+		const struct phub_control_declared_job *d = control_declared_find(ctl, ckpt->name);
+
+		if (d != NULL && d->n_racks >= 2) {
+			control_ring_start(ctl, cj, d);
+			control_ring_restored(cj, ckpt->iteration);
+		}
+	}
 }
 
-void
-phub_control_job_end(struct phub_control *ctl, struct phub_engine_job *job)
+/* The job ends; replace: to be restored from its checkpoint, whose files stay. */
+static void
+job_end(struct phub_control *ctl, struct phub_engine_job *job, bool replace)
 {
 	struct cjob *cj = control_cjob(ctl, job);
 	struct phub_engine_job_info info;
@@ -172,7 +182,9 @@ phub_control_job_end(struct phub_control *ctl, struct phub_engine_job *job)
 		ctl->memory_bytes;
 	memset(cj, 0, sizeof(*cj));
 	ctl->stats.jobs_ended++;
-	if (ctl->p.ops->job_release != NULL) {
+	if (replace) {
+		ctl->p.ops->job_replace(ctl->p.ctx, job);
+	} else if (ctl->p.ops->job_release != NULL) {
 		ctl->p.ops->job_release(ctl->p.ctx, job);
 	} else {
 		phub_engine_job_unpublish(ctl->p.engine, job);
@@ -181,6 +193,18 @@ phub_control_job_end(struct phub_control *ctl, struct phub_engine_job *job)
 	control_log(ctl, PHUB_CONTROL_LOG_INFO, "job %s (id %u) ended after iteration %u; %" PRIu64
 			" KB freed", info.name, info.job_id, info.iteration_min,
 			info.memory_bytes >> 10);
+}
+
+void
+phub_control_job_end(struct phub_control *ctl, struct phub_engine_job *job)
+{
+	job_end(ctl, job, false);
+}
+
+void
+control_job_replace(struct phub_control *ctl, struct phub_engine_job *job)
+{
+	job_end(ctl, job, true);
 }
 
 /* ---- JOIN ---- */

@@ -106,6 +106,7 @@ link_init(struct cring_link *l, const struct phub_control_declared_job *d, uint1
 	/* Silent since the job began: a neighbour gets worker_dead_ms to show up. */
 	l->heard_ns = now;
 	l->next_hello_ns = now;
+	l->newest_ckpt = PHUB_WIRE_RING_HELLO_NONE;
 }
 
 void
@@ -176,6 +177,7 @@ hello_fill(const struct phub_control *ctl, const struct cjob *cj, uint16_t port,
 		h->endpoints[0] = ctl->p.ring_endpoints[port < ctl->p.n_ring_endpoints ? port : 0];
 	else
 		h->endpoints[0] = ctl->p.endpoints[0];
+	control_ring_hello_restore_fill(ctl, r, h);
 }
 
 static void
@@ -230,6 +232,13 @@ ring_fail(struct phub_control *ctl, struct cjob *cj, const struct cring_link *l,
 			"ends", info.name, info.job_id, cj->ring.pos, text);
 	ctl->stats.ring_jobs_failed++;
 	control_job_abort(ctl, cj->job, PHUB_WIRE_ERR_JOB_ABORTED, info.iteration_min + 1, text);
+}
+
+void
+control_ring_fail(struct phub_control *ctl, struct cjob *cj, const struct cring_link *l,
+		const char *why)
+{
+	ring_fail(ctl, cj, l, why);
 }
 
 /* Both neighbours known: the engine takes ring datagrams from prev and sends to next. */
@@ -337,6 +346,9 @@ control_ring_input(struct phub_control *ctl, const struct phub_control_peer *fro
 				ctl->p.ring_peers[links[0]->peer].name, addr);
 		return;
 	}
+	/* A neighbour or this PBox restored from a checkpoint: the ring may have to go back. */
+	if (control_ring_restore_hello(ctl, cj, links[0], &h) != CONTROL_RING_LINK)
+		return;
 	for (unsigned int i = 0; i < n; i++)
 		if (!link_take(ctl, cj, links[i], from, &h))
 			return;

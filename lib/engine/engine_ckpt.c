@@ -767,6 +767,8 @@ phub_engine_ckpt_restore(struct phub_engine *engine, int fd,
 	p.deterministic = (info->flags & PHUB_ENGINE_CKPT_F_DETERMINISTIC) != 0;
 	/* And its on_worker_dead; who was removed is not kept: every rank JOINs again. */
 	p.elastic = (info->flags & PHUB_ENGINE_CKPT_F_ELASTIC) != 0;
+	/* A ring job's segments start their ring at first_iteration, as its workers do. */
+	p.ring = rp->ring;
 	job = phub_engine_job_create(engine, &p);
 	free(keys);
 	if (job == NULL) {

@@ -395,6 +395,11 @@ struct phub_engine_ckpt_restore_params {
 	const struct phub_engine_allocator *allocator;	/* NULL: aligned_alloc */
 	bool checkpoint_shadow;
 	uint32_t max_segment_elems;	/* 0: any; a file cut in larger segments is refused */
+	/*
+	 * A job across racks: this rack's place in the ring (the file holds this rack's model,
+	 * state and world size only). NULL: a one-rack job.
+	 */
+	const struct phub_engine_ring_params *ring;
 };
 
 /*

@@ -930,8 +930,15 @@ int phub_wire_error_encode(void *buf, size_t cap, const struct phub_wire_error_m
  * +-------------------------------+-------------------------------+
  * |        racks (2 .. 16)        |   pos (the sender's, < racks) | 80
  * +-------------------------------+-------------------------------+
- * |   endpoint_count (1 .. 64)    |          reserved (0)         | 84
+ * |   endpoint_count (1 .. 64)    |   caps (PHUB_WIRE_RING_CAP_*) | 84
  * +-------------------------------+-------------------------------+
+ *
+ * caps (the field reserved before): PHUB_WIRE_RING_CAP_STATE says that 12 bytes follow
+ * the endpoints, the sender's checkpoint state of the job: its ring generation (u32; 0: never
+ * restored, or restored at its start and not yet given one), the checkpoint iteration its job
+ * was restored at (u32; PHUB_WIRE_RING_HELLO_NONE: never restored) and its newest checkpoint
+ * file of the job (u32; NONE: none); docs/protocol.md section 12. A PBox that keeps no
+ * checkpoints sends no flag and no trailer, as before.
  */
 struct __attribute__((packed)) phub_wire_ring_hello_body {
 	char name[PHUB_WIRE_JOB_NAME_LEN];
@@ -940,8 +947,16 @@ struct __attribute__((packed)) phub_wire_ring_hello_body {
 	phub_be16_t racks;
 	phub_be16_t pos;
 	phub_be16_t endpoint_count;
-	phub_be16_t reserved;
+	phub_be16_t caps;		/* PHUB_WIRE_RING_CAP_*; was reserved (0) */
 };
+
+/*
+ * RING_HELLO caps bit STATE: a state trailer (generation, base, newest checkpoint; u32 each)
+ * ends the body. Bits 0x0001 and 0x0002 are the ring's data format's (issue 22).
+ */
+#define PHUB_WIRE_RING_CAP_STATE 0x0004u
+#define PHUB_WIRE_RING_HELLO_STATE_BYTES 12
+#define PHUB_WIRE_RING_HELLO_NONE 0xffffffffu	/* no such iteration */
 
 static_assert(sizeof(struct phub_wire_ring_hello_body) == 88, "RING_HELLO body is 88 bytes");
 
@@ -955,6 +970,11 @@ struct phub_wire_ring_hello {
 	uint16_t pos;
 	uint16_t endpoint_count;
 	struct phub_wire_endpoint endpoints[PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS];
+	/* The state trailer: state false, the rest 0, when the flag is not set. */
+	bool state;
+	uint32_t generation;		/* the ring state's generation (0: none yet) */
+	uint32_t base_iteration;	/* the checkpoint its job went back to; NONE: never */
+	uint32_t newest_ckpt;		/* its newest checkpoint file of the job; NONE: none */
 };
 
 /*

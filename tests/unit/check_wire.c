@@ -840,8 +840,10 @@ static const struct defect defects[] = {
 	  { SET16(HELLO_EP1_PORT, 0) }, 0, 0 },
 	{ "RING_HELLO position differs from the header's", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
 	  { SET16(H(worker_rank), 2) }, 0, 0 },
-	{ "RING_HELLO reserved half-word", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
-	  { SET16(HB(reserved), 1) }, 0, 0 },
+	{ "RING_HELLO unknown cap", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
+	  { SET16(HB(caps), 0x8000) }, 0, 0 },
+	{ "RING_HELLO state cap without its trailer", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
+	  { SET16(HB(caps), PHUB_WIRE_RING_CAP_STATE) }, 0, 0 },
 	{ "RING_HELLO name unterminated", PHUB_DROP_JOIN_NAME_UNTERMINATED, B_HELLO,
 	  { { HB(name), P_FILL_NAME, 'a' } }, 0, 0 },
 };
@@ -1090,6 +1092,41 @@ START_TEST(test_ring_hello_round_trips_and_refuses_every_cut)
 	ck_assert_int_eq(phub_wire_ring_hello_write(buf, BUF_SIZE, PHUB_WIRE_OP_JOIN, &h), -EINVAL);
 	ck_assert_int_eq(phub_wire_ring_hello_write(buf, HDR + 88, PHUB_WIRE_OP_RING_HELLO, &h),
 			-ENOSPC);
+	ck_assert(!h.state);
+}
+END_TEST
+
+/* A checkpointing PBox's HELLO: the flag and its 12-byte trailer after the endpoints. */
+START_TEST(test_ring_hello_state_trailer_round_trips)
+{
+	static uint8_t buf[BUF_SIZE];
+	struct phub_wire_ring_hello h, back;
+	struct phub_wire_msg m;
+	size_t len = make_hello(buf, PHUB_WIRE_OP_RING_HELLO);
+	int n;
+
+	ck_assert_int_eq(phub_wire_parse(buf, len, &m), PHUB_DROP_OK);
+	ck_assert_int_eq(phub_wire_ring_hello_parse(m.payload, m.payload_len, &h), PHUB_DROP_OK);
+	h.job_id = m.job_id;
+	h.state = true;
+	h.generation = 0x01020304u;
+	h.base_iteration = 0xfffffffeu;
+	h.newest_ckpt = PHUB_WIRE_RING_HELLO_NONE;
+	n = phub_wire_ring_hello_write(buf, BUF_SIZE, PHUB_WIRE_OP_RING_HELLO, &h);
+	ck_assert_int_eq(n, (int)len + PHUB_WIRE_RING_HELLO_STATE_BYTES);
+	ck_assert_int_eq(phub_wire_parse(buf, (size_t)n, &m), PHUB_DROP_OK);
+	ck_assert_int_eq(phub_wire_ring_hello_parse(m.payload, m.payload_len, &back), PHUB_DROP_OK);
+	ck_assert(back.state);
+	ck_assert_uint_eq(back.generation, 0x01020304u);
+	ck_assert_uint_eq(back.base_iteration, 0xfffffffeu);
+	ck_assert_uint_eq(back.newest_ckpt, PHUB_WIRE_RING_HELLO_NONE);
+	ck_assert_uint_eq(back.endpoints[1].udp_port, 47002);
+	/* The trailer without its cap is trailing bytes. */
+	ck_assert_uint_eq(buf[HDR + offsetof(struct phub_wire_ring_hello_body, caps) + 1],
+			PHUB_WIRE_RING_CAP_STATE);
+	buf[HDR + offsetof(struct phub_wire_ring_hello_body, caps) + 1] = 0;
+	ck_assert_int_eq(phub_wire_ring_hello_parse(buf + HDR, m.payload_len, &back),
+			PHUB_DROP_RING_HELLO_FIELDS);
 }
 END_TEST
 
@@ -1443,6 +1480,7 @@ phub_wire_suite(void)
 	tcase_add_loop_test(tc, test_truncation_at_every_length_is_a_length_drop, 0, N_OPCODES);
 	tcase_add_test(tc, test_body_parsers_refuse_every_truncated_body);
 	tcase_add_test(tc, test_ring_hello_round_trips_and_refuses_every_cut);
+	tcase_add_test(tc, test_ring_hello_state_trailer_round_trips);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("crc32c");
