@@ -43,6 +43,14 @@ def scenario_name(node):
     return "%s-%s" % (name, callspec.id) if callspec else name
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report on the test item (rep_setup, rep_call), for the fixture below."""
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
 @pytest.fixture
 def rack(request):
     why = rack_mod.can_run()
@@ -57,6 +65,10 @@ def rack(request):
                       program("PHUB_BENCH"), program("PHUB_HOSTILE"))
     try:
         yield r
+        call = getattr(request.node, "rep_call", None)
+        if call is not None and call.failed and os.path.exists(r.log_path()):
+            print("\nthe PBox's log ends with:\n" + "\n".join(
+                [line for line in r.log().splitlines() if "serving" not in line][-20:]))
         # Every scenario ends the same way: the PBox stops on SIGTERM and says so.
         if r.started:
             r.stop_check()
