@@ -214,6 +214,7 @@ writer_hand(struct ckpt_job *cj, uint32_t iteration)
 		ck.req.w.job = cj->job;
 		ck.req.w.src = PHUB_ENGINE_CKPT_SHADOW;
 		ck.req.w.iteration = iteration;
+		ck.req.w.keep = pbox_control_ckpt_keep_from(cj->job, &ck.req.w.keep_from);
 		ck.busy = true;
 		ck.finished = false;
 		handed = true;
@@ -289,25 +290,49 @@ pbox_checkpoint_job_created(struct pbox *pb, struct phub_engine_job *job)
 	arm(cj, info.iteration_max + 1 == 0 ? 0 : next_target(job));
 }
 
+/* The job's snapshots stop, a write of it in progress finished first; NULL: not ours. */
+static struct ckpt_job *
+job_quiesce(struct phub_engine_job *job)
+{
+	struct ckpt_job *cj;
+
+	if (!ck.enabled)
+		return NULL;
+	cj = ckpt_job_of(job);
+	if (cj->job != job)
+		return NULL;
+	writer_wait(job);
+	return cj;
+}
+
 void
 pbox_checkpoint_job_end(struct pbox *pb, struct phub_engine_job *job)
 {
-	struct ckpt_job *cj;
+	struct ckpt_job *cj = job_quiesce(job);
 	struct phub_engine_job_info info;
 	unsigned int removed;
 
 	(void)pb;
-	if (!ck.enabled)
+	if (cj == NULL)
 		return;
-	cj = ckpt_job_of(job);
-	if (cj->job != job)
-		return;
-	writer_wait(job);
 	phub_engine_job_get_info(job, &info);
 	removed = phub_control_ckpt_remove_all(&ck.dir, info.name);
 	if (removed > 0)
 		PBOX_LOG(INFO, "job %s ended: its %u checkpoint file(s) removed", info.name,
 				removed);
+	memset(cj, 0, sizeof(*cj));
+}
+
+void
+pbox_checkpoint_job_replaced(struct pbox *pb, struct phub_engine_job *job)
+{
+	/* A write of it in progress finishes first: the file it makes is as good as the others. */
+	struct ckpt_job *cj = job_quiesce(job);
+
+	(void)pb;
+	if (cj == NULL)
+		return;
+	phub_engine_job_ckpt_cancel(job);
 	memset(cj, 0, sizeof(*cj));
 }
 
@@ -399,6 +424,7 @@ final_write(struct ckpt_job *cj)
 	shadow = st.complete;
 	memset(&w, 0, sizeof(w));
 	w.w.job = cj->job;
+	w.w.keep = pbox_control_ckpt_keep_from(cj->job, &w.w.keep_from);
 	if (live && (!shadow || phub_wire_iter_cmp(info.iteration_min, st.iteration) >= 0)) {
 		w.w.src = PHUB_ENGINE_CKPT_LIVE;
 		w.w.iteration = info.iteration_min;
@@ -508,14 +534,16 @@ restored(void *ctx, struct phub_engine_job *job, const struct phub_engine_ckpt_i
 int
 pbox_checkpoint_restore(struct pbox *pb)
 {
-	struct phub_engine_allocator allocator = {
-		.alloc = restore_alloc, .free = restore_free, .place = pbox_memory_place,
-		.ctx = (void *)(intptr_t)pb->ports[0].socket,
-	};
-	struct phub_engine_ckpt_restore_params rp;
+	/* Kept: a ring job is restored again when a ring neighbour restarts (control.c). */
+	static struct phub_engine_allocator allocator;
+	static struct phub_engine_ckpt_restore_params rp;
 
 	if (!ck.enabled)
 		return 0;
+	allocator = (struct phub_engine_allocator){
+		.alloc = restore_alloc, .free = restore_free, .place = pbox_memory_place,
+		.ctx = (void *)(intptr_t)pb->ports[0].socket,
+	};
 	memset(&rp, 0, sizeof(rp));
 	rp.servers = pb->servers;
 	rp.n_servers = pb->n_servers;

@@ -144,16 +144,30 @@ job_created(void *ctx, struct phub_engine_job *job)
  * final model).
  */
 static void
-job_release(void *ctx, struct phub_engine_job *job)
+job_drop(struct pbox *pb, struct phub_engine_job *job, bool keep_checkpoints)
 {
-	struct pbox *pb = ctx;
-
 	pthread_mutex_lock(&pb->jobs_lock);
 	phub_engine_job_unpublish(pb->engine, job);
 	rte_rcu_qsbr_synchronize(pb->qsbr, RTE_QSBR_THRID_INVALID);
-	pbox_checkpoint_job_end(pb, job);
+	if (keep_checkpoints)
+		pbox_checkpoint_job_replaced(pb, job);
+	else
+		pbox_checkpoint_job_end(pb, job);
 	phub_engine_job_free(job);
 	pthread_mutex_unlock(&pb->jobs_lock);
+}
+
+static void
+job_release(void *ctx, struct phub_engine_job *job)
+{
+	job_drop(ctx, job, false);
+}
+
+/* As job_release, for a ring job that goes back to its checkpoint: its files stay. */
+static void
+job_replace(void *ctx, struct phub_engine_job *job)
+{
+	job_drop(ctx, job, true);
 }
 
 static const struct phub_control_ops ops = {
@@ -164,6 +178,7 @@ static const struct phub_control_ops ops = {
 	.explain_no_memory = explain_no_memory,
 	.job_created = job_created,
 	.job_release = job_release,
+	.job_replace = job_replace,
 };
 
 unsigned int
@@ -173,7 +188,14 @@ pbox_control_restore(struct pbox *pb, const struct phub_control_ckpt_dir *dir,
 			const struct phub_engine_ckpt_info *info, const char *file), void *ctx)
 {
 	(void)pb;
+	phub_control_ckpt_attach(ctl, dir, rp, restored, ctx);
 	return phub_control_ckpt_restore(dir, ctl, rp, restored, ctx);
+}
+
+bool
+pbox_control_ckpt_keep_from(const struct phub_engine_job *job, uint32_t *keep_from)
+{
+	return ctl != NULL && phub_control_ckpt_keep_from(ctl, job, keep_from);
 }
 
 /* The counters telemetry reads: the main lcore alone writes them. */
@@ -239,6 +261,7 @@ pbox_control_init(struct pbox *pb)
 			.name = j->name, .nonce = j->nonce, .workers = j->workers,
 			.dtype = (enum phub_dtype)j->dtype, .deterministic = j->deterministic,
 			.elastic = j->on_worker_dead == PHUB_CONFIG_ON_DEAD_CONTINUE,
+			.auth = j->auth == PHUB_CONFIG_AUTH_REQUIRED,
 			.optimizer = {
 				.type = (enum phub_opt_type)j->optimizer.type,
 				.lr = (float)j->optimizer.lr,

@@ -15,6 +15,7 @@
 #include <rte_memory.h>
 #include <rte_udp.h>
 
+#include "engine/phub_engine_auth.h"
 #include "engine/phub_ring.h"
 #include "pbox.h"
 #include "prio.h"
@@ -137,12 +138,31 @@ handle_arp(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi)
  * Reuse the received mbuf for a header-only answer (ACK) or one that echoes
  * the payload in place (PONG): the request's data is no longer needed.
  */
+/* An authenticated job's datagram to one of its ranks, sealed on the lane that sends it. */
+struct auth_to {
+	struct phub_engine_job *job;	/* NULL: not authenticated */
+	uint16_t rank;			/* the engine's (local) rank */
+	uint16_t lane;			/* PHUB_ENGINE_AUTH_LANE_DATA(server) */
+};
+
+/* The lane of a chunk's datagrams: its server's, as the worker numbers its endpoints. */
+static inline uint16_t
+auth_lane(const struct phub_engine_job *job, uint32_t chunk_id)
+{
+	uint32_t server = 0;
+
+	phub_layout_chunk_server(phub_engine_job_layout(job), chunk_id, &server);
+	return (uint16_t)PHUB_ENGINE_AUTH_LANE_DATA(server);
+}
+
 static void
 reply_in_place(struct pbox_lcore *lc, struct rx_frame *f, uint16_t tx_port,
-		const struct phub_wire_msg *answer)
+		const struct phub_wire_msg *answer, const struct auth_to *auth)
 {
 	struct rte_mbuf *m = f->m;
-	uint16_t len = (uint16_t)(PHUB_WIRE_HDR_LEN + answer->payload_len);
+	uint16_t hl = (uint16_t)(PHUB_WIRE_HDR_LEN + ((answer->flags & PHUB_WIRE_F_AUTH) ?
+			phub_wire_auth_ext_len(answer->opcode) : 0));
+	uint16_t len = (uint16_t)(hl + answer->payload_len);
 	uint8_t *phub;
 	int rc;
 
@@ -154,6 +174,11 @@ reply_in_place(struct pbox_lcore *lc, struct rx_frame *f, uint16_t tx_port,
 	rc = phub_wire_encode(phub, len, answer);
 	if (unlikely(rc < 0)) {
 		wire_drop(lc, m, PHUB_DROP_NO_BUFFER);
+		return;
+	}
+	if (auth != NULL && !phub_engine_auth_tx(auth->job, auth->rank, auth->lane, auth->lane,
+			phub, hl, phub + hl, answer->payload_len)) {
+		wire_drop(lc, m, PHUB_DROP_NOT_JOINED);
 		return;
 	}
 	phub_net_udp_csum_finish(m, (uint16_t)(sizeof(struct rte_udp_hdr) + len), 0);
@@ -180,12 +205,20 @@ send_ack(struct pbox_lcore *lc, const struct phub_engine_job *job, struct rx_fra
 	struct rte_mbuf *m = f->m;
 	struct phub_wire_msg ack;
 	bool csum = rank_wants_csum(job, f->msg.worker_rank);
+	struct auth_to auth = { .job = NULL };
 
+	if (unlikely(phub_engine_job_auth(job)) &&
+	    phub_engine_job_local_rank(job, f->msg.worker_rank, &auth.rank)) {
+		auth.job = (struct phub_engine_job *)(uintptr_t)job;
+		auth.lane = auth_lane(job, f->msg.chunk_id);
+	}
 	/*
 	 * The PUSH's frame, its IPv4 header without options, becomes the ACK in place from the
-	 * port's template (ack.h): no header built and summed in full, no field encoded.
+	 * port's template (ack.h): no header built and summed in full, no field encoded. Not for
+	 * an authenticated session: each ACK has its own sequence number and MAC.
 	 */
-	if (likely(!csum && f->udp_payload == rte_pktmbuf_mtod_offset(m, const uint8_t *,
+	if (likely(!csum && auth.job == NULL &&
+		   f->udp_payload == rte_pktmbuf_mtod_offset(m, const uint8_t *,
 			PBOX_ACK_HDR_OFF))) {
 		m->data_len = pbox_ack_rewrite(rte_pktmbuf_mtod(m, uint8_t *),
 				&pbox.ports[tx_port].ack_tmpl, f->msg.flags & PHUB_WIRE_F_LAST);
@@ -208,10 +241,12 @@ send_ack(struct pbox_lcore *lc, const struct phub_engine_job *job, struct rx_fra
 	ack.seg_count = f->msg.seg_count;
 	ack.aux = f->msg.aux;
 	ack.flags = f->msg.flags & PHUB_WIRE_F_LAST;
-	if (csum)
+	if (auth.job != NULL)
+		ack.flags |= PHUB_WIRE_F_AUTH;	/* the MAC replaces the CRC */
+	else if (csum)
 		ack.flags |= PHUB_WIRE_F_CSUM;	/* phub_wire_encode() computes it */
 	lc->stats.acks_sent++;
-	reply_in_place(lc, f, tx_port, &ack);
+	reply_in_place(lc, f, tx_port, &ack, auth.job != NULL ? &auth : NULL);
 }
 
 /* Whether a worker (its wire rank) asked in its JOIN for ACKV instead of one ACK per PUSH. */
@@ -333,7 +368,7 @@ struct model_head {
 	bool valid;
 	uint8_t flags;			/* the PHub flags it was built with */
 	struct pbox_frame_peer peer;
-	uint8_t bytes[L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN];
+	uint8_t bytes[L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN + PHUB_WIRE_AUTH_TRAILER_LEN];
 };
 
 /*
@@ -359,10 +394,13 @@ struct model_payload {
 static struct rte_mbuf *
 model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_peer *peer,
 		const struct phub_wire_msg *hdr, const struct model_payload *pl,
-		uint32_t payload_sum, uint32_t payload_crc, struct model_head *prev)
+		uint32_t payload_sum, uint32_t payload_crc, struct model_head *prev,
+		const struct auth_to *auth)
 {
 	const struct pbox_port *port = &pbox.ports[tx_port];
-	uint16_t head = (uint16_t)(L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN);
+	uint16_t hl = (uint16_t)(PHUB_WIRE_HDR_LEN +
+			(auth != NULL ? PHUB_WIRE_AUTH_TRAILER_LEN : 0));
+	uint16_t head = (uint16_t)(L2_L3_L4_LEN + hl);
 	struct rte_mbuf *m = rte_pktmbuf_alloc(lc->pool);
 	struct pbox_frame_peer to;
 	bool copied;
@@ -379,7 +417,8 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 	to.rank = rte_cpu_to_be_16(hdr->worker_rank);
 	to.token = rte_cpu_to_be_64(hdr->session_token);
 	to.aux = rte_cpu_to_be_32(hdr->aux);
-	copied = prev->valid && prev->flags == hdr->flags;
+	/* Each authenticated frame has its own sequence number and MAC: built, not copied. */
+	copied = prev->valid && prev->flags == hdr->flags && auth == NULL;
 	if (copied) {
 		memcpy(p, prev->bytes, head);
 		pbox_frame_retarget(p, &prev->peer, &to);
@@ -388,12 +427,15 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 	} else {
 		phub_net_udp_build(m, &port->mac, (const struct rte_ether_addr *)peer->mac,
 				port->ipv4, peer->ipv4, lc->udp_port, peer->udp_port,
-				(uint16_t)(PHUB_WIRE_HDR_LEN + hdr->payload_len));
-		if (unlikely(phub_wire_hdr_encode(p + L2_L3_L4_LEN, PHUB_WIRE_HDR_LEN, hdr,
+				(uint16_t)(hl + hdr->payload_len));
+		if (unlikely(phub_wire_hdr_encode(p + L2_L3_L4_LEN, hl, hdr,
 				payload_crc) < 0)) {
 			lc->stats.encode_errors++;
 			goto err;
 		}
+		if (auth != NULL && !phub_engine_auth_tx(auth->job, auth->rank, auth->lane,
+				auth->lane, p + L2_L3_L4_LEN, hl, pl->data, hdr->payload_len))
+			goto err;
 	}
 	if (pl->by_ref || pl->copy != NULL) {
 		struct rte_mbuf *mi = pl->by_ref ?
@@ -418,7 +460,7 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 		memcpy(dst, pl->data, hdr->payload_len);
 	}
 	if (!copied) {
-		phub_net_udp_csum_finish(m, sizeof(struct rte_udp_hdr) + PHUB_WIRE_HDR_LEN,
+		phub_net_udp_csum_finish(m, (uint16_t)(sizeof(struct rte_udp_hdr) + hl),
 				payload_sum);
 		/*
 		 * The next ranks' frames start from this one's headers, kept as built: a copy of
@@ -508,6 +550,7 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 	struct phub_wire_msg hdr;
 	uint32_t payload_sum;
 	uint32_t payload_crc = 0;
+	struct auth_to auth = { .job = NULL };
 	bool crc_done = false;
 	uint16_t first = all ? 0 : (uint16_t)(about->worker_rank - base);
 	uint16_t end = all ? phub_engine_job_world_size(job) : (uint16_t)(first + 1);
@@ -530,6 +573,11 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 		hdr.aux = about->aux;
 	}
 	payload_sum = phub_net_raw_cksum(reply->model, reply->model_bytes);
+	if (unlikely(phub_engine_job_auth(job))) {
+		auth.job = job;
+		auth.lane = auth_lane(job, about->chunk_id);
+		hdr.flags |= PHUB_WIRE_F_AUTH;
+	}
 
 	model_payload_init(lc, tx_port, reply, all, &pl);
 	for (uint16_t r = first; r < end; r++) {
@@ -563,7 +611,8 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 			phub_ackv_flush_rank(&lc->ackv, hdr.job_id, hdr.worker_rank,
 					ackv_max_entries(), ackv_send, lc);
 		hdr.flags &= (uint8_t)~PHUB_WIRE_F_CSUM;
-		if (peer.flags & PHUB_ENGINE_PEER_F_CSUM) {
+		auth.rank = r;
+		if ((peer.flags & PHUB_ENGINE_PEER_F_CSUM) && auth.job == NULL) {
 			/* The payload's CRC once, finished with each rank's header. */
 			if (!crc_done)
 				payload_crc = phub_wire_csum_payload(reply->model,
@@ -571,7 +620,8 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 			crc_done = true;
 			hdr.flags |= PHUB_WIRE_F_CSUM;
 		}
-		m = model_frame(lc, tx_port, &peer, &hdr, &pl, payload_sum, payload_crc, &prev);
+		m = model_frame(lc, tx_port, &peer, &hdr, &pl, payload_sum, payload_crc, &prev,
+				auth.job != NULL ? &auth : NULL);
 		if (unlikely(m == NULL)) {
 			lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
 			continue;
@@ -661,7 +711,8 @@ err:
 
 /*
  * The ring steps of one segment to the next PBox (engine reply RING_SEND or a retransmission):
- * one datagram per step, fp32, from this PBox's ring address on the port that reaches it.
+ * one datagram per step (a whole segment, or 1/R of one for a split ring), fp32, from this
+ * PBox's ring address on the port that reaches it.
  * Before the control plane has linked the ring the engine holds the steps back (the scan
  * sends them once it has); a link that went away in between drops them here, unacknowledged.
  */
@@ -690,8 +741,8 @@ send_ring(struct pbox_lcore *lc, struct phub_engine_job *job,
 
 		if ((what->steps & (1u << step)) == 0)
 			continue;
-		phub_ring_part(rp.racks, what->elem_count, phub_ring_send_part(rp.racks, rp.pos,
-				step), &off, &count);
+		phub_ring_seg_part(rp.racks, what->elem_count, what->root,
+				phub_ring_send_part(rp.racks, rp.pos, step), &off, &count);
 		if (count == 0)
 			continue;	/* an empty part: both ends skip its step */
 		hdr.opcode = phub_ring_step_is_reduce(rp.racks, step) ? PHUB_WIRE_OP_RING_REDUCE :
@@ -770,19 +821,88 @@ ring_release(struct pbox_lcore *lc, struct phub_engine_job *job)
 }
 
 /*
+ * The RING_ACKV an lcore gathers over one turn of its loop: one entry per ring datagram taken
+ * (or seen before) from the previous PBox, sent as one datagram when the turn's bursts are
+ * served (ring_ackv_flush()), when another job's or peer's datagram comes, or when full.
+ * Against one RING_ACK per datagram: a PBox's frames for the ring's acknowledgements fall from
+ * one per ring datagram to one per burst. The first datagram's mbuf carries it back.
+ */
+struct ring_ackv {
+	struct rx_frame f;		/* the first datagram acknowledged; f.m NULL: none */
+	struct phub_engine_job *job;
+	unsigned int n, max;
+	uint8_t body[PHUB_WIRE_RING_ACKV_MAX * sizeof(struct phub_wire_ring_ack_entry)];
+};
+
+/* By lcore id: only that lcore touches its own. */
+static struct ring_ackv ring_ackvs[RTE_MAX_LCORE];
+
+/* Send the gathered RING_ACKV, if any, back to the previous PBox. */
+static void
+ring_ackv_flush(struct pbox_lcore *lc)
+{
+	struct ring_ackv *a = &ring_ackvs[lc->lcore_id];
+	struct phub_engine_ring_params rp;
+	struct phub_engine_ring_link prev;
+	struct phub_wire_msg ack;
+
+	if (a->f.m == NULL)
+		return;
+	/* A datagram the engine took is of a linked ring job: our position, prev's job id. */
+	phub_engine_job_ring(a->job, &rp, &prev, NULL);
+	phub_wire_msg_init(&ack, PHUB_WIRE_OP_RING_ACKV);
+	ack.job_id = prev.job_id;
+	ack.session_token = a->f.msg.session_token;
+	ack.worker_rank = rp.pos;
+	ack.payload = a->body;
+	ack.payload_len = (uint16_t)(a->n * sizeof(struct phub_wire_ring_ack_entry));
+	lc->stats.ring_acks_out++;
+	reply_in_place(lc, &a->f, a->f.port_index, &ack, NULL);	/* ring: no MAC yet */
+	a->f.m = NULL;
+	a->job = NULL;
+}
+
+/* One more ring datagram to acknowledge (f's mbuf is the RING_ACKV's or freed). */
+static void
+ring_ackv_add(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *job)
+{
+	struct ring_ackv *a = &ring_ackvs[lc->lcore_id];
+	uint32_t seg_elems = phub_layout_segment_elems(phub_engine_job_layout(job));
+
+	if (a->f.m != NULL && (a->job != job || a->f.src_ip != f->src_ip ||
+			       a->f.src_udp != f->src_udp || a->f.port_index != f->port_index ||
+			       a->f.msg.session_token != f->msg.session_token || a->n == a->max))
+		ring_ackv_flush(lc);
+	if (a->f.m == NULL) {
+		int room = phub_wire_max_payload(pbox.ports[f->port_index].mtu);
+
+		a->f = *f;
+		a->job = job;
+		a->n = 0;
+		a->max = room > 0 ?
+			(unsigned int)room / sizeof(struct phub_wire_ring_ack_entry) : 1;
+		if (a->max > PHUB_WIRE_RING_ACKV_MAX)
+			a->max = PHUB_WIRE_RING_ACKV_MAX;
+	} else {
+		rte_pktmbuf_free(f->m);
+	}
+	phub_wire_ring_ackv_put(a->body, a->n++, &(struct phub_wire_ring_ack){
+			.chunk_id = f->msg.chunk_id,
+			.seg_index = (uint16_t)(f->msg.elem_offset / seg_elems),
+			.iteration = f->msg.iteration, .step = f->msg.aux });
+}
+
+/*
  * A RING_REDUCE, RING_GATHER or RING_ACK, on the lcore that owns its chunk: the engine checks
  * it (token and source of the job's ring neighbour, step, iteration), the taken ones are
- * acknowledged in place, and what they complete goes on: ring steps to the next PBox, MODEL
- * to this rack's workers.
+ * acknowledged in the turn's RING_ACKV, and what they complete goes on: ring steps to the next
+ * PBox, MODEL to this rack's workers.
  */
 static void
 handle_ring(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *job, uint32_t server)
 {
 	struct phub_engine_ring_request req;
-	struct phub_engine_ring_params rp;
-	struct phub_engine_ring_link prev;
 	struct phub_engine_reply reply;
-	struct phub_wire_msg ack;
 
 	memset(&req, 0, sizeof(req));
 	req.session_token = f->msg.session_token;
@@ -819,20 +939,90 @@ handle_ring(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *j
 		send_ring(lc, job, &reply.ring);
 	if (reply.actions & PHUB_ENGINE_MODEL_ALL)
 		send_ring_model(lc, job, f, &reply, pbox.servers[server].port);
-	/* Last: the ACK reuses the received mbuf, whose payload the steps above no longer need. */
-	/* A datagram the engine took is of a linked ring job: our position, prev's job id. */
-	phub_engine_job_ring(job, &rp, &prev, NULL);
-	phub_wire_msg_init(&ack, PHUB_WIRE_OP_RING_ACK);
-	ack.job_id = prev.job_id;
-	ack.session_token = f->msg.session_token;
-	ack.worker_rank = rp.pos;
-	ack.chunk_id = f->msg.chunk_id;
-	ack.iteration = f->msg.iteration;
-	ack.elem_offset = f->msg.elem_offset;
-	ack.elem_count = f->msg.elem_count;
-	ack.aux = f->msg.aux;
-	lc->stats.ring_acks_out++;
-	reply_in_place(lc, f, f->port_index, &ack);
+	/* Last: the acknowledgement keeps the mbuf; the steps above no longer need its payload. */
+	ring_ackv_add(lc, f, job);
+}
+
+/*
+ * Hand a RING_ACKV whose entries name chunks of other data lcores to each of them (a copy
+ * each): every lcore acknowledges the entries of its own chunks (phub_engine_ring_ackv()).
+ */
+static void
+ring_ackv_hand_off(struct pbox_lcore *lc, const struct rx_frame *f,
+		const struct phub_engine_job *job)
+{
+	const struct phub_layout *layout = phub_engine_job_layout(job);
+	uint64_t others = 0;
+	unsigned int n = f->msg.payload_len / sizeof(struct phub_wire_ring_ack_entry);
+
+	for (unsigned int i = 0; i < n; i++) {
+		struct phub_wire_ring_ack e;
+		uint32_t server;
+		uint16_t owner;
+
+		phub_wire_ring_ackv_get(f->msg.payload, i, &e);
+		if (phub_layout_chunk_server(layout, e.chunk_id, &server) != 0)
+			continue;	/* counted by the engine */
+		owner = pbox.server_lcore_index[server];
+		if (owner != lc->data_index && owner < 64)
+			others |= UINT64_C(1) << owner;
+	}
+	while (others != 0) {
+		uint16_t owner = (uint16_t)__builtin_ctzll(others);
+		struct rte_mbuf *copy = rte_pktmbuf_copy(f->m, lc->pool, 0, UINT32_MAX);
+
+		others &= others - 1;
+		if (unlikely(copy == NULL)) {
+			lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
+			continue;
+		}
+		hand_off(lc, copy, f->port_index, owner);
+	}
+}
+
+/*
+ * A RING_ACKV from the next PBox: the entries of this lcore's chunks acknowledged, a copy to
+ * each other lcore whose chunks it names (not again for a copy handed here), then the steps the
+ * window held back go out, as after a RING_ACK.
+ */
+static void
+handle_ring_ackv(struct pbox_lcore *lc, struct rx_frame *f, bool handed)
+{
+	struct phub_engine_job *job = phub_engine_job_lookup(pbox.engine, f->msg.job_id);
+	struct ring_poll_ctx c = { .lc = lc, .job = job };
+	struct phub_engine_ring_request req;
+	struct phub_engine_reply reply;
+
+	if (job == NULL) {
+		wire_drop(lc, f->m, PHUB_DROP_UNKNOWN_JOB);
+		return;
+	}
+	memset(&req, 0, sizeof(req));
+	req.session_token = f->msg.session_token;
+	req.rank = f->msg.worker_rank;
+	req.opcode = f->msg.opcode;
+	req.src_ipv4 = f->src_ip;
+	req.src_udp_port = f->src_udp;
+	req.payload = f->msg.payload;
+	req.payload_len = f->msg.payload_len;
+	req.now_ns = lc->now_ns;
+	phub_engine_ring_ackv(job, &req, ring_poll_owns, &c, &reply, &lc->engine_stats);
+	if (reply.reason == PHUB_DROP_OK) {
+		lc->stats.ring_acks_in++;
+		if (!handed && pbox.n_lcores > 1)
+			ring_ackv_hand_off(lc, f, job);
+		ring_release(lc, job);
+	}
+	rte_pktmbuf_free(f->m);
+}
+
+/* The PHub flags byte of a UDP payload says AUTH (the MAC replaces the UDP checksum pass). */
+static inline bool
+udp_auth_flagged(const struct rte_udp_hdr *udp, uint16_t udp_len)
+{
+	return udp_len >= sizeof(*udp) + PHUB_WIRE_HDR_LEN &&
+		(((const uint8_t *)(udp + 1))[offsetof(struct phub_wire_hdr, flags)] &
+		 PHUB_WIRE_F_AUTH) != 0;
 }
 
 static void
@@ -866,6 +1056,20 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 	if (f->msg.opcode >= PHUB_WIRE_OP_RING_REDUCE && f->msg.opcode <= PHUB_WIRE_OP_RING_ACK) {
 		handle_ring(lc, f, job, server);
 		return;
+	}
+	/* An authenticated job's MAC and replay window, before the engine reads anything. */
+	if (unlikely(phub_engine_job_auth(job) || (f->msg.flags & PHUB_WIRE_F_AUTH))) {
+		uint16_t rank = UINT16_MAX;
+		enum phub_drop_reason why;
+
+		phub_engine_job_local_rank(job, f->msg.worker_rank, &rank);
+		why = phub_engine_auth_rx(job, rank, PHUB_ENGINE_AUTH_LANE_DATA(server),
+				PHUB_ENGINE_AUTH_LANE_DATA(server), f->msg.flags, f->udp_payload,
+				f->msg.hdr_len, f->msg.payload, f->msg.payload_len);
+		if (why != PHUB_DROP_OK) {
+			wire_drop(lc, f->m, why);
+			return;
+		}
 	}
 
 	memset(&req, 0, sizeof(req));
@@ -926,9 +1130,10 @@ handle_ping(struct pbox_lcore *lc, struct rx_frame *f)
 	struct phub_wire_msg pong = f->msg;
 
 	pong.opcode = PHUB_WIRE_OP_PONG;
-	pong.flags &= (uint8_t)~(PHUB_WIRE_F_CSUM | PHUB_WIRE_F_RETRANSMIT);
+	/* Sessions PING the control port; a data port answers any PING plainly. */
+	pong.flags &= (uint8_t)~(PHUB_WIRE_F_CSUM | PHUB_WIRE_F_RETRANSMIT | PHUB_WIRE_F_AUTH);
 	lc->stats.pongs++;
-	reply_in_place(lc, f, f->port_index, &pong);
+	reply_in_place(lc, f, f->port_index, &pong, NULL);
 }
 
 /*
@@ -1000,8 +1205,13 @@ handle_frame(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi, bool handed
 	if (!handed && udp->dgram_cksum != 0) {
 		uint64_t l4 = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
 
+		/*
+		 * The software pass is skipped for a datagram with flag AUTH: its MAC, checked
+		 * before anything reads it, catches all the checksum would (and a datagram with
+		 * AUTH for a job without keys is dropped as auth_unexpected).
+		 */
 		if (l4 == RTE_MBUF_F_RX_L4_CKSUM_BAD ||
-		    (l4 != RTE_MBUF_F_RX_L4_CKSUM_GOOD &&
+		    (l4 != RTE_MBUF_F_RX_L4_CKSUM_GOOD && !udp_auth_flagged(udp, udp_len) &&
 		     !phub_net_udp_csum_ok(ip, udp, udp_len))) {
 			net_drop(lc, m, PBOX_NET_DROP_BAD_UDP_CSUM);
 			return;
@@ -1052,6 +1262,9 @@ handle_frame(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi, bool handed
 	case PHUB_WIRE_OP_RING_GATHER:
 	case PHUB_WIRE_OP_RING_ACK:
 		handle_data(lc, &f);
+		break;
+	case PHUB_WIRE_OP_RING_ACKV:
+		handle_ring_ackv(lc, &f, handed);
 		break;
 	case PHUB_WIRE_OP_PING:
 		handle_ping(lc, &f);
@@ -1325,6 +1538,8 @@ pbox_lcore_main(void *arg)
 			work += n;
 		}
 		drain_inbox(lc, &work);
+		/* The turn's ring datagrams are acknowledged together, one RING_ACKV. */
+		ring_ackv_flush(lc);
 
 		/* The turn's ACKs, one ACKV per rank, before the flush that sends them. */
 		ackv_flush(lc);

@@ -232,6 +232,12 @@ void pbox_control_fini(struct pbox *pb);
 /* control.c: the checkpoints' restore goes through the control plane */
 /* Every job of the checkpoint directory back, within the control plane's limits. */
 struct phub_control_ckpt_dir;
+/* A ring job's checkpoint files reach back to keep_from (phub_control_ckpt_keep_from()). */
+bool pbox_control_ckpt_keep_from(const struct phub_engine_job *job, uint32_t *keep_from);
+/*
+ * Restore every job of dir at start; dir, rp and its allocator stay valid while the PBox runs:
+ * a ring job goes back to one of its files when a ring neighbour restarted.
+ */
 unsigned int pbox_control_restore(struct pbox *pb, const struct phub_control_ckpt_dir *dir,
 		const struct phub_engine_ckpt_restore_params *rp,
 		void (*restored)(void *ctx, struct phub_engine_job *job,
@@ -300,6 +306,8 @@ int pbox_checkpoint_init(struct pbox *pb);
 int pbox_checkpoint_restore(struct pbox *pb);
 void pbox_checkpoint_job_created(struct pbox *pb, struct phub_engine_job *job);
 void pbox_checkpoint_job_end(struct pbox *pb, struct phub_engine_job *job);
+/* A ring job goes back to its checkpoint (a neighbour restarted): forgotten, its files stay. */
+void pbox_checkpoint_job_replaced(struct pbox *pb, struct phub_engine_job *job);
 void pbox_checkpoint_poll(struct pbox *pb);
 /* SIGTERM: true once every job reached an iteration boundary (or the wait is over). */
 bool pbox_checkpoint_drain(struct pbox *pb);

@@ -119,6 +119,7 @@ usage(FILE *f)
 		"  --window-bytes B     gradient bytes in flight per worker (libphub's default)\n"
 		"  --chunk-bytes B      chunk size (the PBox's default)\n"
 		"  --csum               CRC32C on every datagram\n"
+		"  --auth               authenticated session (a job declared with auth)\n"
 		"  --no-offload         no UDP GSO/GRO in libphub: one datagram per message\n"
 		"  --no-ackv            one ACK per PUSH from the PBox instead of ACKV\n"
 		"  --gradients G        exact (default): small integers, sums exact in any\n"
@@ -180,7 +181,8 @@ enum {
 	OPT_SERVER = 256, OPT_PORT, OPT_WORKERS, OPT_RANK, OPT_NETNS, OPT_MODEL, OPT_LAYOUT,
 	OPT_KEYS, OPT_KEY_ELEMS, OPT_ITERATIONS, OPT_WARMUP, OPT_DTYPE, OPT_OPTIMIZER, OPT_LR,
 	OPT_MOMENTUM, OPT_WD, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_JOB, OPT_NONCE, OPT_BIND,
-	OPT_MTU, OPT_WINDOW, OPT_CHUNK, OPT_CSUM, OPT_NO_OFFLOAD, OPT_NO_ACKV, OPT_CONNECT_TIMEOUT, OPT_DEAD, OPT_TIMEOUT,
+	OPT_MTU, OPT_WINDOW, OPT_CHUNK, OPT_CSUM, OPT_AUTH, OPT_NO_OFFLOAD, OPT_NO_ACKV,
+	OPT_CONNECT_TIMEOUT, OPT_DEAD, OPT_TIMEOUT,
 	OPT_JSON, OPT_QUIET, OPT_PRINT_LAYOUT, OPT_LIST_MODELS, OPT_HELP, OPT_PAUSE_AT,
 	OPT_GRADIENTS,
 	OPT_DETERMINISTIC, OPT_RACKS, OPT_NETNS_PREFIXES, OPT_ELASTIC, OPT_DIE_AT, OPT_VERSION,
@@ -218,6 +220,7 @@ static const struct option long_opts[] = {
 	{ "window-bytes", required_argument, NULL, OPT_WINDOW },
 	{ "chunk-bytes", required_argument, NULL, OPT_CHUNK },
 	{ "csum", no_argument, NULL, OPT_CSUM },
+	{ "auth", no_argument, NULL, OPT_AUTH },
 	{ "no-offload", no_argument, NULL, OPT_NO_OFFLOAD },
 	{ "no-ackv", no_argument, NULL, OPT_NO_ACKV },
 	{ "gradients", required_argument, NULL, OPT_GRADIENTS },
@@ -384,6 +387,9 @@ parse_args(int argc, char **argv, struct options *o)
 			break;
 		case OPT_CSUM:
 			c->connect_flags |= PHUB_CONNECT_F_CSUM;
+			break;
+		case OPT_AUTH:
+			c->connect_flags |= PHUB_CONNECT_F_AUTH;
 			break;
 		case OPT_NO_OFFLOAD:
 			c->connect_flags |= PHUB_CONNECT_F_NO_OFFLOAD;

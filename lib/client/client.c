@@ -434,11 +434,11 @@ params_check(const struct phub_connect_params *p, char *err, size_t errlen)
 	}
 	if ((p->flags & ~(PHUB_CONNECT_F_CSUM | PHUB_CONNECT_F_DETERMINISTIC |
 			PHUB_CONNECT_F_ELASTIC | PHUB_CONNECT_F_NO_OFFLOAD |
-			PHUB_CONNECT_F_NO_ACKV)) != 0) {
+			PHUB_CONNECT_F_AUTH | PHUB_CONNECT_F_NO_ACKV)) != 0) {
 		client_set_err(err, errlen, "unknown flags 0x%x",
 				p->flags & ~(PHUB_CONNECT_F_CSUM | PHUB_CONNECT_F_DETERMINISTIC |
 					PHUB_CONNECT_F_ELASTIC | PHUB_CONNECT_F_NO_OFFLOAD |
-					PHUB_CONNECT_F_NO_ACKV));
+					PHUB_CONNECT_F_AUTH | PHUB_CONNECT_F_NO_ACKV));
 		return -EINVAL;
 	}
 	return 0;
@@ -458,7 +458,8 @@ phub_set_key_hyper(struct phub *h, uint32_t key_id, const struct phub_key_hyper 
 	if (phub_layout_key_index(h->layout, key_id, &index) != 0)
 		return -ENOENT;
 	/* A full segment under the longer header must still fit the path MTU (IPv4 + UDP). */
-	datagram = 20 + 8 + PHUB_WIRE_HDR_LEN_HYPER + (size_t)h->segment_elems * h->elem_size;
+	datagram = 20 + 8 + PHUB_WIRE_HDR_LEN_HYPER + (h->auth ? PHUB_WIRE_AUTH_TRAILER_LEN : 0) +
+		(size_t)h->segment_elems * h->elem_size;
 	if (hyper != NULL && datagram > h->mtu)
 		return -EMSGSIZE;
 	key = &h->keys[index];
@@ -529,6 +530,7 @@ session_free(struct phub *h)
 		close(h->wake_fd);
 	client_node_free(h);
 	client_join_free(h);
+	client_auth_free(h);
 	phub_layout_free(h->layout);
 	free(h->endpoints);
 	free(h->keys);
@@ -662,7 +664,9 @@ phub_connect(const struct phub_connect_params *p, char *err, size_t errlen)
 		h->removed_from[r] = UINT32_MAX;
 	h->dtype = (uint8_t)p->dtype;
 	h->elem_size = (uint32_t)phub_dtype_size((enum phub_dtype)p->dtype);
-	h->tx_flags = (p->flags & PHUB_CONNECT_F_CSUM) ? PHUB_WIRE_F_CSUM : 0;
+	/* The MAC of an authenticated session covers what the CRC would: no CRC then. */
+	h->tx_flags = (p->flags & (PHUB_CONNECT_F_CSUM | PHUB_CONNECT_F_AUTH)) ==
+		PHUB_CONNECT_F_CSUM ? PHUB_WIRE_F_CSUM : 0;
 	h->gso_on = (p->flags & PHUB_CONNECT_F_NO_OFFLOAD) == 0;
 	h->gro_on = (p->flags & PHUB_CONNECT_F_NO_OFFLOAD) == 0;
 	h->window_bytes = p->window_bytes != 0 ? p->window_bytes : CLIENT_WINDOW_DEFAULT;
@@ -677,7 +681,11 @@ phub_connect(const struct phub_connect_params *p, char *err, size_t errlen)
 		CLIENT_CONNECT_TIMEOUT_MS;
 	snprintf(h->job_name, sizeof(h->job_name), "%s", p->job);
 
-	rc = socket_open(h, p, err, errlen);
+	rc = client_auth_init(h, p);
+	if (rc != 0)
+		client_set_err(err, errlen, "libsodium: no source of randomness");
+	if (rc == 0)
+		rc = socket_open(h, p, err, errlen);
 	if (rc == 0)
 		rc = client_join(h, p, err, errlen);
 	if (rc == 0) {

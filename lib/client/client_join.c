@@ -63,6 +63,13 @@ optimizer_parse(const char *name, uint8_t *opt)
 	return 0;
 }
 
+/* The MTU a JOIN datagram is cut for: an authenticated one keeps room for its key and MAC. */
+static unsigned int
+join_mtu(const struct phub *h, const struct client_join *c)
+{
+	return h->auth ? c->mtu - PHUB_WIRE_AUTH_PK_LEN - PHUB_WIRE_AUTH_TRAILER_LEN : c->mtu;
+}
+
 static int
 join_prepare(struct phub *h, const struct phub_connect_params *p, struct client_join *c, char *err,
 		size_t errlen)
@@ -75,7 +82,8 @@ join_prepare(struct phub *h, const struct phub_connect_params *p, struct client_
 		return -EINVAL;
 	}
 	snprintf(j->name, sizeof(j->name), "%s", p->job);
-	j->nonce = p->nonce;
+	/* An authenticated JOIN proves the nonce with its MAC and never carries it. */
+	j->nonce = h->auth ? 0 : p->nonce;
 	j->rank = p->rank;
 	j->world_size = p->world_size;
 	j->dtype = h->dtype;
@@ -114,7 +122,7 @@ join_prepare(struct phub *h, const struct phub_connect_params *p, struct client_
 	c->jp.keys = c->keys;
 	c->jp.key_count = p->n_keys;
 	c->jp.flags = h->tx_flags;
-	c->n_dgrams = phub_wire_join_segments(&c->jp, c->mtu);
+	c->n_dgrams = phub_wire_join_segments(&c->jp, join_mtu(h, c));
 	if (c->n_dgrams <= 0) {
 		client_set_err(err, errlen, "the layout of %u keys does not fit a JOIN at mtu %u",
 				p->n_keys, c->mtu);
@@ -128,7 +136,10 @@ join_send(struct phub *h, struct client_join *c, bool retransmit)
 {
 	c->jp.flags = h->tx_flags | (retransmit ? PHUB_WIRE_F_RETRANSMIT : 0);
 	for (int i = 0; i < c->n_dgrams; i++) {
-		int len = phub_wire_join_write(c->tx, c->mtu, &c->jp, c->mtu, (uint16_t)i);
+		int len = phub_wire_join_write(c->tx, c->mtu, &c->jp, join_mtu(h, c), (uint16_t)i);
+
+		if (len > 0 && h->auth)
+			len = client_auth_join_seal(h, c->tx, (size_t)len, c->mtu);
 
 		/* A datagram the kernel refuses now is one the next round sends again. */
 		if (len > 0)
@@ -274,6 +285,9 @@ join_receive(struct phub *h, struct client_join *c, uint64_t deadline_ns, char *
 			return -refusal_errno(e.code);
 		}
 		if (msg.opcode != PHUB_WIRE_OP_JOIN_ACK)
+			continue;
+		/* Only a PBox that holds the PSK and our key exchange can answer it. */
+		if (!client_auth_join_ack(h, c->rx, &msg))
 			continue;
 		rc = join_ack_take(h, c, &msg, err, errlen);
 		if (rc != 0)
@@ -427,8 +441,9 @@ static int
 path_mtu_learn(struct phub *h, char *err, size_t errlen)
 {
 	size_t seg = (size_t)h->segment_elems * h->elem_size;
-	size_t need = PHUB_WIRE_IPV4_UDP_OVERHEAD + PHUB_WIRE_HDR_LEN + seg;
-	size_t cut_for = PHUB_WIRE_IPV4_UDP_OVERHEAD + PHUB_WIRE_HDR_LEN_MAX + seg;
+	size_t auth = h->auth ? PHUB_WIRE_AUTH_TRAILER_LEN : 0;
+	size_t need = PHUB_WIRE_IPV4_UDP_OVERHEAD + PHUB_WIRE_HDR_LEN + auth + seg;
+	size_t cut_for = PHUB_WIRE_IPV4_UDP_OVERHEAD + PHUB_WIRE_HDR_LEN_MAX + auth + seg;
 	unsigned int path = 0;
 
 	for (uint32_t i = 0; i < h->n_endpoints; i++) {
@@ -457,7 +472,8 @@ path_mtu_learn(struct phub *h, char *err, size_t errlen)
 static void
 rx_size_set(struct phub *h, unsigned int mtu)
 {
-	size_t seg = PHUB_WIRE_HDR_LEN + (size_t)h->segment_elems * h->elem_size;
+	size_t seg = PHUB_WIRE_HDR_LEN + (h->auth ? PHUB_WIRE_AUTH_TRAILER_LEN : 0) +
+		(size_t)h->segment_elems * h->elem_size;
 	size_t room = mtu - PHUB_WIRE_IPV4_UDP_OVERHEAD;
 
 	h->rx.rx_size = seg > room ? seg : room;
@@ -495,6 +511,8 @@ join_exchange(struct phub *h, struct client_join *c, bool *retransmitted, char *
 	int rc;
 
 	c->progress_ns = client_now_ns();
+	if (h->auth)
+		client_auth_join_start(h);
 	for (;;) {
 		uint64_t now = client_now_ns();
 
@@ -561,6 +579,8 @@ client_join(struct phub *h, const struct phub_connect_params *p, char *err, size
 		h->segment_elems = c->merge.ack.seg_elems;
 		h->first_iteration = c->merge.ack.iteration;
 		rc = endpoints_build(h, c, err, errlen);
+		if (rc == 0)
+			rc = client_auth_commit(h);
 	}
 	if (rc == 0)
 		rc = layout_build(h, p, c, err, errlen);
@@ -658,6 +678,7 @@ client_rejoin(struct phub *h, char *err, size_t errlen)
 	h->token = c->token;
 	h->first_iteration = c->merge.ack.iteration;
 	pthread_mutex_unlock(&h->lock);
+	rc = client_auth_commit(h) != 0 ? -EIO : 0;
 out:
 	merge_reset(c);
 	return rc;
@@ -690,7 +711,12 @@ client_leave(struct phub *h)
 	do {
 		uint64_t now;
 
+		if (h->auth)
+			msg.flags = (uint8_t)((msg.flags | PHUB_WIRE_F_AUTH) & ~PHUB_WIRE_F_CSUM);
 		len = phub_wire_encode(buf, sizeof(buf), &msg);
+		if (len > 0 && h->auth &&
+		    !client_auth_tx(h, &h->ctrl, buf, (size_t)len, NULL, 0))
+			len = -1;
 		if (len > 0)
 			sendto(h->fd, buf, (size_t)len, 0, (const struct sockaddr *)&h->ctrl,
 					sizeof(h->ctrl));
@@ -705,7 +731,8 @@ client_leave(struct phub *h)
 				continue;
 			n = recv(h->fd, buf, sizeof(buf), 0);
 			if (n > 0 && phub_wire_parse(buf, (size_t)n, &in) == PHUB_DROP_OK &&
-			    in.opcode == PHUB_WIRE_OP_LEAVE_ACK && in.session_token == h->token)
+			    in.opcode == PHUB_WIRE_OP_LEAVE_ACK && in.session_token == h->token &&
+			    (!h->auth || client_auth_rx(h, &h->ctrl, buf, &in)))
 				return;
 		}
 	} while (client_now_ns() < end);

@@ -266,6 +266,8 @@ tx_add(struct phub *h, const struct sockaddr_in *dst, struct phub_wire_msg *msg,
 	int hdr_len;
 
 	msg->flags |= h->tx_flags;
+	if (h->auth)
+		msg->flags |= PHUB_WIRE_F_AUTH;
 	if (msg->seg_index + 1 == msg->seg_count)
 		msg->flags |= PHUB_WIRE_F_LAST;
 	if ((msg->flags & PHUB_WIRE_F_CSUM) && msg->payload_len != 0)
@@ -273,6 +275,12 @@ tx_add(struct phub *h, const struct sockaddr_in *dst, struct phub_wire_msg *msg,
 	hdr_len = phub_wire_hdr_encode(tx->hdr[i], sizeof(tx->hdr[i]), msg, crc);
 	if (hdr_len < 0) {
 		/* Only a bug of ours gets here; counting it beats sending garbage. */
+		h->stats.tx_errors++;
+		return;
+	}
+	/* The MAC and sequence number last, over the header as it goes and the payload. */
+	if (h->auth && !client_auth_tx(h, dst, tx->hdr[i], (size_t)hdr_len, payload,
+			msg->payload_len)) {
 		h->stats.tx_errors++;
 		return;
 	}
@@ -704,7 +712,8 @@ rx_world(struct phub *h, const struct phub_wire_msg *msg)
 }
 
 static void
-rx_one(struct phub *h, const uint8_t *buf, size_t len, uint64_t now)
+rx_one(struct phub *h, const struct sockaddr_in *src, const uint8_t *buf, size_t len,
+		uint64_t now)
 {
 	struct phub_wire_msg msg;
 
@@ -712,6 +721,22 @@ rx_one(struct phub *h, const uint8_t *buf, size_t len, uint64_t now)
 	h->stats.rx_bytes += len;
 	if (phub_wire_parse(buf, len, &msg) != PHUB_DROP_OK) {
 		h->stats.rx_dropped++;
+		return;
+	}
+	/* An authenticated session believes nothing before its MAC and sequence number. */
+	if (h->auth && !client_auth_rx(h, src, buf, &msg)) {
+		h->stats.rx_dropped++;
+		/*
+		 * But for a plain "no such session" from the control port (a restarted PBox holds
+		 * no keys): a hint to JOIN again, nothing more. Forged, it costs one JOIN, which
+		 * the PBox answers with the session we have.
+		 */
+		if (msg.opcode == PHUB_WIRE_OP_ERROR && !(msg.flags & PHUB_WIRE_F_AUTH) &&
+		    msg.aux == PHUB_WIRE_ERR_UNKNOWN_JOB && msg.job_id == h->job_id &&
+		    msg.session_token == h->token && src != NULL &&
+		    src->sin_addr.s_addr == h->ctrl.sin_addr.s_addr &&
+		    src->sin_port == h->ctrl.sin_port)
+			h->rejoin = true;
 		return;
 	}
 	/* phub_wire_parse() has checked the CRC of every datagram that carries the flag. */
@@ -759,14 +784,14 @@ rx_buffer(struct phub *h, struct mmsghdr *m, const uint8_t *buf, uint64_t now)
 	if (gso != 0 && len > gso)
 		h->stats.rx_gro_batches++;
 	while ((dl = client_gro_dgram_len(len, gso, off)) != 0) {
-		rx_one(h, buf + off, dl, now);
+		rx_one(h, m->msg_hdr.msg_name, buf + off, dl, now);
 		if (h->error != 0)
 			return true;
 		off += dl;
 	}
 	/* An empty datagram is one too: malformed. */
 	if (len == 0)
-		rx_one(h, buf, 0, now);
+		rx_one(h, m->msg_hdr.msg_name, buf, 0, now);
 	return h->error != 0;
 }
 

@@ -18,6 +18,7 @@
  */
 #include "phub.h"
 
+#include "auth/phub_auth.h"
 #include "layout/phub_layout.h"
 #include "wire/phub_wire.h"
 
@@ -176,7 +177,7 @@ struct tx_batch {
 	struct iovec iov[CLIENT_BATCH][2];
 	unsigned int iovlen[CLIENT_BATCH];
 	struct sockaddr_in dst[CLIENT_BATCH];
-	uint8_t hdr[CLIENT_BATCH][PHUB_WIRE_HDR_LEN_HYPER];
+	uint8_t hdr[CLIENT_BATCH][PHUB_WIRE_HDR_LEN_HYPER + PHUB_WIRE_AUTH_TRAILER_LEN];
 	unsigned int n;
 	/* The messages of one sendmmsg, built from the datagrams. */
 	struct mmsghdr msgs[CLIENT_BATCH];
@@ -240,6 +241,18 @@ struct phub {
 	pthread_t thread;
 	bool thread_started;
 	struct client_join *join;	/* the JOIN, kept to send it again after a PBox restart */
+	/* PHUB_CONNECT_F_AUTH (client_auth.c); the progress thread's once connected. */
+	bool auth;
+	bool auth_next_ok;		/* auth_next holds the keys of the JOIN_ACK's PBox key */
+	bool auth_have_pk;		/* auth_pk/auth_sk made (once per handle) */
+	uint32_t n_auth_lanes;
+	struct client_auth_lane *auth_lanes;	/* 1 + n_endpoints */
+	struct phub_auth_keys auth_keys;	/* the session's */
+	struct phub_auth_keys auth_next;	/* of the JOIN exchange under way */
+	uint8_t auth_psk[PHUB_AUTH_KEY_LEN];
+	uint8_t auth_pk[PHUB_AUTH_PK_LEN];
+	uint8_t auth_sk[PHUB_AUTH_SK_LEN];
+	uint8_t auth_ppk[PHUB_AUTH_PK_LEN];
 
 	/* Shared between the API and the progress thread, under lock. */
 	pthread_mutex_t lock;
@@ -331,5 +344,24 @@ size_t client_gro_size(const struct msghdr *m);
 int client_node_init(struct phub *h);
 void client_node_free(struct phub *h);
 void *client_node_main(void *arg);
+
+/* client_auth.c: PHUB_CONNECT_F_AUTH. */
+struct client_auth_lane;
+int client_auth_init(struct phub *h, const struct phub_connect_params *p);
+void client_auth_free(struct phub *h);
+/* A JOIN exchange begins: a fresh ephemeral key. */
+void client_auth_join_start(struct phub *h);
+/* A JOIN datagram written for mtu less the extension: its key and MAC; new length or < 0. */
+int client_auth_join_seal(struct phub *h, uint8_t *buf, size_t len, size_t cap);
+/* A JOIN_ACK datagram: true when it proves the PBox holds the PSK and our key exchange. */
+bool client_auth_join_ack(struct phub *h, const uint8_t *buf, const struct phub_wire_msg *msg);
+/* The JOIN exchange is done (endpoints known): its keys become the session's. */
+int client_auth_commit(struct phub *h);
+/* Seal a datagram to dst (hdr encoded with flag AUTH); false: do not send it. */
+bool client_auth_tx(struct phub *h, const struct sockaddr_in *dst, uint8_t *hdr, size_t hdr_len,
+		const void *payload, size_t payload_len);
+/* Check a datagram from src; false: drop it (counted in rx_auth_failed). */
+bool client_auth_rx(struct phub *h, const struct sockaddr_in *src, const uint8_t *buf,
+		const struct phub_wire_msg *msg);
 
 #endif /* PHUB_CLIENT_PRIV_H */

@@ -78,11 +78,18 @@ phub_dtype_size(enum phub_dtype dtype)
  */
 #define PHUB_CONNECT_F_NO_OFFLOAD 0x8u
 /*
+ * An authenticated session, for a job the PBox's config declares with "auth": "required": the
+ * nonce never leaves this host (the JOIN proves it with a MAC and an X25519 key exchange), and
+ * every datagram both ways carries a MAC and a sequence number, checked before anything reads
+ * it (docs/protocol.md section 8). Replaces PHUB_CONNECT_F_CSUM, which it implies and more.
+ */
+#define PHUB_CONNECT_F_AUTH 0x10u
+/*
  * One ACK per PUSH, as workers before ACKV had: without the flag (and without PHUB_ACKV=0 in the
  * environment) libphub asks the PBox to acknowledge each burst of PUSHes in one ACKV datagram
  * (docs/protocol.md section 3). For interop debugging and before/after measurements.
  */
-#define PHUB_CONNECT_F_NO_ACKV 0x10u
+#define PHUB_CONNECT_F_NO_ACKV 0x20u
 
 /* One key (a layer's tensor) of the job. Every rank declares the same keys in the same order. */
 struct phub_key {
@@ -185,6 +192,8 @@ struct phub_stats {
 	uint64_t tx_gso_refused;	/* the kernel refused GSO: sent one by one from then on */
 	uint64_t rx_gro_batches;	/* received buffers the kernel coalesced (UDP GRO) */
 	uint64_t rx_gro_refused;	/* the kernel refused UDP_GRO on the socket */
+	/* PHUB_CONNECT_F_AUTH: datagrams dropped for a MAC, sequence number or AUTH missing. */
+	uint64_t rx_auth_failed;
 };
 
 /* What the PBox decided at JOIN. */

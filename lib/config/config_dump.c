@@ -137,10 +137,11 @@ dump_jobs(const struct phub_config *cfg, FILE *f)
 		put_string(f, job->name);
 		fprintf(f, ",\n      \"nonce\": \"0x%016llx\",\n      \"workers\": %u,\n"
 			"      \"dtype\": \"%s\",\n      \"deterministic\": %s,\n"
-			"      \"on_worker_dead\": \"%s\",\n",
+			"      \"on_worker_dead\": \"%s\",\n      \"auth\": \"%s\",\n",
 			(unsigned long long)job->nonce, job->workers,
 			phub_dtype_name(job->dtype), job->deterministic ? "true" : "false",
-			job->on_worker_dead == PHUB_CONFIG_ON_DEAD_CONTINUE ? "continue" : "fail");
+			job->on_worker_dead == PHUB_CONFIG_ON_DEAD_CONTINUE ? "continue" : "fail",
+			job->auth == PHUB_CONFIG_AUTH_REQUIRED ? "required" : "off");
 		dump_optimizer(&job->optimizer, f);
 		if (job->n_racks != 0) {
 			fprintf(f, "      ,\"racks\": [");

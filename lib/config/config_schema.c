@@ -46,6 +46,9 @@ static const char *const idle_names[] = { PHUB_CONFIG_FOREACH_IDLE(NAME_) NULL }
 #define DTYPE_NAME_(id, v, sz, name) [PHUB_DTYPE_##id] = name,
 static const char *const dtype_names[] = { PHUB_FOREACH_DTYPE(DTYPE_NAME_) NULL };
 #undef DTYPE_NAME_
+static const char *const auth_names[] = {
+	[PHUB_CONFIG_AUTH_OFF] = "off", [PHUB_CONFIG_AUTH_REQUIRED] = "required", NULL
+};
 static const char *const on_dead_names[] = {
 	[PHUB_CONFIG_ON_DEAD_FAIL] = "fail", [PHUB_CONFIG_ON_DEAD_CONTINUE] = "continue", NULL
 };
@@ -688,6 +691,7 @@ static const struct cfg_field job_fields[] = {
 	F_CUSTOM("optimizer", offsetof(struct phub_config_job, optimizer), parse_optimizer, 0),
 	F_ENUM("on_worker_dead", struct phub_config_job, on_worker_dead, on_dead_names,
 	       PHUB_CONFIG_ON_DEAD_FAIL, 0),
+	F_ENUM("auth", struct phub_config_job, auth, auth_names, PHUB_CONFIG_AUTH_OFF, 0),
 	F_CUSTOM("racks", 0, parse_racks, 0),
 	F_CUSTOM("model", 0, parse_job_model, 0),
 	F_INT("parameters", struct phub_config_job, parameters, 1, INT64_C(1) << 42, 0, 0),

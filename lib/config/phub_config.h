@@ -217,6 +217,12 @@ enum phub_config_on_worker_dead {
 	PHUB_CONFIG_ON_DEAD_CONTINUE = 1,	/* the rank is removed, the others go on */
 };
 
+/* jobs[].auth: whether every datagram of the job carries a MAC (docs/protocol.md section 8). */
+enum phub_config_auth {
+	PHUB_CONFIG_AUTH_OFF = 0,	/* the nonce in JOIN, the token: a trusted network */
+	PHUB_CONFIG_AUTH_REQUIRED = 1,	/* key exchange at JOIN, a MAC on every datagram */
+};
+
 struct phub_config_job {
 	uint64_t nonce;
 	uint16_t workers;		/* the whole job's ranks, over every rack of its ring */
@@ -226,6 +232,7 @@ struct phub_config_job {
 	enum phub_dtype dtype;
 	bool deterministic;
 	enum phub_config_on_worker_dead on_worker_dead;
+	enum phub_config_auth auth;
 	struct phub_config_optimizer optimizer;
 	/*
 	 * What it trains, when the file says: "parameters" (a count) or "model" (a Table 3 name

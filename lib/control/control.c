@@ -173,6 +173,7 @@ phub_control_pong(const struct phub_wire_msg *msg, struct phub_wire_msg *pong)
 {
 	*pong = *msg;
 	pong->opcode = PHUB_WIRE_OP_PONG;
-	/* The PBox's own flags: no CRC asked of it, nothing retransmitted by it. */
-	pong->flags &= (uint8_t)~(PHUB_WIRE_F_CSUM | PHUB_WIRE_F_RETRANSMIT);
+	/* The PBox's own flags: no CRC asked of it, nothing retransmitted by it; its own MAC
+	 * (control_send) for an authenticated session. */
+	pong->flags &= (uint8_t)~(PHUB_WIRE_F_CSUM | PHUB_WIRE_F_RETRANSMIT | PHUB_WIRE_F_AUTH);
 }

@@ -146,13 +146,17 @@ phub_control_ckpt_close(struct phub_control_ckpt_dir *dir)
 
 /*
  * Keep the newest file of the job (newest: iteration just written) and the one before it;
- * remove the others. The older one is what a restart falls back to if the newest is damaged.
+ * remove the others (files after newest too: a ring job that went back left them). The older
+ * one is what a restart falls back to if the newest is damaged. A ring job's (w->keep) also
+ * keeps every file from w->keep_from on, and the one before it: what a neighbour restarted
+ * from its newest file may ask this PBox to go back to.
  */
 static void
-prune(const struct phub_control_ckpt_dir *dir, const char *job_name, uint32_t newest)
+prune(const struct phub_control_ckpt_dir *dir, const char *job_name, uint32_t newest,
+		const struct phub_control_ckpt_write *w)
 {
 	char esc[PHUB_CONTROL_CKPT_FILE_MAX];
-	uint32_t keep = newest, it;
+	uint32_t keep = newest, from = newest, it;
 	bool have_keep = false;
 	struct dirent *e;
 	DIR *d;
@@ -161,8 +165,11 @@ prune(const struct phub_control_ckpt_dir *dir, const char *job_name, uint32_t ne
 	d = opendir(dir->path);
 	if (d == NULL)
 		return;
+	/* A ring job's: from the oldest of its neighbours' newest on, and the one before it. */
+	if (w->keep && phub_wire_iter_cmp(w->keep_from, newest) < 0)
+		from = w->keep_from;
 	while ((e = readdir(d)) != NULL) {
-		if (!file_of_job(e->d_name, esc, &it) || phub_wire_iter_cmp(it, newest) >= 0)
+		if (!file_of_job(e->d_name, esc, &it) || phub_wire_iter_cmp(it, from) >= 0)
 			continue;
 		if (!have_keep || phub_wire_iter_cmp(it, keep) > 0) {
 			keep = it;
@@ -171,7 +178,9 @@ prune(const struct phub_control_ckpt_dir *dir, const char *job_name, uint32_t ne
 	}
 	rewinddir(d);
 	while ((e = readdir(d)) != NULL) {
-		if (!file_of_job(e->d_name, esc, &it) || it == newest || (have_keep && it == keep))
+		if (!file_of_job(e->d_name, esc, &it) || it == newest ||
+		    (have_keep && it == keep) ||
+		    (phub_wire_iter_cmp(it, from) >= 0 && phub_wire_iter_cmp(it, newest) < 0))
 			continue;
 		unlinkat(dir->fd, e->d_name, 0);
 	}
@@ -251,7 +260,7 @@ phub_control_ckpt_write(const struct phub_control_ckpt_dir *dir, struct phub_con
 		strf(w->err, sizeof(w->err), "fsync %s: %s", dir->path, strerror(errno));
 		return;
 	}
-	prune(dir, info.name, w->iteration);
+	prune(dir, info.name, w->iteration, w);
 }
 
 /* ---- the restore at start ---- */
@@ -352,6 +361,16 @@ newest_of(struct found *found, unsigned int n, const char *name)
 	return best;
 }
 
+/* The ranks of this PBox's rack in a declared ring job. */
+static uint16_t
+ring_rack_ranks(const struct phub_control_declared_job *j)
+{
+	for (uint16_t i = 0; i < j->n_racks; i++)
+		if (j->racks[i].peer < 0)
+			return j->racks[i].ranks;
+	return 0;
+}
+
 /* A job of the config must still be what the file says; else the file is stale. */
 static bool
 matches_declared(const struct phub_control_params *p, const struct phub_engine_ckpt_info *info)
@@ -359,9 +378,14 @@ matches_declared(const struct phub_control_params *p, const struct phub_engine_c
 	for (unsigned int i = 0; i < p->n_declared; i++) {
 		const struct phub_control_declared_job *j = &p->declared[i];
 
-		if (strcmp(j->name, info->name) == 0)
-			return j->nonce == info->nonce && j->workers == info->world_size &&
-				j->dtype == info->dtype;
+		if (strcmp(j->name, info->name) != 0)
+			continue;
+		/* A ring job's file holds this rack's ranks. */
+		if (j->n_racks >= 2)
+			return j->nonce == info->nonce && j->dtype == info->dtype &&
+				ring_rack_ranks(j) == info->world_size;
+		return j->nonce == info->nonce && j->workers == info->world_size &&
+			j->dtype == info->dtype;
 	}
 	return true;
 }
@@ -374,6 +398,10 @@ restore_one(const struct phub_control_ckpt_dir *dir, struct phub_control *ctl,
 {
 	const struct phub_control_params *p = control_params(ctl);
 	struct phub_engine_ckpt_restore_params rp = *base;
+	const struct phub_control_declared_job *d;
+	struct phub_engine_ring_params ring;
+	struct phub_engine_job_params jp;
+	uint8_t psk[PHUB_AUTH_KEY_LEN] = { 0 };
 	struct phub_engine_job *job;
 	int fd, rc;
 
@@ -410,9 +438,24 @@ restore_one(const struct phub_control_ckpt_dir *dir, struct phub_control *ctl,
 		errno = rc;
 		return NULL;
 	}
+	/* A job across racks comes back in its place of the ring (docs/hierarchy.md). */
+	d = control_declared_find(ctl, info->name);
+	if (d != NULL && d->n_racks >= 2) {
+		memset(&jp, 0, sizeof(jp));
+		control_ring_job_params(ctl, d, &jp, &ring);
+		rp.ring = &ring;
+	}
 	rp.memory_limit_bytes = phub_control_job_memory_limit(ctl);
 	rp.max_segment_elems = phub_control_segment_elems(ctl, info->dtype);
+	/* A job the config declares with auth comes back with it, its segments cut for it. */
+	if (d != NULL && d->auth) {
+		phub_auth_psk(psk, d->name, d->nonce);
+		rp.auth_psk = psk;
+		rp.auth_lanes = 1 + p->n_servers;
+		rp.max_segment_elems = control_auth_segment_elems(ctl, info->dtype);
+	}
 	job = phub_engine_ckpt_restore(p->engine, fd, &rp, info, err, errlen);
+	phub_auth_wipe(psk, sizeof(psk));
 	rc = errno;
 	close(fd);
 	errno = rc;
@@ -431,26 +474,12 @@ phub_control_ckpt_restore(const struct phub_control_ckpt_dir *dir, struct phub_c
 	for (unsigned int i = 0; i < n; i++) {
 		struct found *f;
 
-		const struct phub_control_declared_job *d;
-
 		if (found[i].tried)
 			continue;
 		/*
-		 * A ring job does not resume: its racks' PBoxes would have to agree on the
-		 * iteration (docs/hierarchy.md). Restored, it would be a one-rack job that its
-		 * workers' JOINs do not fit; its files go.
+		 * A ring job comes back too, in its place of the ring: its neighbours go back to
+		 * the same checkpoint when its HELLO says which (control_ring_restore.c).
 		 */
-		d = control_declared_find(ctl, found[i].name);
-		if (d != NULL && d->n_racks >= 2) {
-			control_log(ctl, PHUB_CONTROL_LOG_NOTICE, "job %s spans racks: not "
-					"restored from its checkpoints (%u file(s) removed); its "
-					"workers start it anew", found[i].name,
-					phub_control_ckpt_remove_all(dir, found[i].name));
-			for (unsigned int j = 0; j < n; j++)
-				if (strcmp(found[j].name, found[i].name) == 0)
-					found[j].tried = true;
-			continue;
-		}
 		/* Newest first; a file refused gives way to the one before it. */
 		while ((f = newest_of(found, n, found[i].name)) != NULL) {
 			struct phub_engine_ckpt_info info;
@@ -501,4 +530,97 @@ phub_control_ckpt_restore(const struct phub_control_ckpt_dir *dir, struct phub_c
 		control_log(ctl, PHUB_CONTROL_LOG_NOTICE, "checkpoints: %u job(s) restored from %s",
 				count, dir->path);
 	return count;
+}
+
+/* Remove the job's files of iterations after it. */
+static void
+remove_after(const struct phub_control_ckpt_dir *dir, const char *job_name, uint32_t iteration)
+{
+	char esc[PHUB_CONTROL_CKPT_FILE_MAX];
+	struct dirent *e;
+	uint32_t it;
+	DIR *d = opendir(dir->path);
+
+	if (d == NULL)
+		return;
+	name_escape(job_name, esc, sizeof(esc));
+	while ((e = readdir(d)) != NULL)
+		if (file_of_job(e->d_name, esc, &it) && phub_wire_iter_cmp(it, iteration) > 0)
+			unlinkat(dir->fd, e->d_name, 0);
+	closedir(d);
+}
+
+void
+phub_control_ckpt_attach(struct phub_control *ctl, const struct phub_control_ckpt_dir *dir,
+		const struct phub_engine_ckpt_restore_params *rp,
+		void (*restored)(void *ctx, struct phub_engine_job *job,
+			const struct phub_engine_ckpt_info *info, const char *file), void *ctx)
+{
+	ctl->ckpt.dir = dir;
+	ctl->ckpt.rp = rp;
+	ctl->ckpt.restored = restored;
+	ctl->ckpt.ctx = ctx;
+}
+
+bool
+control_ckpt_newest(const struct phub_control *ctl, const char *name, uint32_t at_most,
+		uint32_t *iteration)
+{
+	char esc[PHUB_CONTROL_CKPT_FILE_MAX];
+	bool found = false;
+	struct dirent *e;
+	uint32_t it;
+	DIR *d;
+
+	if (ctl->ckpt.dir == NULL || (d = opendir(ctl->ckpt.dir->path)) == NULL)
+		return false;
+	name_escape(name, esc, sizeof(esc));
+	while ((e = readdir(d)) != NULL) {
+		if (!file_of_job(e->d_name, esc, &it) ||
+		    (at_most != PHUB_WIRE_RING_HELLO_NONE && phub_wire_iter_cmp(it, at_most) > 0))
+			continue;
+		if (!found || phub_wire_iter_cmp(it, *iteration) > 0)
+			*iteration = it;
+		found = true;
+	}
+	closedir(d);
+	return found;
+}
+
+struct phub_engine_job *
+control_ckpt_restore_at(struct phub_control *ctl, const char *name, uint32_t iteration)
+{
+	struct phub_engine_ckpt_info info;
+	struct phub_engine_job *job;
+	struct found f;
+	char err[320] = "";
+	uint64_t t0 = control_now_ns(ctl);
+
+	if (ctl->ckpt.dir == NULL)
+		return NULL;
+	memset(&f, 0, sizeof(f));
+	file_name(name, iteration, f.file, sizeof(f.file));
+	strf(f.name, sizeof(f.name), "%s", name);
+	f.iteration = iteration;
+	job = restore_one(ctl->ckpt.dir, ctl, ctl->ckpt.rp, &f, &info, err, sizeof(err));
+	if (job == NULL || info.iteration != iteration) {
+		if (job != NULL) {
+			strf(err, sizeof(err), "it holds iteration %u", info.iteration);
+			phub_engine_job_unpublish(control_params(ctl)->engine, job);
+			phub_engine_job_free(job);
+		}
+		control_log(ctl, PHUB_CONTROL_LOG_ERR, "job %s: checkpoint %s/%s not restored: %s; "
+				"the job ends here", name, ctl->ckpt.dir->path, f.file, err);
+		return NULL;
+	}
+	/* The files after it are of iterations that run again: no restart may take them. */
+	remove_after(ctl->ckpt.dir, name, iteration);
+	phub_control_job_restored(ctl, job, &info);
+	if (ctl->ckpt.restored != NULL)
+		ctl->ckpt.restored(ctl->ckpt.ctx, job, &info, f.file);
+	control_log(ctl, PHUB_CONTROL_LOG_NOTICE, "job %s (id %u) restored from %s/%s in %.1f ms: "
+			"iteration %u; its workers resume at iteration %u once they JOIN again",
+			name, phub_engine_job_id(job), ctl->ckpt.dir->path, f.file,
+			(double)(control_now_ns(ctl) - t0) / 1e6, iteration, iteration + 1);
+	return job;
 }

@@ -60,7 +60,10 @@ void
 control_send(struct phub_control *ctl, const struct phub_control_peer *to, const void *buf,
 		size_t len)
 {
-	ctl->p.ops->send(ctl->p.ctx, to, buf, len);
+	/* An authenticated session's datagram gets its MAC here, whoever made it. */
+	len = control_auth_out(ctl, &buf, len);
+	if (len != 0)
+		ctl->p.ops->send(ctl->p.ctx, to, buf, len);
 }
 
 void
@@ -95,7 +98,14 @@ control_cjob(struct phub_control *ctl, const struct phub_engine_job *job)
 uint32_t
 phub_control_segment_elems(const struct phub_control *ctl, enum phub_dtype dtype)
 {
-	int max = phub_wire_max_elems(ctl->p.mtu, (uint8_t)dtype);
+	return control_segment_elems_room(ctl, dtype, 0);
+}
+
+uint32_t
+control_segment_elems_room(const struct phub_control *ctl, enum phub_dtype dtype,
+		unsigned int extra)
+{
+	int max = phub_wire_max_elems_room(ctl->p.mtu, (uint8_t)dtype, extra);
 	uint32_t elems = max > 0 ? (uint32_t)max : 0;
 
 	if (ctl->p.segment_bytes != 0 &&
@@ -159,10 +169,20 @@ phub_control_job_restored(struct phub_control *ctl, struct phub_engine_job *job,
 	/* The file knows the optimizer; the first rank back declares the rest. */
 	cj->decl.known = PHUB_CONTROL_DECL_OPTIMIZER;
 	cj->decl.optimizer = (uint8_t)ckpt->optimizer.type;
+	/* A ring job's links start again, saying which checkpoint it went back to. */
+	if (phub_engine_job_ring(job, NULL, NULL, NULL)) {
+		const struct phub_control_declared_job *d = control_declared_find(ctl, ckpt->name);
+
+		if (d != NULL && d->n_racks >= 2) {
+			control_ring_start(ctl, cj, d);
+			control_ring_restored(cj, ckpt->iteration);
+		}
+	}
 }
 
-void
-phub_control_job_end(struct phub_control *ctl, struct phub_engine_job *job)
+/* The job ends; replace: to be restored from its checkpoint, whose files stay. */
+static void
+job_end(struct phub_control *ctl, struct phub_engine_job *job, bool replace)
 {
 	struct cjob *cj = control_cjob(ctl, job);
 	struct phub_engine_job_info info;
@@ -172,7 +192,9 @@ phub_control_job_end(struct phub_control *ctl, struct phub_engine_job *job)
 		ctl->memory_bytes;
 	memset(cj, 0, sizeof(*cj));
 	ctl->stats.jobs_ended++;
-	if (ctl->p.ops->job_release != NULL) {
+	if (replace) {
+		ctl->p.ops->job_replace(ctl->p.ctx, job);
+	} else if (ctl->p.ops->job_release != NULL) {
 		ctl->p.ops->job_release(ctl->p.ctx, job);
 	} else {
 		phub_engine_job_unpublish(ctl->p.engine, job);
@@ -181,6 +203,18 @@ phub_control_job_end(struct phub_control *ctl, struct phub_engine_job *job)
 	control_log(ctl, PHUB_CONTROL_LOG_INFO, "job %s (id %u) ended after iteration %u; %" PRIu64
 			" KB freed", info.name, info.job_id, info.iteration_min,
 			info.memory_bytes >> 10);
+}
+
+void
+phub_control_job_end(struct phub_control *ctl, struct phub_engine_job *job)
+{
+	job_end(ctl, job, false);
+}
+
+void
+control_job_replace(struct phub_control *ctl, struct phub_engine_job *job)
+{
+	job_end(ctl, job, true);
 }
 
 /* ---- JOIN ---- */
@@ -260,6 +294,7 @@ job_create(struct phub_control *ctl, const struct phub_control_peer *to,
 	const struct phub_control_declared_job *declared = control_declared_find(ctl, join->name);
 	struct phub_engine_ring_params ring;
 	struct phub_engine_job_params p;
+	uint8_t psk[PHUB_AUTH_KEY_LEN] = { 0 };
 	struct phub_layout_key *lkeys;
 	struct phub_engine_job_info info;
 	struct phub_engine_job *job;
@@ -309,6 +344,11 @@ job_create(struct phub_control *ctl, const struct phub_control_peer *to,
 			return NULL;
 		}
 		p.optimizer = declared->optimizer;
+		if (declared->auth) {
+			phub_auth_psk(psk, declared->name, declared->nonce);
+			p.auth_psk = psk;
+			p.auth_lanes = 1 + ctl->p.n_servers;
+		}
 		/* A job across racks: this rack's ranks, its place in the ring. */
 		control_ring_job_params(ctl, declared, &p, &ring);
 	}
@@ -335,7 +375,9 @@ job_create(struct phub_control *ctl, const struct phub_control_peer *to,
 	p.keys = lkeys;
 	p.n_keys = n_keys;
 	p.chunk_bytes = join->chunk_bytes != 0 ? join->chunk_bytes : ctl->p.chunk_bytes;
-	p.segment_elems = phub_control_segment_elems(ctl, p.dtype);
+	/* An authenticated job's segments leave room for the MAC in every datagram. */
+	p.segment_elems = p.auth_psk != NULL ? control_auth_segment_elems(ctl, p.dtype) :
+		phub_control_segment_elems(ctl, p.dtype);
 	p.servers = ctl->p.servers;
 	p.n_servers = ctl->p.n_servers;
 	p.allocator = ctl->p.ops->allocator != NULL ?
@@ -345,6 +387,7 @@ job_create(struct phub_control *ctl, const struct phub_control_peer *to,
 	/* The snapshot buffers of checkpoints count in the job's memory. */
 	p.checkpoint_shadow = ctl->p.checkpoint_shadow;
 	job = phub_engine_job_create(ctl->p.engine, &p);
+	phub_auth_wipe(psk, sizeof(psk));
 	free(lkeys);
 	if (job == NULL) {
 		job_create_error(ctl, to, msg, join, errno, &p, keys, n_keys);
@@ -426,6 +469,7 @@ send_join_ack(struct phub_control *ctl, const struct phub_control_peer *to,
 	const struct phub_layout *layout = phub_engine_job_layout(job);
 	struct phub_wire_join_ack_params p;
 	struct phub_engine_job_info info;
+	unsigned int mtu;
 	uint16_t *map;
 	int segs;
 
@@ -461,11 +505,16 @@ send_join_ack(struct phub_control *ctl, const struct phub_control_peer *to,
 	p.total_chunks = info.n_chunks;
 	p.rank = rank;
 	p.flags = flags;
-	segs = phub_wire_join_ack_segments(&p, ctl->p.mtu);
+	/* An authenticated answer's datagrams keep room for the key and MAC within the MTU. */
+	mtu = ctl->auth_join ? ctl->p.mtu - PHUB_WIRE_AUTH_PK_LEN - PHUB_WIRE_AUTH_TRAILER_LEN :
+		ctl->p.mtu;
+	segs = phub_wire_join_ack_segments(&p, mtu);
 	for (int i = 0; i < segs; i++) {
-		int len = phub_wire_join_ack_write(ctl->buf, sizeof(ctl->buf), &p, ctl->p.mtu,
+		int len = phub_wire_join_ack_write(ctl->buf, sizeof(ctl->buf), &p, mtu,
 				(uint16_t)i);
 
+		if (len > 0 && ctl->auth_join)
+			len = control_auth_join_ack(ctl, ctl->buf, (size_t)len, sizeof(ctl->buf));
 		if (len > 0)
 			control_send(ctl, to, ctl->buf, (size_t)len);
 	}
@@ -520,14 +569,29 @@ join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
 				join->rank, removed_from, rejoin_at);
 		readmitted = true;
 	}
-	/* The data path reads it with the endpoint: CSUM on this rank's ACKs and MODELs. */
-	peer.flags = (join->join_flags & PHUB_WIRE_JOIN_F_CSUM) ? PHUB_ENGINE_PEER_F_CSUM : 0;
+	/* The data path reads it with the endpoint: CSUM on this rank's ACKs and MODELs. The MAC
+	 * of an authenticated session covers what the CRC would. */
+	peer.flags = (join->join_flags & PHUB_WIRE_JOIN_F_CSUM) && !ctl->auth_join ?
+		PHUB_ENGINE_PEER_F_CSUM : 0;
 	/* ... and ACKV instead of one ACK per PUSH, when the worker takes it. */
 	if (join->join_flags & PHUB_WIRE_JOIN_F_ACKV)
 		peer.flags |= PHUB_ENGINE_PEER_F_ACKV;
 	/* The same rank from the same source again: its JOIN_ACK was lost, this is a replay. */
 	replay = phub_engine_job_rank(job, rank, &old, &old_token) &&
 		old.ipv4 == peer.ipv4 && old.udp_port == peer.udp_port;
+	/* The session keys before the session: a JOIN that may not have one changes nothing. */
+	if (rank < phub_engine_job_world_size(job)) {
+		struct phub_engine_rank_status st;
+		bool live;
+
+		phub_engine_job_rank_status(job, rank, &st);
+		live = st.joined && st.silent_ns < (uint64_t)ctl->p.worker_dead_ms * 1000000u;
+		if (!control_auth_join_keys(ctl, job, rank, live, replay)) {
+			if (created)
+				phub_control_job_end(ctl, job);
+			return;
+		}
+	}
 	rc = phub_engine_job_join(job, rank, join->nonce, &peer, &token);
 	if (rc != 0) {
 		control_send_error(ctl, to, msg, (uint16_t)-rc,
@@ -608,6 +672,8 @@ handle_leave(struct phub_control *ctl, const struct phub_control_peer *from,
 	struct phub_control_addr src = { .ipv4 = from->ipv4, .udp_port = from->udp_port };
 	struct phub_control_leave_verdict v;
 	struct phub_wire_msg ack;
+	const void *out = ctl->buf;
+	size_t n = 0;
 	int len;
 
 	/* A LEAVE refused is counted like a PUSH refused: LEAVEs of guessed sessions show. */
@@ -616,6 +682,13 @@ handle_leave(struct phub_control *ctl, const struct phub_control_peer *from,
 		ctl->stats.drops[v.drop]++;
 		return;
 	}
+	phub_control_leave_ack(msg, &ack);
+	if (!v.left)
+		ack.flags |= PHUB_WIRE_F_REPLAY;	/* the first LEAVE_ACK was lost */
+	len = phub_wire_encode(ctl->buf, sizeof(ctl->buf), &ack);
+	/* Sealed while the job (and an authenticated session's keys) is still there. */
+	if (len > 0)
+		n = control_auth_out(ctl, &out, (size_t)len);
 	if (v.left) {
 		control_log(ctl, PHUB_CONTROL_LOG_INFO, "job id %u: rank %u left, %d still joined",
 				msg->job_id, msg->worker_rank, v.remaining);
@@ -626,12 +699,8 @@ handle_leave(struct phub_control *ctl, const struct phub_control_peer *from,
 		if (v.remaining == 0 && !control_ring_drain(ctl, job))
 			phub_control_job_end(ctl, job);
 	}
-	phub_control_leave_ack(msg, &ack);
-	if (!v.left)
-		ack.flags |= PHUB_WIRE_F_REPLAY;	/* the first LEAVE_ACK was lost */
-	len = phub_wire_encode(ctl->buf, sizeof(ctl->buf), &ack);
-	if (len > 0)
-		control_send(ctl, from, ctl->buf, (size_t)len);
+	if (n != 0)
+		control_send(ctl, from, out, n);
 	ctl->stats.leaves++;
 }
 
@@ -770,16 +839,21 @@ phub_control_input(struct phub_control *ctl, const struct phub_control_peer *fro
 	ctl->stats.msgs++;
 	switch (msg.opcode) {
 	case PHUB_WIRE_OP_JOIN:
-		handle_join(ctl, from, &msg);
+		if (control_auth_join_in(ctl, from, dgram, len, &msg))
+			handle_join(ctl, from, &msg);
+		ctl->auth_join = false;
 		break;
 	case PHUB_WIRE_OP_LEAVE:
-		handle_leave(ctl, from, &msg);
+		if (control_auth_in(ctl, dgram, &msg))
+			handle_leave(ctl, from, &msg);
 		break;
 	case PHUB_WIRE_OP_PING:
-		handle_ping(ctl, from, &msg);
+		if (control_auth_in(ctl, dgram, &msg))
+			handle_ping(ctl, from, &msg);
 		break;
 	case PHUB_WIRE_OP_WORLD_ACK:
-		handle_world_ack(ctl, from, &msg);
+		if (control_auth_in(ctl, dgram, &msg))
+			handle_world_ack(ctl, from, &msg);
 		break;
 	case PHUB_WIRE_OP_RING_HELLO:
 	case PHUB_WIRE_OP_RING_HELLO_ACK:

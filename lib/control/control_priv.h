@@ -4,6 +4,7 @@
 #ifndef PHUB_CONTROL_PRIV_H
 #define PHUB_CONTROL_PRIV_H
 
+#include "auth/phub_auth.h"
 #include "phub_control.h"
 
 /*
@@ -21,6 +22,8 @@ struct cring_link {
 	uint8_t mac[6];			/* where our HELLOs go once known (broadcast before) */
 	uint64_t heard_ns;		/* its newest HELLO(_ACK); the job's creation before */
 	uint64_t next_hello_ns;		/* when ours goes out again */
+	/* Its newest checkpoint file of the job, as its HELLO says (NONE: none, or not said). */
+	uint32_t newest_ckpt;
 };
 
 /* A ring job's control state (zero for other jobs). */
@@ -32,6 +35,15 @@ struct cring {
 	bool linked;			/* phub_engine_job_ring_peers() done */
 	bool draining;			/* every worker left: ends once the ring is quiet */
 	uint64_t drain_since_ns;
+	/*
+	 * Restores (control_ring_restore.c): a job restored from its checkpoint of iteration
+	 * `base`, at this PBox's start or because a neighbour restarted, and the generation of
+	 * the ring's state it belongs to (0: restored at start and not yet given one by a
+	 * neighbour; a job created by JOINs is not restored, generation 0).
+	 */
+	bool restored;
+	uint32_t generation;
+	uint32_t base;
 };
 
 /* Membership changes an elastic job keeps (WORLD's change counts them in 16 bits). */
@@ -83,6 +95,21 @@ struct phub_control {
 	uint64_t liveness_ns;
 	struct phub_control_stats stats;
 	uint8_t buf[PHUB_WIRE_MAX_DATAGRAM];
+	/* phub_control_ckpt_attach(): where a ring job goes back to when a neighbour restarted. */
+	struct {
+		const struct phub_control_ckpt_dir *dir;
+		const struct phub_engine_ckpt_restore_params *rp;
+		void (*restored)(void *ctx, struct phub_engine_job *job,
+				const struct phub_engine_ckpt_info *info, const char *file);
+		void *ctx;
+	} ckpt;
+	/* Authenticated jobs (control_auth.c): the JOIN being handled, and its answer's keys. */
+	bool auth_join;
+	uint8_t auth_wpk[PHUB_AUTH_PK_LEN];
+	uint8_t auth_ppk[PHUB_AUTH_PK_LEN];
+	uint8_t auth_confirm[PHUB_AUTH_KEY_LEN];
+	uint8_t auth_in[PHUB_WIRE_MAX_DATAGRAM];	/* a JOIN with its nonce put back */
+	uint8_t auth_out[PHUB_WIRE_MAX_DATAGRAM];	/* a control datagram sealed */
 };
 
 /* One line of log through ops->log (nothing when it is NULL). */
@@ -105,6 +132,31 @@ const struct phub_control_declared_job *control_declared_find(const struct phub_
  */
 void control_job_abort(struct phub_control *ctl, struct phub_engine_job *job, uint16_t code,
 		uint32_t iteration, const char *text);
+
+/* A segment's elements at the ports' MTU with extra header bytes on every datagram. */
+uint32_t control_segment_elems_room(const struct phub_control *ctl, enum phub_dtype dtype,
+		unsigned int extra);
+
+/* control_auth.c: authenticated jobs (docs/protocol.md section 8). */
+/*
+ * A JOIN at the control port: false when it is dropped (counted) or refused; else msg may now
+ * describe a copy that carries the declared nonce, and the JOIN's ephemeral key is kept.
+ */
+bool control_auth_join_in(struct phub_control *ctl, const struct phub_control_peer *from,
+		const uint8_t *dgram, size_t len, struct phub_wire_msg *msg);
+/* Before the engine joins the rank: the session keys; false when the JOIN is dropped. */
+bool control_auth_join_keys(struct phub_control *ctl, struct phub_engine_job *job,
+		uint16_t rank, bool live, bool same_source);
+/* A JOIN_ACK datagram of an authenticated JOIN: its key and MAC; the new length or < 0. */
+int control_auth_join_ack(struct phub_control *ctl, uint8_t *buf, size_t len, size_t cap);
+/* Every control datagram out: sealed when it is for an authenticated session; 0: not sent. */
+size_t control_auth_out(struct phub_control *ctl, const void **buf, size_t len);
+/* LEAVE, PING, WORLD_ACK in: false when dropped (counted). */
+bool control_auth_in(struct phub_control *ctl, const uint8_t *dgram,
+		const struct phub_wire_msg *msg);
+uint32_t control_auth_segment_elems(const struct phub_control *ctl, enum phub_dtype dtype);
+/* The RING_HELLO nonce field of a declared job: its nonce, or with auth a proof of it. */
+uint64_t control_auth_ring_nonce(const struct phub_control_declared_job *d);
 
 /* control_ring.c: the ring of PBoxes. */
 /*
@@ -135,5 +187,35 @@ bool control_ring_drain(struct phub_control *ctl, struct phub_engine_job *job);
  * drained job).
  */
 bool control_ring_check(struct phub_control *ctl, struct cjob *cj, uint64_t now);
+
+/* The job ends to be restored from its checkpoint (ops->job_replace: its files stay). */
+void control_job_replace(struct phub_control *ctl, struct phub_engine_job *job);
+/* control_ckpt.c: restore the job name from its file of iteration; NULL (logged) if none. */
+struct phub_engine_job *control_ckpt_restore_at(struct phub_control *ctl, const char *name,
+		uint32_t iteration);
+/*
+ * The newest file of the job name in the attached directory at or before at_most (any when
+ * at_most is PHUB_WIRE_RING_HELLO_NONE): true and its iteration, or false.
+ */
+bool control_ckpt_newest(const struct phub_control *ctl, const char *name, uint32_t at_most,
+		uint32_t *iteration);
+
+/* control_ring_restore.c: a ring job across a PBox restart (docs/hierarchy.md). */
+/* A ring job restored at start from its checkpoint of base: it has no generation yet. */
+void control_ring_restored(struct cjob *cj, uint32_t base);
+/* The state trailer of our HELLO, when this PBox keeps checkpoints. */
+void control_ring_hello_restore_fill(const struct phub_control *ctl, const struct cring *r,
+		struct phub_wire_ring_hello *h);
+enum control_ring_verdict {
+	CONTROL_RING_LINK,	/* take the HELLO as a link (the token may have changed) */
+	CONTROL_RING_IGNORE,	/* not now: the neighbour follows ours when it hears it */
+	CONTROL_RING_GONE,	/* the job was replaced or ended: nothing more to do with it */
+};
+/* What a HELLO(_ACK) from neighbour link l means for the ring's generation and checkpoint. */
+enum control_ring_verdict control_ring_restore_hello(struct phub_control *ctl, struct cjob *cj,
+		struct cring_link *l, const struct phub_wire_ring_hello *h);
+/* control_ring.c: the job ends, with an ERROR naming the neighbour l to every worker. */
+void control_ring_fail(struct phub_control *ctl, struct cjob *cj, const struct cring_link *l,
+		const char *why);
 
 #endif /* PHUB_CONTROL_PRIV_H */

@@ -106,6 +106,7 @@ link_init(struct cring_link *l, const struct phub_control_declared_job *d, uint1
 	/* Silent since the job began: a neighbour gets worker_dead_ms to show up. */
 	l->heard_ns = now;
 	l->next_hello_ns = now;
+	l->newest_ckpt = PHUB_WIRE_RING_HELLO_NONE;
 }
 
 void
@@ -167,15 +168,19 @@ hello_fill(const struct phub_control *ctl, const struct cjob *cj, uint16_t port,
 	memset(h, 0, sizeof(*h));
 	h->job_id = phub_engine_job_id(cj->job);
 	snprintf(h->name, sizeof(h->name), "%s", r->decl->name);
-	h->nonce = r->decl->nonce;
+	/* An authenticated job's nonce stays on its hosts: the spine sees a proof of it. */
+	h->nonce = control_auth_ring_nonce(r->decl);
 	h->token = r->token;
 	h->racks = r->decl->n_racks;
 	h->pos = r->pos;
+	/* The ring this version runs: whole-segment datagrams, acknowledged by RING_ACKV. */
+	h->caps = PHUB_WIRE_RING_CAP_ALL;
 	h->endpoint_count = 1;
 	if (ctl->p.n_ring_endpoints != 0)
 		h->endpoints[0] = ctl->p.ring_endpoints[port < ctl->p.n_ring_endpoints ? port : 0];
 	else
 		h->endpoints[0] = ctl->p.endpoints[0];
+	control_ring_hello_restore_fill(ctl, r, h);
 }
 
 static void
@@ -230,6 +235,13 @@ ring_fail(struct phub_control *ctl, struct cjob *cj, const struct cring_link *l,
 			"ends", info.name, info.job_id, cj->ring.pos, text);
 	ctl->stats.ring_jobs_failed++;
 	control_job_abort(ctl, cj->job, PHUB_WIRE_ERR_JOB_ABORTED, info.iteration_min + 1, text);
+}
+
+void
+control_ring_fail(struct phub_control *ctl, struct cjob *cj, const struct cring_link *l,
+		const char *why)
+{
+	ring_fail(ctl, cj, l, why);
 }
 
 /* Both neighbours known: the engine takes ring datagrams from prev and sends to next. */
@@ -299,7 +311,7 @@ control_ring_input(struct phub_control *ctl, const struct phub_control_peer *fro
 	if (job == NULL) {
 		d = control_declared_find(ctl, h.name);
 		/* Its first worker has not joined here yet: the neighbour offers again. */
-		if (d != NULL && d->n_racks >= 2 && d->nonce == h.nonce) {
+		if (d != NULL && d->n_racks >= 2 && control_auth_ring_nonce(d) == h.nonce) {
 			ctl->stats.ring_hellos_early++;
 			return;
 		}
@@ -312,13 +324,19 @@ control_ring_input(struct phub_control *ctl, const struct phub_control_peer *fro
 		hello_refuse(ctl, from, &h, "the job does not span racks here");
 		return;
 	}
-	if (h.nonce != r->decl->nonce) {
+	if (h.nonce != control_auth_ring_nonce(r->decl)) {
 		hello_refuse(ctl, from, &h, "wrong nonce");
 		return;
 	}
 	if (h.racks != r->decl->n_racks) {
 		hello_refuse(ctl, from, &h, "a ring of %u racks; ours has %u", h.racks,
 				r->decl->n_racks);
+		return;
+	}
+	/* A segment's parts are the whole ring's choice: every PBox of it must cut them alike. */
+	if (h.caps != PHUB_WIRE_RING_CAP_ALL) {
+		hello_refuse(ctl, from, &h, "ring format 0x%x; ours is 0x%x (another version)",
+				h.caps, PHUB_WIRE_RING_CAP_ALL);
 		return;
 	}
 	if (r->prev.pos == h.pos)
@@ -337,6 +355,9 @@ control_ring_input(struct phub_control *ctl, const struct phub_control_peer *fro
 				ctl->p.ring_peers[links[0]->peer].name, addr);
 		return;
 	}
+	/* A neighbour or this PBox restored from a checkpoint: the ring may have to go back. */
+	if (control_ring_restore_hello(ctl, cj, links[0], &h) != CONTROL_RING_LINK)
+		return;
 	for (unsigned int i = 0; i < n; i++)
 		if (!link_take(ctl, cj, links[i], from, &h))
 			return;

@@ -226,6 +226,13 @@ struct phub_control_ops {
 	 * thread does everything).
 	 */
 	void (*job_release)(void *ctx, struct phub_engine_job *job);
+	/*
+	 * A ring job goes back to its checkpoint because a ring neighbour restarted
+	 * (docs/hierarchy.md, "Failure behaviour"): as job_release, but its checkpoint files
+	 * stay, one of them is restored next. NULL: ring jobs never go back, a neighbour's
+	 * restart ends them.
+	 */
+	void (*job_replace)(void *ctx, struct phub_engine_job *job);
 };
 
 /* One rack of a job that spans racks, in ring order (the config's jobs[].racks[]). */
@@ -255,6 +262,7 @@ struct phub_control_declared_job {
 	struct phub_optimizer_params optimizer;
 	bool deterministic;
 	bool elastic;			/* on_worker_dead "continue" (docs/config.md) */
+	bool auth;			/* jobs[].auth "required": every datagram has a MAC */
 	/* A job across racks (docs/hierarchy.md): 2 .. 16 racks, this PBox among them; 0: none. */
 	uint16_t n_racks;
 	const struct phub_control_rack *racks;
@@ -417,6 +425,12 @@ struct phub_control_ckpt_write {
 	uint64_t bytes;
 	char file[PHUB_CONTROL_CKPT_FILE_MAX];
 	char err[256];
+	/*
+	 * A ring job's (phub_control_ckpt_keep_from()): keep every file from keep_from on and
+	 * the newest one before it too, so that a neighbour's restart finds one to go back to.
+	 */
+	bool keep;
+	uint32_t keep_from;
 };
 
 /*
@@ -426,6 +440,14 @@ struct phub_control_ckpt_write {
  */
 void phub_control_ckpt_write(const struct phub_control_ckpt_dir *dir,
 		struct phub_control_ckpt_write *w);
+
+/*
+ * For a ring job: the oldest of its neighbours' newest checkpoints (their HELLOs say them),
+ * which its own files must reach back to (phub_control_ckpt_write.keep_from). False for
+ * other jobs, or while a neighbour has said none.
+ */
+bool phub_control_ckpt_keep_from(const struct phub_control *ctl,
+		const struct phub_engine_job *job, uint32_t *keep_from);
 
 /* Remove every file of a job (it ended: its workers have the model); how many went. */
 unsigned int phub_control_ckpt_remove_all(const struct phub_control_ckpt_dir *dir,
@@ -440,6 +462,18 @@ unsigned int phub_control_ckpt_remove_all(const struct phub_control_ckpt_dir *di
  */
 unsigned int phub_control_ckpt_restore(const struct phub_control_ckpt_dir *dir,
 		struct phub_control *ctl, const struct phub_engine_ckpt_restore_params *rp,
+		void (*restored)(void *ctx, struct phub_engine_job *job,
+			const struct phub_engine_ckpt_info *info, const char *file), void *ctx);
+
+/*
+ * The directory and restore parameters a ring job goes back with when a ring neighbour
+ * restarted from its checkpoint of iteration K (docs/hierarchy.md, "Failure behaviour"): the
+ * job is replaced by the restore of its own file of K, and restored(ctx, ...) is called as at
+ * start. Every pointer must stay valid while ctl lives. Without it (or without ops->job_replace)
+ * a neighbour's restart ends a ring job.
+ */
+void phub_control_ckpt_attach(struct phub_control *ctl, const struct phub_control_ckpt_dir *dir,
+		const struct phub_engine_ckpt_restore_params *rp,
 		void (*restored)(void *ctx, struct phub_engine_job *job,
 			const struct phub_engine_ckpt_info *info, const char *file), void *ctx);
 

@@ -246,6 +246,7 @@ job_release_all(struct phub_engine_job *job)
 	job_release(job, job->slots);
 	job_release(job, job->chunks);
 	engine_ckpt_release(job);
+	engine_auth_release(job);
 	engine_ring_release(job, job_release);
 	job_release(job, job->staging);
 	job_release(job, job->cells);
@@ -364,6 +365,12 @@ phub_engine_job_create(struct phub_engine *engine, const struct phub_engine_job_
 		job->ring.rto_ns = p->ring->rto_ns;
 		job->ring.rto_max_ns = p->ring->rto_max_ns;
 		job->ring_window_max = p->ring->window_max_bytes;
+		/*
+		 * The ring carries fp32 sums: a whole segment fits a datagram when the workers'
+		 * elements are fp32 too (a PUSH's size). A 16-bit job's segment is twice that in
+		 * fp32; cut in R parts it still fits (a whole datagram at R = 2).
+		 */
+		job->ring_split = p->ring->split_segments || p->dtype != PHUB_DTYPE_FP32;
 		job->ring_total_world = p->ring->total_world;
 		job->ring_holds_rank0 = p->ring->holds_rank0;
 		job->rank_base = p->ring->rank_base;
@@ -399,6 +406,8 @@ phub_engine_job_create(struct phub_engine *engine, const struct phub_engine_job_
 	rc = job_index_chunks(job);
 	if (rc == 0)
 		rc = job_allocate_buffers(job, p->memory_limit_bytes);
+	if (rc == 0)
+		rc = engine_auth_create(job, p->auth_psk, p->auth_lanes);
 	if (rc == 0)
 		rc = engine_claim_slot(engine, job);
 	if (rc != 0) {

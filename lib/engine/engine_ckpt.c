@@ -2,13 +2,13 @@
 /* Checkpoints of a job: the lock-free shadow snapshot, and the file that saves and restores it. */
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine_priv.h"
+#include "phub_err.h"
 
 /* Bytes buffered between the CRC and write(2) for the small parts of a file. */
 #define CKPT_IO_BUF 4096u
@@ -49,20 +49,8 @@ enum {
 static_assert(H_RESERVED + 4 == PHUB_ENGINE_CKPT_HEADER_BYTES, "header layout");
 static_assert(sizeof(float) == sizeof(uint32_t), "fp32 is 32 bits");
 
-static void
-set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void
-set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err == NULL || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
+/* The message of a failed read or write for the caller (the function returns its own code). */
+#define set_err(err, errlen, ...) ((void)phub_err(err, errlen, 0, __VA_ARGS__))
 
 /* ---- little-endian fields ---- */
 
@@ -775,10 +763,14 @@ phub_engine_ckpt_restore(struct phub_engine *engine, int fd,
 	p.memory_limit_bytes = rp->memory_limit_bytes;
 	p.allocator = rp->allocator;
 	p.checkpoint_shadow = rp->checkpoint_shadow;
+	p.auth_psk = rp->auth_psk;
+	p.auth_lanes = rp->auth_lanes;
 	/* A job restored keeps its summation order: a deterministic run stays one. */
 	p.deterministic = (info->flags & PHUB_ENGINE_CKPT_F_DETERMINISTIC) != 0;
 	/* And its on_worker_dead; who was removed is not kept: every rank JOINs again. */
 	p.elastic = (info->flags & PHUB_ENGINE_CKPT_F_ELASTIC) != 0;
+	/* A ring job's segments start their ring at first_iteration, as its workers do. */
+	p.ring = rp->ring;
 	job = phub_engine_job_create(engine, &p);
 	free(keys);
 	if (job == NULL) {

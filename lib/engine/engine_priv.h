@@ -157,9 +157,12 @@ struct engine_ckpt {
 	float *state[2];
 };
 
+struct engine_auth;
+
 struct phub_engine_job {
 	/* Read by the data path on every packet. */
 	uint32_t id;
+	struct engine_auth *auth;	/* NULL: not authenticated (engine_auth.c) */
 	uint16_t world_size;
 	enum phub_dtype dtype;
 	uint32_t segment_elems;
@@ -238,6 +241,7 @@ struct phub_engine_job {
 	} ring_prev, ring_next;
 	struct phub_ring_window ring_win;	/* the send window of the link to next */
 	uint64_t ring_window_max;		/* 0: default; PHUB_ENGINE_RING_NO_WINDOW: none */
+	bool ring_split;			/* segments cut in R parts (split_segments) */
 };
 
 struct phub_engine {
@@ -358,5 +362,9 @@ engine_ckpt_segment_done(struct phub_engine_job *job, const struct segment_slot 
 	if ((collect & CKPT_ARMED) != 0 && (uint32_t)(collect >> 32) == slot->next_iteration)
 		engine_ckpt_copy(job, slot, collect);
 }
+
+/* engine_auth.c: an authenticated job's keys and windows; nothing without a PSK. */
+int engine_auth_create(struct phub_engine_job *job, const uint8_t *psk, unsigned int n_lanes);
+void engine_auth_release(struct phub_engine_job *job);
 
 #endif /* PHUB_ENGINE_PRIV_H */

@@ -59,6 +59,7 @@ phub_ring_seg_init(struct phub_ring_seg *seg, uint32_t first_iteration, float *s
 {
 	memset(seg, 0, sizeof(*seg));
 	seg->next_iteration = first_iteration;
+	seg->root = PHUB_RING_SPLIT;
 	seg->sum[0] = sum0;
 	seg->sum[1] = sum1;
 	seg->inbox[0] = inbox0;
@@ -117,14 +118,22 @@ window_delivered(struct phub_ring_window *w, uint32_t seq)
 		;
 }
 
+/* Part `part` of the segment as its ring carries it (its root). */
+static void
+seg_part(const struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t elems,
+	 unsigned int part, uint32_t *off, uint32_t *count)
+{
+	phub_ring_seg_part(p->racks, elems, seg->root, part, off, count);
+}
+
 /* Payload bytes of step's datagram from this PBox (the part it sends). */
 static uint64_t
-step_bytes(const struct phub_ring_params *p, uint32_t elems, unsigned int step)
+step_bytes(const struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t elems,
+	   unsigned int step)
 {
 	uint32_t off, count;
 
-	phub_ring_part(p->racks, elems, phub_ring_send_part(p->racks, p->pos, step), &off,
-		       &count);
+	seg_part(seg, p, elems, phub_ring_send_part(p->racks, p->pos, step), &off, &count);
 	return (uint64_t)count * sizeof(float);
 }
 
@@ -227,7 +236,7 @@ round_open(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t
 
 		for (step = 0; step < steps; step++)
 			if (unacked & (1u << step)) {
-				bytes += step_bytes(p, elems, step);
+				bytes += step_bytes(seg, p, elems, step);
 				n++;
 			}
 		if (n != 0)
@@ -241,14 +250,12 @@ round_open(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t
 	r->iteration = iteration;
 	r->active = true;
 	for (step = 0; step < steps; step++) {
-		phub_ring_part(p->racks, elems, phub_ring_recv_part(p->racks, p->pos, step), &off,
-			       &count);
+		seg_part(seg, p, elems, phub_ring_recv_part(p->racks, p->pos, step), &off, &count);
 		if (count == 0) {
 			r->received |= 1u << step;
 			r->applied |= 1u << step;
 		}
-		phub_ring_part(p->racks, elems, phub_ring_send_part(p->racks, p->pos, step), &off,
-			       &count);
+		seg_part(seg, p, elems, phub_ring_send_part(p->racks, p->pos, step), &off, &count);
 		if (count == 0) {
 			r->sent |= 1u << step;
 			r->acked |= 1u << step;
@@ -290,7 +297,7 @@ round_release(struct phub_ring_seg *seg, const struct phub_ring_params *p,
 
 		if ((r->held & bit) == 0)
 			continue;
-		if (p->win != NULL && !window_take(p->win, step_bytes(p, seg->elems, step)))
+		if (p->win != NULL && !window_take(p->win, step_bytes(seg, p, seg->elems, step)))
 			break;
 		r->held &= ~bit;
 		fresh |= bit;
@@ -351,7 +358,7 @@ apply_reduce(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32
 {
 	uint32_t off, count;
 
-	phub_ring_part(p->racks, elems, phub_ring_recv_part(p->racks, p->pos, step), &off, &count);
+	seg_part(seg, p, elems, phub_ring_recv_part(p->racks, p->pos, step), &off, &count);
 	phub_kernels_get()->add(seg->sum[r->iteration & 1] + off, src, PHUB_DTYPE_FP32, count);
 	r->applied |= 1u << step;
 }
@@ -379,8 +386,7 @@ phub_ring_local(struct phub_ring_seg *seg, const struct phub_ring_params *p, uin
 
 		if ((r->received & bit) == 0 || (r->applied & bit) != 0)
 			continue;
-		phub_ring_part(p->racks, elems, phub_ring_recv_part(p->racks, p->pos, step), &off,
-			       &count);
+		seg_part(seg, p, elems, phub_ring_recv_part(p->racks, p->pos, step), &off, &count);
 		apply_reduce(seg, p, elems, r, step, seg->inbox[iteration & 1] + off);
 	}
 	round_advance(seg, p, r, now_ns, out);
@@ -403,7 +409,7 @@ phub_ring_receive(struct phub_ring_seg *seg, const struct phub_ring_params *p, u
 	if (step >= phub_ring_steps(p->racks) || reduce != phub_ring_step_is_reduce(p->racks, step))
 		return PHUB_RING_STEP;
 	part = phub_ring_recv_part(p->racks, p->pos, step);
-	phub_ring_part(p->racks, elems, part, &off, &count);
+	seg_part(seg, p, elems, part, &off, &count);
 	if (count == 0 || elem_offset != off || elem_count != count)
 		return PHUB_RING_STEP;
 	/*
@@ -463,7 +469,7 @@ phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint3
 	r->rto_deadline_ns = now_ns + p->rto_ns;
 	r->timer_ns = now_ns;
 	if (p->win != NULL) {
-		uint64_t bytes = step_bytes(p, seg->elems, step);
+		uint64_t bytes = step_bytes(seg, p, seg->elems, step);
 
 		window_out(p->win, 1, bytes);
 		window_grow(p->win, bytes);
@@ -471,10 +477,26 @@ phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint3
 	return true;
 }
 
+/*
+ * The slack of loss detection by ACK order for a step of `bytes`: PHUB_RING_REORDER datagrams,
+ * but at most half of what the window's ceiling holds of them. Whole-MTU datagrams fill a
+ * 256 KiB window with 29: with a slack of 32, no lost one could ever be overtaken that far,
+ * and each loss waited for the link to fall silent for an RTO.
+ */
+static int32_t
+reorder_slack(const struct phub_ring_params *p, uint64_t bytes)
+{
+	uint64_t fit = bytes != 0 ? p->win->max_bytes / bytes / 2 : PHUB_RING_REORDER;
+
+	if (fit < 3)
+		fit = 3;
+	return fit < PHUB_RING_REORDER ? (int32_t)fit : PHUB_RING_REORDER;
+}
+
 /* The unacknowledged steps of a round that sends later on the link overtook: lost. */
 static uint32_t
-round_overtaken(const struct phub_ring_params *p, const struct phub_ring_round *r,
-		uint32_t unacked)
+round_overtaken(const struct phub_ring_seg *seg, const struct phub_ring_params *p,
+		const struct phub_ring_round *r, uint32_t unacked)
 {
 	uint32_t acked_seq, lost = 0;
 	unsigned int step, steps = phub_ring_steps(p->racks);
@@ -484,7 +506,8 @@ round_overtaken(const struct phub_ring_params *p, const struct phub_ring_round *
 	acked_seq = atomic_load_explicit(&p->win->acked_seq, memory_order_relaxed);
 	for (step = 0; step < steps; step++)
 		if ((unacked & (1u << step)) != 0 &&
-		    (int32_t)(acked_seq - r->tx_seq[step]) > PHUB_RING_REORDER)
+		    (int32_t)(acked_seq - r->tx_seq[step]) >
+			    reorder_slack(p, step_bytes(seg, p, seg->elems, step)))
 			lost |= 1u << step;
 	return lost;
 }
@@ -534,7 +557,7 @@ seg_due(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint64_t no
 		if (!r->active)
 			continue;
 		memset(o, 0, sizeof(*o));
-		lost = resend ? round_overtaken(p, r, unacked) : 0;
+		lost = resend ? round_overtaken(seg, p, r, unacked) : 0;
 		if (resend && unacked != 0 && round_timed_out(p, r, now_ns)) {
 			uint64_t rto;
 

@@ -93,8 +93,14 @@ engine_ring_setup(struct phub_engine_job *job, void *(*alloc)(struct phub_engine
 			uint64_t elem = chunk.elem_base + (uint64_t)s * job->segment_elems;
 			float *b = job->ring_bufs + elem;
 
-			phub_ring_seg_init(&job->ring_segs[job->chunks[c].first_segment + s],
-					job->first_iteration, b, b + n, b + 2 * n, b + 3 * n);
+			uint32_t slot = job->chunks[c].first_segment + s;
+			struct phub_ring_seg *rs = &job->ring_segs[slot];
+
+			phub_ring_seg_init(rs, job->first_iteration, b, b + n, b + 2 * n,
+					b + 3 * n);
+			/* Whole segments: the roots take turns by chunk and index (the wire's). */
+			if (!job->ring_split)
+				rs->root = (uint8_t)((c + s) % job->ring.racks);
 		}
 	}
 	return 0;
@@ -278,6 +284,7 @@ ring_send_of(const struct phub_engine_job *job, uint32_t seg, const struct phub_
 	send->iteration = out->iteration;
 	send->steps = out->send_steps;
 	send->sum = out->sum;
+	send->root = job->ring_segs[seg].root;
 }
 
 /* The segment's sum over every rack is complete: the step, the slot moves on, MODEL to all. */
@@ -344,7 +351,7 @@ ring_peer_check(struct phub_engine_job *job, const struct phub_engine_ring_reque
 		struct engine_ring_link **link)
 {
 	unsigned int racks = job->ring.racks;
-	bool ack = req->opcode == PHUB_WIRE_OP_RING_ACK;
+	bool ack = req->opcode == PHUB_WIRE_OP_RING_ACK || req->opcode == PHUB_WIRE_OP_RING_ACKV;
 	struct engine_ring_link *l = ack ? &job->ring_next : &job->ring_prev;
 	unsigned int from = ack ? (job->ring.pos + 1u) % racks : (job->ring.pos + racks - 1u) % racks;
 	uint64_t token = atomic_load_explicit(&l->token, memory_order_acquire);
@@ -607,6 +614,63 @@ phub_engine_ring_release(struct phub_engine_job *job, uint64_t now_ns,
 	}
 	*cursor = full ? seg : start;
 	return sent;
+}
+
+unsigned int
+phub_engine_ring_ackv(struct phub_engine_job *job, const struct phub_engine_ring_request *req,
+		bool (*owns)(void *arg, uint32_t server), void *arg,
+		struct phub_engine_reply *reply, struct phub_engine_stats *stats)
+{
+	struct seg_owner owner = { .chunk = UINT32_MAX };
+	struct engine_ring_link *link;
+	struct phub_ring_params params;
+	unsigned int n, acked = 0;
+
+	memset(reply, 0, sizeof(*reply));
+	if (job->ring_segs == NULL) {
+		drop(reply, stats, PHUB_DROP_UNEXPECTED_OPCODE);
+		return 0;
+	}
+	if (!ring_peer_check(job, req, reply, stats, &link))
+		return 0;
+	if (phub_wire_ring_ackv_parse(req->payload, req->payload_len, &n) != PHUB_DROP_OK) {
+		drop(reply, stats, PHUB_DROP_RING_ACKV_FIELDS);
+		return 0;
+	}
+	atomic_store_explicit(&link->heard_ns, req->now_ns, memory_order_relaxed);
+	reply->reason = PHUB_DROP_OK;
+	ring_params_now(job, &params);
+	/* Each entry as the RING_ACK it stands for (phub_engine_ring_receive()). */
+	for (unsigned int i = 0; i < n; i++) {
+		struct phub_layout_chunk chunk;
+		struct phub_wire_ring_ack e;
+		uint32_t seg;
+		uint64_t rtt;
+
+		phub_wire_ring_ackv_get(req->payload, i, &e);
+		if (e.chunk_id >= job->n_chunks) {
+			stats->drops[PHUB_DROP_CHUNK_RANGE]++;
+			continue;
+		}
+		phub_layout_chunk_get(job->layout, e.chunk_id, &chunk);
+		if (e.seg_index >= chunk.n_segments) {
+			stats->drops[PHUB_DROP_OFFSET_RANGE]++;
+			continue;
+		}
+		seg = job->chunks[e.chunk_id].first_segment + e.seg_index;
+		/* Another lcore's chunk: that lcore takes the entry from its copy. */
+		if (!seg_owned(job, seg, &owner, owns, arg))
+			continue;
+		if (phub_ring_ack(&job->ring_segs[seg], &params, e.iteration, e.step, req->now_ns,
+				&rtt)) {
+			stats->ring_acks++;
+			acked++;
+			if (rtt != 0)
+				ring_rtt_sample(link, rtt);
+			ring_mark(job, seg);
+		}
+	}
+	return acked;
 }
 
 void

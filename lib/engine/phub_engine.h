@@ -99,6 +99,13 @@ struct phub_engine_job_params {
 	 * that spans ring.racks PBoxes; world_size stays this rack's ranks. NULL: one rack.
 	 */
 	const struct phub_engine_ring_params *ring;
+	/*
+	 * Authenticated job (jobs[].auth, phub_engine_auth.h): the PSK from its name and nonce,
+	 * and the lanes (the control thread and each data thread) that send and receive its
+	 * datagrams. NULL: datagrams are not authenticated.
+	 */
+	const uint8_t *auth_psk;
+	unsigned int auth_lanes;
 };
 
 /* A job's place in the ring of PBoxes; its peers and tokens come later (job_ring_peers). */
@@ -119,6 +126,14 @@ struct phub_engine_ring_params {
 	 * 0 gives PHUB_RING_WINDOW_MAX; PHUB_ENGINE_RING_NO_WINDOW sends every step at once.
 	 */
 	uint64_t window_max_bytes;
+	/*
+	 * Cut each segment into R parts, one ring datagram each (the format of PBoxes without
+	 * PHUB_WIRE_RING_CAP_WHOLE); false, the default: in a job of fp32 elements each ring
+	 * datagram carries a whole segment, the segments' roots taking turns
+	 * (phub_ring_seg_part()). A 16-bit job's segments are always cut: the ring's fp32 sum
+	 * of one is twice its PUSH.
+	 */
+	bool split_segments;
 };
 
 #define PHUB_ENGINE_RING_NO_WINDOW UINT64_MAX
@@ -155,8 +170,9 @@ enum phub_engine_action {
 /*
  * Ring steps of one segment to send to the next PBox. For each bit k of steps: opcode
  * RING_REDUCE if phub_ring_step_is_reduce(racks, k), else RING_GATHER; part
- * phub_ring_send_part(racks, pos, k) of the segment, cut by phub_ring_part(racks, elem_count,
- * ...): elem_offset + the part's offset within the chunk, aux k, fp32 payload from sum.
+ * phub_ring_send_part(racks, pos, k) of the segment, cut by phub_ring_seg_part(racks,
+ * elem_count, root, ...): elem_offset + the part's offset within the chunk, aux k, fp32
+ * payload from sum.
  */
 struct phub_engine_ring_send {
 	uint32_t chunk_id;
@@ -165,6 +181,7 @@ struct phub_engine_ring_send {
 	uint32_t iteration;
 	uint32_t steps;
 	const float *sum;		/* the segment's ring buffer (elem_count floats) */
+	unsigned int root;		/* the segment's, phub_ring_seg_part() */
 };
 
 struct phub_engine_reply {
@@ -396,6 +413,14 @@ struct phub_engine_ckpt_restore_params {
 	const struct phub_engine_allocator *allocator;	/* NULL: aligned_alloc */
 	bool checkpoint_shadow;
 	uint32_t max_segment_elems;	/* 0: any; a file cut in larger segments is refused */
+	/*
+	 * A job across racks: this rack's place in the ring (the file holds this rack's model,
+	 * state and world size only). NULL: a one-rack job.
+	 */
+	const struct phub_engine_ring_params *ring;
+	/* An authenticated job (phub_engine_job_params' auth_psk, auth_lanes); NULL: not. */
+	const uint8_t *auth_psk;
+	unsigned int auth_lanes;
 };
 
 /*
@@ -609,7 +634,7 @@ int phub_engine_job_ring_peers(struct phub_engine_job *job,
 bool phub_engine_job_ring(const struct phub_engine_job *job, struct phub_engine_ring_params *p,
 		struct phub_engine_ring_link *prev, struct phub_engine_ring_link *next);
 
-/* A RING_REDUCE, RING_GATHER or RING_ACK as the data path parsed it (host byte order). */
+/* A RING_REDUCE, RING_GATHER, RING_ACK or RING_ACKV as the data path parsed it (host order). */
 struct phub_engine_ring_request {
 	uint64_t session_token;
 	uint32_t chunk_id;
@@ -622,7 +647,7 @@ struct phub_engine_ring_request {
 	uint8_t dtype;
 	uint32_t src_ipv4;
 	uint16_t src_udp_port;
-	const void *payload;		/* RING_REDUCE/RING_GATHER: elem_count fp32 */
+	const void *payload;		/* REDUCE/GATHER: elem_count fp32; RING_ACKV: body */
 	size_t payload_len;
 	uint64_t now_ns;		/* CLOCK_MONOTONIC, read once per burst by the caller */
 };
@@ -637,6 +662,21 @@ struct phub_engine_ring_request {
  * sender retransmits), STALE_ITERATION, DTYPE_MISMATCH, CHUNK_RANGE, OFFSET_RANGE.
  */
 void phub_engine_ring_receive(struct phub_engine_job *job, const struct phub_engine_ring_request *req,
+		struct phub_engine_reply *reply, struct phub_engine_stats *stats);
+
+/*
+ * Take a RING_ACKV from next (req: session_token, rank, opcode, source, now_ns, and its body as
+ * payload/payload_len): every entry of a chunk whose server owns() gives this thread (NULL:
+ * every chunk) acknowledges its step as a RING_ACK would, round-trip sample and window
+ * included; entries of other threads' chunks are left to them (the data path hands them the
+ * datagram). Returns the steps newly acknowledged; reply->reason is OK, or the drop of the
+ * whole datagram (as RING_ACK's, and RING_ACKV_FIELDS for a body that does not parse). An
+ * entry naming no chunk or segment of the job is counted as CHUNK_RANGE or OFFSET_RANGE and
+ * skipped. Call phub_engine_ring_release() after it, as after a RING_ACK.
+ */
+unsigned int phub_engine_ring_ackv(struct phub_engine_job *job,
+		const struct phub_engine_ring_request *req,
+		bool (*owns)(void *arg, uint32_t server), void *arg,
 		struct phub_engine_reply *reply, struct phub_engine_stats *stats);
 
 /*

@@ -55,6 +55,34 @@ void
 phub_ring_part(unsigned int racks, uint32_t elems, unsigned int part, uint32_t *offset,
 	       uint32_t *count);
 
+/*
+ * A segment's root when it is cut into R parts (phub_ring_part()), the ring's format before
+ * whole-segment parts; any other root q < R: the whole segment is part q, every other part
+ * is empty (see phub_ring_seg_part()).
+ */
+#define PHUB_RING_SPLIT 0xffu
+
+/*
+ * Part `part` of a segment of `elems` elements as the ring carries it. With root
+ * PHUB_RING_SPLIT, phub_ring_part(). Otherwise the segment is not cut: part `root` is all of
+ * it and the others are empty, so that each ring datagram carries a whole segment (as large as
+ * a PUSH: the path MTU) instead of 1/R of one, R times fewer datagrams and RING_ACKs for the
+ * same bytes. The segments' roots take turns over the ring (the engine gives segment s of
+ * chunk c the root (c + s) mod R), so each PBox still sends 2(R-1)/R of the model; the steps
+ * of the empty parts are skipped by both ends as for any empty part.
+ */
+static inline void
+phub_ring_seg_part(unsigned int racks, uint32_t elems, unsigned int root, unsigned int part,
+		   uint32_t *offset, uint32_t *count)
+{
+	if (root == PHUB_RING_SPLIT) {
+		phub_ring_part(racks, elems, part, offset, count);
+		return;
+	}
+	*offset = 0;
+	*count = part == root ? elems : 0;
+}
+
 /* The part PBox `pos` sends at `step`. */
 unsigned int
 phub_ring_send_part(unsigned int racks, unsigned int pos, unsigned int step);
@@ -100,6 +128,8 @@ struct phub_ring_round {
 struct phub_ring_seg {
 	uint32_t next_iteration;	/* the rack sum phub_ring_local() expects next */
 	uint32_t elems;			/* the segment's size, from its first round */
+	/* PHUB_RING_SPLIT (phub_ring_seg_init()'s) or the part that is the whole segment. */
+	uint8_t root;
 	struct phub_ring_round round[2];
 	float *sum[2];		/* elems floats each */
 	float *inbox[2];	/* elems floats each */
@@ -162,7 +192,8 @@ enum {
 	/*
 	 * Datagrams sent after an unacknowledged one whose ACKs make it lost: the slack for the
 	 * reordering of several data lcores sending on one link and handing received ones off
-	 * (a burst each).
+	 * (a burst each). At most half the datagrams of the step's size the window's ceiling
+	 * holds (at least 3), so that a window of whole-MTU datagrams still finds losses by it.
 	 */
 	PHUB_RING_REORDER = 32,
 };
@@ -212,7 +243,8 @@ enum phub_ring_verdict {
 
 /*
  * Start a segment at first_iteration (0, or the iteration a restored job resumes at). The
- * buffers are the caller's, elems floats each, never overlapping.
+ * buffers are the caller's, elems floats each, never overlapping. Its root is PHUB_RING_SPLIT;
+ * the caller may set seg->root before the segment's first event.
  */
 void
 phub_ring_seg_init(struct phub_ring_seg *seg, uint32_t first_iteration, float *sum0,

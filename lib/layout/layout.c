@@ -2,24 +2,13 @@
 /* Cutting a job's keys into chunks and segments, checking the parameters, and the lookups. */
 
 #include <errno.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "layout_priv.h"
+#include "phub_err.h"
 
-static int __attribute__((format(printf, 3, 4)))
-invalid(char *msg, size_t msg_len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (msg != NULL && msg_len > 0) {
-		va_start(ap, fmt);
-		vsnprintf(msg, msg_len, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
+/* An invalid parameter: the message for the caller, -EINVAL. */
+#define invalid(msg, msg_len, ...) phub_err(msg, msg_len, EINVAL, __VA_ARGS__)
 
 /*
  * Elements per chunk: chunk_bytes counts fp32 model bytes (the PBox's working unit whatever the

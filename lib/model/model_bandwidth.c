@@ -142,17 +142,17 @@ phub_model_bandwidth(const struct phub_model_bw_params *p,
 	int rc;
 
 	if (p == NULL || out == NULL)
-		return model_err(err, errlen, EINVAL, "missing parameters");
+		return phub_err(err, errlen, EINVAL, "missing parameters");
 	rc = model_check_pos(p->model_bytes, "model_bytes", err, errlen);
 	if (rc == 0)
 		rc = model_check_pos(p->compute_s, "compute_s", err, errlen);
 	if (rc != 0)
 		return rc;
 	if (p->workers < 2)
-		return model_err(err, errlen, EINVAL,
+		return phub_err(err, errlen, EINVAL,
 				"workers must be at least 2 (one worker exchanges nothing)");
 	if (phub_model_units_name(p->units) == NULL)
-		return model_err(err, errlen, EINVAL, "unknown units");
+		return phub_err(err, errlen, EINVAL, "unknown units");
 
 	n = p->workers;
 	s = p->servers == 0 ? n : p->servers;
@@ -206,7 +206,7 @@ phub_model_table2(enum phub_model_units units,
 	for (unsigned int r = 0; r < PHUB_MODEL_TABLE2_ROWS; r++) {
 		preset = phub_model_preset_find(table2[r].abbr);
 		if (preset == NULL)
-			return model_err(err, errlen, ENOENT, "no preset %s", table2[r].abbr);
+			return phub_err(err, errlen, ENOENT, "no preset %s", table2[r].abbr);
 		memset(&p, 0, sizeof(p));
 		p.model_bytes = phub_model_preset_bytes(preset, units);
 		p.compute_s = preset->compute_ms / 1e3;

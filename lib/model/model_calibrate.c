@@ -27,15 +27,15 @@ get_number(json_t *obj, const char *src, const char *key, bool required, double 
 		*present = v != NULL && !json_is_null(v);
 	if (v == NULL || json_is_null(v)) {
 		if (required)
-			return model_err(err, errlen, EINVAL,
+			return phub_err(err, errlen, EINVAL,
 					"%s: missing field \"%s\" (phub-bench --json prints it)",
 					src, key);
 		return 0;
 	}
 	if (!json_is_number(v) || !isfinite(json_number_value(v)))
-		return model_err(err, errlen, EINVAL, "%s: %s: must be a number", src, key);
+		return phub_err(err, errlen, EINVAL, "%s: %s: must be a number", src, key);
 	if (json_number_value(v) < min)
-		return model_err(err, errlen, EINVAL, "%s: %s: must be at least %g (got %g)", src,
+		return phub_err(err, errlen, EINVAL, "%s: %s: must be at least %g (got %g)", src,
 				key, min, json_number_value(v));
 	*out = json_number_value(v);
 	return 0;
@@ -49,14 +49,14 @@ get_uint(json_t *obj, const char *src, const char *key, bool required, unsigned 
 
 	if (v == NULL || json_is_null(v)) {
 		if (required)
-			return model_err(err, errlen, EINVAL,
+			return phub_err(err, errlen, EINVAL,
 					"%s: missing field \"%s\" (phub-bench --json prints it)",
 					src, key);
 		return 0;
 	}
 	if (!json_is_integer(v) || json_integer_value(v) < (json_int_t)min ||
 			json_integer_value(v) > (json_int_t)0xffffffff)
-		return model_err(err, errlen, EINVAL, "%s: %s: must be an integer of at least %lu",
+		return phub_err(err, errlen, EINVAL, "%s: %s: must be an integer of at least %lu",
 				src, key, min);
 	*out = (unsigned long)json_integer_value(v);
 	return 0;
@@ -72,18 +72,18 @@ parse_run(json_t *o, const char *src, struct phub_model_run *r, char *err, size_
 	memset(r, 0, sizeof(*r));
 	snprintf(r->source, sizeof(r->source), "%s", src);
 	if (!json_is_object(o))
-		return model_err(err, errlen, EINVAL, "%s: a run must be a JSON object", src);
+		return phub_err(err, errlen, EINVAL, "%s: a run must be a JSON object", src);
 
 	/* Checked first: an unverified run's timing is not evidence of anything. */
 	ver = json_object_get(o, "verified");
 	if (ver == NULL)
-		return model_err(err, errlen, EINVAL,
+		return phub_err(err, errlen, EINVAL,
 				"%s: missing field \"verified\" (phub-bench --json prints it)",
 				src);
 	if (!json_is_boolean(ver))
-		return model_err(err, errlen, EINVAL, "%s: verified: must be true or false", src);
+		return phub_err(err, errlen, EINVAL, "%s: verified: must be true or false", src);
 	if (!json_is_true(ver))
-		return model_err(err, errlen, EINVAL,
+		return phub_err(err, errlen, EINVAL,
 				"%s: run is not verified (\"verified\": false): its sums were wrong, so its timing cannot calibrate anything; rerun phub-bench",
 				src);
 
@@ -98,7 +98,7 @@ parse_run(json_t *o, const char *src, struct phub_model_run *r, char *err, size_
 		rc = get_number(o, src, "exchanges_per_s", true, 0, &r->exchanges_per_s, NULL,
 				err, errlen);
 	if (rc == 0 && !(r->exchanges_per_s > 0))
-		rc = model_err(err, errlen, EINVAL, "%s: exchanges_per_s: must be positive", src);
+		rc = phub_err(err, errlen, EINVAL, "%s: exchanges_per_s: must be positive", src);
 	if (rc == 0)
 		rc = get_number(o, src, "goodput_gbps", true, 0, &r->goodput_gbps, NULL, err,
 				errlen);
@@ -150,23 +150,23 @@ phub_model_runs_load(const char *path, struct phub_model_run **runs, size_t *n, 
 	int rc = 0;
 
 	if (path == NULL || runs == NULL || n == NULL)
-		return model_err(err, errlen, EINVAL, "missing path");
+		return phub_err(err, errlen, EINVAL, "missing path");
 	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
 	if (root == NULL)
-		return model_err(err, errlen, jerr.line < 0 ? EIO : EINVAL, "%s:%d:%d: %s", path,
+		return phub_err(err, errlen, jerr.line < 0 ? EIO : EINVAL, "%s:%d:%d: %s", path,
 				jerr.line, jerr.column, jerr.text);
 	count = json_is_array(root) ? json_array_size(root) : 1;
 	if (count == 0) {
-		rc = model_err(err, errlen, EINVAL, "%s: no run in the file", path);
+		rc = phub_err(err, errlen, EINVAL, "%s: no run in the file", path);
 		goto out;
 	}
 	if (*n + count > PHUB_MODEL_FIT_MAX_POINTS) {
-		rc = model_err(err, errlen, EINVAL, "more than %d runs", PHUB_MODEL_FIT_MAX_POINTS);
+		rc = phub_err(err, errlen, EINVAL, "more than %d runs", PHUB_MODEL_FIT_MAX_POINTS);
 		goto out;
 	}
 	grown = realloc(*runs, (*n + count) * sizeof(**runs));
 	if (grown == NULL) {
-		rc = model_err(err, errlen, ENOMEM, "out of memory");
+		rc = phub_err(err, errlen, ENOMEM, "out of memory");
 		goto out;
 	}
 	*runs = grown;
@@ -194,7 +194,7 @@ phub_model_run_terms(const struct phub_model_run *r, double *port_bits, double *
 	unsigned int ports, lcores;
 
 	if (r->workers < 1 || !(r->model_bytes > 0) || !(r->exchanges_per_s > 0))
-		return model_err(err, errlen, EINVAL,
+		return phub_err(err, errlen, EINVAL,
 				"%s: workers, model_bytes and exchanges_per_s must be positive",
 				r->source);
 	if (r->segment_bytes != 0)
@@ -308,12 +308,12 @@ phub_model_calibrate(const struct phub_model_run *runs, size_t n, struct phub_mo
 	int best_s = -1, rc = 0;
 
 	if (runs == NULL || fit == NULL)
-		return model_err(err, errlen, EINVAL, "missing runs");
+		return phub_err(err, errlen, EINVAL, "missing runs");
 	if (n < 2)
-		return model_err(err, errlen, EINVAL,
+		return phub_err(err, errlen, EINVAL,
 				"need at least 2 verified runs to fit (got %zu)", n);
 	if (n > PHUB_MODEL_FIT_MAX_POINTS)
-		return model_err(err, errlen, EINVAL, "more than %d runs",
+		return phub_err(err, errlen, EINVAL, "more than %d runs",
 				PHUB_MODEL_FIT_MAX_POINTS);
 	memset(fit, 0, sizeof(*fit));
 	x = calloc(n, sizeof(*x));
@@ -321,7 +321,7 @@ phub_model_calibrate(const struct phub_model_run *runs, size_t n, struct phub_mo
 	xw = calloc(n, sizeof(*xw));
 	yw = calloc(n, sizeof(*yw));
 	if (x == NULL || y == NULL || xw == NULL || yw == NULL) {
-		rc = model_err(err, errlen, ENOMEM, "out of memory");
+		rc = phub_err(err, errlen, ENOMEM, "out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -358,7 +358,7 @@ phub_model_calibrate(const struct phub_model_run *runs, size_t n, struct phub_mo
 		}
 	}
 	if (best_s < 0) {
-		rc = model_err(err, errlen, EINVAL,
+		rc = phub_err(err, errlen, EINVAL,
 				"the runs do not fit time = rtt + bits/rate + segments * cost with non-negative constants: do they all come from the same hardware?");
 		goto out;
 	}
@@ -399,19 +399,19 @@ phub_model_hw_load_calibration(const char *path, struct phub_model_hw *hw, char 
 	int rc;
 
 	if (path == NULL || hw == NULL)
-		return model_err(err, errlen, EINVAL, "missing path");
+		return phub_err(err, errlen, EINVAL, "missing path");
 	root = json_load_file(path, 0, &jerr);
 	if (root == NULL)
-		return model_err(err, errlen, jerr.line < 0 ? EIO : EINVAL, "%s:%d:%d: %s", path,
+		return phub_err(err, errlen, jerr.line < 0 ? EIO : EINVAL, "%s:%d:%d: %s", path,
 				jerr.line, jerr.column, jerr.text);
 	if (!json_is_object(root)) {
-		rc = model_err(err, errlen, EINVAL, "%s: the top level must be an object", path);
+		rc = phub_err(err, errlen, EINVAL, "%s: the top level must be an object", path);
 		goto out;
 	}
 	rc = get_number(root, path, "achievable_gbps", false, 0, &v, &present, err, errlen);
 	if (rc == 0 && present) {
 		if (!(v > 0)) {
-			rc = model_err(err, errlen, EINVAL, "%s: achievable_gbps: must be positive",
+			rc = phub_err(err, errlen, EINVAL, "%s: achievable_gbps: must be positive",
 					path);
 			goto out;
 		}

@@ -52,9 +52,9 @@ check_prices(const struct phub_model_cost_prices *pr, char *err, size_t errlen)
 			return rc;
 	}
 	if (pr->switch_ports < 2)
-		return model_err(err, errlen, EINVAL, "switch_ports must be at least 2");
+		return phub_err(err, errlen, EINVAL, "switch_ports must be at least 2");
 	if (pr->breakout < 1)
-		return model_err(err, errlen, EINVAL, "breakout must be at least 1");
+		return phub_err(err, errlen, EINVAL, "breakout must be at least 1");
 	return 0;
 }
 
@@ -84,7 +84,7 @@ phub_model_cost(const struct phub_model_cost_params *p, struct phub_model_cost *
 	int rc;
 
 	if (p == NULL || out == NULL)
-		return model_err(err, errlen, EINVAL, "missing parameters");
+		return phub_err(err, errlen, EINVAL, "missing parameters");
 	pr = &p->prices;
 	rc = check_prices(pr, err, errlen);
 	if (rc == 0)
@@ -92,11 +92,11 @@ phub_model_cost(const struct phub_model_cost_params *p, struct phub_model_cost *
 	if (rc != 0)
 		return rc;
 	if (p->oversub < 1 || p->oversub > 64)
-		return model_err(err, errlen, EINVAL,
+		return phub_err(err, errlen, EINVAL,
 				"oversubscription must be between 1 and 64 (x of x:1), got %u",
 				p->oversub);
 	if (p->reading != PHUB_MODEL_COST_UPLINK_SHARE && p->reading != PHUB_MODEL_COST_INVERSE)
-		return model_err(err, errlen, EINVAL, "unknown reading of F");
+		return phub_err(err, errlen, EINVAL, "unknown reading of F");
 
 	memset(out, 0, sizeof(*out));
 	x = p->oversub;
@@ -117,13 +117,13 @@ phub_model_cost(const struct phub_model_cost_params *p, struct phub_model_cost *
 		nic = pr->slow_nic_usd;
 		down = pr->switch_ports * pr->breakout * x / (x + 1);
 		if (down <= pr->pbox_ports)
-			return model_err(err, errlen, EINVAL,
+			return phub_err(err, errlen, EINVAL,
 					"a switch with %u host ports at %u:1 has no room for workers beside a PBox with %u ports",
 					down, x, pr->pbox_ports);
 		out->workers_per_switch = down - pr->pbox_ports;
 	}
 	if (out->workers_per_switch == 0)
-		return model_err(err, errlen, EINVAL, "the switch holds no worker at %u:1", x);
+		return phub_err(err, errlen, EINVAL, "the switch holds no worker at %u:1", x);
 
 	out->uplink_share = f;
 	out->switch_port_usd = s;
@@ -192,9 +192,9 @@ phub_model_table5(enum phub_model_cost_reading reading, unsigned int ratio_row,
 	int rc;
 
 	if (out == NULL)
-		return model_err(err, errlen, EINVAL, "missing output");
+		return phub_err(err, errlen, EINVAL, "missing output");
 	if (ratio_row < 1 || ratio_row >= PHUB_MODEL_TABLE5_ROWS)
-		return model_err(err, errlen, EINVAL,
+		return phub_err(err, errlen, EINVAL,
 				"ratio row must be 1, 2 or 3 (PHub 1:1, 2:1, 3:1)");
 	memset(out, 0, sizeof(*out));
 	out->reading = reading;
@@ -223,7 +223,7 @@ phub_model_table5(enum phub_model_cost_reading reading, unsigned int ratio_row,
 	out->spendy_gpu_usd = col[1].gpu_usd;
 	out->cheap_worker_usd = col[2].worker_usd;
 	if (col[1].gpu_usd <= 0 || col[2].worker_usd <= 0)
-		return model_err(err, errlen, EINVAL,
+		return phub_err(err, errlen, EINVAL,
 				"this reading needs a non-positive price to fit the baseline cells");
 
 	rc = worker_cost(&pr, reading, ratio_row, &usd, err, errlen);

@@ -16,7 +16,7 @@ phub_model_hierarchy(const struct phub_model_hier_params *p, struct phub_model_h
 	int rc;
 
 	if (p == NULL || out == NULL)
-		return model_err(err, errlen, EINVAL, "missing parameters");
+		return phub_err(err, errlen, EINVAL, "missing parameters");
 	rc = model_check_pos(p->model_bytes, "model_bytes", err, errlen);
 	if (rc == 0)
 		rc = model_check_pos(p->pbox_gbps, "pbox_gbps", err, errlen);
@@ -27,9 +27,9 @@ phub_model_hierarchy(const struct phub_model_hier_params *p, struct phub_model_h
 	if (rc != 0)
 		return rc;
 	if (p->workers_per_rack < 1)
-		return model_err(err, errlen, EINVAL, "workers_per_rack must be at least 1");
+		return phub_err(err, errlen, EINVAL, "workers_per_rack must be at least 1");
 	if (p->racks < 2)
-		return model_err(err, errlen, EINVAL,
+		return phub_err(err, errlen, EINVAL,
 				"racks must be at least 2 (a job in one rack has no cross-rack reduction)");
 
 	n = p->workers_per_rack;
@@ -66,7 +66,7 @@ phub_model_hierarchy(const struct phub_model_hier_params *p, struct phub_model_h
 		c_ring = (r - 1) / (r * bn);
 		break;
 	default:
-		return model_err(err, errlen, EINVAL, "unknown version of the §3.4 condition");
+		return phub_err(err, errlen, EINVAL, "unknown version of the §3.4 condition");
 	}
 
 	out->bn_gbps = bn;
@@ -97,13 +97,13 @@ phub_model_hier_predict(const struct phub_model_hier_params *p, double rack_sum_
 	int rc;
 
 	if (out == NULL)
-		return model_err(err, errlen, EINVAL, "missing parameters");
+		return phub_err(err, errlen, EINVAL, "missing parameters");
 	/* The same checks as the condition's (racks >= 2, every bandwidth and M > 0). */
 	rc = phub_model_hierarchy(p, &h, err, errlen);
 	if (rc != 0)
 		return rc;
 	if (!(rack_sum_s >= 0) || isinf(rack_sum_s))
-		return model_err(err, errlen, EINVAL, "rack_sum_s must be a time >= 0");
+		return phub_err(err, errlen, EINVAL, "rack_sum_s must be a time >= 0");
 	r = p->racks;
 	w = r * p->workers_per_rack;
 	bytes_per_s = p->core_gbps * MODEL_GIGA / MODEL_BITS_PER_BYTE;

@@ -41,11 +41,11 @@ phub_model_job_from_preset(const struct phub_model_preset *p, enum phub_model_un
 		struct phub_model_job *job, char *err, size_t errlen)
 {
 	if (p == NULL || job == NULL)
-		return model_err(err, errlen, EINVAL, "missing preset");
+		return phub_err(err, errlen, EINVAL, "missing preset");
 	memset(job, 0, sizeof(*job));
 	job->layer_bytes = malloc(sizeof(double));
 	if (job->layer_bytes == NULL)
-		return model_err(err, errlen, ENOMEM, "out of memory");
+		return phub_err(err, errlen, ENOMEM, "out of memory");
 	/* Table 3 gives only the total: the model is one key. */
 	job->layer_bytes[0] = phub_model_preset_bytes(p, units);
 	job->layers = 1;
@@ -59,7 +59,7 @@ static int
 number(json_t *v, const char *path, const char *file, double *out, char *err, size_t errlen)
 {
 	if (!json_is_number(v))
-		return model_err(err, errlen, EINVAL, "%s: %s: must be a number", file, path);
+		return phub_err(err, errlen, EINVAL, "%s: %s: must be a number", file, path);
 	*out = json_number_value(v);
 	return 0;
 }
@@ -75,26 +75,26 @@ parse_job(json_t *root, const char *path, struct phub_model_job *job, char *err,
 	int rc;
 
 	if (!json_is_object(root))
-		return model_err(err, errlen, EINVAL, "%s: the top level must be an object", path);
+		return phub_err(err, errlen, EINVAL, "%s: the top level must be an object", path);
 	job->overlap = DEFAULT_OVERLAP;
 	job->batch = 1;
 	json_object_foreach(root, key, v) {
 		if (strcmp(key, "layer_bytes") == 0) {
 			if (!json_is_array(v) || json_array_size(v) == 0)
-				return model_err(err, errlen, EINVAL,
+				return phub_err(err, errlen, EINVAL,
 						"%s: layer_bytes: must be a non-empty array of sizes in bytes",
 						path);
 			if (json_array_size(v) > MAX_LAYERS)
-				return model_err(err, errlen, EINVAL,
+				return phub_err(err, errlen, EINVAL,
 						"%s: layer_bytes: more than %d layers", path,
 						MAX_LAYERS);
 			job->layer_bytes = calloc(json_array_size(v), sizeof(double));
 			if (job->layer_bytes == NULL)
-				return model_err(err, errlen, ENOMEM, "out of memory");
+				return phub_err(err, errlen, ENOMEM, "out of memory");
 			json_array_foreach(v, i, e) {
 				if (!json_is_number(e) || json_number_value(e) <= 0 ||
 						!isfinite(json_number_value(e)))
-					return model_err(err, errlen, EINVAL,
+					return phub_err(err, errlen, EINVAL,
 							"%s: layer_bytes[%zu]: must be a positive number of bytes",
 							path, i);
 				job->layer_bytes[i] = json_number_value(e);
@@ -102,20 +102,20 @@ parse_job(json_t *root, const char *path, struct phub_model_job *job, char *err,
 			job->layers = json_array_size(v);
 		} else if (strcmp(key, "compute_s") == 0 || strcmp(key, "compute_ms") == 0) {
 			if (have_compute)
-				return model_err(err, errlen, EINVAL,
+				return phub_err(err, errlen, EINVAL,
 						"%s: give compute_s or compute_ms, not both", path);
 			rc = number(v, key, path, &d, err, errlen);
 			if (rc != 0)
 				return rc;
 			if (!(d > 0) || !isfinite(d))
-				return model_err(err, errlen, EINVAL, "%s: %s: must be positive",
+				return phub_err(err, errlen, EINVAL, "%s: %s: must be positive",
 						path, key);
 			job->compute_s = key[8] == 'm' ? d / 1e3 : d;
 			have_compute = true;
 		} else if (strcmp(key, "batch") == 0) {
 			if (!json_is_integer(v) || json_integer_value(v) < 1 ||
 					json_integer_value(v) > 1000000)
-				return model_err(err, errlen, EINVAL,
+				return phub_err(err, errlen, EINVAL,
 						"%s: batch: must be an integer from 1 to 1000000",
 						path);
 			job->batch = (unsigned int)json_integer_value(v);
@@ -124,24 +124,24 @@ parse_job(json_t *root, const char *path, struct phub_model_job *job, char *err,
 			if (rc != 0)
 				return rc;
 			if (!(d >= 0 && d <= 1))
-				return model_err(err, errlen, EINVAL,
+				return phub_err(err, errlen, EINVAL,
 						"%s: overlap: must be a fraction from 0 to 1",
 						path);
 			job->overlap = d;
 		} else if (strcmp(key, "name") == 0 || strcmp(key, "comment") == 0) {
 			if (!json_is_string(v))
-				return model_err(err, errlen, EINVAL, "%s: %s: must be a string",
+				return phub_err(err, errlen, EINVAL, "%s: %s: must be a string",
 						path, key);
 		} else {
-			return model_err(err, errlen, EINVAL,
+			return phub_err(err, errlen, EINVAL,
 					"%s: %s: unknown key (expected layer_bytes, compute_s or compute_ms, batch, overlap, name, comment)",
 					path, key);
 		}
 	}
 	if (job->layers == 0)
-		return model_err(err, errlen, EINVAL, "%s: layer_bytes: missing", path);
+		return phub_err(err, errlen, EINVAL, "%s: layer_bytes: missing", path);
 	if (!have_compute)
-		return model_err(err, errlen, EINVAL, "%s: compute_s: missing", path);
+		return phub_err(err, errlen, EINVAL, "%s: compute_s: missing", path);
 	return 0;
 }
 
@@ -153,11 +153,11 @@ phub_model_job_load(const char *path, struct phub_model_job *job, char *err, siz
 	int rc;
 
 	if (path == NULL || job == NULL)
-		return model_err(err, errlen, EINVAL, "missing path");
+		return phub_err(err, errlen, EINVAL, "missing path");
 	memset(job, 0, sizeof(*job));
 	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
 	if (root == NULL)
-		return model_err(err, errlen, jerr.line < 0 ? EIO : EINVAL, "%s:%d:%d: %s", path,
+		return phub_err(err, errlen, jerr.line < 0 ? EIO : EINVAL, "%s:%d:%d: %s", path,
 				jerr.line, jerr.column, jerr.text);
 	rc = parse_job(root, path, job, err, errlen);
 	json_decref(root);

@@ -314,17 +314,17 @@ check_inputs(const struct phub_model_job *job, const struct phub_model_hw *hw, c
 	int rc;
 
 	if (job == NULL || hw == NULL || job->layers == 0 || job->layer_bytes == NULL)
-		return model_err(err, errlen, EINVAL, "the job has no layers");
+		return phub_err(err, errlen, EINVAL, "the job has no layers");
 	for (size_t i = 0; i < job->layers; i++) {
 		if (!(job->layer_bytes[i] > 0) || !isfinite(job->layer_bytes[i]))
-			return model_err(err, errlen, EINVAL,
+			return phub_err(err, errlen, EINVAL,
 					"layer_bytes[%zu] must be a positive number", i);
 	}
 	rc = model_check_pos(job->compute_s, "compute_s", err, errlen);
 	if (rc == 0 && !(job->overlap >= 0 && job->overlap <= 1))
-		rc = model_err(err, errlen, EINVAL, "overlap must be a fraction from 0 to 1");
+		rc = phub_err(err, errlen, EINVAL, "overlap must be a fraction from 0 to 1");
 	if (rc == 0 && job->batch < 1)
-		rc = model_err(err, errlen, EINVAL, "batch must be at least 1");
+		rc = phub_err(err, errlen, EINVAL, "batch must be at least 1");
 	if (rc == 0)
 		rc = model_check_pos(hw->worker_gbps, "worker_gbps", err, errlen);
 	if (rc == 0)
@@ -340,10 +340,10 @@ check_inputs(const struct phub_model_job *job, const struct phub_model_hw *hw, c
 	if (rc == 0)
 		rc = model_check_nonneg(hw->rtt_s, "rtt_s", err, errlen);
 	if (rc == 0 && (hw->pbox_lcores < 1 || hw->pbox_lcores > LCORES_MAX))
-		rc = model_err(err, errlen, EINVAL, "pbox_lcores must be from 1 to %d",
+		rc = phub_err(err, errlen, EINVAL, "pbox_lcores must be from 1 to %d",
 				LCORES_MAX);
 	if (rc == 0 && hw->segment_bytes < 64)
-		rc = model_err(err, errlen, EINVAL, "segment_bytes must be at least 64");
+		rc = phub_err(err, errlen, EINVAL, "segment_bytes must be at least 64");
 	return rc;
 }
 
@@ -362,15 +362,15 @@ phub_model_evaluate(const struct phub_model_job *job, const struct phub_model_hw
 	if (rc != 0)
 		return rc;
 	if (d == NULL || out == NULL || d->racks < 1 || d->rack_workers == NULL)
-		return model_err(err, errlen, EINVAL, "a deployment needs at least one rack");
+		return phub_err(err, errlen, EINVAL, "a deployment needs at least one rack");
 	if (d->pbox_per_rack < 1 || d->interfaces < 1 || d->chunk_bytes < 1)
-		return model_err(err, errlen, EINVAL,
+		return phub_err(err, errlen, EINVAL,
 				"a deployment needs a PBox per rack, an interface and a chunk size");
 	if (d->reduction == PHUB_MODEL_HIERARCHICAL && d->racks < 2)
-		return model_err(err, errlen, EINVAL,
+		return phub_err(err, errlen, EINVAL,
 				"hierarchical reduction needs at least 2 racks");
 	if (d->reduction != PHUB_MODEL_FLAT && d->reduction != PHUB_MODEL_HIERARCHICAL)
-		return model_err(err, errlen, EINVAL, "unknown reduction");
+		return phub_err(err, errlen, EINVAL, "unknown reduction");
 
 	memset(&s, 0, sizeof(s));
 	s.racks = d->racks;
@@ -379,7 +379,7 @@ phub_model_evaluate(const struct phub_model_job *job, const struct phub_model_hw
 	s.reduction = d->reduction;
 	for (unsigned int i = 0; i < d->racks; i++) {
 		if (d->rack_workers[i] < 1)
-			return model_err(err, errlen, EINVAL, "rack %u has no worker", i);
+			return phub_err(err, errlen, EINVAL, "rack %u has no worker", i);
 		s.workers += d->rack_workers[i];
 		if (d->rack_workers[i] > s.rack_max)
 			s.rack_max = d->rack_workers[i];
@@ -393,7 +393,7 @@ phub_model_evaluate(const struct phub_model_job *job, const struct phub_model_hw
 
 	rc = model_chunking_init(&ck, job, d->chunk_bytes, hw->segment_bytes);
 	if (rc != 0)
-		return model_err(err, errlen, -rc, "cannot cut the job into chunks");
+		return phub_err(err, errlen, -rc, "cannot cut the job into chunks");
 	rc = model_lpt(&ck, port_bins, &pb);
 	if (rc == 0)
 		rc = model_lpt(&ck, core_bins, &cb);
@@ -401,7 +401,7 @@ phub_model_evaluate(const struct phub_model_job *job, const struct phub_model_hw
 		estimate(job, hw, &ck, &s, &pb, &cb, phub_model_job_bytes(job), out);
 	model_chunking_fini(&ck);
 	if (rc != 0)
-		return model_err(err, errlen, -rc, "out of memory");
+		return phub_err(err, errlen, -rc, "out of memory");
 	return 0;
 }
 
@@ -589,7 +589,7 @@ phub_model_optimize(const struct phub_model_job *job, const struct phub_model_hw
 	int rc;
 
 	if (s == NULL || best == NULL || n == NULL || *n == 0)
-		return model_err(err, errlen, EINVAL, "no room for results");
+		return phub_err(err, errlen, EINVAL, "no room for results");
 	cap = *n;
 	*n = 0;
 	rc = check_inputs(job, hw, err, errlen);
@@ -597,27 +597,27 @@ phub_model_optimize(const struct phub_model_job *job, const struct phub_model_hw
 		return rc;
 	b = s->machine_budget;
 	if (b < 2 || b > SEARCH_BUDGET_MAX)
-		return model_err(err, errlen, EINVAL,
+		return phub_err(err, errlen, EINVAL,
 				"machine budget must be from 2 to %d (a worker and a PBox at least)",
 				SEARCH_BUDGET_MAX);
 	if (s->rack_machines_max < 2)
-		return model_err(err, errlen, EINVAL,
+		return phub_err(err, errlen, EINVAL,
 				"a rack must hold at least 2 machines (a worker and a PBox)");
 	if (s->pbox_per_rack_max < 1 || s->pbox_per_rack_max > SEARCH_PBOX_MAX)
-		return model_err(err, errlen, EINVAL, "PBoxes per rack must be from 1 to %d",
+		return phub_err(err, errlen, EINVAL, "PBoxes per rack must be from 1 to %d",
 				SEARCH_PBOX_MAX);
 	if (s->interfaces_max < 1 || s->interfaces_max > SEARCH_IFACES_MAX)
-		return model_err(err, errlen, EINVAL, "interfaces per PBox must be from 1 to %d",
+		return phub_err(err, errlen, EINVAL, "interfaces per PBox must be from 1 to %d",
 				SEARCH_IFACES_MAX);
 	chunks = s->chunk_bytes != NULL ? s->chunk_bytes : default_chunks;
 	nchunks = s->chunk_bytes != NULL ? s->chunk_count :
 		sizeof(default_chunks) / sizeof(default_chunks[0]);
 	if (nchunks < 1 || nchunks > SEARCH_CHUNKS_MAX)
-		return model_err(err, errlen, EINVAL, "give from 1 to %d chunk sizes",
+		return phub_err(err, errlen, EINVAL, "give from 1 to %d chunk sizes",
 				SEARCH_CHUNKS_MAX);
 	for (size_t i = 0; i < nchunks; i++) {
 		if (chunks[i] < 64 || chunks[i] > (1u << 30))
-			return model_err(err, errlen, EINVAL,
+			return phub_err(err, errlen, EINVAL,
 					"chunk sizes must be from 64 bytes to 1 GiB (got %u)",
 					chunks[i]);
 	}
@@ -628,7 +628,7 @@ phub_model_optimize(const struct phub_model_job *job, const struct phub_model_hw
 		rc = memo_init(&ctx.core, memo_size((size_t)b * s->pbox_per_rack_max *
 				hw->pbox_lcores));
 	if (rc != 0) {
-		rc = model_err(err, errlen, ENOMEM, "out of memory");
+		rc = phub_err(err, errlen, ENOMEM, "out of memory");
 		goto out;
 	}
 
@@ -640,7 +640,7 @@ phub_model_optimize(const struct phub_model_job *job, const struct phub_model_hw
 	for (size_t ci = 0; ci < nchunks; ci++) {
 		rc = model_chunking_init(&ctx.ck, job, chunks[ci], hw->segment_bytes);
 		if (rc != 0) {
-			rc = model_err(err, errlen, -rc, "cannot cut the job into chunks");
+			rc = phub_err(err, errlen, -rc, "cannot cut the job into chunks");
 			goto out;
 		}
 		for (size_t i = 0; i < ctx.port.size; i++)
@@ -661,12 +661,12 @@ phub_model_optimize(const struct phub_model_job *job, const struct phub_model_hw
 		}
 		model_chunking_fini(&ctx.ck);
 		if (rc != 0) {
-			rc = model_err(err, errlen, ENOMEM, "out of memory");
+			rc = phub_err(err, errlen, ENOMEM, "out of memory");
 			goto out;
 		}
 	}
 	if (ctx.found == 0)
-		rc = model_err(err, errlen, EINVAL,
+		rc = phub_err(err, errlen, EINVAL,
 				"no configuration fits: the budget or the rack size is too small");
 out:
 	memo_fini(&ctx.port);

@@ -6,10 +6,7 @@
 
 #include <stddef.h>
 
-/* Writes a message into err (if any) and returns -code, so callers write
- * `return model_err(err, errlen, EINVAL, "...")`. */
-int model_err(char *err, size_t errlen, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+#include "phub_err.h"	/* phub_err(): a message for the caller and -errno */
 
 /* 0 when v is finite and > 0, else -EINVAL with "<what> must be a positive number". */
 int model_check_pos(double v, const char *what, char *err, size_t errlen);

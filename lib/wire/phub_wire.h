@@ -157,15 +157,21 @@ static_assert(offsetof(struct phub_wire_hdr, csum) == 52, "csum at 52");
  *		iteration (a schedule, a parameter group). Every rank's PUSHes of one segment and
  *		iteration must carry the same values, or none; without the flag the job's JOIN
  *		values apply. Values must be finite and >= 0 (PHUB_DROP_BAD_HYPER).
+ * AUTH:	any opcode. The header ends with the AUTH trailer (PHUB_WIRE_AUTH_TRAILER_LEN:
+ *		a 64-bit sequence number and a 16-byte MAC over header and payload, lib/auth),
+ *		after any other extension; JOIN, JOIN_ACK, RING_HELLO and RING_HELLO_ACK carry
+ *		the sender's ephemeral X25519 key (PHUB_WIRE_AUTH_PK_LEN) right before it. The
+ *		MAC replaces the CRC: AUTH with CSUM is refused (PHUB_DROP_BAD_AUTH_EXT).
  */
 #define PHUB_WIRE_F_CSUM	0x01
 #define PHUB_WIRE_F_RETRANSMIT	0x02
 #define PHUB_WIRE_F_LAST	0x04
 #define PHUB_WIRE_F_REPLAY	0x08
 #define PHUB_WIRE_F_HYPER	0x10
+#define PHUB_WIRE_F_AUTH	0x20
 #define PHUB_WIRE_F_ALL	\
 	(PHUB_WIRE_F_CSUM | PHUB_WIRE_F_RETRANSMIT | PHUB_WIRE_F_LAST | PHUB_WIRE_F_REPLAY | \
-	 PHUB_WIRE_F_HYPER)
+	 PHUB_WIRE_F_HYPER | PHUB_WIRE_F_AUTH)
 
 /*
  * The header extension of a PUSH with PHUB_WIRE_F_HYPER, at offset 56: float32 bit patterns,
@@ -191,6 +197,24 @@ static_assert(sizeof(struct phub_wire_hyper_ext) == 8, "HYPER extension is 8 byt
  * (a learning rate change mid-training) without a datagram outgrowing the link.
  */
 #define PHUB_WIRE_HDR_LEN_MAX PHUB_WIRE_HDR_LEN_HYPER
+
+/*
+ * The AUTH extension (flag PHUB_WIRE_F_AUTH), at the end of the header:
+ *
+ *  hdr_len - 56 +---------------------------------------------------------------+
+ *  (handshake   |  ephemeral X25519 public key, 32 bytes (JOIN, JOIN_ACK,        |
+ *   opcodes)    |  RING_HELLO, RING_HELLO_ACK only)                         ... |
+ *  hdr_len - 24 +---------------------------------------------------------------+
+ *               |  seq (64 bits): channel (16) << 48 | counter (48)             |
+ *  hdr_len - 16 +---------------------------------------------------------------+
+ *               |  tag: 16 bytes, over header [0, hdr_len - 16) and payload ... |
+ *  hdr_len      +---------------------------------------------------------------+
+ *
+ * A session that authenticates has its segments cut for PHUB_WIRE_HDR_LEN_MAX +
+ * PHUB_WIRE_AUTH_TRAILER_LEN (phub_wire_max_elems_room()); other sessions keep theirs.
+ */
+#define PHUB_WIRE_AUTH_TRAILER_LEN	24
+#define PHUB_WIRE_AUTH_PK_LEN		32
 
 /*
  * Payload element types: enum phub_dtype of wire/phub_types.h, or NONE. NONE marks a control body
@@ -278,7 +302,12 @@ enum phub_wire_payload {
  *                 datagrams to it carry. Sent until answered, then as a keep-alive.
  * RING_HELLO_ACK 0x44  the answer, from the receiver's control port: the same body, the
  *                 receiver's own.
- * 0x45-0x4f       reserved for PBox-to-PBox traffic (PHUB_DROP_RESERVED_OPCODE).
+ * RING_ACKV 0x45  PBox -> previous PBox: the RING_REDUCE/RING_GATHER segments of one job taken
+ *                 in one receive burst, one RING_ACK each in one datagram. job_id and token as
+ *                 RING_ACK, worker_rank = the sender's ring position. Body: 1 ..
+ *                 PHUB_WIRE_RING_ACKV_MAX entries of struct phub_wire_ring_ack_entry, their
+ *                 count payload_len / 16.
+ * 0x46-0x4f       reserved for PBox-to-PBox traffic (PHUB_DROP_RESERVED_OPCODE).
  */
 #define PHUB_WIRE_OPCODES(_) \
 	_(JOIN,		0x01, "join",		0, BODY) \
@@ -305,7 +334,8 @@ enum phub_wire_payload {
 	_(RING_GATHER,	0x41, "ring_gather",	PHUB_WIRE_USE_DATA, ELEMS) \
 	_(RING_ACK,	0x42, "ring_ack",	PHUB_WIRE_USE_DATA, NONE) \
 	_(RING_HELLO,	0x43, "ring_hello",	PHUB_WIRE_USE_JOB, BODY) \
-	_(RING_HELLO_ACK, 0x44, "ring_hello_ack", PHUB_WIRE_USE_JOB, BODY)
+	_(RING_HELLO_ACK, 0x44, "ring_hello_ack", PHUB_WIRE_USE_JOB, BODY) \
+	_(RING_ACKV,	0x45, "ring_ackv",	PHUB_WIRE_USE_SESSION, BODY)
 
 enum phub_wire_opcode {
 #define PHUB_WIRE_OP_ENUM(n, v, s, use, pl) PHUB_WIRE_OP_##n = (v),
@@ -347,6 +377,7 @@ enum phub_wire_opcode {
 	_(ELEM_RANGE,		"elem_range_overflow") \
 	_(UNUSED_FIELD,		"unused_field_nonzero") \
 	_(BAD_HYPER,		"bad_step_hyper") \
+	_(BAD_AUTH_EXT,		"bad_auth_ext") \
 	/* the control bodies */ \
 	_(BODY_SHORT,		"body_too_short") \
 	_(JOIN_NAME_UNTERMINATED, "join_name_unterminated") \
@@ -373,6 +404,7 @@ enum phub_wire_opcode {
 	_(ERROR_CODE,		"error_bad_code") \
 	_(ERROR_TEXT,		"error_text_not_utf8") \
 	_(RING_HELLO_FIELDS,	"ring_hello_bad_fields") \
+	_(RING_ACKV_FIELDS,	"ring_ackv_bad_fields") \
 	_(ACKV_LENGTH,		"ackv_bad_length") \
 	_(ACKV_ENTRY,		"ackv_bad_entry") \
 	/* second group: session and slot state, returned by the engine */ \
@@ -391,7 +423,14 @@ enum phub_wire_opcode {
 	_(WRONG_LCORE,		"wrong_lcore") \
 	_(NO_BUFFER,		"no_buffer") \
 	_(HYPER_MISMATCH,	"hyper_mismatch") \
-	_(RING_STEP,		"ring_step_range")
+	_(RING_STEP,		"ring_step_range") \
+	/* authenticated sessions (lib/auth; docs/protocol.md section 8) */ \
+	_(AUTH_MISSING,		"auth_missing") \
+	_(AUTH_UNEXPECTED,	"auth_unexpected") \
+	_(AUTH_BAD_TAG,		"auth_bad_tag") \
+	_(AUTH_REPLAY,		"auth_replay") \
+	_(AUTH_CHANNEL,		"auth_wrong_channel") \
+	_(AUTH_JOIN_REPLAY,	"auth_join_replay")
 
 /*
  * Second-group meanings, for the engine: BAD_TOKEN token unknown for the job; UNKNOWN_JOB no such
@@ -405,7 +444,12 @@ enum phub_wire_opcode {
  * NO_BUFFER TX ring full or no mbuf; HYPER_MISMATCH a PUSH whose HYPER values (or their absence)
  * differ from those of the segment's first PUSH of the iteration. RING_STEP a ring datagram whose step is beyond 2R-3, whose
  * opcode does not match its step, whose elements are not the step's part, or a gather step
- * before this rack's sum (docs/hierarchy.md).
+ * before this rack's sum (docs/hierarchy.md). AUTH_MISSING a datagram without flag AUTH for a
+ * job that requires it; AUTH_UNEXPECTED flag AUTH where no keys are held (a job without auth, a
+ * session without keys); AUTH_BAD_TAG the MAC does not match (forged, damaged, another key);
+ * AUTH_REPLAY a sequence number seen or older than the replay window; AUTH_CHANNEL a sequence
+ * number of another stream (another port's) than the one it arrived on; AUTH_JOIN_REPLAY an
+ * authenticated JOIN with another ephemeral key than the rank's live session's.
  */
 enum phub_drop_reason {
 #define PHUB_DROP_ENUM(n, s) PHUB_DROP_##n,
@@ -781,6 +825,10 @@ int phub_wire_max_payload(unsigned int mtu);
  * aligned within a cache-aligned chunk buffer. -EINVAL for a bad mtu or a non-numeric dtype.
  */
 int phub_wire_max_elems(unsigned int mtu, uint8_t dtype);
+/* The same with extra more header bytes on every datagram (PHUB_WIRE_AUTH_TRAILER_LEN). */
+int phub_wire_max_elems_room(unsigned int mtu, uint8_t dtype, unsigned int extra);
+/* Bytes flag AUTH adds to the header of opcode: the trailer, and the key on a handshake. */
+unsigned int phub_wire_auth_ext_len(uint8_t opcode);
 
 /* ---- header ---- */
 
@@ -991,8 +1039,15 @@ void phub_wire_ackv_put(void *body, const struct phub_wire_ackv_entry *e, unsign
  * +-------------------------------+-------------------------------+
  * |        racks (2 .. 16)        |   pos (the sender's, < racks) | 80
  * +-------------------------------+-------------------------------+
- * |   endpoint_count (1 .. 64)    |          reserved (0)         | 84
+ * |   endpoint_count (1 .. 64)    |   caps (PHUB_WIRE_RING_CAP_*) | 84
  * +-------------------------------+-------------------------------+
+ *
+ * caps (the field reserved before): PHUB_WIRE_RING_CAP_STATE says that 12 bytes follow
+ * the endpoints, the sender's checkpoint state of the job: its ring generation (u32; 0: never
+ * restored, or restored at its start and not yet given one), the checkpoint iteration its job
+ * was restored at (u32; PHUB_WIRE_RING_HELLO_NONE: never restored) and its newest checkpoint
+ * file of the job (u32; NONE: none); docs/protocol.md section 12. A PBox that keeps no
+ * checkpoints sends no flag and no trailer, as before.
  */
 struct __attribute__((packed)) phub_wire_ring_hello_body {
 	char name[PHUB_WIRE_JOB_NAME_LEN];
@@ -1001,8 +1056,25 @@ struct __attribute__((packed)) phub_wire_ring_hello_body {
 	phub_be16_t racks;
 	phub_be16_t pos;
 	phub_be16_t endpoint_count;
-	phub_be16_t reserved;
+	phub_be16_t caps;		/* PHUB_WIRE_RING_CAP_*; was reserved (0) */
 };
+
+/*
+ * What the sender's ring speaks (the body's caps; 0 before them, the field was reserved). The
+ * two ends of a link must speak the same: a segment's parts are the whole ring's choice.
+ * WHOLE: each ring datagram carries a whole segment, the segments' roots taking turns
+ * (docs/protocol.md section 12); without it a segment is cut in R parts. ACKV: it
+ * acknowledges with RING_ACKV. These are the ring's format, compared between neighbours.
+ * STATE is not part of the format: it says a state trailer (generation, base, newest
+ * checkpoint; u32 each) ends the body, and is parsed into `state`, not `caps`. Other bits are
+ * refused (ring_hello_bad_fields).
+ */
+#define PHUB_WIRE_RING_CAP_WHOLE	0x0001
+#define PHUB_WIRE_RING_CAP_ACKV		0x0002
+#define PHUB_WIRE_RING_CAP_ALL		(PHUB_WIRE_RING_CAP_WHOLE | PHUB_WIRE_RING_CAP_ACKV)
+#define PHUB_WIRE_RING_CAP_STATE	0x0004u
+#define PHUB_WIRE_RING_HELLO_STATE_BYTES 12
+#define PHUB_WIRE_RING_HELLO_NONE 0xffffffffu	/* no such iteration */
 
 static_assert(sizeof(struct phub_wire_ring_hello_body) == 88, "RING_HELLO body is 88 bytes");
 
@@ -1015,7 +1087,13 @@ struct phub_wire_ring_hello {
 	uint16_t racks;
 	uint16_t pos;
 	uint16_t endpoint_count;
+	uint16_t caps;			/* PHUB_WIRE_RING_CAP_WHOLE | _ACKV bits */
 	struct phub_wire_endpoint endpoints[PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS];
+	/* The state trailer: state false, the rest 0, when the flag is not set. */
+	bool state;
+	uint32_t generation;		/* the ring state's generation (0: none yet) */
+	uint32_t base_iteration;	/* the checkpoint its job went back to; NONE: never */
+	uint32_t newest_ckpt;		/* its newest checkpoint file of the job; NONE: none */
 };
 
 /*
@@ -1028,6 +1106,58 @@ int phub_wire_ring_hello_write(void *buf, size_t cap, uint8_t opcode,
 /* Validate a RING_HELLO(_ACK) body of len bytes; never reads past body + len. */
 enum phub_drop_reason phub_wire_ring_hello_parse(const void *body, size_t len,
 		struct phub_wire_ring_hello *out);
+
+/* ---- RING_ACKV (docs/protocol.md section 12) ---- */
+
+/*
+ * One entry of a RING_ACKV body, 16 bytes, big-endian: the RING_REDUCE/RING_GATHER it
+ * acknowledges, as a RING_ACK would name it.
+ *
+ * +-------------------------------+-------------------------------+
+ * |                           chunk_id                            |  0
+ * +-------------------------------+-------------------------------+
+ * |  seg_index (in the chunk)     |           flags (0)           |  4
+ * +-------------------------------+-------------------------------+
+ * |                           iteration                           |  8
+ * +---------------------------------------------------------------+
+ * |            aux: the ring step, echoed (< 2 (16 - 1))          | 12
+ * +---------------------------------------------------------------+
+ */
+struct __attribute__((packed)) phub_wire_ring_ack_entry {
+	phub_be32_t chunk_id;
+	phub_be16_t seg_index;
+	phub_be16_t flags;
+	phub_be32_t iteration;
+	phub_be32_t aux;
+};
+
+static_assert(sizeof(struct phub_wire_ring_ack_entry) == 16, "RING_ACKV entry is 16 bytes");
+
+/*
+ * Entries in one RING_ACKV at most: 1024 bytes of body, more than the ring datagrams of a
+ * receive burst (32) and an inbox burst together. A sender puts fewer where its MTU is
+ * smaller (phub_wire_max_payload() / 16: 30 at PHUB_WIRE_MIN_MTU).
+ */
+#define PHUB_WIRE_RING_ACKV_MAX 64
+
+/* One RING_ACKV entry in host order. */
+struct phub_wire_ring_ack {
+	uint32_t chunk_id;
+	uint16_t seg_index;
+	uint32_t iteration;
+	uint32_t step;			/* aux */
+};
+
+/*
+ * Validate a RING_ACKV body of len bytes: 1 .. PHUB_WIRE_RING_ACKV_MAX whole entries, flags 0,
+ * steps below 2 (PHUB_WIRE_RING_MAX_RACKS - 1). PHUB_DROP_OK and *count, or the reason.
+ */
+enum phub_drop_reason phub_wire_ring_ackv_parse(const void *body, size_t len,
+		unsigned int *count);
+/* Entry i of a body phub_wire_ring_ackv_parse() took. */
+void phub_wire_ring_ackv_get(const void *body, unsigned int i, struct phub_wire_ring_ack *out);
+/* Write entry i of a body (16 bytes at body + 16 i). */
+void phub_wire_ring_ackv_put(void *body, unsigned int i, const struct phub_wire_ring_ack *e);
 
 #ifdef __cplusplus
 }

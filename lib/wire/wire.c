@@ -109,16 +109,22 @@ phub_wire_max_payload(unsigned int mtu)
 int
 phub_wire_max_elems(unsigned int mtu, uint8_t dtype)
 {
+	return phub_wire_max_elems_room(mtu, dtype, 0);
+}
+
+int
+phub_wire_max_elems_room(unsigned int mtu, uint8_t dtype, unsigned int extra)
+{
 	unsigned int size = phub_wire_dtype_size(dtype);
 	int room = phub_wire_max_payload(mtu);
 	unsigned int elems;
 
 	if (room < 0)
 		return room;
-	if (size == 0)
+	if (size == 0 || extra > 256)
 		return -EINVAL;
 	/* A whole segment must still fit when its PUSH carries every header extension. */
-	room -= PHUB_WIRE_HDR_LEN_MAX - PHUB_WIRE_HDR_LEN;
+	room -= PHUB_WIRE_HDR_LEN_MAX - PHUB_WIRE_HDR_LEN + (int)extra;
 	elems = (unsigned int)room / size;
 	elems -= elems % PHUB_WIRE_ELEM_ALIGN;
 	return (int)elems;
@@ -174,6 +180,12 @@ check_body(const struct phub_wire_msg *m)
 		unsigned int count;
 
 		r = phub_wire_ackv_parse(m->payload, m->payload_len, &count);
+		break;
+	}
+	case PHUB_WIRE_OP_RING_ACKV: {
+		unsigned int count;
+
+		r = phub_wire_ring_ackv_parse(m->payload, m->payload_len, &count);
 		break;
 	}
 	case PHUB_WIRE_OP_ERROR: {
@@ -246,6 +258,9 @@ check_fields(const struct phub_wire_msg *m, bool with_body)
 	if (op->payload == PHUB_WIRE_PAYLOAD_ELEMS &&
 	    (uint64_t)m->elem_count * size != m->payload_len)
 		return PHUB_DROP_ELEM_COUNT;
+	/* The MAC covers what the CRC would: a datagram carries one or the other. */
+	if ((m->flags & PHUB_WIRE_F_AUTH) && (m->flags & PHUB_WIRE_F_CSUM))
+		return PHUB_DROP_BAD_AUTH_EXT;
 	/* Step hyper-parameters ride on PUSH only, and must be usable as the kernels' are. */
 	if (m->flags & PHUB_WIRE_F_HYPER) {
 		if (m->opcode != PHUB_WIRE_OP_PUSH || !isfinite(m->hyper_lr) || m->hyper_lr < 0 ||
@@ -287,11 +302,29 @@ phub_wire_csum_finish(uint32_t payload_crc, const void *hdr, size_t hdr_len)
 	return phub_crc32c(crc, h + PHUB_WIRE_HDR_LEN, hdr_len - PHUB_WIRE_HDR_LEN);
 }
 
-/* The header length msg is encoded with: the HYPER extension makes it longer. */
+unsigned int
+phub_wire_auth_ext_len(uint8_t opcode)
+{
+	switch (opcode) {
+	case PHUB_WIRE_OP_JOIN:
+	case PHUB_WIRE_OP_JOIN_ACK:
+	case PHUB_WIRE_OP_RING_HELLO:
+	case PHUB_WIRE_OP_RING_HELLO_ACK:
+		return PHUB_WIRE_AUTH_PK_LEN + PHUB_WIRE_AUTH_TRAILER_LEN;
+	default:
+		return PHUB_WIRE_AUTH_TRAILER_LEN;
+	}
+}
+
+/* The header length msg is encoded with: the HYPER and AUTH extensions make it longer. */
 static inline size_t
 hdr_len_of(const struct phub_wire_msg *m)
 {
-	return (m->flags & PHUB_WIRE_F_HYPER) ? PHUB_WIRE_HDR_LEN_HYPER : PHUB_WIRE_HDR_LEN;
+	size_t len = (m->flags & PHUB_WIRE_F_HYPER) ? PHUB_WIRE_HDR_LEN_HYPER : PHUB_WIRE_HDR_LEN;
+
+	if (m->flags & PHUB_WIRE_F_AUTH)
+		len += phub_wire_auth_ext_len(m->opcode);
+	return len;
 }
 
 /* Store msg's fields as a version 1 header at buf, with csum finished from payload_crc. */
@@ -329,6 +362,10 @@ hdr_store(uint8_t *buf, const struct phub_wire_msg *m, uint32_t payload_crc)
 		wire_st32(&x.weight_decay, wire_float_bits(m->hyper_weight_decay));
 		memcpy(buf + PHUB_WIRE_HDR_LEN, &x, sizeof(x));
 	}
+	/* The key, sequence number and tag are the sealer's (lib/auth); nothing stale stays. */
+	if (m->flags & PHUB_WIRE_F_AUTH)
+		memset(buf + hdr_len - phub_wire_auth_ext_len(m->opcode), 0,
+				phub_wire_auth_ext_len(m->opcode));
 	if (m->flags & PHUB_WIRE_F_CSUM)
 		wire_st32(buf + offsetof(struct phub_wire_hdr, csum),
 				phub_wire_csum_finish(payload_crc, buf, hdr_len));
@@ -442,6 +479,11 @@ phub_wire_parse(const void *buf, size_t len, struct phub_wire_msg *out)
 		out->hyper_lr = wire_bits_float(wire_ld32(&x.lr));
 		out->hyper_weight_decay = wire_bits_float(wire_ld32(&x.weight_decay));
 	}
+	/* The trailer (and a handshake's key) after any other extension must fit the header. */
+	if ((h.flags & PHUB_WIRE_F_AUTH) &&
+	    h.hdr_len < ((h.flags & PHUB_WIRE_F_HYPER) ? PHUB_WIRE_HDR_LEN_HYPER :
+			 PHUB_WIRE_HDR_LEN) + phub_wire_auth_ext_len(h.opcode))
+		return PHUB_DROP_BAD_AUTH_EXT;
 	reserved = wire_ld32(&h.reserved);
 
 	/* The reserved word is 0 in version 1, kept for a later meaning. */

@@ -726,6 +726,8 @@ phub_wire_ring_hello_parse(const void *body, size_t len, struct phub_wire_ring_h
 	const uint8_t *p = body;
 	struct phub_wire_ring_hello_body b;
 	enum phub_drop_reason r;
+	uint16_t flags;
+	size_t trailer;
 
 	if (body == NULL || len < HELLO_FIXED)
 		return PHUB_DROP_BODY_SHORT;
@@ -740,15 +742,28 @@ phub_wire_ring_hello_parse(const void *body, size_t len, struct phub_wire_ring_h
 	out->racks = wire_ld16(&b.racks);
 	out->pos = wire_ld16(&b.pos);
 	out->endpoint_count = wire_ld16(&b.endpoint_count);
+	flags = wire_ld16(&b.caps);
+	out->caps = flags & PHUB_WIRE_RING_CAP_ALL;
+	trailer = (flags & PHUB_WIRE_RING_CAP_STATE) != 0 ?
+		PHUB_WIRE_RING_HELLO_STATE_BYTES : 0;
 	/*
 	 * A ring of 2 .. 16 racks with the sender on it, a token to carry (0 is "no session"), at
 	 * least one endpoint to send to, and exactly the endpoints the count says.
 	 */
 	if (out->racks < 2 || out->racks > PHUB_WIRE_RING_MAX_RACKS || out->pos >= out->racks ||
-	    out->token == 0 || wire_ld16(&b.reserved) != 0 || out->endpoint_count == 0 ||
-	    out->endpoint_count > PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS ||
-	    len != HELLO_FIXED + (size_t)out->endpoint_count * ENDPOINT_SIZE)
+	    out->token == 0 ||
+	    (flags & ~(PHUB_WIRE_RING_CAP_ALL | PHUB_WIRE_RING_CAP_STATE)) != 0 ||
+	    out->endpoint_count == 0 || out->endpoint_count > PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS ||
+	    len != HELLO_FIXED + (size_t)out->endpoint_count * ENDPOINT_SIZE + trailer)
 		return PHUB_DROP_RING_HELLO_FIELDS;
+	if (trailer != 0) {
+		const uint8_t *t = p + HELLO_FIXED + (size_t)out->endpoint_count * ENDPOINT_SIZE;
+
+		out->state = true;
+		out->generation = wire_ld32(t);
+		out->base_iteration = wire_ld32(t + 4);
+		out->newest_ckpt = wire_ld32(t + 8);
+	}
 	for (uint16_t i = 0; i < out->endpoint_count; i++) {
 		const uint8_t *e = p + HELLO_FIXED + (size_t)i * ENDPOINT_SIZE;
 
@@ -773,9 +788,11 @@ phub_wire_ring_hello_write(void *buf, size_t cap, uint8_t opcode,
 
 	if (buf == NULL || h == NULL ||
 	    (opcode != PHUB_WIRE_OP_RING_HELLO && opcode != PHUB_WIRE_OP_RING_HELLO_ACK) ||
-	    h->endpoint_count > PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS)
+	    h->endpoint_count > PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS ||
+	    (h->caps & ~PHUB_WIRE_RING_CAP_ALL) != 0)
 		return -EINVAL;
-	len = HELLO_FIXED + (size_t)h->endpoint_count * ENDPOINT_SIZE;
+	len = HELLO_FIXED + (size_t)h->endpoint_count * ENDPOINT_SIZE +
+		(h->state ? PHUB_WIRE_RING_HELLO_STATE_BYTES : 0);
 	if (cap < PHUB_WIRE_HDR_LEN + len)
 		return -ENOSPC;
 	memset(&b, 0, sizeof(b));
@@ -788,6 +805,7 @@ phub_wire_ring_hello_write(void *buf, size_t cap, uint8_t opcode,
 	wire_st16(&b.racks, h->racks);
 	wire_st16(&b.pos, h->pos);
 	wire_st16(&b.endpoint_count, h->endpoint_count);
+	wire_st16(&b.caps, h->caps | (h->state ? PHUB_WIRE_RING_CAP_STATE : 0));
 	memcpy(body, &b, sizeof(b));
 	for (uint16_t i = 0; i < h->endpoint_count; i++) {
 		uint8_t *e = body + HELLO_FIXED + (size_t)i * ENDPOINT_SIZE;
@@ -796,6 +814,13 @@ phub_wire_ring_hello_write(void *buf, size_t cap, uint8_t opcode,
 		wire_st16(e + 4, h->endpoints[i].udp_port);
 		wire_st16(e + 6, 0);
 	}
+	if (h->state) {
+		uint8_t *t = body + HELLO_FIXED + (size_t)h->endpoint_count * ENDPOINT_SIZE;
+
+		wire_st32(t, h->generation);
+		wire_st32(t + 4, h->base_iteration);
+		wire_st32(t + 8, h->newest_ckpt);
+	}
 	phub_wire_msg_init(&msg, opcode);
 	msg.job_id = h->job_id;
 	msg.worker_rank = h->pos;
@@ -803,4 +828,55 @@ phub_wire_ring_hello_write(void *buf, size_t cap, uint8_t opcode,
 	msg.payload_len = (uint16_t)len;
 	/* phub_wire_encode() checks the body as a receiver would: nothing invalid leaves. */
 	return phub_wire_encode(buf, cap, &msg);
+}
+
+/* ---- RING_ACKV ---- */
+
+#define ACKV_ENTRY sizeof(struct phub_wire_ring_ack_entry)
+
+enum phub_drop_reason
+phub_wire_ring_ackv_parse(const void *body, size_t len, unsigned int *count)
+{
+	const uint8_t *p = body;
+	size_t n = len / ACKV_ENTRY;
+
+	*count = 0;
+	if (body == NULL || len == 0)
+		return PHUB_DROP_BODY_SHORT;
+	/* Whole entries, not more than a sender may put in one. */
+	if (len % ACKV_ENTRY != 0 || n > PHUB_WIRE_RING_ACKV_MAX)
+		return PHUB_DROP_RING_ACKV_FIELDS;
+	for (size_t i = 0; i < n; i++) {
+		const uint8_t *e = p + i * ACKV_ENTRY;
+
+		/* flags is kept for later (0); a step no ring of 16 racks has names nothing. */
+		if (wire_ld16(e + 6) != 0 ||
+		    wire_ld32(e + 12) >= 2u * (PHUB_WIRE_RING_MAX_RACKS - 1))
+			return PHUB_DROP_RING_ACKV_FIELDS;
+	}
+	*count = (unsigned int)n;
+	return PHUB_DROP_OK;
+}
+
+void
+phub_wire_ring_ackv_get(const void *body, unsigned int i, struct phub_wire_ring_ack *out)
+{
+	const uint8_t *e = (const uint8_t *)body + (size_t)i * ACKV_ENTRY;
+
+	out->chunk_id = wire_ld32(e);
+	out->seg_index = wire_ld16(e + 4);
+	out->iteration = wire_ld32(e + 8);
+	out->step = wire_ld32(e + 12);
+}
+
+void
+phub_wire_ring_ackv_put(void *body, unsigned int i, const struct phub_wire_ring_ack *e)
+{
+	uint8_t *d = (uint8_t *)body + (size_t)i * ACKV_ENTRY;
+
+	wire_st32(d, e->chunk_id);
+	wire_st16(d + 4, e->seg_index);
+	wire_st16(d + 6, 0);
+	wire_st32(d + 8, e->iteration);
+	wire_st32(d + 12, e->step);
 }

@@ -127,7 +127,7 @@ class Session:
                  dtype="fp32", optimizer="sgd", lr=0.0, momentum=0.0, weight_decay=0.0,
                  betas=(0.0, 0.0), eps=0.0, initial=None, chunk_bytes=0, mtu=0,
                  window_bytes=0, rto_min_ms=0, rto_max_ms=0, dead_ms=0, connect_timeout_ms=0,
-                 deterministic=False, checksum=False, elastic=False):
+                 deterministic=False, checksum=False, elastic=False, auth=None):
         self._lib = library()
         self._h = None
         if dtype not in _lib.DTYPES:
@@ -173,7 +173,10 @@ class Session:
         p.connect_timeout_ms = connect_timeout_ms
         p.flags = ((_lib.CONNECT_F_DETERMINISTIC if deterministic else 0) |
                    (_lib.CONNECT_F_CSUM if checksum else 0) |
-                   (_lib.CONNECT_F_ELASTIC if elastic else 0))
+                   (_lib.CONNECT_F_ELASTIC if elastic else 0) |
+                   # An authenticated session (jobs[].auth "required"); None: PHUB_AUTH=1.
+                   (_lib.CONNECT_F_AUTH if (os.environ.get("PHUB_AUTH") == "1"
+                                            if auth is None else auth) else 0))
         err = ctypes.create_string_buffer(256)
         # ctypes drops the GIL for the call: the JOIN and the initial round (a barrier over
         # every rank, bounded by connect_timeout_ms) do not stall the interpreter's threads.
@@ -392,5 +395,7 @@ def connect(server, job, nonce, rank, world_size, keys, **kw):
     pairs, or a dict. Keyword arguments: port, bind, dtype ("fp32", "fp16", "bf16"), optimizer
     ("none", "sgd", "momentum", "nesterov", "adam", "adamw"), lr, momentum, weight_decay, betas,
     eps, initial (a list of buffers, one per key; rank 0's win), chunk_bytes, mtu, window_bytes,
-    rto_min_ms, rto_max_ms, dead_ms, connect_timeout_ms, deterministic, checksum, elastic."""
+    rto_min_ms, rto_max_ms, dead_ms, connect_timeout_ms, deterministic, checksum, elastic,
+    auth (True for a job declared with "auth": "required"; None: the environment's
+    PHUB_AUTH=1)."""
     return Session(server, job, nonce, rank, world_size, keys, **kw)

@@ -13,6 +13,7 @@ CONNECT_F_CSUM = 0x1
 CONNECT_F_DETERMINISTIC = 0x2
 CONNECT_F_ELASTIC = 0x4
 CONNECT_F_NO_OFFLOAD = 0x8
+CONNECT_F_AUTH = 0x10
 
 
 # phub.h grows its structs at the end only, and a zero field means its default: each struct
@@ -69,7 +70,7 @@ class Stats(ctypes.Structure):
             (n, ctypes.c_uint64) for n in (
                 "tx_csum", "rx_csum", "join_acks", "initial_acks", "initial_models",
                 "pulls_early", "world_size", "world_changes", "tx_gso_sends", "tx_gso_refused",
-                "rx_gro_batches", "rx_gro_refused")] + [_SPARE]
+                "rx_gro_batches", "rx_gro_refused", "rx_auth_failed")] + [_SPARE]
 
 
 class WorldChange(ctypes.Structure):

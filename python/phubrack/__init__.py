@@ -6,5 +6,6 @@ programs in bash; the JSON they read (phub-bench reports, the PBox's telemetry, 
 read here: telemetry merges dpdk-telemetry.py's answers, report checks and summarises a
 phub-bench report, config edits a PBox configuration; rackconfig writes a virtual rack's
 PBox configuration, netem reads the --netem grammar, multirack plans a multi-rack. `python3 -m phubrack` is the command
-line the scripts call (see __main__.py).
+line the scripts call (see __main__.py). rack drives a virtual rack and its PBox from Python for
+the pytest rack scenarios (tests/integration/test_*.py), probe runs inside a namespace.
 """

@@ -2,6 +2,10 @@
 """The PBox's telemetry as dpdk-telemetry.py prints it: one JSON object per command."""
 
 import json
+import os
+import socket
+
+RUN_DIR = "/var/run/dpdk"
 
 
 def merge(lines):
@@ -12,6 +16,26 @@ def merge(lines):
         line = line.strip()
         if line.startswith("{"):
             out.update(json.loads(line))
+    return out
+
+
+def query(file_prefix, commands, run_dir=RUN_DIR, timeout=5):
+    """The answers of the DPDK process of EAL file prefix FILE_PREFIX to telemetry COMMANDS,
+    merged as merge() does: what dpdk-telemetry.py -f FILE_PREFIX prints for them, read from
+    its socket directly (a path in the file system: any network namespace reaches it). {}
+    when no process answers there."""
+    path = os.path.join(run_dir, file_prefix, "dpdk_telemetry.v2")
+    out = {}
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+            s.settimeout(timeout)
+            s.connect(path)
+            out.update(json.loads(s.recv(1024)))
+            for cmd in commands:
+                s.send(cmd.encode())
+                out.update(json.loads(s.recv(out["max_output_len"])))
+    except (OSError, ValueError):
+        pass  # the answers so far, as dpdk-telemetry.py would have printed them
     return out
 
 

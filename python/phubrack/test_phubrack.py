@@ -4,9 +4,11 @@
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 
 from phubrack import config, multirack, netem, rackconfig, report, telemetry
@@ -46,6 +48,31 @@ class TelemetryTest(unittest.TestCase):
         self.assertEqual(telemetry.delta({}, {"bad_csum": 4}, "bad_csum"), 4)
         self.assertEqual(telemetry.delta({"a": 5}, {"a": 7}, "a"), 2)
 
+    def test_query_reads_the_socket_as_dpdk_telemetry_does(self):
+        with tempfile.TemporaryDirectory() as run_dir:
+            os.mkdir(os.path.join(run_dir, "phub-r1"))
+            srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            srv.bind(os.path.join(run_dir, "phub-r1", "dpdk_telemetry.v2"))
+            srv.listen(1)
+
+            def serve():
+                c, _ = srv.accept()
+                c.send(b'{"version": "DPDK 22.11", "pid": 1, "max_output_len": 16384}')
+                while True:
+                    cmd = c.recv(1024).decode()
+                    if not cmd:
+                        break
+                    c.send(json.dumps({cmd.split(",")[0]: {"asked": cmd}}).encode())
+                c.close()
+            th = threading.Thread(target=serve)
+            th.start()
+            t = telemetry.query("phub-r1", ["/phub/stats", "/phub/job,strag"], run_dir=run_dir)
+            th.join()
+            srv.close()
+            self.assertEqual(t["/phub/stats"], {"asked": "/phub/stats"})
+            self.assertEqual(t["/phub/job"], {"asked": "/phub/job,strag"})
+            self.assertEqual(t["pid"], 1)
+            self.assertEqual(telemetry.query("phub-none", ["/phub/stats"], run_dir=run_dir), {})
 
     def test_stats_delta_flattens_drop_reasons(self):
         a = {"/phub/stats": {"pushes": 10, "drops": {"bad_csum": 1}}}

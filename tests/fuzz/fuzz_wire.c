@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Fuzz target of lib/wire: arbitrary bytes into the datagram validator and the three body
+ * Fuzz target of lib/wire: arbitrary bytes into the datagram validator and the body
  * parsers; whatever parses must encode back to the same bytes, and the encoder must accept it.
  */
 
@@ -49,13 +49,16 @@ static void
 fuzz_datagram(const uint8_t *data, size_t size)
 {
 	struct phub_wire_msg m, again;
-	size_t canon;
+	size_t canon, auth;
 	int n;
 
 	if (phub_wire_parse(data, size, &m) != PHUB_DROP_OK)
 		return;
-	/* The header length an encoder writes: 56, or 64 with the HYPER extension. */
+	/* The header length an encoder writes: 56, or 64 with the HYPER extension, and the AUTH
+	 * extension after it. */
 	canon = (m.flags & PHUB_WIRE_F_HYPER) ? PHUB_WIRE_HDR_LEN_HYPER : PHUB_WIRE_HDR_LEN;
+	auth = (m.flags & PHUB_WIRE_F_AUTH) ? phub_wire_auth_ext_len(m.opcode) : 0;
+	canon += auth;
 	/* Whatever the validator takes, a sender could have sent. */
 	require(phub_wire_msg_check(&m) == PHUB_DROP_OK);
 	n = phub_wire_encode(out, sizeof(out), &m);
@@ -63,8 +66,12 @@ fuzz_datagram(const uint8_t *data, size_t size)
 	require(phub_wire_parse(out, (size_t)n, &again) == PHUB_DROP_OK);
 	same_fields(&m, &again);
 	if (m.hdr_len == canon) {
-		/* Version 1 bytes are canonical: one message, one encoding. */
-		require((size_t)n == size && memcmp(out, data, size) == 0);
+		/* Version 1 bytes are canonical: one message, one encoding; the AUTH extension
+		 * (key, sequence number, tag) is lib/auth's to fill, the encoder zeroes it. */
+		require((size_t)n == size && memcmp(out, data, canon - auth) == 0);
+		require(memcmp(out + canon, data + canon, size - canon) == 0);
+		for (size_t i = canon - auth; i < canon; i++)
+			require(out[i] == 0);
 	} else {
 		/* A longer header from a later version is re-sent as version 1 without the part
 		 * version 1 does not know. */
@@ -111,7 +118,7 @@ fuzz_bodies(const uint8_t *data, size_t size)
 	struct phub_wire_join_ack_seg as;
 	struct phub_wire_error_msg es;
 	struct phub_wire_ring_hello hs;
-	unsigned int ackv_n;
+	unsigned int n;
 
 	if (phub_wire_join_parse(data, size, &js) == PHUB_DROP_OK) {
 		require(phub_wire_join_seg_encode(out, sizeof(out), &js) == (int)size);
@@ -130,9 +137,9 @@ fuzz_bodies(const uint8_t *data, size_t size)
 		require(memcmp(out, data, size) == 0);
 	}
 	/* An ACKV body the parser takes is written back byte for byte, entry by entry. */
-	if (phub_wire_ackv_parse(data, size, &ackv_n) == PHUB_DROP_OK) {
-		require(ackv_n * PHUB_WIRE_ACKV_ENTRY_LEN == size);
-		for (unsigned int i = 0; i < ackv_n; i++) {
+	if (phub_wire_ackv_parse(data, size, &n) == PHUB_DROP_OK) {
+		require(n * PHUB_WIRE_ACKV_ENTRY_LEN == size);
+		for (unsigned int i = 0; i < n; i++) {
 			struct phub_wire_ackv_entry e;
 
 			phub_wire_ackv_get(data, i, &e);
@@ -145,6 +152,19 @@ fuzz_bodies(const uint8_t *data, size_t size)
 		require(phub_wire_ring_hello_write(out, sizeof(out), PHUB_WIRE_OP_RING_HELLO, &hs) ==
 			(int)(PHUB_WIRE_HDR_LEN + size));
 		require(memcmp(out + PHUB_WIRE_HDR_LEN, data, size) == 0);
+	}
+	/* So is a RING_ACKV body, entry by entry, each within the ring's steps. */
+	if (phub_wire_ring_ackv_parse(data, size, &n) == PHUB_DROP_OK) {
+		require(n >= 1 && n <= PHUB_WIRE_RING_ACKV_MAX &&
+			n * sizeof(struct phub_wire_ring_ack_entry) == size);
+		for (unsigned int i = 0; i < n; i++) {
+			struct phub_wire_ring_ack e;
+
+			phub_wire_ring_ackv_get(data, i, &e);
+			require(e.step < 2 * (PHUB_WIRE_RING_MAX_RACKS - 1));
+			phub_wire_ring_ackv_put(out, i, &e);
+		}
+		require(memcmp(out, data, size) == 0);
 	}
 }
 

@@ -237,6 +237,7 @@ main(int argc, char **argv)
 		h.racks = 3;
 		h.pos = 2;
 		h.endpoint_count = 2;
+		h.caps = PHUB_WIRE_RING_CAP_ALL;
 		h.endpoints[0] = (struct phub_wire_endpoint){ .ipv4 = 0x0a1e0003, .udp_port = 47001 };
 		h.endpoints[1] = (struct phub_wire_endpoint){ .ipv4 = 0x0a1e0003, .udp_port = 47002 };
 		len = phub_wire_ring_hello_write(buf, sizeof(buf), PHUB_WIRE_OP_RING_HELLO, &h);
@@ -244,6 +245,25 @@ main(int argc, char **argv)
 		save("body_ring_hello.bin", buf + PHUB_WIRE_HDR_LEN, len - PHUB_WIRE_HDR_LEN);
 		save("ring_hello_ack.bin", buf, phub_wire_ring_hello_write(buf, sizeof(buf),
 				PHUB_WIRE_OP_RING_HELLO_ACK, &h));
+	}
+
+	/* RING_ACKV of five entries, and the bare body. */
+	{
+		uint8_t body[5 * sizeof(struct phub_wire_ring_ack_entry)];
+
+		for (unsigned int i = 0; i < 5; i++)
+			phub_wire_ring_ackv_put(body, i, &(struct phub_wire_ring_ack){
+					.chunk_id = 3 * i, .seg_index = (uint16_t)i,
+					.iteration = 0xfffffffeu + i, .step = i });
+		phub_wire_msg_init(&m, PHUB_WIRE_OP_RING_ACKV);
+		m.job_id = 0x0102;
+		m.session_token = 0x5a5a0102a5a50304ull;
+		m.worker_rank = 1;
+		m.payload = body;
+		m.payload_len = sizeof(body);
+		m.flags |= PHUB_WIRE_F_CSUM;
+		save("ring_ackv.bin", buf, phub_wire_encode(buf, sizeof(buf), &m));
+		save("body_ring_ackv.bin", body, sizeof(body));
 	}
 
 	/* A PUSH from a later version with an 8-byte header extension. */

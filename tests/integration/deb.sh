@@ -14,14 +14,14 @@
 #                                                    v
 #   no file of the packages, no /usr/share/phub, /var/lib/phub, /etc/phub
 #
-# Usage: deb.sh SOURCE_DIR VIRTUAL_RACK PBOX_RACK_SH
+# Usage: deb.sh SOURCE_DIR VIRTUAL_RACK TEST_PBOX_RACK_PY
 # Brings up a rack: run it under the rack lock. Exits 77 when it cannot run here.
 
 set -euo pipefail
 
 src=$(realpath "$1")
 vrack=$2
-pbox_rack=$3
+rack_test=$3
 work=$(mktemp -d /tmp/phub-deb.XXXXXX)
 pkgs=(phub-pbox libphub0 libphub-dev python3-phub)
 installed=0
@@ -142,7 +142,9 @@ grep -qx "/usr/lib/python3/dist-packages/phub/__init__.py" <<< "$(head -n 1 <<< 
 grep -qx "libphub.so.0" <<< "$(tail -n 1 <<< "$out")" || fail "phub did not load libphub.so.0: $out"
 
 # The installed appliance in the virtual rack against the installed phub-bench, verified.
-"$pbox_rack" "$vrack" /usr/sbin/phub-pbox /usr/bin/phub-bench workers-2 ||
+PHUB_VRACK=$vrack PHUB_PBOX=/usr/sbin/phub-pbox PHUB_BENCH=/usr/bin/phub-bench \
+	PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -q -s -p no:cacheprovider \
+	"$rack_test::test_workers[2]" ||
 	fail "virtual rack with the installed phub-pbox and phub-bench"
 
 dpkg --purge "${pkgs[@]}" > "$work/purge.log" 2>&1 || { cat "$work/purge.log"; fail "purge"; }

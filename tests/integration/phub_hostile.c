@@ -24,10 +24,11 @@
  * port+1 .. port+n, n >= 2), as a stale map would; print {"misdirected": datagrams sent,
  * "segments": of the chunk, "models": segments whose MODEL came back} and stop. A PBox hands
  * each such datagram to the chunk's lcore (counted as wrong_lcore) and answers it as usual.
- * --ring-spray JOB_ID: only send --repeat RING_REDUCE, RING_GATHER and RING_ACK datagrams each
- * for that job (a job across racks, as the PBox at --server:--port knows it: send them to a data
- * port of its uplink) with guessed tokens, as a host on the spine that is not the job's ring
- * peer would; print {"sent": datagrams} and stop. The PBox must drop each as bad_token.
+ * --ring-spray JOB_ID: only send --repeat RING_REDUCE, RING_GATHER, RING_ACK and RING_ACKV
+ * datagrams each for that job (a job across racks, as the PBox at --server:--port knows it:
+ * send them to a data port of its uplink) with guessed tokens, as a host on the spine that is
+ * not the job's ring peer would; print {"sent": datagrams} and stop. The PBox must drop each
+ * as bad_token.
  * --csum: only JOIN a job of its own asking for CRC32C (JOIN flag CSUM), PUSH its three
  * segments with CSUM, then one PUSH whose payload was changed after its CRC was computed (the UDP
  * checksum is the kernel's, so only the CRC can tell), then that PUSH intact; print as JSON
@@ -799,10 +800,16 @@ ring_spray(const struct hostile_params *hp)
 {
 	static const uint8_t opcodes[] = {
 		PHUB_WIRE_OP_RING_REDUCE, PHUB_WIRE_OP_RING_GATHER, PHUB_WIRE_OP_RING_ACK,
+		PHUB_WIRE_OP_RING_ACKV,
 	};
 	struct tally t = { 0 };
-	uint8_t buf[BUF_SIZE];
+	uint8_t buf[BUF_SIZE], acks[2 * sizeof(struct phub_wire_ring_ack_entry)];
 	int fd = udp_socket();
+
+	/* A RING_ACKV of two entries naming real-looking segments. */
+	phub_wire_ring_ackv_put(acks, 0, &(struct phub_wire_ring_ack){ .iteration = 1 });
+	phub_wire_ring_ackv_put(acks, 1, &(struct phub_wire_ring_ack){ .chunk_id = 1,
+			.iteration = 1 });
 
 	/*
 	 * The kernel keeps only a few datagrams while it resolves the PBox's address: one goes
@@ -823,7 +830,12 @@ ring_spray(const struct hostile_params *hp)
 			m.iteration = 1;
 			m.elem_count = 4;
 			m.aux = 0;	/* the ring step */
-			if (opcodes[o] != PHUB_WIRE_OP_RING_ACK) {
+			if (opcodes[o] == PHUB_WIRE_OP_RING_ACKV) {
+				m.iteration = 0;
+				m.elem_count = 0;
+				m.payload = acks;
+				m.payload_len = sizeof(acks);
+			} else if (opcodes[o] != PHUB_WIRE_OP_RING_ACK) {
 				m.dtype = PHUB_DTYPE_FP32;
 				m.payload = (const uint8_t *)zeros;
 				m.payload_len = 4 * sizeof(float);

@@ -439,7 +439,7 @@ ring-hostile)
 	echo "ring spray: $sent datagrams with guessed tokens, bad_token $before -> $after"
 	kill -0 "${bench_pids[0]}" 2>/dev/null ||
 		fail "the ring job ended before the spray was counted (make its pause longer)"
-	[ "$sent" -eq 150 ] || fail "phub-hostile sent $sent ring datagrams, not 150"
+	[ "$sent" -eq 200 ] || fail "phub-hostile sent $sent ring datagrams, not 200"
 	[ $((after - before)) -ge "$sent" ] ||
 		fail "rack 0 counted $((after - before)) bad_token drops for $sent guessed tokens"
 	if wait "${bench_pids[0]}"; then

@@ -58,6 +58,7 @@ main(void)
 	FIELD(phub_stats, tx_gso_refused);
 	FIELD(phub_stats, rx_gro_batches);
 	FIELD(phub_stats, rx_gro_refused);
+	FIELD(phub_stats, rx_auth_failed);
 	END();
 	BEGIN(phub_info);
 	FIELD(phub_info, job_id); FIELD(phub_info, rank); FIELD(phub_info, world_size);

@@ -3,7 +3,7 @@
 (<!-- snippet: NAME --> on the line before it); the Python ones run here, each as the body of
 a program whose beginning defines what the block leaves to the reader (build_model, loader,
 rank...) and whose end checks what the block did, 2 ranks under Debian's torchrun against the
-soft PBox; the torchrun recipe runs in tests/integration/torchrun_rack.sh."""
+soft PBox; the torchrun recipe runs in tests/integration/test_torch_rack.py."""
 
 import json
 import os
@@ -222,7 +222,7 @@ def test_every_block_is_named_and_has_a_runner():
     assert found, "no fenced code block in docs/pytorch.md"
     unnamed = [code.splitlines()[0] if code else "" for name, _, code in found if name is None]
     assert not unnamed, f"blocks without <!-- snippet: NAME -->: {unnamed}"
-    rack_test = open(os.path.join(ROOT, "tests", "integration", "torchrun_rack.sh")).read()
+    rack_test = open(os.path.join(ROOT, "tests", "integration", "test_torch_rack.py")).read()
     for name, lang, _ in found:
         if lang == "python":
             assert name in BEFORE and name in AFTER, f"no runner for python block {name}"

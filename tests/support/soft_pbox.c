@@ -23,6 +23,7 @@
 #include "control/phub_control.h"
 #include "engine/phub_ackv.h"
 #include "engine/phub_engine.h"
+#include "engine/phub_engine_auth.h"
 
 #include "soft_pbox.h"
 
@@ -63,7 +64,7 @@ struct soft_pbox {
 	struct mmsghdr tmsg[BATCH];
 	struct iovec tiov[BATCH][2];
 	struct sockaddr_in tdst[BATCH];
-	uint8_t thdr[BATCH][PHUB_WIRE_HDR_LEN];
+	uint8_t thdr[BATCH][PHUB_WIRE_HDR_LEN_MAX + PHUB_WIRE_AUTH_TRAILER_LEN];
 	unsigned int tn;
 	int tfd;
 	/* The ACKs a receive batch owes to ranks that take ACKV; their bodies by send slot. */
@@ -166,11 +167,15 @@ data_flush(struct soft_pbox *sp)
 	sp->tn = 0;
 }
 
+/* A datagram of job's rank from data port lane (1 + lcore): sealed when the job authenticates. */
 static void
-data_send(struct soft_pbox *sp, int fd, const struct sockaddr_in *dst, struct phub_wire_msg *msg,
-		const void *payload, uint32_t payload_crc)
+data_send(struct soft_pbox *sp, unsigned int lane, const struct sockaddr_in *dst,
+		struct phub_engine_job *job, struct phub_wire_msg *msg, const void *payload,
+		uint32_t payload_crc)
 {
+	int fd = sp->fds[lane];
 	unsigned int i;
+	int hdr_len;
 
 	if (lose(sp)) {
 		sp->stats.tx_lost++;
@@ -180,11 +185,18 @@ data_send(struct soft_pbox *sp, int fd, const struct sockaddr_in *dst, struct ph
 		data_flush(sp);
 	sp->tfd = fd;
 	i = sp->tn;
-	if (phub_wire_hdr_encode(sp->thdr[i], PHUB_WIRE_HDR_LEN, msg, payload_crc) < 0)
+	if (phub_engine_job_auth(job))
+		msg->flags = (uint8_t)((msg->flags | PHUB_WIRE_F_AUTH) & ~PHUB_WIRE_F_CSUM);
+	hdr_len = phub_wire_hdr_encode(sp->thdr[i], sizeof(sp->thdr[i]), msg, payload_crc);
+	if (hdr_len < 0)
+		return;
+	if ((msg->flags & PHUB_WIRE_F_AUTH) &&
+	    !phub_engine_auth_tx(job, msg->worker_rank, lane, lane, sp->thdr[i], (size_t)hdr_len,
+			payload, msg->payload_len))
 		return;
 	sp->tdst[i] = *dst;
 	sp->tiov[i][0].iov_base = sp->thdr[i];
-	sp->tiov[i][0].iov_len = PHUB_WIRE_HDR_LEN;
+	sp->tiov[i][0].iov_len = (size_t)hdr_len;
 	sp->tiov[i][1].iov_base = (void *)(uintptr_t)payload;
 	sp->tiov[i][1].iov_len = msg->payload_len;
 	memset(&sp->tmsg[i], 0, sizeof(sp->tmsg[i]));
@@ -281,7 +293,7 @@ ackv_send(void *arg, const struct phub_ackv_pending *to, const struct phub_wire_
 		m.flags |= PHUB_WIRE_F_CSUM;
 	sp->stats.ackv_sent++;
 	sp->stats.ackv_entries += n;
-	data_send(sp, fd, &dst, &m, m.payload,
+	data_send(sp, to->port, &dst, to->job, &m, m.payload,
 			(m.flags & PHUB_WIRE_F_CSUM) ? phub_wire_csum_payload(m.payload,
 					m.payload_len) : 0);
 }
@@ -329,7 +341,7 @@ reply_header(struct phub_wire_msg *out, uint8_t opcode, const struct phub_wire_m
 }
 
 static void
-send_models(struct soft_pbox *sp, int fd, const struct sockaddr_in *src,
+send_models(struct soft_pbox *sp, unsigned int lane, const struct sockaddr_in *src,
 		struct phub_engine_job *job, const struct phub_wire_msg *in,
 		const struct phub_engine_reply *reply)
 {
@@ -349,7 +361,7 @@ send_models(struct soft_pbox *sp, int fd, const struct sockaddr_in *src,
 			m.flags |= PHUB_WIRE_F_CSUM;
 			crc = phub_wire_csum_payload(reply->model, reply->model_bytes);
 		}
-		data_send(sp, fd, src, &m, reply->model, crc);
+		data_send(sp, lane, src, job, &m, reply->model, crc);
 		return;
 	}
 	for (uint16_t r = 0; r < phub_engine_job_world_size(job); r++) {
@@ -381,7 +393,7 @@ send_models(struct soft_pbox *sp, int fd, const struct sockaddr_in *src,
 			crc_done = true;
 			m.flags |= PHUB_WIRE_F_CSUM;
 		}
-		data_send(sp, fd, &dst, &m, reply->model, crc);
+		data_send(sp, lane, &dst, job, &m, reply->model, crc);
 	}
 }
 
@@ -404,16 +416,24 @@ log_arrival(struct soft_pbox *sp, const struct phub_wire_msg *msg)
 
 static void
 on_data(struct soft_pbox *sp, unsigned int sock, const struct sockaddr_in *src,
-		const struct phub_wire_msg *msg)
+		const uint8_t *dgram, const struct phub_wire_msg *msg)
 {
 	struct phub_engine_job *job = phub_engine_job_lookup(sp->engine, msg->job_id);
 	struct phub_engine_request req;
 	struct phub_engine_reply reply;
+	enum phub_drop_reason why;
 	uint32_t server;
 
 	/* As the appliance's data path: a datagram of an unknown job is dropped, unanswered. */
 	if (job == NULL) {
 		sp->estats.drops[PHUB_DROP_UNKNOWN_JOB]++;
+		return;
+	}
+	/* An authenticated job's MAC and replay window, before anything reads the datagram. */
+	why = phub_engine_auth_rx(job, msg->worker_rank, sock, sock, msg->flags, dgram,
+			msg->hdr_len, msg->payload, msg->payload_len);
+	if (why != PHUB_DROP_OK) {
+		sp->estats.drops[why]++;
 		return;
 	}
 	/* The chunk map says which port serves a chunk; another port is a worker's bug. */
@@ -456,10 +476,10 @@ on_data(struct soft_pbox *sp, unsigned int sock, const struct sockaddr_in *src,
 		if (rank_wants_csum(job, msg->worker_rank))
 			ack.flags |= PHUB_WIRE_F_CSUM;
 		sp->stats.acks++;
-		data_send(sp, sp->fds[sock], src, &ack, NULL, 0);
+		data_send(sp, sock, src, job, &ack, NULL, 0);
 	}
 	if (reply.actions & (PHUB_ENGINE_MODEL_ONE | PHUB_ENGINE_MODEL_ALL))
-		send_models(sp, sp->fds[sock], src, job, msg, &reply);
+		send_models(sp, sock, src, job, msg, &reply);
 }
 
 /* ---- the loop ---- */
@@ -493,7 +513,7 @@ elastic_done(void *arg, const struct phub_engine_segment_done *what)
 	about.seg_index = what->seg_index;
 	about.seg_count = what->seg_count;
 	phub_layout_chunk_server(phub_engine_job_layout(c->job), what->chunk_id, &server);
-	send_models(c->sp, c->sp->fds[1 + server], NULL, c->job, &about, &what->reply);
+	send_models(c->sp, 1 + server, NULL, c->job, &about, &what->reply);
 }
 
 /* As the appliance's data lcores do each millisecond: segments that waited on a removed rank. */
@@ -547,7 +567,7 @@ on_datagram(struct soft_pbox *sp, unsigned int sock, const struct sockaddr_in *s
 	case PHUB_WIRE_OP_PUSH:
 	case PHUB_WIRE_OP_PULL:
 		if (sock != 0)
-			on_data(sp, sock, src, &msg);
+			on_data(sp, sock, src, buf, &msg);
 		else
 			sp->estats.drops[PHUB_DROP_UNEXPECTED_OPCODE]++;
 		break;
@@ -695,6 +715,8 @@ control_create(struct soft_pbox *sp)
 	cp.mtu = (uint16_t)sp->p.mtu;
 	cp.chunk_bytes = sp->p.chunk_bytes;
 	cp.worker_dead_ms = sp->p.worker_dead_ms;
+	cp.declared = sp->p.declared;
+	cp.n_declared = sp->p.n_declared;
 	return phub_control_create(&cp);
 }
 

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "control/phub_control.h"
 #include "wire/phub_wire.h"
 
 enum {
@@ -39,6 +40,9 @@ struct soft_pbox_params {
 	 */
 	uint32_t worker_dead_ms;
 	bool log_stderr;		/* the control plane's log lines on stderr */
+	/* Jobs declared as in the appliance's config (jobs[]), e.g. with auth; NULL: none. */
+	const struct phub_control_declared_job *declared;
+	unsigned int n_declared;
 };
 
 /* One PUSH as it arrived (after receive loss), in arrival order. */

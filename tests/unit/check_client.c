@@ -19,6 +19,7 @@
 
 #include <check.h>
 
+#include "auth/phub_auth.h"
 #include "client/phub.h"
 #include "client_priv.h"
 #include "kernels/phub_kernels.h"
@@ -942,6 +943,271 @@ START_TEST(test_job_uses_gso_and_matches_without)
 }
 END_TEST
 
+/* ---- authenticated jobs ---- */
+
+/* The soft PBox with the job declared as the appliance's config would, auth as asked. */
+static struct soft_pbox *
+auth_pbox_start(const struct job_cfg *c, bool auth, double loss,
+		struct phub_control_declared_job *d)
+{
+	struct soft_pbox_params sp = {
+		.bind_addr = "127.0.0.1", .n_lcores = c->n_lcores, .loss = loss, .seed = 42,
+		.declared = d, .n_declared = 1,
+	};
+	struct soft_pbox *pbox;
+
+	*d = (struct phub_control_declared_job){
+		.name = c->name, .nonce = 0x5eed, .workers = (uint16_t)c->n_workers,
+		.dtype = (enum phub_dtype)c->dtype, .auth = auth,
+		.optimizer = { .type = c->opt, .lr = c->lr, .weight_decay = c->weight_decay },
+	};
+	pbox = soft_pbox_start(&sp);
+	ck_assert_msg(pbox != NULL, "soft PBox: %s", strerror(errno));
+	return pbox;
+}
+
+/*
+ * An authenticated job, with loss so that retransmissions (new sequence numbers) and replies
+ * from kept state happen: every rank exact, every datagram taken both ways had a MAC that
+ * matched, and nothing went with a CRC (the MAC replaces it).
+ */
+START_TEST(test_authenticated_job_matches_reference_with_every_datagram_macd)
+{
+	struct job_cfg c = mixed_job("auth", 3);
+	struct phub_control_declared_job d;
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = auth_pbox_start(&c, true, _i == 0 ? 0.0 : 0.05, &d);
+	struct soft_pbox_stats st;
+
+	c.flags = PHUB_CONNECT_F_AUTH | PHUB_CONNECT_F_CSUM;
+	c.rto_min_ms = 2;
+	job_run(&c, sp, w);
+	workers_check(&c, w);
+	soft_pbox_get_stats(sp, &st);
+	for (unsigned int r = 0; r < c.n_workers; r++) {
+		ck_assert_uint_eq(w[r].stats.rx_auth_failed, 0);
+		ck_assert_uint_eq(w[r].stats.tx_csum, 0);
+		ck_assert_uint_eq(w[r].stats.rx_csum, 0);
+		ck_assert_uint_gt(w[r].stats.models, 0);
+	}
+	for (int why = PHUB_DROP_AUTH_MISSING; why <= PHUB_DROP_AUTH_JOIN_REPLAY; why++)
+		ck_assert_msg(st.drops[why] == 0, "%s: %llu", phub_drop_reason_name(why),
+				(unsigned long long)st.drops[why]);
+	if (_i != 0)
+		ck_assert_uint_gt(st.retransmits_seen, 0);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+/* One rank of an authenticated job connects with the flags and nonce given, or fails. */
+static struct phub *
+auth_connect(const struct job_cfg *c, struct soft_pbox *sp, unsigned int flags, uint64_t nonce,
+		uint32_t timeout_ms, char *err, size_t errlen)
+{
+	struct phub_connect_params p;
+
+	params_fill(&p, c, soft_pbox_port(sp), 0, nonce);
+	p.flags = flags;
+	p.connect_timeout_ms = timeout_ms;
+	return phub_connect(&p, err, errlen);
+}
+
+/*
+ * JOINs an authenticated job does not take: without auth (refused, with the reason, so that a
+ * misconfigured worker knows), with auth and a wrong nonce (its MAC fails: dropped unanswered),
+ * and with auth to a job that does not authenticate (dropped unanswered).
+ */
+START_TEST(test_joins_without_the_right_auth_are_dropped_and_counted)
+{
+	struct job_cfg c = mixed_job("authjoin", 1);
+	struct phub_control_declared_job d;
+	struct soft_pbox *sp = auth_pbox_start(&c, true, 0.0, &d);
+	struct soft_pbox_stats st;
+	char err[256];
+	struct phub *h;
+
+	h = auth_connect(&c, sp, 0, 0x5eed, 2000, err, sizeof(err));
+	ck_assert_ptr_null(h);
+	ck_assert_msg(strstr(err, "requires authenticated JOIN") != NULL, "%s", err);
+	h = auth_connect(&c, sp, PHUB_CONNECT_F_AUTH, 0x5eee, 400, err, sizeof(err));
+	ck_assert_ptr_null(h);
+	ck_assert_int_eq(errno, ETIMEDOUT);
+	soft_pbox_get_stats(sp, &st);
+	ck_assert_uint_ge(st.drops[PHUB_DROP_AUTH_MISSING], 1);
+	ck_assert_uint_ge(st.drops[PHUB_DROP_AUTH_BAD_TAG], 1);
+	ck_assert_uint_eq(st.joins, 0);
+	/* The right nonce gets in. */
+	h = auth_connect(&c, sp, PHUB_CONNECT_F_AUTH, 0x5eed, 5000, err, sizeof(err));
+	ck_assert_msg(h != NULL, "%s", err);
+	phub_close(h);
+	soft_pbox_stop(sp);
+
+	sp = auth_pbox_start(&c, false, 0.0, &d);
+	h = auth_connect(&c, sp, PHUB_CONNECT_F_AUTH, 0x5eed, 400, err, sizeof(err));
+	ck_assert_ptr_null(h);
+	soft_pbox_get_stats(sp, &st);
+	ck_assert_uint_ge(st.drops[PHUB_DROP_AUTH_UNEXPECTED], 1);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+/*
+ * A live authenticated session takes no datagram that is not sealed by its worker: a plain
+ * PUSH with its very job id and token (as an on-path host would forge one) is dropped as
+ * auth_missing, one with flag AUTH and a made-up tag as auth_bad_tag; the session goes on.
+ */
+START_TEST(test_forged_datagrams_to_a_live_authenticated_session_are_dropped)
+{
+	struct job_cfg c = mixed_job("authforge", 1);
+	struct phub_control_declared_job d;
+	struct soft_pbox *sp = auth_pbox_start(&c, true, 0.0, &d);
+	struct sockaddr_in to = { .sin_family = AF_INET };
+	float grad[1] = { 1.0f }, out[1];
+	struct soft_pbox_stats st;
+	struct phub_wire_msg m;
+	struct phub_info info;
+	uint8_t buf[256];
+	char err[256];
+	struct phub *h;
+	uint64_t t0, pushes;
+	int fd, len;
+
+	c.n_workers = 1;
+	h = auth_connect(&c, sp, PHUB_CONNECT_F_AUTH, 0x5eed, 5000, err, sizeof(err));
+	ck_assert_msg(h != NULL, "%s", err);
+	ck_assert_int_eq(phub_info(h, &info), 0);
+	phub_wire_msg_init(&m, PHUB_WIRE_OP_PUSH);
+	m.dtype = PHUB_DTYPE_FP32;
+	m.job_id = info.job_id;
+	m.session_token = 0;	/* libphub does not tell; the PBox checks the MAC before it */
+	m.iteration = 1;
+	m.elem_count = 1;
+	m.payload_len = sizeof(grad);
+	m.payload = (const uint8_t *)grad;
+	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	to.sin_port = htons(soft_pbox_data_port(sp, 0));
+	fd = socket(AF_INET, SOCK_DGRAM, 0);
+	ck_assert_int_ge(fd, 0);
+	soft_pbox_get_stats(sp, &st);
+	pushes = st.pushes;
+	len = phub_wire_encode(buf, sizeof(buf), &m);
+	ck_assert_int_gt(len, 0);
+	ck_assert_int_eq(sendto(fd, buf, (size_t)len, 0, (struct sockaddr *)&to, sizeof(to)), len);
+	m.flags |= PHUB_WIRE_F_AUTH;
+	len = phub_wire_encode(buf, sizeof(buf), &m);
+	ck_assert_int_gt(len, 0);
+	memset(buf + PHUB_WIRE_HDR_LEN, 0x5a, PHUB_WIRE_AUTH_TRAILER_LEN);
+	ck_assert_int_eq(sendto(fd, buf, (size_t)len, 0, (struct sockaddr *)&to, sizeof(to)), len);
+	close(fd);
+	t0 = now_ms();
+	do {
+		soft_pbox_get_stats(sp, &st);
+	} while ((st.drops[PHUB_DROP_AUTH_MISSING] == 0 || st.drops[PHUB_DROP_AUTH_BAD_TAG] == 0) &&
+		 now_ms() - t0 < WAIT_MS);
+	ck_assert_uint_eq(st.drops[PHUB_DROP_AUTH_MISSING], 1);
+	ck_assert_uint_eq(st.drops[PHUB_DROP_AUTH_BAD_TAG], 1);
+	ck_assert_uint_eq(st.pushes, pushes);
+	/* The session is untouched: its own exchange still works. */
+	ck_assert_int_eq(phub_pushpull(h, c.keys[0].key_id, grad, out, PHUB_PRIORITY_DEFAULT,
+			NULL, NULL) >= 0, 1);
+	ck_assert_int_eq(phub_wait_all(h, WAIT_MS), 0);
+	phub_close(h);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+/* An authenticated JOIN of rank 0 of c made here (lib/auth), as a rival would with the nonce. */
+static int
+auth_join_make(const struct job_cfg *c, uint8_t *buf, size_t cap, uint64_t nonce)
+{
+	struct phub_wire_key keys[8];
+	struct phub_wire_join_params jp;
+	uint8_t psk[PHUB_AUTH_KEY_LEN], pk[PHUB_AUTH_PK_LEN], sk[PHUB_AUTH_SK_LEN];
+	size_t hl;
+	int len;
+
+	memset(&jp, 0, sizeof(jp));
+	snprintf(jp.join.name, sizeof(jp.join.name), "%s", c->name);
+	jp.join.world_size = (uint16_t)c->n_workers;
+	jp.join.dtype = (uint8_t)c->dtype;
+	jp.join.optimizer = (uint8_t)c->opt;
+	jp.join.hyper.lr = c->lr;
+	jp.join.hyper.weight_decay = c->weight_decay;
+	jp.join.hyper.beta1 = 0.9f;
+	jp.join.hyper.beta2 = 0.999f;
+	jp.join.hyper.eps = 1e-8f;
+	jp.join.chunk_bytes = c->chunk_bytes;
+	ck_assert_uint_le(c->n_keys, 8);
+	for (uint32_t k = 0; k < c->n_keys; k++)
+		keys[k] = (struct phub_wire_key){ c->keys[k].key_id, c->keys[k].n_elems };
+	jp.keys = keys;
+	jp.key_count = c->n_keys;
+	len = phub_wire_join_write(buf, cap, &jp, 1400, 0);
+	ck_assert_int_gt(len, 0);
+	len = phub_auth_wire_extend(buf, (size_t)len, cap);
+	ck_assert_int_gt(len, 0);
+	hl = buf[offsetof(struct phub_wire_hdr, hdr_len)];
+	phub_auth_keypair(pk, sk);
+	memcpy(phub_auth_wire_pk(buf, hl), pk, sizeof(pk));
+	phub_auth_psk(psk, c->name, nonce);
+	phub_auth_hs_seal(psk, 0, buf, hl, buf + hl, (size_t)len - hl);
+	return len;
+}
+
+static void
+udp_send_to(uint16_t port, const void *buf, size_t len)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(port) };
+	int fd = socket(AF_INET, SOCK_DGRAM, 0);
+
+	ck_assert_int_ge(fd, 0);
+	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(sendto(fd, buf, len, 0, (struct sockaddr *)&to, sizeof(to)), (ssize_t)len);
+	close(fd);
+}
+
+/*
+ * A live authenticated session is not moved by a JOIN: one with the right nonce and another
+ * ephemeral key from another address (a rival, or a JOIN seen and sent again) is dropped as
+ * auth_join_replay, the same bytes again likewise, and one with its key swapped after sealing
+ * as auth_bad_tag; none is answered and the session goes on.
+ */
+START_TEST(test_a_join_cannot_displace_a_live_authenticated_session)
+{
+	struct job_cfg c = mixed_job("authrival", 1);
+	struct phub_control_declared_job d;
+	struct soft_pbox *sp = auth_pbox_start(&c, true, 0.0, &d);
+	float grad[1] = { 1.0f }, out[1];
+	struct soft_pbox_stats st;
+	uint8_t join[1500];
+	char err[256];
+	struct phub *h;
+	uint64_t t0;
+	int len;
+
+	h = auth_connect(&c, sp, PHUB_CONNECT_F_AUTH, 0x5eed, 5000, err, sizeof(err));
+	ck_assert_msg(h != NULL, "%s", err);
+	len = auth_join_make(&c, join, sizeof(join), 0x5eed);
+	udp_send_to(soft_pbox_port(sp), join, (size_t)len);
+	udp_send_to(soft_pbox_port(sp), join, (size_t)len);
+	join[PHUB_WIRE_HDR_LEN + 3] ^= 1;	/* in the ephemeral key */
+	udp_send_to(soft_pbox_port(sp), join, (size_t)len);
+	t0 = now_ms();
+	do {
+		soft_pbox_get_stats(sp, &st);
+	} while ((st.drops[PHUB_DROP_AUTH_JOIN_REPLAY] < 2 ||
+		  st.drops[PHUB_DROP_AUTH_BAD_TAG] < 1) && now_ms() - t0 < WAIT_MS);
+	ck_assert_uint_eq(st.drops[PHUB_DROP_AUTH_JOIN_REPLAY], 2);
+	ck_assert_uint_eq(st.drops[PHUB_DROP_AUTH_BAD_TAG], 1);
+	ck_assert_uint_eq(st.joins, 1);
+	ck_assert_int_ge(phub_pushpull(h, c.keys[0].key_id, grad, out, PHUB_PRIORITY_DEFAULT,
+			NULL, NULL), 0);
+	ck_assert_int_eq(phub_wait_all(h, WAIT_MS), 0);
+	phub_close(h);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
 /* ---- loss ---- */
 
 START_TEST(test_ten_percent_loss_still_exact_and_retransmits)
@@ -1285,6 +1551,7 @@ struct pair {
 	void **out[2];
 	struct soft_pbox_params pp;
 	struct soft_pbox *sp;
+	struct phub_control_declared_job decl;	/* with auth: the job, declared */
 	char dir[96];
 };
 
@@ -1305,7 +1572,7 @@ connect_main(void *arg)
 }
 
 static void
-pair_start(struct pair *x)
+pair_start(struct pair *x, bool auth)
 {
 	struct connect_arg a[2];
 	pthread_t t;
@@ -1318,6 +1585,16 @@ pair_start(struct pair *x)
 	x->pp = (struct soft_pbox_params){
 		.bind_addr = "127.0.0.1", .n_lcores = 2, .checkpoint_dir = x->dir,
 	};
+	if (auth) {
+		x->decl = (struct phub_control_declared_job){
+			.name = x->c.name, .nonce = 0x5eed, .workers = 2, .auth = true,
+			.dtype = (enum phub_dtype)x->c.dtype, .optimizer = { .type = x->c.opt,
+			.lr = x->c.lr, .weight_decay = x->c.weight_decay },
+		};
+		x->pp.declared = &x->decl;
+		x->pp.n_declared = 1;
+		x->c.flags |= PHUB_CONNECT_F_AUTH;
+	}
 	/* Fixed ports, so that the restarted PBox listens where the first did. */
 	for (int i = 0; i < 50 && x->sp == NULL; i++) {
 		x->pp.port = (uint16_t)(20000 + ((unsigned int)getpid() * 13 +
@@ -1427,13 +1704,14 @@ pair_end(struct pair *x)
 	reference_free(&x->c, &x->ref);
 }
 
+/* _i 1: an authenticated job, whose ranks JOIN again with new keys to the restored job. */
 START_TEST(test_restart_from_a_checkpoint_at_the_boundary_is_transparent)
 {
 	struct phub_stats st;
 	struct phub_info info;
 	struct pair x;
 
-	pair_start(&x);
+	pair_start(&x, _i == 1);
 	pair_run(&x, 1, 2);
 	ck_assert_int_eq(soft_pbox_checkpoint(x.sp), 1);
 	pair_restart(&x);
@@ -1446,6 +1724,12 @@ START_TEST(test_restart_from_a_checkpoint_at_the_boundary_is_transparent)
 		ck_assert_int_eq(phub_info(x.h[r], &info), 0);
 		ck_assert_uint_eq(info.first_iteration, 3);
 		ck_assert_int_eq(phub_resume(x.h[r], NULL), -EINVAL);
+		/* With auth, the restarted PBox's plain "no such session" came (and was only a
+		 * hint to JOIN again); without, nothing is checked for a MAC. */
+		if (_i == 1)
+			ck_assert_uint_ge(st.rx_auth_failed, 1);
+		else
+			ck_assert_uint_eq(st.rx_auth_failed, 0);
 	}
 	pair_end(&x);
 }
@@ -1460,7 +1744,7 @@ START_TEST(test_restart_from_an_older_checkpoint_rolls_back_with_estale)
 	struct pair x;
 	int rc;
 
-	pair_start(&x);
+	pair_start(&x, false);
 	pair_run(&x, 1, 2);
 	ck_assert_int_eq(soft_pbox_checkpoint(x.sp), 1);
 	/* The workers go on to 4; the PBox then dies and comes back at 2. */
@@ -2061,6 +2345,15 @@ phub_client_suite(void)
 	tcase_add_test(tc, test_job_uses_gso_and_matches_without);
 	suite_add_tcase(s, tc);
 
+	tc = tcase_create("auth");
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_authenticated_job_matches_reference_with_every_datagram_macd,
+			0, 2);
+	tcase_add_test(tc, test_joins_without_the_right_auth_are_dropped_and_counted);
+	tcase_add_test(tc, test_forged_datagrams_to_a_live_authenticated_session_are_dropped);
+	tcase_add_test(tc, test_a_join_cannot_displace_a_live_authenticated_session);
+	suite_add_tcase(s, tc);
+
 	tc = tcase_create("loss");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_ten_percent_loss_still_exact_and_retransmits);
@@ -2093,7 +2386,8 @@ phub_client_suite(void)
 	tc = tcase_create("restart");
 	tcase_set_timeout(tc, 60);
 	tcase_add_unchecked_fixture(tc, restart_setup, restart_teardown);
-	tcase_add_test(tc, test_restart_from_a_checkpoint_at_the_boundary_is_transparent);
+	tcase_add_loop_test(tc, test_restart_from_a_checkpoint_at_the_boundary_is_transparent, 0,
+			2);
 	tcase_add_test(tc, test_restart_from_an_older_checkpoint_rolls_back_with_estale);
 	suite_add_tcase(s, tc);
 

@@ -79,6 +79,8 @@ static struct {
 	struct dgram *queue;
 	size_t queued;
 	unsigned int polling;		/* the PBox whose ring poll is running */
+	/* A PBox restarted: ring datagrams of the jobs before meet new tokens and are dropped. */
+	bool stale_ok;
 } net;
 
 static const struct phub_layout_server one_server[1] = {
@@ -181,6 +183,8 @@ job_release(void *ctx, struct phub_engine_job *job)
 
 static const struct phub_control_ops ops = {
 	.now_ns = clock_now, .send = box_send, .job_release = job_release,
+	/* The files are the test's: a job going back to its checkpoint is freed the same way. */
+	.job_replace = job_release,
 };
 
 /* PBox i of a ring whose rack r holds ranks[r] ranks. */
@@ -383,8 +387,8 @@ ring_send(unsigned int i, const struct phub_engine_ring_send *what)
 
 		if ((what->steps & (1u << step)) == 0)
 			continue;
-		phub_ring_part(net.racks, what->elem_count, phub_ring_send_part(net.racks, i, step),
-				&off, &count);
+		phub_ring_seg_part(net.racks, what->elem_count, what->root,
+				   phub_ring_send_part(net.racks, i, step), &off, &count);
 		if (lost(i, to))
 			continue;
 		/* Where the engine was told next is: the address a HELLO gave. */
@@ -428,9 +432,12 @@ box_reply(unsigned int i, const struct phub_engine_reply *reply)
 		broadcast(i);
 }
 
-/* Every worker of the job pushes the initial round (iteration 0) to its PBox. */
+/*
+ * Every worker of the job pushes iteration it to its PBox: the initial weights (0), then
+ * gradients that depend on rank, iteration and element.
+ */
 static void
-push_initial_round(void)
+push_round(uint32_t it)
 {
 	for (unsigned int i = 0; i < net.racks; i++) {
 		struct phub_engine_job *job = box_job(i);
@@ -454,8 +461,12 @@ push_initial_round(void)
 					if (n > seg_elems)
 						n = seg_elems;
 					for (uint32_t e = 0; e < n; e++)
-						w[e] = (float)(rank + 1) * 0.5f + (float)e;
+						w[e] = it == 0 ?
+							(float)(rank + 1) * 0.5f + (float)e :
+							(float)(rank + 1) * 0.3f -
+							(float)it * 0.7f + (float)e * 0.01f;
 					memset(&req, 0, sizeof(req));
+					req.iteration = it;
 					req.session_token = net.worker[rank].token;
 					req.chunk_id = c;
 					req.elem_offset = s * seg_elems;
@@ -479,6 +490,19 @@ push_initial_round(void)
 }
 
 static void
+push_initial_round(void)
+{
+	push_round(0);
+}
+
+/* After a restart: a datagram for a job gone (its token) or not linked again yet. */
+static bool
+stale(enum phub_drop_reason why)
+{
+	return net.stale_ok && (why == PHUB_DROP_BAD_TOKEN || why == PHUB_DROP_NOT_JOINED);
+}
+
+static void
 deliver_ring(struct dgram *d)
 {
 	struct phub_engine_job *job = box_job(d->to);
@@ -494,13 +518,18 @@ deliver_ring(struct dgram *d)
 	d->req.now_ns = net.now;
 	phub_engine_ring_receive(job, &d->req, &reply, &net.box[d->to].stats);
 	if (d->req.opcode == PHUB_WIRE_OP_RING_ACK) {
-		ck_assert_int_eq(reply.reason, PHUB_DROP_OK);
+		ck_assert_int_eq(reply.reason, stale(reply.reason) ? reply.reason : PHUB_DROP_OK);
 		return;
 	}
 	if (reply.actions == PHUB_ENGINE_DROP) {
-		/* Honest traffic is refused only ahead of time (the sender retransmits). */
-		ck_assert_msg(reply.reason == PHUB_DROP_FUTURE_ITERATION, "ring datagram to %u: %s",
-				d->to, phub_drop_reason_name(reply.reason));
+		/*
+		 * Honest traffic is refused only ahead of time (the sender retransmits), and after
+		 * a restart for the token of a job that is gone.
+		 */
+		ck_assert_msg(reply.reason == PHUB_DROP_FUTURE_ITERATION ||
+				stale(reply.reason),
+				"ring datagram to %u: %s", d->to,
+				phub_drop_reason_name(reply.reason));
 		return;
 	}
 	ck_assert(reply.actions & PHUB_ENGINE_RING_ACK);
@@ -738,7 +767,10 @@ START_TEST(test_hello_before_the_job_exists_is_unanswered)
 }
 END_TEST
 
-/* A HELLO with another nonce, ring size, position or address is counted and changes nothing. */
+/*
+ * A HELLO with another nonce, ring size, position, ring format (caps) or address is counted
+ * and changes nothing.
+ */
 START_TEST(test_hello_that_does_not_fit_is_counted_and_ignored)
 {
 	static const unsigned int ranks[] = { 1, 1, 1 };
@@ -756,6 +788,7 @@ START_TEST(test_hello_that_does_not_fit_is_counted_and_ignored)
 	h.token = 77;
 	h.racks = 3;
 	h.pos = 2;		/* rack0's prev */
+	h.caps = PHUB_WIRE_RING_CAP_ALL;
 	h.endpoint_count = 1;
 	h.endpoints[0] = (struct phub_wire_endpoint){ .ipv4 = box_ip(2), .udp_port = DATA_PORT };
 #define SEND_HELLO(field, value) \
@@ -770,11 +803,13 @@ START_TEST(test_hello_that_does_not_fit_is_counted_and_ignored)
 	SEND_HELLO(racks, 4);
 	SEND_HELLO(pos, 0);		/* ourselves: not a neighbour */
 	SEND_HELLO(name[0], 'S');	/* no such ring job */
+	SEND_HELLO(caps, 0);		/* a PBox of the split ring with RING_ACKs */
+	SEND_HELLO(caps, PHUB_WIRE_RING_CAP_WHOLE);
 	from.ipv4 = box_ip(1);		/* rack1's address claiming rack2's position */
 	SEND_HELLO(token, 77);
 #undef SEND_HELLO
 	phub_control_get_stats(net.box[0].ctl, &st);
-	ck_assert_uint_eq(st.ring_hellos_refused, 5);
+	ck_assert_uint_eq(st.ring_hellos_refused, 7);
 	ck_assert_uint_eq(st.ring_hellos_taken, 0);
 	ck_assert_uint_eq(net.queued, 0);	/* nothing answered */
 	/* The right one, from the right address, is taken and answered. */
@@ -844,6 +879,226 @@ START_TEST(test_restarted_peer_ends_the_job)
 	ck_assert_uint_eq(net.worker[0].error, PHUB_WIRE_ERR_JOB_ABORTED);
 	ck_assert_str_eq(net.worker[0].error_text, "ring peer rack2 (10.30.0.3) restarted: its "
 			"session of the job is a new one");
+	ring_teardown();
+}
+END_TEST
+
+/* Every worker's rank is joined in its PBox's job; JOIN again where not (libphub does). */
+static void
+rejoin_lost(void)
+{
+	for (unsigned int i = 0; i < net.racks; i++)
+		for (unsigned int k = 0; k < net.box[i].ranks; k++) {
+			unsigned int rank = net.box[i].first_rank + k;
+			struct phub_engine_rank_status st;
+
+			ck_assert_int_eq(phub_engine_job_rank_status(box_job(i), (uint16_t)k, &st),
+					0);
+			if (st.joined)
+				continue;
+			net.worker[rank].joined = false;
+			worker_join(i, rank);
+			ck_assert_msg(net.worker[rank].joined, "rank %u: %s", rank,
+					net.worker[rank].error_text);
+		}
+}
+
+/* One iteration over the ring: every worker pushes it, every worker gets every segment. */
+static void
+run_round(uint32_t it)
+{
+	bool done = false;
+
+	for (unsigned int r = 0; r < MAX_RANKS; r++)
+		net.worker[r].models = 0;
+	push_round(it);
+	for (unsigned int guard = 0; !done; guard++) {
+		ck_assert_uint_lt(guard, 3000);
+		tick();
+		ping_all();
+		done = true;
+		for (unsigned int r = 0; r < MAX_RANKS; r++)
+			if (net.worker[r].joined)
+				done &= net.worker[r].models == segments_of(0);
+	}
+}
+
+#define RESTART_ELEMS (5 + 700)
+#define RESTART_ITERS 6		/* iterations 0 .. 5 */
+#define RESTART_KILL 4		/* rack1's PBox dies in the middle of it */
+
+/*
+ * Three racks (1, 2 and 1 ranks) under 10% loss run iterations 0 .. 5, each PBox writing
+ * checkpoints of 2 and 3 (skew: racks 0 and 2 miss 3); with kill, rack1's PBox dies in the
+ * middle of iteration 4 (its rack sums in the ring, some segments complete somewhere) and
+ * starts again on its checkpoint directory. Its HELLO says it restored iteration 3; its
+ * neighbours go back to their own checkpoints of 3 (skew: they have none, they go back to 2,
+ * and so does rack1), the workers JOIN again and the iterations after run anew. model gets
+ * rack0's model at the end; every rack's is the same.
+ */
+static void
+ring_restart_run(bool kill, bool skew, uint64_t seed, float *model)
+{
+	const uint32_t base = skew ? 2 : 3;
+	static const unsigned int ranks[] = { 1, 2, 1 };
+	static const struct phub_engine_ckpt_restore_params rp = { .servers = one_server,
+		.n_servers = 1 };
+	static struct phub_control_ckpt_dir dirs[3];
+	char paths[3][40];
+	uint32_t old_id[3];
+	unsigned int guard = 0;
+
+	ring_setup(3, ranks, 10, seed);
+	for (unsigned int i = 0; i < 3; i++) {
+		snprintf(paths[i], sizeof(paths[i]), "/tmp/phub-ring-restart.XXXXXX");
+		ck_assert_ptr_nonnull(mkdtemp(paths[i]));
+		ck_assert_int_eq(phub_control_ckpt_open(&dirs[i], paths[i]), 0);
+		phub_control_ckpt_attach(net.box[i].ctl, &dirs[i], &rp, NULL, NULL);
+	}
+	join_all();
+	while (!all_linked()) {
+		ck_assert_uint_lt(++guard, 200);
+		tick();
+	}
+	for (uint32_t it = 0; it < RESTART_ITERS; it++) {
+		if (kill && it == RESTART_KILL) {
+			kill = false;	/* once */
+			/* Mid-iteration: every rack sum in, a few ticks of ring steps. */
+			push_round(it);
+			for (unsigned int k = 0; k < 3; k++)
+				tick();
+			for (unsigned int i = 0; i < 3; i++)
+				old_id[i] = phub_engine_job_id(box_job(i));
+			/* kill -9 and start again: a new engine and control plane on its files. */
+			net.stale_ok = true;
+			box_free(1);
+			box_create(1, ranks);
+			phub_control_ckpt_attach(net.box[1].ctl, &dirs[1], &rp, NULL, NULL);
+			ck_assert_uint_eq(phub_control_ckpt_restore(&dirs[1], net.box[1].ctl, &rp,
+					NULL, NULL), 1);
+			old_id[1] = UINT32_MAX;
+			/* Every PBox goes back to its own checkpoint of base: a new job there. */
+			for (guard = 0; guard < 300; guard++) {
+				bool back = all_linked();
+
+				tick();
+				for (unsigned int i = 0; i < 3; i++) {
+					struct phub_engine_job_info info;
+
+					ck_assert_msg(box_job(i) != NULL,
+						"rack%u's job ended: %s", i,
+						net.worker[net.box[i].first_rank].error_text);
+					phub_engine_job_get_info(box_job(i), &info);
+					back &= phub_engine_job_id(box_job(i)) != old_id[i] &&
+						info.iteration_max == base &&
+						info.iteration_min == base;
+				}
+				if (back)
+					break;
+			}
+			ck_assert_uint_lt(guard, 300);
+			/* No worker was told the job ended: its session is gone, it JOINs again. */
+			for (unsigned int r = 0; r < 4; r++)
+				ck_assert_uint_eq(net.worker[r].error, 0);
+			rejoin_lost();
+			/* The workers resume after the checkpoint (libphub goes back to it). */
+			it = base + 1;
+		}
+		run_round(it);
+		if (it == 2 || it == 3) {
+			for (unsigned int i = 0; i < 3; i++) {
+				struct phub_control_ckpt_write w;
+
+				if (skew && it == 3 && i != 1)
+					continue;	/* a snapshot missed */
+
+				memset(&w, 0, sizeof(w));
+				w.job = box_job(i);
+				w.src = PHUB_ENGINE_CKPT_LIVE;
+				w.iteration = it;
+				phub_control_ckpt_write(&dirs[i], &w);
+				ck_assert_msg(w.rc == 0, "%s", w.err);
+			}
+		}
+	}
+	for (unsigned int r = 0; r < 4; r++)
+		ck_assert_uint_eq(net.worker[r].error, 0);
+	for (unsigned int i = 1; i < 3; i++)
+		ck_assert_mem_eq(phub_engine_job_model(box_job(i)),
+				phub_engine_job_model(box_job(0)), RESTART_ELEMS * sizeof(float));
+	memcpy(model, phub_engine_job_model(box_job(0)), RESTART_ELEMS * sizeof(float));
+	for (unsigned int i = 0; i < 3; i++) {
+		phub_control_ckpt_remove_all(&dirs[i], "spanning");
+		phub_control_ckpt_close(&dirs[i]);
+		ck_assert_int_eq(rmdir(paths[i]), 0);
+	}
+	ring_teardown();
+}
+
+/*
+ * A PBox killed mid-iteration and restarted on its checkpoints: the ring goes back to that
+ * checkpoint on every rack and the job ends bitwise equal to a run without the restart.
+ */
+START_TEST(test_restarted_peer_and_its_neighbours_go_back_to_its_checkpoint)
+{
+	static float once[RESTART_ELEMS], twice[RESTART_ELEMS], skewed[RESTART_ELEMS];
+
+	ring_restart_run(false, false, 0x5eed1u, once);
+	ring_restart_run(true, false, 0x5eed2u, twice);
+	ck_assert_mem_eq(once, twice, sizeof(once));
+	/* The neighbours lack the restarted PBox's newest checkpoint: all go back further. */
+	ring_restart_run(true, true, 0x5eed3u, skewed);
+	ck_assert_mem_eq(once, skewed, sizeof(once));
+	/* Not the initial weights: the iterations after the restart ran. */
+	ck_assert(once[5] != 0.5f);
+}
+END_TEST
+
+/*
+ * The neighbours of a PBox restarted from its checkpoint keep none that old (their files are
+ * newer, or gone): they cannot meet it, the job ends on them with an ERROR that says why.
+ */
+START_TEST(test_neighbour_without_an_old_enough_checkpoint_ends_the_job)
+{
+	static const unsigned int ranks[] = { 1, 1, 1 };
+	static const struct phub_engine_ckpt_restore_params rp = { .servers = one_server,
+		.n_servers = 1 };
+	static struct phub_control_ckpt_dir dirs[3];
+	struct phub_control_ckpt_write w;
+	char paths[3][40];
+
+	link_and_run(3, ranks, 0, 11);
+	for (unsigned int i = 0; i < 3; i++) {
+		snprintf(paths[i], sizeof(paths[i]), "/tmp/phub-ring-restart.XXXXXX");
+		ck_assert_ptr_nonnull(mkdtemp(paths[i]));
+		ck_assert_int_eq(phub_control_ckpt_open(&dirs[i], paths[i]), 0);
+		phub_control_ckpt_attach(net.box[i].ctl, &dirs[i], &rp, NULL, NULL);
+	}
+	/* Only rack1 keeps a checkpoint (of the initial round). */
+	memset(&w, 0, sizeof(w));
+	w.job = box_job(1);
+	w.src = PHUB_ENGINE_CKPT_LIVE;
+	w.iteration = 0;
+	phub_control_ckpt_write(&dirs[1], &w);
+	ck_assert_msg(w.rc == 0, "%s", w.err);
+	net.stale_ok = true;
+	box_free(1);
+	box_create(1, ranks);
+	phub_control_ckpt_attach(net.box[1].ctl, &dirs[1], &rp, NULL, NULL);
+	ck_assert_uint_eq(phub_control_ckpt_restore(&dirs[1], net.box[1].ctl, &rp, NULL, NULL),
+			1);
+	for (unsigned int k = 0; k < 100 && (box_job(0) != NULL || box_job(2) != NULL); k++)
+		tick();
+	ck_assert_ptr_null(box_job(0));
+	ck_assert_ptr_null(box_job(2));
+	ck_assert_uint_eq(net.worker[0].error, PHUB_WIRE_ERR_JOB_ABORTED);
+	ck_assert_str_eq(net.worker[0].error_text, "ring peer rack1 (10.30.0.2) is at its "
+			"checkpoint of iteration 0; this PBox has none that old to go back to");
+	for (unsigned int i = 0; i < 3; i++) {
+		phub_control_ckpt_remove_all(&dirs[i], "spanning");
+		phub_control_ckpt_close(&dirs[i]);
+		ck_assert_int_eq(rmdir(paths[i]), 0);
+	}
 	ring_teardown();
 }
 END_TEST
@@ -918,44 +1173,6 @@ START_TEST(test_ring_job_left_by_its_workers_drains_then_ends)
 }
 END_TEST
 
-/* A ring job's checkpoint is not restored (a ring does not resume): its files go. */
-START_TEST(test_ring_job_is_not_restored_from_its_checkpoint)
-{
-	static const unsigned int ranks[] = { 1, 1 };
-	char dirpath[] = "/tmp/phub-control-ring-test.XXXXXX";
-	struct phub_engine_ckpt_restore_params rp = { .servers = one_server, .n_servers = 1 };
-	struct phub_control_ckpt_dir dir;
-	struct phub_control_ckpt_write w;
-	DIR *d;
-	struct dirent *e;
-	unsigned int files = 0;
-
-	link_and_run(2, ranks, 0, 9);
-	ck_assert_ptr_nonnull(mkdtemp(dirpath));
-	ck_assert_int_eq(phub_control_ckpt_open(&dir, dirpath), 0);
-	memset(&w, 0, sizeof(w));
-	w.job = box_job(0);
-	w.src = PHUB_ENGINE_CKPT_LIVE;
-	w.iteration = 0;
-	phub_control_ckpt_write(&dir, &w);
-	ck_assert_msg(w.rc == 0, "%s", w.err);
-	/* rack0 starts again on the directory. */
-	box_free(0);
-	box_create(0, ranks);
-	ck_assert_uint_eq(phub_control_ckpt_restore(&dir, net.box[0].ctl, &rp, NULL, NULL), 0);
-	ck_assert_ptr_null(box_job(0));
-	d = opendir(dirpath);
-	ck_assert_ptr_nonnull(d);
-	while ((e = readdir(d)) != NULL)
-		files += e->d_name[0] != '.';
-	closedir(d);
-	ck_assert_uint_eq(files, 0);
-	phub_control_ckpt_close(&dir);
-	ck_assert_int_eq(rmdir(dirpath), 0);
-	ring_teardown();
-}
-END_TEST
-
 Suite *
 phub_control_ring_suite(void)
 {
@@ -972,7 +1189,8 @@ phub_control_ring_suite(void)
 	tcase_add_test(tc, test_restarted_peer_ends_the_job);
 	tcase_add_test(tc, test_control_refuses_a_declared_ring_it_cannot_index);
 	tcase_add_test(tc, test_ring_job_left_by_its_workers_drains_then_ends);
-	tcase_add_test(tc, test_ring_job_is_not_restored_from_its_checkpoint);
+	tcase_add_test(tc, test_restarted_peer_and_its_neighbours_go_back_to_its_checkpoint);
+	tcase_add_test(tc, test_neighbour_without_an_old_enough_checkpoint_ends_the_job);
 	suite_add_tcase(s, tc);
 	return s;
 }

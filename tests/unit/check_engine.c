@@ -2,7 +2,6 @@
 /* Unit tests of lib/engine: sessions, every drop reason, and exact models through a lossy network. */
 
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -11,11 +10,11 @@
 #include <check.h>
 
 #include "engine/phub_engine.h"
+#include "engine_sim.h"
+#include "engine_test.h"
 
 #define SEG_ELEMS 64u
 #define CHUNK_BYTES 1024u	/* 256 fp32 elements: 4 segments a chunk */
-#define PEER_IP(rank) (0x0a000064u + (rank))
-#define PEER_PORT 40000u
 
 static const struct phub_layout_key test_keys[] = {
 	{ .key_id = 10, .n_elems = 7 },		/* smaller than a segment */
@@ -42,52 +41,19 @@ test_params(uint16_t world, enum phub_dtype dtype, enum phub_opt_type opt)
 	return p;
 }
 
-static struct phub_engine_peer
-peer_of(uint16_t rank)
-{
-	struct phub_engine_peer p = { .ipv4 = PEER_IP(rank), .udp_port = PEER_PORT };
-
-	return p;
-}
-
 static uint64_t
 join(struct phub_engine_job *job, uint16_t rank)
 {
-	struct phub_engine_peer peer = peer_of(rank);
-	uint64_t token = 0;
-
-	ck_assert_int_eq(phub_engine_job_join(job, rank, 0x1122334455667788ull, &peer, &token), 0);
-	ck_assert_uint_ne(token, 0);
-	return token;
+	return phub_test_join(job, rank, 0x1122334455667788ull);
 }
 
-/* A valid request for segment seg of chunk of the job, as rank would send it. */
-static struct phub_engine_request
-request(struct phub_engine_job *job, uint16_t rank, uint64_t token, uint32_t chunk,
-		uint16_t seg, uint32_t iteration, const void *payload)
+/* The exchange through the lossy network of engine_sim.c, on a job of test_params. */
+static double
+run_exchange(const struct phub_sim_exchange *x)
 {
-	const struct phub_layout *layout = phub_engine_job_layout(job);
-	struct phub_layout_chunk c;
-	struct phub_layout_segment s;
-	struct phub_engine_request r;
+	struct phub_engine_job_params p = test_params(x->world, PHUB_DTYPE_FP32, x->opt);
 
-	ck_assert_int_eq(phub_layout_chunk_get(layout, chunk, &c), 0);
-	ck_assert_int_eq(phub_layout_segment_get(layout, chunk, seg, &s), 0);
-	memset(&r, 0, sizeof(r));
-	r.session_token = token;
-	r.chunk_id = chunk;
-	r.iteration = iteration;
-	r.elem_offset = s.elem_offset;
-	r.elem_count = s.n_elems;
-	r.rank = rank;
-	r.seg_index = seg;
-	r.seg_count = (uint16_t)c.n_segments;
-	r.dtype = PHUB_DTYPE_FP32;
-	r.src_ipv4 = PEER_IP(rank);
-	r.src_udp_port = PEER_PORT;
-	r.payload = payload;
-	r.payload_len = (size_t)s.n_elems * 4;
-	return r;
+	return phub_sim_run(&p, x);
 }
 
 START_TEST(test_job_table_creates_finds_and_frees_jobs)
@@ -169,7 +135,7 @@ START_TEST(test_join_checks_nonce_and_rank_and_is_idempotent)
 	struct phub_engine *engine = phub_engine_create();
 	struct phub_engine_job_params p = test_params(2, PHUB_DTYPE_FP32, PHUB_OPT_SGD);
 	struct phub_engine_job *job = phub_engine_job_create(engine, &p);
-	struct phub_engine_peer peer = peer_of(0), moved = peer_of(0), got;
+	struct phub_engine_peer peer = phub_test_peer(0), moved = phub_test_peer(0), got;
 	uint64_t t1, t2, t3, seen;
 
 	ck_assert_int_eq(phub_engine_job_join(job, 0, 42, &peer, &t1), -PHUB_WIRE_ERR_BAD_NONCE);
@@ -180,12 +146,12 @@ START_TEST(test_join_checks_nonce_and_rank_and_is_idempotent)
 	ck_assert_uint_eq(t1, t2);
 
 	/* The same rank from a new address: a restarted worker gets a new token. */
-	moved.udp_port = PEER_PORT + 1;
+	moved.udp_port = PHUB_TEST_PEER_PORT + 1;
 	ck_assert_int_eq(phub_engine_job_join(job, 0, p.nonce, &moved, &t3), 0);
 	ck_assert_uint_ne(t3, t1);
 	ck_assert(phub_engine_job_rank(job, 0, &got, &seen));
 	ck_assert_uint_eq(seen, t3);
-	ck_assert_uint_eq(got.udp_port, PEER_PORT + 1);
+	ck_assert_uint_eq(got.udp_port, PHUB_TEST_PEER_PORT + 1);
 	ck_assert(!phub_engine_job_rank(job, 1, &got, &seen));
 
 	ck_assert_int_eq(phub_engine_job_leave(job, 0, t1), -EPERM);
@@ -238,26 +204,26 @@ START_TEST(test_push_drops_each_bad_request_for_its_reason)
 		ck_assert_uint_eq(stats.drops[why], 1); \
 	} while (0)
 
-	r = request(job, 0, token, 1, 0, 0, payload);
+	r = phub_test_request(job, 0, token, 1, 0, 0, payload);
 	r.rank = 2;
 	EXPECT_DROP(PHUB_DROP_RANK_RANGE);
-	r = request(job, 1, token, 1, 0, 0, payload);
+	r = phub_test_request(job, 1, token, 1, 0, 0, payload);
 	EXPECT_DROP(PHUB_DROP_NOT_JOINED);
-	r = request(job, 0, token ^ 1, 1, 0, 0, payload);
+	r = phub_test_request(job, 0, token ^ 1, 1, 0, 0, payload);
 	EXPECT_DROP(PHUB_DROP_BAD_TOKEN);
-	r = request(job, 0, token, 1, 0, 0, payload);
+	r = phub_test_request(job, 0, token, 1, 0, 0, payload);
 	r.src_ipv4++;
 	EXPECT_DROP(PHUB_DROP_WRONG_SOURCE);
-	r = request(job, 0, token, 1, 0, 0, payload);
+	r = phub_test_request(job, 0, token, 1, 0, 0, payload);
 	r.chunk_id = 7;
 	EXPECT_DROP(PHUB_DROP_CHUNK_RANGE);
-	r = request(job, 0, token, 1, 1, 0, payload);
+	r = phub_test_request(job, 0, token, 1, 1, 0, payload);
 	r.elem_offset += 1;
 	EXPECT_DROP(PHUB_DROP_OFFSET_RANGE);
-	r = request(job, 0, token, 1, 0, 0, payload);
+	r = phub_test_request(job, 0, token, 1, 0, 0, payload);
 	r.iteration = 1;
 	EXPECT_DROP(PHUB_DROP_FUTURE_ITERATION);
-	r = request(job, 0, token, 1, 0, 0, payload);
+	r = phub_test_request(job, 0, token, 1, 0, 0, payload);
 	r.iteration = UINT32_MAX;
 	EXPECT_DROP(PHUB_DROP_STALE_ITERATION);
 	/* Nothing was added by any of them. */
@@ -273,7 +239,7 @@ push_hyper(struct phub_engine_job *job, uint16_t rank, uint64_t token, uint32_t 
 		const float *g, bool has, float lr, float wd, struct phub_engine_reply *reply,
 		struct phub_engine_stats *stats)
 {
-	struct phub_engine_request r = request(job, rank, token, 0, 0, it, g);
+	struct phub_engine_request r = phub_test_request(job, rank, token, 0, 0, it, g);
 
 	r.has_hyper = has;
 	r.hyper_lr = lr;
@@ -352,29 +318,29 @@ START_TEST(test_push_counts_a_duplicate_once_and_acks_it_again)
 
 	memset(&stats, 0, sizeof(stats));
 	/* Iteration 0: rank 0's values become the model. */
-	r = request(job, 0, t0, 0, 0, 0, a);
+	r = phub_test_request(job, 0, t0, 0, 0, 0, a);
 	phub_engine_push(job, &r, &reply, &stats);
 	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK);
 	phub_engine_push(job, &r, &reply, &stats);
 	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK);
 	ck_assert_uint_eq(stats.duplicates, 1);
-	r = request(job, 1, t1, 0, 0, 0, b);
+	r = phub_test_request(job, 1, t1, 0, 0, 0, b);
 	phub_engine_push(job, &r, &reply, &stats);
 	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK | PHUB_ENGINE_MODEL_ALL);
 	ck_assert_uint_eq(reply.model_bytes, sizeof(a));
 	ck_assert_mem_eq(reply.model, a, sizeof(a));
 
 	/* Iteration 1 with NONE: the model is the mean, duplicates excluded. */
-	r = request(job, 0, t0, 0, 0, 1, a);
+	r = phub_test_request(job, 0, t0, 0, 0, 1, a);
 	phub_engine_push(job, &r, &reply, &stats);
 	phub_engine_push(job, &r, &reply, &stats);
-	r = request(job, 1, t1, 0, 0, 1, b);
+	r = phub_test_request(job, 1, t1, 0, 0, 1, b);
 	phub_engine_push(job, &r, &reply, &stats);
 	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK | PHUB_ENGINE_MODEL_ALL);
 	ck_assert_float_eq(((const float *)reply.model)[6], 38.5f);
 
 	/* A late retransmission of the finished iteration gets the kept MODEL. */
-	r = request(job, 0, t0, 0, 0, 1, a);
+	r = phub_test_request(job, 0, t0, 0, 0, 1, a);
 	r.retransmit = true;
 	phub_engine_push(job, &r, &reply, &stats);
 	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_MODEL_ONE);
@@ -386,7 +352,7 @@ START_TEST(test_push_counts_a_duplicate_once_and_acks_it_again)
 	ck_assert_uint_eq(stats.segments_completed, 2);
 
 	/* PULL: the finished iteration only. */
-	r = request(job, 1, t1, 0, 0, 1, NULL);
+	r = phub_test_request(job, 1, t1, 0, 0, 1, NULL);
 	phub_engine_pull(job, &r, &reply, &stats);
 	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_MODEL_ONE);
 	r.iteration = 2;
@@ -396,373 +362,12 @@ START_TEST(test_push_counts_a_duplicate_once_and_acks_it_again)
 }
 END_TEST
 
-/*
- * A deterministic lossy network between W workers and one engine. Gradients
- * are small integers, so that every partial sum is exact in fp32 whatever the
- * order of arrival, and the reference (the scalar kernels applied in rank
- * order) must match the engine bit for bit; or random fractions, whose sums
- * round differently in each order, so that only a deterministic job matches.
- */
-enum { MAX_W = 4, ITERATIONS = 6, MAX_MSGS = 4096 };
-
-struct sim_msg {
-	int to_pbox;		/* 1: PUSH/PULL to the engine; 0: reply to a worker */
-	int pull;
-	int model;		/* reply: 1 MODEL, 0 ACK */
-	uint16_t rank;
-	uint32_t chunk;
-	uint16_t seg;
-	uint32_t iteration;
-};
-
-struct sim {
-	struct phub_engine_job *job;
-	uint16_t world;
-	uint64_t token[MAX_W];
-	uint32_t n_chunks;
-	uint32_t n_segments;
-	/* per worker, per (chunk, seg): 0 sent, 1 acked, 2 model in */
-	uint8_t *state[MAX_W];
-	float *worker_model[MAX_W];
-	uint32_t iteration[MAX_W];
-	uint32_t pending[MAX_W];
-	struct sim_msg queue[MAX_MSGS];
-	unsigned int queued;
-	uint64_t rng;
-	unsigned int loss_pct, dup_pct;
-	uint64_t lost;
-	bool random;		/* random fractions rather than small integers */
-};
-
-static uint32_t
-sim_rand(struct sim *s)
-{
-	s->rng ^= s->rng << 13;
-	s->rng ^= s->rng >> 7;
-	s->rng ^= s->rng << 17;
-	return (uint32_t)(s->rng >> 11);
-}
-
-static uint64_t
-mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= UINT64_C(0xbf58476d1ce4e5b9);
-	x ^= x >> 27;
-	x *= UINT64_C(0x94d049bb133111eb);
-	return x ^ (x >> 31);
-}
-
-static float
-gradient(bool random, uint16_t rank, uint32_t iteration, uint64_t elem)
-{
-	uint64_t h;
-
-	/* Iteration 0: the initial weights, the same on every rank. */
-	if (iteration == 0)
-		return (float)(elem % 5) * 0.25f;
-	if (!random)
-		return (float)((int)((elem * 7 + rank * 13 + iteration * 3) % 17) - 8);
-	/* Uniform in (-4, 4) with every bit of the significand used: sums round. */
-	h = mix64(((uint64_t)rank << 48) ^ ((uint64_t)iteration << 32) ^ elem);
-	return (float)(((double)(h >> 11) * 0x1p-53 - 0.5) * 8.0);
-}
-
-static void
-sim_send(struct sim *s, struct sim_msg m)
-{
-	if (sim_rand(s) % 100 < s->loss_pct) {
-		s->lost++;
-		return;
-	}
-	for (int copies = sim_rand(s) % 100 < s->dup_pct ? 2 : 1; copies > 0; copies--) {
-		ck_assert_uint_lt(s->queued, MAX_MSGS);
-		s->queue[s->queued++] = m;
-	}
-}
-
-static uint32_t
-sim_index(const struct sim *s, uint32_t chunk, uint16_t seg)
-{
-	const struct phub_layout *layout = phub_engine_job_layout(s->job);
-	uint32_t index = 0;
-
-	for (uint32_t c = 0; c < chunk; c++) {
-		struct phub_layout_chunk info;
-
-		phub_layout_chunk_get(layout, c, &info);
-		index += info.n_segments;
-	}
-	return index + seg;
-}
-
-static void
-sim_push(struct sim *s, uint16_t rank, uint32_t chunk, uint16_t seg, int pull)
-{
-	struct sim_msg m = { .to_pbox = 1, .pull = pull, .rank = rank, .chunk = chunk,
-		.seg = seg, .iteration = s->iteration[rank] };
-
-	sim_send(s, m);
-}
-
-static void
-sim_start_iteration(struct sim *s, uint16_t rank)
-{
-	const struct phub_layout *layout = phub_engine_job_layout(s->job);
-
-	memset(s->state[rank], 0, s->n_segments);
-	s->pending[rank] = s->n_segments;
-	for (uint32_t c = 0; c < s->n_chunks; c++) {
-		struct phub_layout_chunk info;
-
-		phub_layout_chunk_get(layout, c, &info);
-		for (uint16_t g = 0; g < info.n_segments; g++)
-			sim_push(s, rank, c, g, 0);
-	}
-}
-
-static void
-sim_deliver_to_pbox(struct sim *s, const struct sim_msg *m, struct phub_engine_stats *stats)
-{
-	const struct phub_layout *layout = phub_engine_job_layout(s->job);
-	struct phub_layout_chunk info;
-	struct phub_layout_segment seg;
-	struct phub_engine_reply reply;
-	struct phub_engine_request r;
-	float payload[SEG_ELEMS];
-
-	phub_layout_chunk_get(layout, m->chunk, &info);
-	phub_layout_segment_get(layout, m->chunk, m->seg, &seg);
-	for (uint32_t i = 0; i < seg.n_elems; i++)
-		payload[i] = gradient(s->random, m->rank, m->iteration,
-				info.elem_base + seg.elem_offset + i);
-	r = request(s->job, m->rank, s->token[m->rank], m->chunk, m->seg, m->iteration, payload);
-	if (m->pull)
-		phub_engine_pull(s->job, &r, &reply, stats);
-	else
-		phub_engine_push(s->job, &r, &reply, stats);
-
-	if (reply.actions & PHUB_ENGINE_ACK) {
-		struct sim_msg ack = *m;
-
-		ack.to_pbox = 0;
-		ack.model = 0;
-		sim_send(s, ack);
-	}
-	if (reply.actions & (PHUB_ENGINE_MODEL_ONE | PHUB_ENGINE_MODEL_ALL)) {
-		/* The model travels in the message by reference: copy it at delivery. */
-		for (uint16_t w = 0; w < s->world; w++) {
-			struct sim_msg model = *m;
-
-			if (!(reply.actions & PHUB_ENGINE_MODEL_ALL) && w != m->rank)
-				continue;
-			model.to_pbox = 0;
-			model.model = 1;
-			model.rank = w;
-			model.iteration = reply.iteration;
-			sim_send(s, model);
-		}
-	}
-}
-
-static void
-sim_deliver_to_worker(struct sim *s, const struct sim_msg *m)
-{
-	const struct phub_layout *layout = phub_engine_job_layout(s->job);
-	const float *model = phub_engine_job_model(s->job);
-	struct phub_layout_chunk info;
-	struct phub_layout_segment seg;
-	uint32_t index = sim_index(s, m->chunk, m->seg);
-	uint8_t *st = &s->state[m->rank][index];
-
-	if (m->iteration != s->iteration[m->rank] || *st == 2)
-		return;		/* stale or already complete: the worker ignores it */
-	if (!m->model) {
-		*st = 1;
-		return;
-	}
-	/*
-	 * The engine's model buffer still holds this iteration's result: the
-	 * next one cannot finish before this worker pushes to it.
-	 */
-	phub_layout_chunk_get(layout, m->chunk, &info);
-	phub_layout_segment_get(layout, m->chunk, m->seg, &seg);
-	memcpy(s->worker_model[m->rank] + info.elem_base + seg.elem_offset,
-			model + info.elem_base + seg.elem_offset, seg.n_elems * sizeof(float));
-	*st = 2;
-	if (--s->pending[m->rank] == 0 && ++s->iteration[m->rank] <= ITERATIONS)
-		sim_start_iteration(s, m->rank);
-}
-
-/* The worker's timer: everything not yet answered goes again, as PUSH or PULL. */
-static void
-sim_timeout(struct sim *s, uint16_t rank)
-{
-	const struct phub_layout *layout = phub_engine_job_layout(s->job);
-	uint32_t index = 0;
-
-	if (s->iteration[rank] > ITERATIONS)
-		return;
-	for (uint32_t c = 0; c < s->n_chunks; c++) {
-		struct phub_layout_chunk info;
-
-		phub_layout_chunk_get(layout, c, &info);
-		for (uint16_t g = 0; g < info.n_segments; g++, index++) {
-			if (s->state[rank][index] == 0)
-				sim_push(s, rank, c, g, 0);
-			else if (s->state[rank][index] == 1)
-				sim_push(s, rank, c, g, 1);
-		}
-	}
-}
-
-/* The model every worker must end with: the scalar kernels in rank order. */
-static float *
-reference_model(uint16_t world, bool random, const struct phub_optimizer_params *opt,
-		uint64_t n_elems)
-{
-	const struct phub_kernels *k = phub_kernels_for_isa(PHUB_ISA_SCALAR);
-	float *w = calloc(n_elems, sizeof(float));
-	float *m = calloc(n_elems, sizeof(float));
-	float *v = calloc(n_elems, sizeof(float));
-	float *acc = calloc(n_elems, sizeof(float));
-	float *g = calloc(n_elems, sizeof(float));
-
-	for (uint64_t i = 0; i < n_elems; i++)
-		w[i] = gradient(random, 0, 0, i);
-	for (uint32_t t = 1; t <= ITERATIONS; t++) {
-		struct phub_opt_step step;
-		struct phub_opt_buffers buf = {
-			.acc = world > 1 ? acc : NULL, .grad = g, .weight = w, .m = m, .v = v,
-			.grad_dtype = PHUB_DTYPE_FP32, .out_dtype = PHUB_DTYPE_FP32,
-		};
-
-		for (uint16_t r = 0; r < world; r++) {
-			for (uint64_t i = 0; i < n_elems; i++)
-				g[i] = gradient(random, r, t, i);
-			if (r == 0 && world > 1)
-				k->first(acc, g, PHUB_DTYPE_FP32, n_elems);
-			else if (r + 1 < world)
-				k->add(acc, g, PHUB_DTYPE_FP32, n_elems);
-		}
-		phub_opt_step_init(&step, opt, t, world);
-		k->last(&buf, n_elems, opt, &step);
-	}
-	free(m);
-	free(v);
-	free(acc);
-	free(g);
-	return w;
-}
-
-/* One simulated run: the network, the job's mode and what the check demands. */
-struct exchange {
-	uint16_t world;
-	enum phub_opt_type opt;
-	unsigned int loss_pct;
-	unsigned int dup_pct;
-	uint64_t seed;
-	bool random;		/* random fractions as gradients */
-	bool deterministic;	/* the job sums in rank order */
-	bool expect_exact;	/* the model must be the reference bit for bit */
-};
-
-/*
- * Run the exchange to the end and check it; returns the largest difference
- * of the engine's model from the reference relative to max(|reference|, 1)
- * (0 when bit-identical).
- */
-static double
-run_exchange(const struct exchange *x)
-{
-	struct phub_engine *engine = phub_engine_create();
-	struct phub_engine_job_params p = test_params(x->world, PHUB_DTYPE_FP32, x->opt);
-	struct phub_engine_stats stats;
-	struct phub_engine_job_info info;
-	struct sim *s = calloc(1, sizeof(*s));
-	uint16_t world = x->world;
-	const float *got;
-	double worst = 0;
-	float *ref;
-	unsigned int rounds = 0;
-	int done;
-
-	memset(&stats, 0, sizeof(stats));
-	p.deterministic = x->deterministic;
-	s->job = phub_engine_job_create(engine, &p);
-	ck_assert_ptr_nonnull(s->job);
-	phub_engine_job_get_info(s->job, &info);
-	ck_assert(info.deterministic == x->deterministic);
-	s->world = world;
-	s->n_chunks = info.n_chunks;
-	s->n_segments = info.n_segments;
-	s->rng = x->seed;
-	s->loss_pct = x->loss_pct;
-	s->dup_pct = x->dup_pct;
-	s->random = x->random;
-	for (uint16_t r = 0; r < world; r++) {
-		s->token[r] = join(s->job, r);
-		s->state[r] = calloc(info.n_segments, 1);
-		s->worker_model[r] = calloc(info.n_elems, sizeof(float));
-	}
-	for (uint16_t r = 0; r < world; r++)
-		sim_start_iteration(s, r);
-
-	do {
-		/* Deliver what is in flight in random order, then let timers fire. */
-		while (s->queued > 0) {
-			unsigned int i = sim_rand(s) % s->queued;
-			struct sim_msg m = s->queue[i];
-
-			s->queue[i] = s->queue[--s->queued];
-			if (m.to_pbox)
-				sim_deliver_to_pbox(s, &m, &stats);
-			else
-				sim_deliver_to_worker(s, &m);
-		}
-		done = 1;
-		for (uint16_t r = 0; r < world; r++) {
-			sim_timeout(s, r);
-			done &= s->iteration[r] > ITERATIONS;
-		}
-		ck_assert_uint_lt(++rounds, 10000);
-	} while (!done);
-
-	ref = reference_model(world, x->random, &p.optimizer, info.n_elems);
-	got = phub_engine_job_model(s->job);
-	if (x->expect_exact)
-		ck_assert_mem_eq(got, ref, info.n_elems * sizeof(float));
-	for (uint64_t i = 0; i < info.n_elems; i++) {
-		double d = fabs((double)got[i] - (double)ref[i]) / fmax(fabs((double)ref[i]), 1.0);
-
-		ck_assert(!isnan(d));
-		worst = d > worst ? d : worst;
-	}
-	for (uint16_t r = 0; r < world; r++) {
-		/* Every worker holds the PBox's model, whatever it is. */
-		ck_assert_mem_eq(s->worker_model[r], got, info.n_elems * sizeof(float));
-		free(s->state[r]);
-		free(s->worker_model[r]);
-	}
-	phub_engine_job_get_info(s->job, &info);
-	ck_assert_uint_eq(info.iteration_min, ITERATIONS);
-	ck_assert_uint_eq(info.iteration_max, ITERATIONS);
-	ck_assert_uint_eq(stats.segments_completed, (uint64_t)info.n_segments * (ITERATIONS + 1));
-	/* Every accepted push was added exactly once. */
-	ck_assert_uint_eq(stats.pushes, (uint64_t)info.n_segments * (ITERATIONS + 1) * world);
-	if (x->loss_pct > 0)
-		ck_assert_uint_gt(s->lost, 0);
-	free(ref);
-	free(s);
-	phub_engine_free(engine);
-	return worst;
-}
 
 static void
 run_lossy_exchange(uint16_t world, enum phub_opt_type opt, unsigned int loss_pct,
 		unsigned int dup_pct, uint64_t seed)
 {
-	struct exchange x = {
+	struct phub_sim_exchange x = {
 		.world = world, .opt = opt, .loss_pct = loss_pct, .dup_pct = dup_pct,
 		.seed = seed, .expect_exact = true,
 	};
@@ -808,11 +413,11 @@ START_TEST(test_fp16_job_keeps_the_model_in_fp32_and_sends_fp16)
 		two[i] = 0x4000;
 	}
 	for (uint32_t it = 0; it < 2; it++) {
-		r = request(job, 0, t0, 0, 0, it, it == 0 ? one : two);
+		r = phub_test_request(job, 0, t0, 0, 0, it, it == 0 ? one : two);
 		r.dtype = PHUB_DTYPE_FP16;
 		r.payload_len = sizeof(one);
 		phub_engine_push(job, &r, &reply, &stats);
-		r = request(job, 1, t1, 0, 0, it, it == 0 ? one : one);
+		r = phub_test_request(job, 1, t1, 0, 0, it, it == 0 ? one : one);
 		r.dtype = PHUB_DTYPE_FP16;
 		r.payload_len = sizeof(one);
 		phub_engine_push(job, &r, &reply, &stats);
@@ -823,7 +428,7 @@ START_TEST(test_fp16_job_keeps_the_model_in_fp32_and_sends_fp16)
 	ck_assert_uint_eq(reply.model_bytes, 14);
 	ck_assert_uint_eq(((const uint16_t *)reply.model)[3], 0x3400);
 	/* An fp32 payload in an fp16 job is refused. */
-	r = request(job, 0, t0, 0, 0, 2, one);
+	r = phub_test_request(job, 0, t0, 0, 0, 2, one);
 	phub_engine_push(job, &r, &reply, &stats);
 	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_DROP);
 	phub_engine_free(engine);
@@ -844,7 +449,7 @@ push_all(struct phub_engine_job *job, uint16_t rank, uint64_t token, uint32_t it
 
 		phub_layout_chunk_get(layout, c, &info);
 		for (uint16_t g = 0; g < info.n_segments; g++) {
-			struct phub_engine_request r = request(job, rank, token, c, g, iteration,
+			struct phub_engine_request r = phub_test_request(job, rank, token, c, g, iteration,
 					zeros);
 
 			phub_engine_push(job, &r, &reply, stats);
@@ -882,16 +487,16 @@ START_TEST(test_deterministic_job_sums_in_rank_order_whatever_the_arrival_order)
 			g[k][i] = values[k];
 		t[k] = join(job, k);
 		u[k] = join(plain, k);
-		r = request(job, k, t[k], 0, 0, 0, g[0]);
+		r = phub_test_request(job, k, t[k], 0, 0, 0, g[0]);
 		phub_engine_push(job, &r, &reply, &stats);
-		r = request(plain, k, u[k], 0, 0, 0, g[0]);
+		r = phub_test_request(plain, k, u[k], 0, 0, 0, g[0]);
 		phub_engine_push(plain, &r, &reply, &stats);
 	}
 	for (uint32_t o = 0; o < 6; o++) {
 		for (int a = 0; a < 3; a++) {
 			uint16_t k = orders[o][a];
 
-			r = request(job, k, t[k], 0, 0, o + 1, g[k]);
+			r = phub_test_request(job, k, t[k], 0, 0, o + 1, g[k]);
 			phub_engine_push(job, &r, &reply, &stats);
 			ck_assert_uint_eq(reply.actions, a < 2 ? PHUB_ENGINE_ACK :
 					PHUB_ENGINE_ACK | PHUB_ENGINE_MODEL_ALL);
@@ -899,7 +504,7 @@ START_TEST(test_deterministic_job_sums_in_rank_order_whatever_the_arrival_order)
 			phub_engine_push(job, &r, &reply, &stats);
 			if (a < 2)
 				ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK);
-			r = request(plain, k, u[k], 0, 0, o + 1, g[k]);
+			r = phub_test_request(plain, k, u[k], 0, 0, o + 1, g[k]);
 			phub_engine_push(plain, &r, &reply, &stats);
 		}
 		/* NONE: the model is the mean, ((1 + 1e8) - 1e8) / 3 = 0 in every order. */
@@ -945,8 +550,8 @@ START_TEST(test_deterministic_job_matches_the_reference_through_a_lossy_network)
 	};
 
 	for (unsigned int i = 0; i < 3; i++) {
-		for (uint16_t world = 1; world <= MAX_W; world++) {
-			struct exchange x = {
+		for (uint16_t world = 1; world <= PHUB_SIM_MAX_WORLD; world++) {
+			struct phub_sim_exchange x = {
 				.world = world, .opt = opts[i], .loss_pct = 20, .dup_pct = 10,
 				.seed = 100 + i * 10 + world, .random = true,
 				.deterministic = true, .expect_exact = true,
@@ -966,7 +571,7 @@ START_TEST(test_default_job_rounds_random_gradients_in_arrival_order)
 	unsigned int differ = 0;
 
 	for (uint64_t seed = 1; seed <= 4; seed++) {
-		struct exchange x = {
+		struct phub_sim_exchange x = {
 			.world = 4, .opt = PHUB_OPT_SGD, .loss_pct = 20, .dup_pct = 10,
 			.seed = seed, .random = true,
 		};
@@ -1034,7 +639,7 @@ START_TEST(test_rank_status_tells_when_each_rank_was_last_heard)
 		    server == 1)
 			on_second = c;
 	ck_assert_uint_ne(on_second, UINT32_MAX);
-	r = request(job, 0, t0, on_second, 0, 1, zeros);
+	r = phub_test_request(job, 0, t0, on_second, 0, 1, zeros);
 	phub_engine_push(job, &r, &reply, &stats);
 	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK);
 
@@ -1042,17 +647,17 @@ START_TEST(test_rank_status_tells_when_each_rank_was_last_heard)
 		ck_assert_int_eq(phub_engine_job_rank_status(job, k, &st[k]), 0);
 	ck_assert(st[0].joined && st[0].pushed);
 	ck_assert_uint_eq(st[0].newest_iteration, 1);
-	ck_assert_uint_eq(st[0].peer.ipv4, PEER_IP(0));
+	ck_assert_uint_eq(st[0].peer.ipv4, PHUB_TEST_PEER_IP(0));
 	ck_assert(st[1].joined && st[1].pushed);
 	ck_assert_uint_eq(st[1].newest_iteration, 0);
 	ck_assert(st[2].joined && st[2].pushed);
 
 	/* A keep-alive counts only with the session's token and address. */
-	ck_assert_int_eq(phub_engine_job_heard(job, 1, t1 ^ 1, PEER_IP(1), PEER_PORT), -EPERM);
-	ck_assert_int_eq(phub_engine_job_heard(job, 1, t1, PEER_IP(2), PEER_PORT), -EPERM);
-	ck_assert_int_eq(phub_engine_job_heard(job, 2, 0, PEER_IP(2), PEER_PORT), -EPERM);
+	ck_assert_int_eq(phub_engine_job_heard(job, 1, t1 ^ 1, PHUB_TEST_PEER_IP(1), PHUB_TEST_PEER_PORT), -EPERM);
+	ck_assert_int_eq(phub_engine_job_heard(job, 1, t1, PHUB_TEST_PEER_IP(2), PHUB_TEST_PEER_PORT), -EPERM);
+	ck_assert_int_eq(phub_engine_job_heard(job, 2, 0, PHUB_TEST_PEER_IP(2), PHUB_TEST_PEER_PORT), -EPERM);
 	clock_ns += NAP_NS;
-	ck_assert_int_eq(phub_engine_job_heard(job, 1, t1, PEER_IP(1), PEER_PORT), 0);
+	ck_assert_int_eq(phub_engine_job_heard(job, 1, t1, PHUB_TEST_PEER_IP(1), PHUB_TEST_PEER_PORT), 0);
 	phub_engine_job_rank_status(job, 0, &st[0]);
 	phub_engine_job_rank_status(job, 1, &st[1]);
 	/* Rank 0 last pushed before the nap; rank 1's keep-alive came after it. */
@@ -1083,19 +688,19 @@ START_TEST(test_push_and_pull_take_the_callers_time)
 	t1 = join(job, 1);
 	/* The request says 3 naps ago: rank 0 has been silent since then. */
 	clock_ns += 3 * NAP_NS;
-	r = request(job, 0, t0, 0, 0, 0, zeros);
+	r = phub_test_request(job, 0, t0, 0, 0, 0, zeros);
 	r.now_ns = clock_ns - 3 * NAP_NS;
 	phub_engine_push(job, &r, &reply, &stats);
 	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_ACK);
 	ck_assert_int_eq(phub_engine_job_rank_status(job, 0, &st), 0);
 	ck_assert_uint_eq(st.silent_ns, 3 * NAP_NS);
 	/* Without it, the job's clock. */
-	r = request(job, 1, t1, 0, 0, 0, zeros);
+	r = phub_test_request(job, 1, t1, 0, 0, 0, zeros);
 	phub_engine_push(job, &r, &reply, &stats);
 	ck_assert_int_eq(phub_engine_job_rank_status(job, 1, &st), 0);
 	ck_assert_uint_eq(st.silent_ns, 0);
 	/* A PULL of the finished iteration, one nap ago. */
-	r = request(job, 0, t0, 0, 0, 0, NULL);
+	r = phub_test_request(job, 0, t0, 0, 0, 0, NULL);
 	r.now_ns = clock_ns - NAP_NS;
 	phub_engine_pull(job, &r, &reply, &stats);
 	ck_assert_uint_eq(reply.actions, PHUB_ENGINE_MODEL_ONE);
@@ -1199,7 +804,7 @@ START_TEST(test_control_reads_race_the_data_path_cleanly)
 			phub_layout_chunk_get(layout, c, &ci);
 			for (uint16_t g = 0; g < ci.n_segments; g++) {
 				ck_assert_uint_lt(x->n_reqs, RACE_MAX_REQS);
-				x->reqs[k][x->n_reqs++] = request(x->job, k, token, c, g, 0, zeros);
+				x->reqs[k][x->n_reqs++] = phub_test_request(x->job, k, token, c, g, 0, zeros);
 			}
 		}
 	}
@@ -1248,7 +853,7 @@ START_TEST(test_waiting_on_names_the_ranks_the_oldest_iteration_lacks)
 	ck_assert_int_eq(phub_engine_job_waiting_on(job, &it, waiting), 0);
 	ck_assert_uint_eq(it, 1);
 	/* Rank 1 alone began iteration 1: it waits on ranks 0 and 2. */
-	r = request(job, 1, t[1], 3, 0, 1, zeros);
+	r = phub_test_request(job, 1, t[1], 3, 0, 1, zeros);
 	phub_engine_push(job, &r, &reply, &stats);
 	ck_assert_int_eq(phub_engine_job_waiting_on(job, &it, waiting), 2);
 	ck_assert_uint_eq(waiting[0], (1u << 0) | (1u << 2));

@@ -12,12 +12,11 @@
 #include <check.h>
 
 #include "engine/phub_engine.h"
+#include "engine_test.h"
 #include "kernels/phub_kernels.h"
 
 #define SEG_ELEMS 64u
 #define CHUNK_BYTES 1024u	/* 256 fp32 elements: 4 segments a chunk */
-#define PEER_IP(rank) (0x0a000064u + (rank))
-#define PEER_PORT 40000u
 #define NONCE 0x1122334455667788ull
 #define WORLD 4u
 #define DEAD 2u			/* the rank that dies */
@@ -74,11 +73,7 @@ fill(float *g, uint16_t r, uint32_t t)
 static uint64_t
 join(struct phub_engine_job *job, uint16_t rank)
 {
-	struct phub_engine_peer peer = { .ipv4 = PEER_IP(rank), .udp_port = PEER_PORT };
-	uint64_t token = 0;
-
-	ck_assert_int_eq(phub_engine_job_join(job, rank, NONCE, &peer, &token), 0);
-	return token;
+	return phub_test_join(job, rank, NONCE);
 }
 
 /* Push segment seg of chunk: the reply's actions. */
@@ -86,28 +81,12 @@ static unsigned int
 push(struct phub_engine_job *job, uint16_t rank, uint64_t token, uint32_t chunk, uint16_t seg,
 		uint32_t it, const float *flat, struct phub_engine_stats *stats)
 {
-	const struct phub_layout *layout = phub_engine_job_layout(job);
-	struct phub_layout_chunk c;
-	struct phub_layout_segment s;
-	struct phub_engine_request r;
+	struct phub_engine_request r = phub_test_request(job, rank, token, chunk, seg, it, NULL);
 	struct phub_engine_reply reply;
+	struct phub_layout_chunk c;
 
-	phub_layout_chunk_get(layout, chunk, &c);
-	phub_layout_segment_get(layout, chunk, seg, &s);
-	memset(&r, 0, sizeof(r));
-	r.session_token = token;
-	r.chunk_id = chunk;
-	r.iteration = it;
-	r.elem_offset = s.elem_offset;
-	r.elem_count = s.n_elems;
-	r.rank = rank;
-	r.seg_index = seg;
-	r.seg_count = (uint16_t)c.n_segments;
-	r.dtype = PHUB_DTYPE_FP32;
-	r.src_ipv4 = PEER_IP(rank);
-	r.src_udp_port = PEER_PORT;
-	r.payload = flat + c.elem_base + s.elem_offset;
-	r.payload_len = (size_t)s.n_elems * 4;
+	phub_layout_chunk_get(phub_engine_job_layout(job), chunk, &c);
+	r.payload = flat + c.elem_base + r.elem_offset;
 	phub_engine_push(job, &r, &reply, stats);
 	if (reply.actions & PHUB_ENGINE_MODEL_ALL)
 		ck_assert_uint_eq(reply.iteration, it);

@@ -31,7 +31,10 @@ static const struct phub_layout_key keys[] = {
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 #define N_ELEMS 1305u
 
-enum msg_kind { MSG_RING, MSG_RING_ACK };
+enum msg_kind { MSG_RING, MSG_RING_ACK, MSG_RING_ACKV };
+
+/* Entries a simulated RING_ACKV gathers at most (its body lives in struct msg's data). */
+#define SIM_ACKV_MAX (SEG_ELEMS * sizeof(float) / sizeof(struct phub_wire_ring_ack_entry))
 
 struct msg {
 	enum msg_kind kind;
@@ -57,6 +60,7 @@ struct sim {
 	enum phub_opt_type opt;
 	bool exact;		/* gradients whose sums do not depend on the order */
 	bool deterministic;
+	bool split;		/* segments cut in R parts, not whole ones (split_segments) */
 	struct rack rack[MAX_RACKS];
 	uint32_t n_segments;
 	struct msg *queue;
@@ -66,6 +70,14 @@ struct sim {
 	uint64_t skipped;		/* simulated time that passed, on top of the clock */
 	unsigned int polling;		/* the rack whose retransmissions poll_send() sends */
 	uint64_t ring_datagrams;
+	/*
+	 * Whole-segment rings acknowledge with RING_ACKV, as phub-pbox does: each rack gathers
+	 * the entries of the datagrams it takes (a random 1 .. SIM_ACKV_MAX, or until nothing
+	 * is in flight), one message for them all; the split ring with one RING_ACK each.
+	 */
+	struct msg ackv[MAX_RACKS];
+	unsigned int ackv_n[MAX_RACKS], ackv_at[MAX_RACKS];
+	uint64_t ackvs;			/* RING_ACKV messages posted */
 };
 
 static unsigned int
@@ -138,8 +150,8 @@ send_ring(struct sim *s, unsigned int r, const struct phub_engine_ring_send *wha
 
 		if ((what->steps & (1u << step)) == 0)
 			continue;
-		phub_ring_part(s->racks, what->elem_count, phub_ring_send_part(s->racks, r, step),
-			       &off, &count);
+		phub_ring_seg_part(s->racks, what->elem_count, what->root,
+				   phub_ring_send_part(s->racks, r, step), &off, &count);
 		memset(&m, 0, sizeof(m));
 		m.kind = MSG_RING;
 		m.to = (r + 1) % s->racks;
@@ -188,6 +200,7 @@ rack_create(struct sim *s, unsigned int r, unsigned int ranks, unsigned int firs
 		.holds_rank0 = first_rank == 0,
 		.rto_ns = 2 * NS_PER_MS,
 		.rto_max_ns = 32 * NS_PER_MS,
+		.split_segments = s->split,
 	};
 	struct phub_engine_job_params p = {
 		.name = "spanning",
@@ -319,6 +332,44 @@ sim_now(const struct sim *s)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + s->skipped;
 }
 
+/* Post rack r's gathered RING_ACKV to its prev; true when there was one. */
+static bool
+ackv_flush(struct sim *s, unsigned int r)
+{
+	if (s->ackv_n[r] == 0)
+		return false;
+	s->ackv[r].req.payload_len = s->ackv_n[r] * sizeof(struct phub_wire_ring_ack_entry);
+	post(s, &s->ackv[r]);
+	s->ackvs++;
+	s->ackv_n[r] = 0;
+	return true;
+}
+
+/* One more entry for rack r's RING_ACKV, acknowledging m. */
+static void
+ackv_add(struct sim *s, unsigned int r, const struct msg *m, uint64_t prev_token)
+{
+	struct msg *a = &s->ackv[r];
+
+	if (s->ackv_n[r] == 0) {
+		memset(a, 0, sizeof(*a));
+		a->kind = MSG_RING_ACKV;
+		a->to = (r + s->racks - 1) % s->racks;
+		a->req.opcode = PHUB_WIRE_OP_RING_ACKV;
+		a->req.session_token = prev_token;
+		a->req.rank = (uint16_t)r;
+		a->req.src_ipv4 = rack_ip(r);
+		a->req.src_udp_port = m->req.src_udp_port;
+		s->ackv_at[r] = 1 + rnd(s) % SIM_ACKV_MAX;
+	}
+	phub_wire_ring_ackv_put(a->data, s->ackv_n[r]++, &(struct phub_wire_ring_ack){
+			.chunk_id = m->req.chunk_id,
+			.seg_index = (uint16_t)(m->req.elem_offset / SEG_ELEMS),
+			.iteration = m->req.iteration, .step = m->req.step });
+	if (s->ackv_n[r] >= s->ackv_at[r])
+		ackv_flush(s, r);
+}
+
 static void
 deliver(struct sim *s, size_t idx)
 {
@@ -329,6 +380,11 @@ deliver(struct sim *s, size_t idx)
 	s->queue[idx] = s->queue[--s->queued];
 	m.req.payload = m.data;
 	m.req.now_ns = sim_now(s);
+	if (m.kind == MSG_RING_ACKV) {
+		phub_engine_ring_ackv(k->job, &m.req, NULL, NULL, &reply, &k->stats);
+		ck_assert_int_eq(reply.reason, PHUB_DROP_OK);
+		return;
+	}
 	phub_engine_ring_receive(k->job, &m.req, &reply, &k->stats);
 	if (m.kind == MSG_RING_ACK) {
 		ck_assert_int_eq(reply.reason, PHUB_DROP_OK);
@@ -347,6 +403,11 @@ deliver(struct sim *s, size_t idx)
 		struct phub_engine_ring_link prev;
 
 		ck_assert(phub_engine_job_ring(k->job, NULL, &prev, NULL));
+		if (!s->split) {
+			ackv_add(s, m.to, &m, prev.token);
+			handle_reply(s, m.to, &reply);
+			return;
+		}
 		ack.kind = MSG_RING_ACK;
 		ack.to = (m.to + s->racks - 1) % s->racks;
 		ack.req.opcode = PHUB_WIRE_OP_RING_ACK;
@@ -420,6 +481,13 @@ sim_run(struct sim *s, const unsigned int *ranks)
 		} else if (s->queued > 0) {
 			deliver(s, rnd(s) % s->queued);
 		} else {
+			bool flushed = false;
+
+			/* The racks' last RING_ACKVs go before time passes, as at a burst's end. */
+			for (r = 0; r < s->racks; r++)
+				flushed |= ackv_flush(s, r);
+			if (flushed)
+				continue;
 			/* Nothing in flight: time passes, retransmission timers fire. */
 			s->skipped += 4 * NS_PER_MS;
 			for (r = 0; r < s->racks; r++) {
@@ -496,11 +564,15 @@ static const struct ring_case {
  */
 START_TEST(test_ring_of_racks_matches_one_pbox_with_every_worker)
 {
-	const struct ring_case *c = &cases[_i];
+	/* Each case twice: whole-segment ring datagrams, then segments cut in R parts. */
+	const unsigned int n_cases = sizeof(cases) / sizeof(cases[0]);
+	const struct ring_case *c = &cases[_i % n_cases];
 	struct sim *ring = sim_new(c->racks, c->dtype, c->opt, true, 11 + _i);
 	struct sim *flat = sim_new(1, c->dtype, c->opt, true, 5);
 	unsigned int all = 0, r;
 	uint64_t taken = 0, retransmits = 0;
+
+	ring->split = _i >= (int)n_cases;
 
 	for (r = 0; r < c->racks; r++)
 		all += c->ranks[r];
@@ -557,6 +629,116 @@ START_TEST(test_deterministic_ring_is_bit_reproducible)
 }
 END_TEST
 
+/*
+ * Whole-segment ring datagrams: the same model as the split ring's, from R times fewer ring
+ * datagrams taken (each carries a whole segment where the split ring's carry 1/R of one).
+ */
+START_TEST(test_whole_segments_take_r_times_fewer_datagrams)
+{
+	static const unsigned int ranks[] = { 1, 2, 1 };
+
+	for (unsigned int racks = 2; racks <= 3; racks++) {
+		struct sim *whole = sim_new(racks, PHUB_DTYPE_FP32, PHUB_OPT_SGD, true, 41);
+		struct sim *split = sim_new(racks, PHUB_DTYPE_FP32, PHUB_OPT_SGD, true, 41);
+		uint64_t taken_whole = 0, taken_split = 0, bytes_whole = 0, bytes_split = 0;
+
+		split->split = true;
+		sim_run(whole, ranks);
+		sim_run(split, ranks);
+		for (unsigned int r = 0; r < racks; r++) {
+			assert_same_state(whole->rack[r].job, split->rack[r].job, "whole vs split");
+			taken_whole += whole->rack[r].stats.ring_taken;
+			taken_split += split->rack[r].stats.ring_taken;
+			bytes_whole += whole->rack[r].stats.ring_taken_bytes;
+			bytes_split += split->rack[r].stats.ring_taken_bytes;
+		}
+		ck_assert_uint_gt(taken_whole, 0);
+		ck_assert_uint_eq(taken_whole * racks, taken_split);
+		/* Acknowledged by RING_ACKVs of several entries, the split ring by RING_ACKs. */
+		ck_assert_uint_gt(whole->ackvs, 0);
+		ck_assert_uint_lt(whole->ackvs, taken_whole);
+		ck_assert_uint_eq(split->ackvs, 0);
+		ck_assert_uint_eq(bytes_whole, bytes_split);
+		sim_free(whole);
+		sim_free(split);
+	}
+}
+END_TEST
+
+/*
+ * A RING_ACKV from anyone but next, or of a body that does not parse, changes nothing; entries
+ * naming no chunk or segment are counted and skipped, the others still acknowledge.
+ */
+START_TEST(test_hostile_ring_ackv_is_counted_and_harmless)
+{
+	struct sim *s = sim_new(2, PHUB_DTYPE_FP32, PHUB_OPT_SGD, false, 9);
+	struct phub_engine_ring_link next;
+	struct phub_engine_ring_request good, bad;
+	struct phub_engine_ring_window w0, w1;
+	struct phub_engine_reply reply;
+	struct phub_engine_job_info info;
+	struct rack *k;
+	uint8_t body[4 * 16];
+	unsigned int found = 0;
+
+	s->split = true;	/* rack 0 sends step 0 of every segment */
+	s->total = 2;
+	rack_create(s, 0, 1, 0);
+	rack_create(s, 1, 1, 1);
+	rings_connect(s);
+	s->loss_pct = 100;	/* nothing arrives: the steps stay in flight */
+	rack_push_all(s, 0, 0);
+	k = &s->rack[0];
+	phub_engine_job_get_info(k->job, &info);
+	ck_assert(phub_engine_job_ring(k->job, NULL, NULL, &next));
+	phub_engine_job_ring_window(k->job, &w0);
+	ck_assert_uint_gt(w0.inflight_steps, 0);
+	/* Entry 0: chunk 1000; 1: segment 99 of chunk 0; 2 and 3: step 0 of real segments. */
+	phub_wire_ring_ackv_put(body, 0, &(struct phub_wire_ring_ack){ .chunk_id = 1000 });
+	phub_wire_ring_ackv_put(body, 1, &(struct phub_wire_ring_ack){ .seg_index = 99 });
+	phub_wire_ring_ackv_put(body, 2, &(struct phub_wire_ring_ack){ .chunk_id = 1 });
+	phub_wire_ring_ackv_put(body, 3, &(struct phub_wire_ring_ack){ .chunk_id = 2 });
+	memset(&good, 0, sizeof(good));
+	good.session_token = next.token;
+	good.rank = 1;
+	good.opcode = PHUB_WIRE_OP_RING_ACKV;
+	good.src_ipv4 = rack_ip(1);
+	good.src_udp_port = 47000;
+	good.payload = body;
+	good.payload_len = sizeof(body);
+	good.now_ns = sim_now(s);
+
+#define EXPECT_DROP(field, val, why) \
+	do { \
+		bad = good; \
+		bad.field = val; \
+		ck_assert_uint_eq(phub_engine_ring_ackv(k->job, &bad, NULL, NULL, &reply, \
+							&k->stats), 0); \
+		ck_assert_int_eq(reply.reason, why); \
+		ck_assert_uint_eq(k->stats.drops[why], 1); \
+	} while (0)
+
+	EXPECT_DROP(session_token, next.token + 1, PHUB_DROP_BAD_TOKEN);
+	EXPECT_DROP(src_ipv4, rack_ip(1) + 1, PHUB_DROP_WRONG_SOURCE);
+	EXPECT_DROP(rank, 0, PHUB_DROP_RANK_RANGE);
+	EXPECT_DROP(payload_len, 24, PHUB_DROP_RING_ACKV_FIELDS);
+#undef EXPECT_DROP
+	phub_engine_job_ring_window(k->job, &w1);
+	ck_assert_uint_eq(w1.inflight_steps, w0.inflight_steps);
+	/* The honest one: two bad entries counted, the two real ones acknowledged. */
+	found = phub_engine_ring_ackv(k->job, &good, NULL, NULL, &reply, &k->stats);
+	ck_assert_int_eq(reply.reason, PHUB_DROP_OK);
+	ck_assert_uint_eq(found, 2);
+	ck_assert_uint_eq(k->stats.drops[PHUB_DROP_CHUNK_RANGE], 1);
+	ck_assert_uint_eq(k->stats.drops[PHUB_DROP_OFFSET_RANGE], 1);
+	phub_engine_job_ring_window(k->job, &w1);
+	ck_assert_uint_eq(w1.inflight_steps, w0.inflight_steps - 2);
+	/* Again: nothing new to acknowledge. */
+	ck_assert_uint_eq(phub_engine_ring_ackv(k->job, &good, NULL, NULL, &reply, &k->stats), 0);
+	sim_free(s);
+}
+END_TEST
+
 /* Each hostile ring datagram is refused and counted under its reason; the job is unharmed. */
 START_TEST(test_hostile_ring_traffic_is_counted_by_reason)
 {
@@ -569,9 +751,12 @@ START_TEST(test_hostile_ring_traffic_is_counted_by_reason)
 	float data[SEG_ELEMS] = { 0 };
 	uint32_t off, count;
 
+	s->split = true;
+
 	sim_run(s, ranks);
 	k = &s->rack[1];
 	ck_assert(phub_engine_job_ring(k->job, NULL, &prev, NULL));
+	/* The split ring: chunk 1's first segment has a reduce part for rack 1 at step 0. */
 	phub_ring_part(2, SEG_ELEMS, phub_ring_recv_part(2, 1, 0), &off, &count);
 	memset(&good, 0, sizeof(good));
 	good.session_token = prev.token;
@@ -684,6 +869,7 @@ START_TEST(test_ring_poll_with_a_budget_serves_every_segment_in_turn)
 	uint32_t cursor = 0;
 	unsigned int distinct = 0;
 
+	s->split = true;	/* rack 0 sends step 0 of every segment */
 	s->total = 2;
 	rack_create(s, 0, 1, 0);
 	rack_create(s, 1, 1, 1);
@@ -716,6 +902,7 @@ START_TEST(test_ring_steps_wait_for_the_link)
 	struct phub_engine_ring_window w;
 	struct phub_engine_job_info info;
 
+	s->split = true;	/* rack 0 sends step 0 of every segment */
 	s->total = 2;
 	rack_create(s, 0, 1, 0);
 	rack_create(s, 1, 1, 1);
@@ -768,7 +955,9 @@ phub_engine_ring_suite(void)
 	TCase *tc = tcase_create("ring");
 
 	tcase_add_loop_test(tc, test_ring_of_racks_matches_one_pbox_with_every_worker, 0,
-			    (int)(sizeof(cases) / sizeof(cases[0])));
+			    2 * (int)(sizeof(cases) / sizeof(cases[0])));
+	tcase_add_test(tc, test_whole_segments_take_r_times_fewer_datagrams);
+	tcase_add_test(tc, test_hostile_ring_ackv_is_counted_and_harmless);
 	tcase_add_test(tc, test_deterministic_ring_is_bit_reproducible);
 	tcase_add_test(tc, test_hostile_ring_traffic_is_counted_by_reason);
 	tcase_add_test(tc, test_one_rack_job_refuses_ring_datagrams);

@@ -640,7 +640,8 @@ START_TEST(test_step_overtaken_by_acked_later_ones_is_resent_before_timeout)
 
 	for (unsigned int i = 0; i < 200; i++)
 		rack[i] = 1.0f;
-	phub_ring_window_init(&win, N * 400, N * 400, N * 400);
+	/* A ceiling of 4 N steps: the slack is PHUB_RING_REORDER, not half the ceiling's. */
+	phub_ring_window_init(&win, N * 400, N * 400, 4 * N * 400);
 	p.win = &win;
 	/* One step each, sent in segment order: places 1 .. N on the link. */
 	for (unsigned int i = 0; i < N; i++) {
@@ -679,6 +680,39 @@ START_TEST(test_step_overtaken_by_acked_later_ones_is_resent_before_timeout)
 }
 END_TEST
 
+/*
+ * Whole-MTU steps: a 256 KiB window holds 29 of 2224 floats, fewer than PHUB_RING_REORDER, so
+ * the slack is half of them (14): a lost step that 20 later ones overtook is still found by
+ * the ACKs' order, not left to wait for the link to fall silent.
+ */
+START_TEST(test_whole_mtu_steps_are_found_lost_by_ack_order)
+{
+	enum { N = 21, ELEMS = 2224 };
+	static float b2[N][4][ELEMS], rack[ELEMS];
+	struct phub_ring_params p = params(2, 0);
+	struct phub_ring_window win;
+	struct phub_ring_seg seg[N];
+	struct phub_ring_out out, due[2];
+
+	phub_ring_window_init(&win, PHUB_RING_WINDOW_MAX, PHUB_RING_WINDOW_MIN,
+			      PHUB_RING_WINDOW_MAX);
+	p.win = &win;
+	for (unsigned int i = 0; i < N; i++) {
+		phub_ring_seg_init(&seg[i], 0, b2[i][0], b2[i][1], b2[i][2], b2[i][3]);
+		seg[i].root = 0;	/* the whole segment is this PBox's step 0 */
+		ck_assert_int_eq(phub_ring_local(&seg[i], &p, ELEMS, 0, rack, 0, &out), 0);
+		ck_assert_uint_eq(out.send_steps, i < 29 ? 0x1u : 0u);
+	}
+	for (unsigned int i = 1; i < N; i++)
+		ck_assert(phub_ring_ack(&seg[i], &p, 0, 0, NS_PER_MS, NULL));
+	p.heard_ns = NS_PER_MS;
+	ck_assert_uint_eq(phub_ring_poll(&seg[0], &p, ELEMS, NS_PER_MS + NS_PER_MS / 2, due), 1);
+	ck_assert_uint_eq(due[0].resent_steps, 0x1);
+	ck_assert_uint_eq(win.fast_resends, 1);
+	ck_assert_uint_eq(win.timeouts, 0);
+}
+END_TEST
+
 Suite *
 phub_ring_suite(void)
 {
@@ -706,6 +740,7 @@ phub_ring_suite(void)
 	tcase_add_test(tc, test_window_holds_steps_until_an_ack_opens_it);
 	tcase_add_test(tc, test_window_grows_and_halves_within_its_bounds);
 	tcase_add_test(tc, test_step_overtaken_by_acked_later_ones_is_resent_before_timeout);
+	tcase_add_test(tc, test_whole_mtu_steps_are_found_lost_by_ack_order);
 	suite_add_tcase(s, tc);
 	return s;
 }

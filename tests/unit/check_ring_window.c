@@ -129,8 +129,8 @@ w_send(struct wsim *s, unsigned int r, const struct phub_engine_ring_send *what)
 
 		if ((what->steps & (1u << step)) == 0)
 			continue;
-		phub_ring_part(s->racks, what->elem_count, phub_ring_send_part(s->racks, r, step),
-			       &off, &count);
+		phub_ring_seg_part(s->racks, what->elem_count, what->root,
+				   phub_ring_send_part(s->racks, r, step), &off, &count);
 		if (count == 0)
 			continue;
 		l->offered_bytes += count * sizeof(float);
@@ -248,6 +248,8 @@ w_create(struct wsim *s)
 			.rto_ns = 2 * NS_PER_MS,
 			.rto_max_ns = 64 * NS_PER_MS,
 			.window_max_bytes = s->window_max,
+			/* The schedule's bytes below are the split ring's, 2(R-1)/R per segment. */
+			.split_segments = true,
 		};
 		struct phub_engine_job_params p = {
 			.name = "window",

@@ -123,9 +123,9 @@ static const struct phub_wire_ackv_entry ackv_entries[] = {
 	{ .chunk_id = 0, .seg_index = 0, .flags = 0, .iteration = 0, .aux = 0 },
 };
 
-/* An ACKV of ackv_entries to rank 2 of job 7. */
+/* An ACKV (to a worker) of ackv_entries to rank 2 of job 7. */
 static size_t
-make_ackv(uint8_t *buf)
+make_worker_ackv(uint8_t *buf)
 {
 	static uint8_t body[3 * PHUB_WIRE_ACKV_ENTRY_LEN];
 	struct phub_wire_msg m;
@@ -247,8 +247,31 @@ make_hello(uint8_t *buf, uint8_t opcode)
 	h.endpoint_count = 2;
 	h.endpoints[0] = (struct phub_wire_endpoint){ .ipv4 = 0x0a1e0002, .udp_port = 47001 };
 	h.endpoints[1] = (struct phub_wire_endpoint){ .ipv4 = 0x0a1e0002, .udp_port = 47002 };
+	h.caps = PHUB_WIRE_RING_CAP_ALL;
 	len = phub_wire_ring_hello_write(buf, BUF_SIZE, opcode, &h);
 	ck_assert_int_eq(len, HDR + 88 + 2 * 8);
+	return (size_t)len;
+}
+
+/* A RING_ACKV of three entries from ring position 1. */
+static size_t
+make_ackv(uint8_t *buf)
+{
+	static uint8_t body[3 * 16];
+	struct phub_wire_msg m;
+	int len;
+
+	for (unsigned int i = 0; i < 3; i++)
+		phub_wire_ring_ackv_put(body, i, &(struct phub_wire_ring_ack){ .chunk_id = 40 + i,
+				.seg_index = (uint16_t)(7 * i), .iteration = 1000 + i, .step = i });
+	phub_wire_msg_init(&m, PHUB_WIRE_OP_RING_ACKV);
+	m.job_id = 7;
+	m.session_token = 99;
+	m.worker_rank = 1;
+	m.payload = body;
+	m.payload_len = sizeof(body);
+	len = phub_wire_encode(buf, BUF_SIZE, &m);
+	ck_assert_int_eq(len, HDR + 48);
 	return (size_t)len;
 }
 
@@ -281,7 +304,8 @@ START_TEST(test_opcode_dtype_error_and_optimizer_names_follow_their_lists)
 	ck_assert_str_eq(phub_wire_opcode_name(0x42), "ring_ack");
 	ck_assert_str_eq(phub_wire_opcode_name(0x43), "ring_hello");
 	ck_assert_str_eq(phub_wire_opcode_name(0x44), "ring_hello_ack");
-	ck_assert_str_eq(phub_wire_opcode_name(0x45), "unknown");
+	ck_assert_str_eq(phub_wire_opcode_name(0x45), "ring_ackv");
+	ck_assert_str_eq(phub_wire_opcode_name(0x46), "unknown");
 	ck_assert_str_eq(phub_wire_opcode_name(0x00), "unknown");
 	ck_assert_str_eq(phub_wire_dtype_name(PHUB_DTYPE_BF16), "bf16");
 	ck_assert_str_eq(phub_wire_dtype_name(3), "unknown");
@@ -399,6 +423,16 @@ make_opcode(uint8_t *buf, uint8_t opcode, uint8_t flags)
 		len = (int)make_hello(plain, opcode);
 		ck_assert_int_eq(phub_wire_parse(plain, (size_t)len, &m), PHUB_DROP_OK);
 		m.flags |= flags;
+		len = phub_wire_encode(buf, BUF_SIZE, &m);
+		break;
+	}
+	case PHUB_WIRE_OP_RING_ACKV: {
+		static uint8_t plain[BUF_SIZE];
+
+		len = (int)make_ackv(plain);
+		ck_assert_int_eq(phub_wire_parse(plain, (size_t)len, &m), PHUB_DROP_OK);
+		m.flags |= flags;
+		m.priority = 9;
 		len = phub_wire_encode(buf, BUF_SIZE, &m);
 		break;
 	}
@@ -618,7 +652,7 @@ START_TEST(test_encoder_refuses_invalid_message_and_small_buffer)
 	m.payload = NULL;
 	ck_assert_int_eq(phub_wire_encode(buf, sizeof(buf), &m), -EINVAL);
 	m.payload = payload;
-	m.opcode = 0x45;
+	m.opcode = 0x46;
 	ck_assert_int_eq(phub_wire_encode(buf, sizeof(buf), &m), -EINVAL);
 	ck_assert_int_eq(phub_wire_msg_check(&m), PHUB_DROP_RESERVED_OPCODE);
 }
@@ -671,7 +705,8 @@ END_TEST
 /* ---- one defect per drop reason ---- */
 
 /* Valid datagrams the defect cases start from. */
-enum base { B_ACK, B_PUSH, B_PUSH_CSUM, B_JOIN, B_JOIN_ACK, B_ERROR, B_LEAVE, B_HELLO, B_ACKV };
+enum base { B_ACK, B_PUSH, B_PUSH_CSUM, B_JOIN, B_JOIN_ACK, B_ERROR, B_LEAVE, B_HELLO, B_ACKV,
+	B_WORKER_ACKV };
 
 static size_t
 make_leave(uint8_t *buf)
@@ -708,6 +743,8 @@ make_base(uint8_t *buf, enum base b)
 		return make_hello(buf, PHUB_WIRE_OP_RING_HELLO);
 	case B_ACKV:
 		return make_ackv(buf);
+	case B_WORKER_ACKV:
+		return make_worker_ackv(buf);
 	}
 	return 0;
 }
@@ -765,6 +802,8 @@ static const struct defect defects[] = {
 	{ "flag 0x80", PHUB_DROP_BAD_FLAGS, B_ACK, { XOR8(H(flags), 0x80) }, 0, 0 },
 	{ "HYPER on an ACK of 56 header bytes", PHUB_DROP_BAD_HYPER, B_ACK,
 	  { XOR8(H(flags), PHUB_WIRE_F_HYPER) }, 0, 0 },
+	{ "AUTH on an ACK of 56 header bytes", PHUB_DROP_BAD_AUTH_EXT, B_ACK,
+	  { XOR8(H(flags), PHUB_WIRE_F_AUTH) }, 0, 0 },
 	{ "csum set without the flag", PHUB_DROP_CSUM_WITHOUT_FLAG, B_ACK,
 	  { SET32(H(csum), 1) }, 0, 0 },
 	{ "payload bit flipped under CSUM", PHUB_DROP_BAD_CSUM, B_PUSH_CSUM,
@@ -773,8 +812,8 @@ static const struct defect defects[] = {
 	  { XOR8(H(iteration) + 3, 1) }, 0, 0 },
 	{ "opcode 0x7f", PHUB_DROP_BAD_OPCODE, B_ACK, { SET8(H(opcode), 0x7f) }, 0, 0 },
 	{ "opcode 0", PHUB_DROP_BAD_OPCODE, B_ACK, { SET8(H(opcode), 0) }, 0, 0 },
-	{ "opcode 0x45 of the ring range", PHUB_DROP_RESERVED_OPCODE, B_ACK,
-	  { SET8(H(opcode), 0x45) }, 0, 0 },
+	{ "opcode 0x46 of the ring range", PHUB_DROP_RESERVED_OPCODE, B_ACK,
+	  { SET8(H(opcode), 0x46) }, 0, 0 },
 	{ "PUSH of dtype 3", PHUB_DROP_BAD_DTYPE, B_PUSH, { SET8(H(dtype), 3) }, 0, 0 },
 	{ "PUSH of dtype NONE", PHUB_DROP_BAD_DTYPE, B_PUSH,
 	  { SET8(H(dtype), PHUB_WIRE_DTYPE_NONE) }, 0, 0 },
@@ -886,28 +925,44 @@ static const struct defect defects[] = {
 	  { SET16(HELLO_EP1_PORT, 0) }, 0, 0 },
 	{ "RING_HELLO position differs from the header's", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
 	  { SET16(H(worker_rank), 2) }, 0, 0 },
-	{ "RING_HELLO reserved half-word", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
-	  { SET16(HB(reserved), 1) }, 0, 0 },
+	{ "RING_HELLO unknown cap", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
+	  { SET16(HB(caps), 0x8000) }, 0, 0 },
+	{ "RING_HELLO state cap without its trailer", PHUB_DROP_RING_HELLO_FIELDS, B_HELLO,
+	  { SET16(HB(caps), PHUB_WIRE_RING_CAP_STATE) }, 0, 0 },
+	{ "RING_ACKV of no entry", PHUB_DROP_BODY_SHORT, B_ACKV,
+	  { SET16(H(payload_len), 0) }, 0, HDR },
+	{ "RING_ACKV of 2.5 entries", PHUB_DROP_RING_ACKV_FIELDS, B_ACKV,
+	  { SET16(H(payload_len), 40) }, -8, 0 },
+	{ "RING_ACKV entry flags 1", PHUB_DROP_RING_ACKV_FIELDS, B_ACKV,
+	  { SET16(HDR + 16 + 6, 1) }, 0, 0 },
+	{ "RING_ACKV step 30", PHUB_DROP_RING_ACKV_FIELDS, B_ACKV,
+	  { SET32(HDR + 32 + 12, 30) }, 0, 0 },
+	{ "RING_ACKV iteration in the header", PHUB_DROP_UNUSED_FIELD, B_ACKV,
+	  { SET32(H(iteration), 1) }, 0, 0 },
+	{ "RING_ACKV chunk in the header", PHUB_DROP_UNUSED_FIELD, B_ACKV,
+	  { SET32(H(chunk_id), 1) }, 0, 0 },
+	{ "RING_ACKV of dtype FP32", PHUB_DROP_BAD_DTYPE, B_ACKV,
+	  { SET8(H(dtype), PHUB_DTYPE_FP32) }, 0, 0 },
 	{ "RING_HELLO name unterminated", PHUB_DROP_JOIN_NAME_UNTERMINATED, B_HELLO,
 	  { { HB(name), P_FILL_NAME, 'a' } }, 0, 0 },
-	{ "ACKV of no entry", PHUB_DROP_ACKV_LENGTH, B_ACKV,
+	{ "ACKV of no entry", PHUB_DROP_ACKV_LENGTH, B_WORKER_ACKV,
 	  { SET16(H(payload_len), 0) }, 0, HDR },
-	{ "ACKV of two and a half entries", PHUB_DROP_ACKV_LENGTH, B_ACKV,
+	{ "ACKV of two and a half entries", PHUB_DROP_ACKV_LENGTH, B_WORKER_ACKV,
 	  { SET16(H(payload_len), 40) }, -8, 0 },
-	{ "ACKV of 47 bytes", PHUB_DROP_ACKV_LENGTH, B_ACKV,
+	{ "ACKV of 47 bytes", PHUB_DROP_ACKV_LENGTH, B_WORKER_ACKV,
 	  { SET16(H(payload_len), 47) }, -1, 0 },
-	{ "ACKV entry 2 with flag CSUM", PHUB_DROP_ACKV_ENTRY, B_ACKV,
+	{ "ACKV entry 2 with flag CSUM", PHUB_DROP_ACKV_ENTRY, B_WORKER_ACKV,
 	  { SET16(ACKV_FLAGS(2), PHUB_WIRE_F_CSUM) }, 0, 0 },
-	{ "ACKV entry 1 with flag 0x100", PHUB_DROP_ACKV_ENTRY, B_ACKV,
+	{ "ACKV entry 1 with flag 0x100", PHUB_DROP_ACKV_ENTRY, B_WORKER_ACKV,
 	  { SET16(ACKV_FLAGS(1), 0x100 | PHUB_WIRE_F_REPLAY) }, 0, 0 },
-	{ "ACKV with a chunk_id", PHUB_DROP_UNUSED_FIELD, B_ACKV,
+	{ "ACKV with a chunk_id", PHUB_DROP_UNUSED_FIELD, B_WORKER_ACKV,
 	  { SET32(H(chunk_id), 1) }, 0, 0 },
-	{ "ACKV with an aux", PHUB_DROP_UNUSED_FIELD, B_ACKV, { SET32(H(aux), 1) }, 0, 0 },
-	{ "ACKV with an iteration", PHUB_DROP_UNUSED_FIELD, B_ACKV,
+	{ "ACKV with an aux", PHUB_DROP_UNUSED_FIELD, B_WORKER_ACKV, { SET32(H(aux), 1) }, 0, 0 },
+	{ "ACKV with an iteration", PHUB_DROP_UNUSED_FIELD, B_WORKER_ACKV,
 	  { SET32(H(iteration), 1) }, 0, 0 },
-	{ "ACKV with elements", PHUB_DROP_UNUSED_FIELD, B_ACKV,
+	{ "ACKV with elements", PHUB_DROP_UNUSED_FIELD, B_WORKER_ACKV,
 	  { SET32(H(elem_count), 4) }, 0, 0 },
-	{ "ACKV with dtype FP32", PHUB_DROP_BAD_DTYPE, B_ACKV, { SET8(H(dtype), 0) }, 0, 0 },
+	{ "ACKV with dtype FP32", PHUB_DROP_BAD_DTYPE, B_WORKER_ACKV, { SET8(H(dtype), 0) }, 0, 0 },
 };
 #define N_DEFECTS ((int)(sizeof(defects) / sizeof(defects[0])))
 
@@ -1060,6 +1115,55 @@ START_TEST(test_push_with_hyper_round_trips_and_bad_values_are_refused)
 }
 END_TEST
 
+/* ---- the AUTH extension ---- */
+
+START_TEST(test_auth_extension_lengths_round_trip_and_exclude_csum)
+{
+	static uint8_t buf[BUF_SIZE];
+	struct phub_wire_msg m, back;
+	float payload[16] = { 2.5f };
+	int len;
+
+	phub_wire_msg_init(&m, PHUB_WIRE_OP_PUSH);
+	m.flags |= PHUB_WIRE_F_AUTH;
+	m.dtype = PHUB_DTYPE_FP32;
+	m.job_id = 1;
+	m.session_token = 2;
+	m.elem_count = 16;
+	m.payload = (const uint8_t *)payload;
+	m.payload_len = sizeof(payload);
+	len = phub_wire_encode(buf, sizeof(buf), &m);
+	ck_assert_int_eq(len, PHUB_WIRE_HDR_LEN + PHUB_WIRE_AUTH_TRAILER_LEN + 64);
+	ck_assert_int_eq(phub_wire_parse(buf, (size_t)len, &back), PHUB_DROP_OK);
+	ck_assert_int_eq(back.hdr_len, PHUB_WIRE_HDR_LEN + PHUB_WIRE_AUTH_TRAILER_LEN);
+	ck_assert(memcmp(back.payload, payload, sizeof(payload)) == 0);
+	/* The trailer goes after HYPER's extension. */
+	m.flags |= PHUB_WIRE_F_HYPER;
+	m.hyper_lr = 0.5f;
+	len = phub_wire_encode(buf, sizeof(buf), &m);
+	ck_assert_int_eq(len, PHUB_WIRE_HDR_LEN_HYPER + PHUB_WIRE_AUTH_TRAILER_LEN + 64);
+	ck_assert_int_eq(phub_wire_parse(buf, (size_t)len, &back), PHUB_DROP_OK);
+	ck_assert(back.hyper_lr == 0.5f);
+	/* A header of HYPER's length cannot hold the trailer too. */
+	buf[5] = PHUB_WIRE_HDR_LEN_HYPER + 16;
+	ck_assert_int_eq(phub_wire_parse(buf, (size_t)len - 8, &back), PHUB_DROP_BAD_AUTH_EXT);
+	/* The MAC replaces the CRC: both on one datagram is refused. */
+	m.flags |= PHUB_WIRE_F_CSUM;
+	ck_assert_int_eq(phub_wire_msg_check(&m), PHUB_DROP_BAD_AUTH_EXT);
+	ck_assert_int_eq(phub_wire_encode(buf, sizeof(buf), &m), -EINVAL);
+	/* Handshake opcodes carry the ephemeral key as well. */
+	ck_assert_uint_eq(phub_wire_auth_ext_len(PHUB_WIRE_OP_JOIN),
+			PHUB_WIRE_AUTH_PK_LEN + PHUB_WIRE_AUTH_TRAILER_LEN);
+	ck_assert_uint_eq(phub_wire_auth_ext_len(PHUB_WIRE_OP_RING_HELLO_ACK),
+			PHUB_WIRE_AUTH_PK_LEN + PHUB_WIRE_AUTH_TRAILER_LEN);
+	ck_assert_uint_eq(phub_wire_auth_ext_len(PHUB_WIRE_OP_PING), PHUB_WIRE_AUTH_TRAILER_LEN);
+	/* An authenticated session's segments leave room for the trailer. */
+	ck_assert_int_eq(phub_wire_max_elems_room(1500, PHUB_DTYPE_FP32,
+			PHUB_WIRE_AUTH_TRAILER_LEN), 336);
+	ck_assert_int_eq(phub_wire_max_elems_room(1500, PHUB_DTYPE_FP32, 0), 352);
+}
+END_TEST
+
 /* ---- truncation ---- */
 
 START_TEST(test_truncation_at_every_length_is_a_length_drop)
@@ -1118,6 +1222,42 @@ START_TEST(test_body_parsers_refuse_every_truncated_body)
 }
 END_TEST
 
+/* RING_ACKV: its entries come back as written; any cut of the body, and 65 entries, refused. */
+START_TEST(test_ring_ackv_round_trips_and_refuses_every_cut)
+{
+	static uint8_t buf[BUF_SIZE], big[(PHUB_WIRE_RING_ACKV_MAX + 1) * 16];
+	struct phub_wire_ring_ack e;
+	struct phub_wire_msg m;
+	size_t len = make_ackv(buf);
+	unsigned int count;
+
+	ck_assert_int_eq(phub_wire_parse(buf, len, &m), PHUB_DROP_OK);
+	ck_assert_uint_eq(m.opcode, PHUB_WIRE_OP_RING_ACKV);
+	ck_assert_uint_eq(m.worker_rank, 1);
+	ck_assert_int_eq(phub_wire_ring_ackv_parse(m.payload, m.payload_len, &count),
+			PHUB_DROP_OK);
+	ck_assert_uint_eq(count, 3);
+	for (unsigned int i = 0; i < count; i++) {
+		phub_wire_ring_ackv_get(m.payload, i, &e);
+		ck_assert_uint_eq(e.chunk_id, 40 + i);
+		ck_assert_uint_eq(e.seg_index, 7 * i);
+		ck_assert_uint_eq(e.iteration, 1000 + i);
+		ck_assert_uint_eq(e.step, i);
+	}
+	for (size_t k = 0; k < m.payload_len; k++)
+		if (k % 16 != 0 || k == 0)
+			ck_assert_int_ne(phub_wire_ring_ackv_parse(m.payload, k, &count),
+					PHUB_DROP_OK);
+	for (unsigned int i = 0; i <= PHUB_WIRE_RING_ACKV_MAX; i++)
+		phub_wire_ring_ackv_put(big, i, &(struct phub_wire_ring_ack){ .chunk_id = i });
+	ck_assert_int_eq(phub_wire_ring_ackv_parse(big, sizeof(big) - 16, &count), PHUB_DROP_OK);
+	ck_assert_uint_eq(count, PHUB_WIRE_RING_ACKV_MAX);
+	ck_assert_int_eq(phub_wire_ring_ackv_parse(big, sizeof(big), &count),
+			PHUB_DROP_RING_ACKV_FIELDS);
+	ck_assert_uint_eq(count, 0);
+}
+END_TEST
+
 START_TEST(test_ring_hello_round_trips_and_refuses_every_cut)
 {
 	static uint8_t buf[BUF_SIZE];
@@ -1139,6 +1279,7 @@ START_TEST(test_ring_hello_round_trips_and_refuses_every_cut)
 	ck_assert_uint_eq(h.endpoint_count, 2);
 	ck_assert_uint_eq(h.endpoints[1].ipv4, 0x0a1e0002);
 	ck_assert_uint_eq(h.endpoints[1].udp_port, 47002);
+	ck_assert_uint_eq(h.caps, PHUB_WIRE_RING_CAP_ALL);
 	body = malloc(m.payload_len);
 	ck_assert_ptr_nonnull(body);
 	memcpy(body, m.payload, m.payload_len);
@@ -1152,8 +1293,49 @@ START_TEST(test_ring_hello_round_trips_and_refuses_every_cut)
 			-EINVAL);
 	h.token = 1;
 	ck_assert_int_eq(phub_wire_ring_hello_write(buf, BUF_SIZE, PHUB_WIRE_OP_JOIN, &h), -EINVAL);
+	h.caps = 0x8000;
+	ck_assert_int_eq(phub_wire_ring_hello_write(buf, BUF_SIZE, PHUB_WIRE_OP_RING_HELLO, &h),
+			-EINVAL);
+	h.caps = 0;
 	ck_assert_int_eq(phub_wire_ring_hello_write(buf, HDR + 88, PHUB_WIRE_OP_RING_HELLO, &h),
 			-ENOSPC);
+	ck_assert(!h.state);
+}
+END_TEST
+
+/* A checkpointing PBox's HELLO: the flag and its 12-byte trailer after the endpoints. */
+START_TEST(test_ring_hello_state_trailer_round_trips)
+{
+	static uint8_t buf[BUF_SIZE];
+	struct phub_wire_ring_hello h, back;
+	struct phub_wire_msg m;
+	size_t len = make_hello(buf, PHUB_WIRE_OP_RING_HELLO);
+	int n;
+
+	ck_assert_int_eq(phub_wire_parse(buf, len, &m), PHUB_DROP_OK);
+	ck_assert_int_eq(phub_wire_ring_hello_parse(m.payload, m.payload_len, &h), PHUB_DROP_OK);
+	h.job_id = m.job_id;
+	h.state = true;
+	h.generation = 0x01020304u;
+	h.base_iteration = 0xfffffffeu;
+	h.newest_ckpt = PHUB_WIRE_RING_HELLO_NONE;
+	n = phub_wire_ring_hello_write(buf, BUF_SIZE, PHUB_WIRE_OP_RING_HELLO, &h);
+	ck_assert_int_eq(n, (int)len + PHUB_WIRE_RING_HELLO_STATE_BYTES);
+	ck_assert_int_eq(phub_wire_parse(buf, (size_t)n, &m), PHUB_DROP_OK);
+	ck_assert_int_eq(phub_wire_ring_hello_parse(m.payload, m.payload_len, &back), PHUB_DROP_OK);
+	ck_assert(back.state);
+	ck_assert_uint_eq(back.generation, 0x01020304u);
+	ck_assert_uint_eq(back.base_iteration, 0xfffffffeu);
+	ck_assert_uint_eq(back.newest_ckpt, PHUB_WIRE_RING_HELLO_NONE);
+	ck_assert_uint_eq(back.endpoints[1].udp_port, 47002);
+	/* The trailer without its cap is trailing bytes. */
+	ck_assert_uint_eq(back.caps, h.caps);
+	ck_assert_uint_eq(buf[HDR + offsetof(struct phub_wire_ring_hello_body, caps) + 1] &
+			PHUB_WIRE_RING_CAP_STATE, PHUB_WIRE_RING_CAP_STATE);
+	buf[HDR + offsetof(struct phub_wire_ring_hello_body, caps) + 1] &=
+		(uint8_t)~PHUB_WIRE_RING_CAP_STATE;
+	ck_assert_int_eq(phub_wire_ring_hello_parse(buf + HDR, m.payload_len, &back),
+			PHUB_DROP_RING_HELLO_FIELDS);
 }
 END_TEST
 
@@ -1167,7 +1349,7 @@ START_TEST(test_ackv_entries_round_trip_and_fit_the_mtu)
 	struct phub_wire_ackv_entry e;
 	struct phub_wire_msg m;
 	unsigned int n;
-	size_t len = make_ackv(buf);
+	size_t len = make_worker_ackv(buf);
 
 	ck_assert_uint_eq(len, HDR + 3 * 16);
 	ck_assert_int_eq(phub_wire_parse(buf, len, &m), PHUB_DROP_OK);
@@ -1560,12 +1742,14 @@ phub_wire_suite(void)
 	tcase_add_test(tc, test_every_wire_reason_has_a_defect_case);
 	tcase_add_test(tc, test_every_defect_case_starts_from_a_valid_packet);
 	tcase_add_test(tc, test_push_with_hyper_round_trips_and_bad_values_are_refused);
+	tcase_add_test(tc, test_auth_extension_lengths_round_trip_and_exclude_csum);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("truncation");
 	tcase_add_loop_test(tc, test_truncation_at_every_length_is_a_length_drop, 0, N_OPCODES);
 	tcase_add_test(tc, test_body_parsers_refuse_every_truncated_body);
 	tcase_add_test(tc, test_ring_hello_round_trips_and_refuses_every_cut);
+	tcase_add_test(tc, test_ring_hello_state_trailer_round_trips);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("crc32c");
@@ -1578,6 +1762,7 @@ phub_wire_suite(void)
 	tc = tcase_create("split_merge");
 	tcase_add_test(tc, test_join_of_500_keys_splits_and_merges_at_mtu_1500);
 	tcase_add_test(tc, test_join_of_500_keys_fits_one_datagram_at_mtu_9000);
+	tcase_add_test(tc, test_ring_ackv_round_trips_and_refuses_every_cut);
 	tcase_add_test(tc, test_join_merge_refuses_a_contradicting_segment);
 	tcase_add_test(tc, test_join_ack_of_5000_chunks_splits_and_merges_at_mtu_1500);
 	tcase_add_test(tc, test_join_ack_of_5000_chunks_splits_and_merges_at_mtu_9000);

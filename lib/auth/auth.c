@@ -1,0 +1,266 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The auth constructions over libsodium: PSK, key exchange, datagram MACs and the replay window. */
+
+#include <assert.h>
+#include <errno.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "phub_auth.h"
+
+static_assert(PHUB_AUTH_KEY_LEN == crypto_onetimeauth_KEYBYTES, "Poly1305 key");
+static_assert(PHUB_AUTH_TAG_LEN == crypto_onetimeauth_BYTES, "Poly1305 tag");
+static_assert(PHUB_AUTH_PK_LEN == crypto_scalarmult_BYTES, "X25519 public key");
+static_assert(PHUB_AUTH_SK_LEN == crypto_scalarmult_SCALARBYTES, "X25519 secret key");
+static_assert(PHUB_AUTH_WINDOW % 64 == 0, "the window is whole words");
+
+#define WINDOW_WORDS (sizeof(((struct phub_auth_window *)0)->bits) / sizeof(uint64_t))
+
+/* Domain separation: every hash of this file starts with its own label. */
+static const char LABEL_PSK[] = "PHub auth v1 psk";
+static const char LABEL_KEYS[] = "PHub auth v1 session keys";
+static const char LABEL_CONFIRM[] = "PHub auth v1 confirm";
+static const char LABEL_RING[] = "PHub auth v1 ring hello";
+
+int
+phub_auth_init(void)
+{
+	/* 0 the first time, 1 after: both fine; -1 only when no randomness source works. */
+	return sodium_init() < 0 ? -EIO : 0;
+}
+
+static void
+st64_be(uint8_t *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--) {
+		p[i] = (uint8_t)v;
+		v >>= 8;
+	}
+}
+
+static uint64_t
+ld64_be(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+void
+phub_auth_psk(uint8_t psk[PHUB_AUTH_KEY_LEN], const char *job_name, uint64_t nonce)
+{
+	crypto_generichash_state st;
+	uint8_t name[64] = { 0 };
+	uint8_t n[8];
+
+	/* The name is bound in, so two jobs that share a nonce still get two keys. */
+	strncpy((char *)name, job_name, sizeof(name) - 1);
+	st64_be(n, nonce);
+	crypto_generichash_init(&st, NULL, 0, PHUB_AUTH_KEY_LEN);
+	crypto_generichash_update(&st, (const uint8_t *)LABEL_PSK, sizeof(LABEL_PSK));
+	crypto_generichash_update(&st, name, sizeof(name));
+	crypto_generichash_update(&st, n, sizeof(n));
+	crypto_generichash_final(&st, psk, PHUB_AUTH_KEY_LEN);
+	sodium_memzero(n, sizeof(n));
+	sodium_memzero(&st, sizeof(st));
+}
+
+uint64_t
+phub_auth_ring_proof(const uint8_t psk[PHUB_AUTH_KEY_LEN])
+{
+	uint8_t out[8];
+
+	crypto_generichash(out, sizeof(out), (const uint8_t *)LABEL_RING, sizeof(LABEL_RING), psk,
+			PHUB_AUTH_KEY_LEN);
+	return ld64_be(out);
+}
+
+void
+phub_auth_keypair(uint8_t pk[PHUB_AUTH_PK_LEN], uint8_t sk[PHUB_AUTH_SK_LEN])
+{
+	randombytes_buf(sk, PHUB_AUTH_SK_LEN);
+	crypto_scalarmult_base(pk, sk);
+}
+
+int
+phub_auth_session_keys(struct phub_auth_keys *keys, const uint8_t psk[PHUB_AUTH_KEY_LEN],
+		const uint8_t my_sk[PHUB_AUTH_SK_LEN], const uint8_t peer_pk[PHUB_AUTH_PK_LEN],
+		const uint8_t initiator_pk[PHUB_AUTH_PK_LEN],
+		const uint8_t responder_pk[PHUB_AUTH_PK_LEN], bool initiator)
+{
+	uint8_t dh[crypto_scalarmult_BYTES];
+	uint8_t out[2 * PHUB_AUTH_KEY_LEN];
+	crypto_generichash_state st;
+
+	/* libsodium refuses a low-order point (the shared secret would be all zero). */
+	if (crypto_scalarmult(dh, my_sk, peer_pk) != 0)
+		return -EINVAL;
+	/*
+	 * crypto_kx's derivation (BLAKE2b-512 of the shared secret and both public keys) keyed
+	 * with the PSK: the keys need both an ephemeral secret and the job's secret.
+	 */
+	crypto_generichash_init(&st, psk, PHUB_AUTH_KEY_LEN, sizeof(out));
+	crypto_generichash_update(&st, (const uint8_t *)LABEL_KEYS, sizeof(LABEL_KEYS));
+	crypto_generichash_update(&st, dh, sizeof(dh));
+	crypto_generichash_update(&st, initiator_pk, PHUB_AUTH_PK_LEN);
+	crypto_generichash_update(&st, responder_pk, PHUB_AUTH_PK_LEN);
+	crypto_generichash_final(&st, out, sizeof(out));
+	memcpy(initiator ? keys->tx : keys->rx, out, PHUB_AUTH_KEY_LEN);
+	memcpy(initiator ? keys->rx : keys->tx, out + PHUB_AUTH_KEY_LEN, PHUB_AUTH_KEY_LEN);
+
+	crypto_generichash_init(&st, psk, PHUB_AUTH_KEY_LEN, PHUB_AUTH_KEY_LEN);
+	crypto_generichash_update(&st, (const uint8_t *)LABEL_CONFIRM, sizeof(LABEL_CONFIRM));
+	crypto_generichash_update(&st, dh, sizeof(dh));
+	crypto_generichash_update(&st, initiator_pk, PHUB_AUTH_PK_LEN);
+	crypto_generichash_update(&st, responder_pk, PHUB_AUTH_PK_LEN);
+	crypto_generichash_final(&st, keys->confirm, PHUB_AUTH_KEY_LEN);
+
+	sodium_memzero(dh, sizeof(dh));
+	sodium_memzero(out, sizeof(out));
+	sodium_memzero(&st, sizeof(st));
+	return 0;
+}
+
+/* The 96-bit ChaCha20 nonce of seq: the direction is in the key, the stream in seq. */
+static void
+seq_nonce(uint8_t nonce[crypto_stream_chacha20_ietf_NONCEBYTES], uint64_t seq)
+{
+	memset(nonce, 0, crypto_stream_chacha20_ietf_NONCEBYTES);
+	st64_be(nonce + 4, seq);
+}
+
+static void
+poly_tag(uint8_t tag[PHUB_AUTH_TAG_LEN], const uint8_t key[PHUB_AUTH_KEY_LEN], uint64_t seq,
+		const uint8_t *hdr, size_t hdr_len, const void *payload, size_t payload_len)
+{
+	uint8_t nonce[crypto_stream_chacha20_ietf_NONCEBYTES];
+	uint8_t otk[crypto_onetimeauth_KEYBYTES];
+	crypto_onetimeauth_state st;
+
+	seq_nonce(nonce, seq);
+	crypto_stream_chacha20_ietf(otk, sizeof(otk), nonce, key);
+	crypto_onetimeauth_init(&st, otk);
+	/* hdr_len and payload_len are in the header, so the two parts cannot be re-cut. */
+	crypto_onetimeauth_update(&st, hdr, hdr_len - PHUB_AUTH_TAG_LEN);
+	if (payload_len != 0)
+		crypto_onetimeauth_update(&st, payload, payload_len);
+	crypto_onetimeauth_final(&st, tag);
+	sodium_memzero(otk, sizeof(otk));
+}
+
+static void
+hs_tag(uint8_t tag[PHUB_AUTH_TAG_LEN], const uint8_t key[PHUB_AUTH_KEY_LEN],
+		const uint8_t *hdr, size_t hdr_len, const void *payload, size_t payload_len)
+{
+	crypto_generichash_state st;
+
+	crypto_generichash_init(&st, key, PHUB_AUTH_KEY_LEN, PHUB_AUTH_TAG_LEN);
+	crypto_generichash_update(&st, hdr, hdr_len - PHUB_AUTH_TAG_LEN);
+	if (payload_len != 0)
+		crypto_generichash_update(&st, payload, payload_len);
+	crypto_generichash_final(&st, tag, PHUB_AUTH_TAG_LEN);
+}
+
+void
+phub_auth_seal(const uint8_t key[PHUB_AUTH_KEY_LEN], uint64_t seq, void *hdr, size_t hdr_len,
+		const void *payload, size_t payload_len)
+{
+	uint8_t *h = hdr;
+
+	st64_be(h + hdr_len - PHUB_AUTH_TRAILER_LEN, seq);
+	poly_tag(h + hdr_len - PHUB_AUTH_TAG_LEN, key, seq, h, hdr_len, payload, payload_len);
+}
+
+bool
+phub_auth_open(const uint8_t key[PHUB_AUTH_KEY_LEN], const void *hdr, size_t hdr_len,
+		const void *payload, size_t payload_len, uint64_t *seq)
+{
+	const uint8_t *h = hdr;
+	uint8_t tag[PHUB_AUTH_TAG_LEN];
+	bool ok;
+
+	if (hdr_len < PHUB_AUTH_TRAILER_LEN)
+		return false;
+	*seq = ld64_be(h + hdr_len - PHUB_AUTH_TRAILER_LEN);
+	poly_tag(tag, key, *seq, h, hdr_len, payload, payload_len);
+	ok = crypto_verify_16(tag, h + hdr_len - PHUB_AUTH_TAG_LEN) == 0;
+	return ok;
+}
+
+void
+phub_auth_hs_seal(const uint8_t key[PHUB_AUTH_KEY_LEN], uint64_t seq, void *hdr,
+		size_t hdr_len, const void *payload, size_t payload_len)
+{
+	uint8_t *h = hdr;
+
+	st64_be(h + hdr_len - PHUB_AUTH_TRAILER_LEN, seq);
+	hs_tag(h + hdr_len - PHUB_AUTH_TAG_LEN, key, h, hdr_len, payload, payload_len);
+}
+
+bool
+phub_auth_hs_open(const uint8_t key[PHUB_AUTH_KEY_LEN], const void *hdr, size_t hdr_len,
+		const void *payload, size_t payload_len, uint64_t *seq)
+{
+	const uint8_t *h = hdr;
+	uint8_t tag[PHUB_AUTH_TAG_LEN];
+
+	if (hdr_len < PHUB_AUTH_TRAILER_LEN)
+		return false;
+	*seq = ld64_be(h + hdr_len - PHUB_AUTH_TRAILER_LEN);
+	hs_tag(tag, key, h, hdr_len, payload, payload_len);
+	return crypto_verify_16(tag, h + hdr_len - PHUB_AUTH_TAG_LEN) == 0;
+}
+
+void
+phub_auth_window_reset(struct phub_auth_window *w)
+{
+	memset(w, 0, sizeof(*w));
+}
+
+bool
+phub_auth_window_check(const struct phub_auth_window *w, uint64_t counter)
+{
+	/* Ahead of everything seen: new. */
+	if (counter >= w->top)
+		return true;
+	/* Further behind than the bitmap reaches: can no longer tell, so refuse. */
+	if (w->top - counter > PHUB_AUTH_WINDOW)
+		return false;
+	return !(w->bits[(counter / 64) % WINDOW_WORDS] & (UINT64_C(1) << (counter % 64)));
+}
+
+bool
+phub_auth_window_update(struct phub_auth_window *w, uint64_t counter)
+{
+	if (!phub_auth_window_check(w, counter))
+		return false;
+	if (counter >= w->top) {
+		/* Clear the words the window slides onto: they hold counters a lap older. */
+		uint64_t first = w->top == 0 ? 0 : (w->top - 1) / 64 + 1;
+		uint64_t last = counter / 64;
+
+		if (w->top == 0 || (last >= first && last - first + 1 >= WINDOW_WORDS))
+			memset(w->bits, 0, sizeof(w->bits));
+		else
+			for (uint64_t i = first; i <= last; i++)
+				w->bits[i % WINDOW_WORDS] = 0;
+		w->top = counter + 1;
+	}
+	w->bits[(counter / 64) % WINDOW_WORDS] |= UINT64_C(1) << (counter % 64);
+	return true;
+}
+
+bool
+phub_auth_key_equal(const uint8_t a[PHUB_AUTH_KEY_LEN], const uint8_t b[PHUB_AUTH_KEY_LEN])
+{
+	return sodium_memcmp(a, b, PHUB_AUTH_KEY_LEN) == 0;
+}
+
+void
+phub_auth_wipe(void *p, size_t len)
+{
+	sodium_memzero(p, len);
+}

@@ -1,0 +1,79 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Probes a rack scenario runs inside a namespace (ip netns exec NS python3 -m phubrack.probe):
+ICMP echo on a raw socket (iputils may not be installed), a one-exchange TCP session, an HTTP
+GET (a service on the namespace's loopback).
+
+  ping HOST [COUNT]      COUNT (3) echo requests, each answered within 2 s, else exit 1
+  serve HOST PORT        accept one TCP connection (20 s), answer "SSH-2.0-pbox-host " + what
+                         it sent
+  hello HOST PORT        connect, send "hello", print the answer
+  get URL                print the body of an HTTP GET (5 s), exit 1 when it fails
+"""
+
+import os
+import socket
+import struct
+import sys
+import urllib.request
+
+
+def _csum(b):
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    s = (s >> 16) + (s & 0xffff)
+    s += s >> 16
+    return ~s & 0xffff
+
+
+def ping(host, count=3):
+    r = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    r.settimeout(2)
+    for seq in range(count):
+        body = struct.pack("!BBHHH", 8, 0, 0, os.getpid() & 0xffff, seq) + b"phub-ping"
+        body = body[:2] + struct.pack("!H", _csum(body + b"\0")) + body[4:]
+        r.sendto(body, (host, 0))
+        while True:
+            pkt, src = r.recvfrom(2048)
+            ihl = (pkt[0] & 15) * 4
+            if (src[0] == host and pkt[ihl] == 0
+                    and struct.unpack("!H", pkt[ihl + 6:ihl + 8])[0] == seq):
+                break
+    return count
+
+
+def serve(host, port):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, port))
+    s.listen(1)
+    s.settimeout(20)
+    c, _ = s.accept()
+    c.sendall(b"SSH-2.0-pbox-host " + c.recv(64))
+
+
+def hello(host, port):
+    c = socket.create_connection((host, port), timeout=10)
+    c.sendall(b"hello")
+    return c.recv(64).decode()
+
+
+def main(argv):
+    if len(argv) >= 2 and argv[0] == "ping":
+        print("%d echo replies" % ping(argv[1], int(argv[2]) if len(argv) > 2 else 3))
+    elif len(argv) == 3 and argv[0] == "serve":
+        serve(argv[1], int(argv[2]))
+    elif len(argv) == 3 and argv[0] == "hello":
+        print(hello(argv[1], int(argv[2])))
+    elif len(argv) == 2 and argv[0] == "get":
+        try:
+            sys.stdout.write(urllib.request.urlopen(argv[1], timeout=5).read().decode())
+        except OSError as e:
+            sys.stderr.write("%s: %s\n" % (argv[1], e))
+            return 1
+    else:
+        sys.stderr.write(__doc__)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

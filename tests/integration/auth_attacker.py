@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""The on-path host of auth_rack.sh: it sees every frame of an authenticated job on the ToR
+(a bridge that floods), records them, then replays, reorders, flips bits, forges with the
+tokens it saw and JOINs with what it saw. Prints a JSON report of what it sent, by the drop
+reason each attempt must be counted under at the PBox.
+
+usage: auth_attacker.py IFACE PBOX_IP PUSHES REPORT
+Records until it has seen PUSHES authenticated PUSHes (at most 60 s), then attacks at once, so
+that the job is still running whatever the machine's speed.
+"""
+
+import json
+import os
+import random
+import socket
+import struct
+import sys
+import time
+
+ETH_P_ALL = 0x0003
+ETH_P_IP = 0x0800
+MAGIC = b"PH"
+F_AUTH = 0x20
+OP_JOIN, OP_PUSH, OP_PULL = 0x01, 0x10, 0x13
+HDR = 56
+TRAILER = 24
+
+
+class Frame:
+    """One Ethernet frame carrying a PHub datagram over IPv4/UDP."""
+
+    def __init__(self, raw):
+        self.raw = bytearray(raw)
+        ihl = (raw[14] & 0x0F) * 4
+        self.ip = 14
+        self.udp = 14 + ihl
+        self.phub = self.udp + 8
+        self.src = socket.inet_ntoa(raw[26:30])
+        self.dst = socket.inet_ntoa(raw[30:34])
+        self.src_port, self.dst_port = struct.unpack("!HH", raw[self.udp:self.udp + 4])
+        p = self.phub
+        self.opcode = raw[p + 3]
+        self.flags = raw[p + 4]
+        self.hdr_len = raw[p + 5]
+        self.job_id, = struct.unpack("!I", raw[p + 8:p + 12])
+        self.rank, = struct.unpack("!H", raw[p + 12:p + 14])
+        self.token, = struct.unpack("!Q", raw[p + 24:p + 32])
+
+    def copy(self):
+        return Frame(bytes(self.raw))
+
+    def no_udp_csum(self):
+        """UDP checksum 0 (none, for IPv4): the datagram's own MAC is what must catch it."""
+        self.raw[self.udp + 6:self.udp + 8] = b"\0\0"
+        return self
+
+
+def is_phub(raw):
+    if len(raw) < 14 + 20 + 8 + HDR or struct.unpack("!H", raw[12:14])[0] != ETH_P_IP:
+        return False
+    if raw[23] != socket.IPPROTO_UDP or (raw[20] & 0x3F) or raw[21] or (raw[20] & 0x20):
+        return False
+    ihl = (raw[14] & 0x0F) * 4
+    return raw[14 + ihl + 8:14 + ihl + 10] == MAGIC
+
+
+def record(sock, pbox, pushes):
+    frames = []
+    seen = 0
+    end = time.monotonic() + 60
+    sock.settimeout(0.2)
+    while time.monotonic() < end and seen < pushes:
+        try:
+            raw, _ = sock.recvfrom(65535)
+        except socket.timeout:
+            continue
+        if is_phub(raw):
+            f = Frame(raw)
+            if pbox in (f.src, f.dst):
+                frames.append(f)
+                seen += f.dst == pbox and f.opcode == OP_PUSH and bool(f.flags & F_AUTH)
+    return frames
+
+
+def main():
+    iface, pbox, pushes, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    rng = random.Random(25)
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    sock.bind((iface, 0))
+    frames = record(sock, pbox, pushes)
+    to_pbox = [f for f in frames if f.dst == pbox]
+    joins = [f for f in to_pbox if f.opcode == OP_JOIN]
+    pushes = [f for f in to_pbox if f.opcode == OP_PUSH and f.flags & F_AUTH]
+    from_pbox = [f for f in frames if f.src == pbox]
+    report = {"recorded": len(frames), "joins_seen": len(joins), "pushes_seen": len(pushes),
+              "plain_pushes_seen": sum(1 for f in to_pbox if f.opcode == OP_PUSH
+                                       and not f.flags & F_AUTH),
+              "expect": {}, "sent": 0}
+    # A JOIN carries no nonce in clear: the body's nonce field (offset 64) is 0.
+    report["join_nonces_in_clear"] = sum(
+        1 for f in joins if f.raw[f.phub + f.hdr_len + 64:f.phub + f.hdr_len + 72] != bytes(8))
+    if not pushes or not joins:
+        json.dump(report, open(out, "w"), indent=1)
+        print("recorded no authenticated PUSH or JOIN", file=sys.stderr)
+        return 1
+
+    def send(label, reason, batch):
+        for f in batch:
+            sock.send(bytes(f.raw))
+            time.sleep(0.0005)
+        report["expect"][reason] = report["expect"].get(reason, 0) + len(batch)
+        report.setdefault("attempts", {})[label] = len(batch)
+        report["sent"] += len(batch)
+
+    n = min(200, len(pushes))
+    # Replays: worker -> PBox datagrams sent again as they were, source and all.
+    send("replay", "auth_replay", pushes[-n:])
+    # Reordered: the same in reverse order, and a shuffle of older ones.
+    older = pushes[:n]
+    rng.shuffle(older)
+    send("reorder", "auth_replay", list(reversed(pushes[-n:])) + older)
+    # Bit flips: one bit of the payload, one of the header (iteration), one of the tag.
+    flips = []
+    for f in pushes[-n:]:
+        g = f.copy()
+        at = g.phub + g.hdr_len + rng.randrange(len(g.raw) - g.phub - g.hdr_len)
+        g.raw[at] ^= 1 << rng.randrange(8)
+        flips.append(g.no_udp_csum())
+        g = f.copy()
+        g.raw[g.phub + 39] ^= 1
+        flips.append(g.no_udp_csum())
+        g = f.copy()
+        g.raw[g.phub + g.hdr_len - 1] ^= 0x80
+        flips.append(g.no_udp_csum())
+    send("bit-flip", "auth_bad_tag", flips)
+    # Forged with the sniffed job id, rank and token: a fresh sequence number and a made-up
+    # tag; and the same without flag AUTH, its header as a plain datagram.
+    forged, plain = [], []
+    for f in pushes[-n:]:
+        g = f.copy()
+        t = g.phub + g.hdr_len - TRAILER
+        channel, = struct.unpack("!H", g.raw[t:t + 2])
+        g.raw[t:t + 8] = struct.pack("!Q", (channel << 48) | (1 << 40) | rng.randrange(1 << 20))
+        g.raw[t + 8:t + 24] = bytes(rng.randrange(256) for _ in range(16))
+        forged.append(g.no_udp_csum())
+        g = f.copy()
+        hl = g.hdr_len - TRAILER
+        body = g.raw[g.phub + g.hdr_len:]
+        g.raw[g.phub + 4] &= ~F_AUTH & 0xFF
+        g.raw[g.phub + 5] = hl
+        g.raw = g.raw[:g.phub + hl] + body
+        # Shorter by the trailer: the IP and UDP lengths, the IP checksum.
+        ip_len = len(g.raw) - 14
+        g.raw[g.ip + 2:g.ip + 4] = struct.pack("!H", ip_len)
+        g.raw[g.ip + 10:g.ip + 12] = b"\0\0"
+        s = sum(struct.unpack("!%dH" % ((g.udp - g.ip) // 2), bytes(g.raw[g.ip:g.udp])))
+        while s >> 16:
+            s = (s & 0xFFFF) + (s >> 16)
+        g.raw[g.ip + 10:g.ip + 12] = struct.pack("!H", ~s & 0xFFFF)
+        g.raw[g.udp + 4:g.udp + 6] = struct.pack("!H", len(g.raw) - g.udp)
+        plain.append(g.no_udp_csum())
+    send("forged-tag", "auth_bad_tag", forged)
+    send("forged-plain", "auth_missing", plain)
+    # JOINs with what it saw: the recorded JOIN from this host's own address (the session
+    # lives: it must not move), and the JOIN with another ephemeral key in it (its MAC fails).
+    mine = []
+    my_mac = open(f"/sys/class/net/{iface}/address").read().strip()
+    my_ip = socket.inet_aton(os.environ["ATTACKER_IP"])
+    for f in joins:
+        g = f.copy()
+        g.raw[6:12] = bytes.fromhex(my_mac.replace(":", ""))
+        g.raw[26:30] = my_ip
+        g.raw[g.ip + 10:g.ip + 12] = b"\0\0"
+        s = sum(struct.unpack("!%dH" % ((g.udp - g.ip) // 2), bytes(g.raw[g.ip:g.udp])))
+        while s >> 16:
+            s = (s & 0xFFFF) + (s >> 16)
+        g.raw[g.ip + 10:g.ip + 12] = struct.pack("!H", ~s & 0xFFFF)
+        mine.append(g.no_udp_csum())
+    send("join-replay", "auth_join_replay", mine)
+    other = []
+    for f in joins:
+        g = f.copy()
+        k = g.phub + g.hdr_len - TRAILER - 32
+        g.raw[k:k + 32] = bytes(rng.randrange(256) for _ in range(32))
+        other.append(g.no_udp_csum())
+    send("join-other-key", "auth_bad_tag", other)
+    # What the PBox sent to the workers, sent to them again: their libphub drops it. From
+    # this host's MAC: frames with the PBox's would teach the virtual rack's bridge in front
+    # of the PBox's tap that the PBox lives on the ToR's side (an L2 attack, not ours here).
+    back = [f for f in from_pbox if f.flags & F_AUTH][-n:]
+    for f in back:
+        g = f.copy()
+        g.raw[6:12] = bytes.fromhex(my_mac.replace(":", ""))
+        sock.send(bytes(g.raw))
+    report["replayed_to_workers"] = len(back)
+    json.dump(report, open(out, "w"), indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
