@@ -145,6 +145,7 @@ struct pbox_frame_peer {
 	uint16_t udp_port;	/* network order */
 	uint16_t rank;		/* network order */
 	uint64_t token;		/* network order */
+	uint32_t aux;		/* network order: the rank's PUSH stamp a MODEL echoes (ACKV) */
 };
 
 /*
@@ -171,6 +172,7 @@ pbox_frame_retarget(uint8_t *frame, const struct pbox_frame_peer *from,
 	udp_csum = phub_net_csum_update32(udp_csum, (uint32_t)from->token, (uint32_t)to->token);
 	udp_csum = phub_net_csum_update32(udp_csum, (uint32_t)(from->token >> 32),
 			(uint32_t)(to->token >> 32));
+	udp_csum = phub_net_csum_update32(udp_csum, from->aux, to->aux);
 	/* 0 means "no checksum" in UDP over IPv4: send its other form. */
 	if (udp_csum == 0)
 		udp_csum = 0xffff;
@@ -181,6 +183,7 @@ pbox_frame_retarget(uint8_t *frame, const struct pbox_frame_peer *from,
 	memcpy(udp + 6, &udp_csum, sizeof(udp_csum));
 	memcpy(h + 12, &to->rank, sizeof(to->rank));
 	memcpy(h + 24, &to->token, sizeof(to->token));
+	memcpy(h + 48, &to->aux, sizeof(to->aux));
 }
 
 #endif /* PBOX_ACK_H */

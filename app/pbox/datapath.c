@@ -249,6 +249,117 @@ send_ack(struct pbox_lcore *lc, const struct phub_engine_job *job, struct rx_fra
 	reply_in_place(lc, f, tx_port, &ack, auth.job != NULL ? &auth : NULL);
 }
 
+/* Whether a worker (its wire rank) asked in its JOIN for ACKV instead of one ACK per PUSH. */
+static inline bool
+rank_wants_ackv(const struct phub_engine_job *job, uint16_t wire_rank)
+{
+	struct phub_engine_peer peer;
+	uint64_t token;
+	uint16_t rank;
+
+	return phub_engine_job_local_rank(job, wire_rank, &rank) &&
+		phub_engine_job_rank(job, rank, &peer, &token) &&
+		(peer.flags & PHUB_ENGINE_PEER_F_ACKV) != 0;
+}
+
+/* One ACKV to one rank (phub_ackv_flush()'s send): a new frame, built and summed in full. */
+static void
+ackv_send(void *arg, const struct phub_ackv_pending *to, const struct phub_wire_ackv_entry *e,
+		unsigned int n)
+{
+	struct pbox_lcore *lc = arg;
+	const struct phub_engine_job *job = to->job;
+	uint16_t len = (uint16_t)(PHUB_WIRE_HDR_LEN + n * PHUB_WIRE_ACKV_ENTRY_LEN);
+	struct phub_engine_peer peer;
+	struct phub_wire_msg hdr;
+	struct rte_mbuf *m;
+	uint64_t token;
+	uint16_t rank;
+	uint8_t *p;
+
+	/* The rank left or was replaced within the turn: its ACKs have nobody to go to. */
+	if (!phub_engine_job_local_rank(job, to->rank, &rank) ||
+	    !phub_engine_job_rank(job, rank, &peer, &token))
+		return;
+	m = rte_pktmbuf_alloc(lc->pool);
+	if (unlikely(m == NULL)) {
+		lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
+		return;
+	}
+	p = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(L2_L3_L4_LEN + len));
+	if (unlikely(p == NULL)) {
+		rte_pktmbuf_free(m);
+		lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
+		return;
+	}
+	phub_wire_msg_init(&hdr, PHUB_WIRE_OP_ACKV);
+	hdr.job_id = to->job_id;
+	hdr.session_token = token;
+	hdr.worker_rank = to->rank;
+	hdr.payload_len = (uint16_t)(n * PHUB_WIRE_ACKV_ENTRY_LEN);
+	hdr.payload = p + L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN;
+	if (peer.flags & PHUB_ENGINE_PEER_F_CSUM)
+		hdr.flags |= PHUB_WIRE_F_CSUM;	/* phub_wire_encode() computes it */
+	phub_wire_ackv_put(p + L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN, e, n);
+	phub_net_udp_build(m, &pbox.ports[to->port].mac, (const struct rte_ether_addr *)peer.mac,
+			pbox.ports[to->port].ipv4, peer.ipv4, lc->udp_port, peer.udp_port, len);
+	if (unlikely(phub_wire_encode(p + L2_L3_L4_LEN, len, &hdr) < 0)) {
+		lc->stats.encode_errors++;
+		rte_pktmbuf_free(m);
+		return;
+	}
+	phub_net_udp_csum_finish(m, (uint16_t)(sizeof(struct rte_udp_hdr) + len), 0);
+	lc->stats.ackv_sent++;
+	lc->stats.ackv_entries += n;
+	tx_enqueue(lc, to->port, m);
+}
+
+/* Entries per ACKV: the smallest port MTU's, as the JOIN_ACK tells the workers (control.c). */
+static unsigned int
+ackv_max_entries(void)
+{
+	unsigned int mtu = UINT16_MAX;
+
+	for (uint16_t pi = 0; pi < pbox.n_ports; pi++)
+		mtu = RTE_MIN(mtu, (unsigned int)pbox.ports[pi].mtu);
+	return phub_wire_ackv_max_entries(mtu);
+}
+
+/* The ACKs this turn owes, as one ACKV per rank (more when they exceed the port's MTU). */
+static void
+ackv_flush(struct pbox_lcore *lc)
+{
+	if (lc->ackv.n == 0)
+		return;
+	phub_ackv_flush(&lc->ackv, ackv_max_entries(), ackv_send, lc);
+}
+
+/*
+ * The ACK of a PUSH: at once, or, to a rank that takes ACKV, owed until the turn's end, where
+ * the ACKs of the turn leave together, or are dropped if the segment's MODEL to that rank
+ * leaves first and echoes the PUSH's stamp (send_model).
+ */
+static void
+answer_ack(struct pbox_lcore *lc, struct phub_engine_job *job, struct rx_frame *f,
+		uint16_t tx_port)
+{
+	struct phub_wire_ackv_entry e;
+
+	if (!rank_wants_ackv(job, f->msg.worker_rank)) {
+		send_ack(lc, job, f, tx_port);
+		return;
+	}
+	e.chunk_id = f->msg.chunk_id;
+	e.seg_index = f->msg.seg_index;
+	e.flags = f->msg.flags & PHUB_WIRE_F_LAST;
+	e.iteration = f->msg.iteration;
+	e.aux = f->msg.aux;
+	if (unlikely(phub_ackv_full(&lc->ackv)))
+		ackv_flush(lc);
+	phub_ackv_add(&lc->ackv, job, f->msg.job_id, f->msg.worker_rank, tx_port, &e);
+	rte_pktmbuf_free(f->m);
+}
+
 /*
  * The headers of the first MODEL frame built in full in a broadcast, for the next ranks': copied
  * and retargeted (ack.h) instead of built and summed again.
@@ -305,6 +416,7 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 	to.udp_port = rte_cpu_to_be_16(peer->udp_port);
 	to.rank = rte_cpu_to_be_16(hdr->worker_rank);
 	to.token = rte_cpu_to_be_64(hdr->session_token);
+	to.aux = rte_cpu_to_be_32(hdr->aux);
 	/* Each authenticated frame has its own sequence number and MAC: built, not copied. */
 	copied = prev->valid && prev->flags == hdr->flags && auth == NULL;
 	if (copied) {
@@ -478,6 +590,26 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 			continue;
 		hdr.worker_rank = (uint16_t)(base + r);
 		hdr.session_token = token;
+		/*
+		 * A rank that takes ACKV and owes this turn an ACK of this segment: the MODEL is
+		 * that ACK, and echoes the PUSH's stamp for its RTT sample.
+		 */
+		if (all) {
+			hdr.aux = 0;
+			if ((peer.flags & PHUB_ENGINE_PEER_F_ACKV) && lc->ackv.live != 0 &&
+			    phub_ackv_take(&lc->ackv, hdr.job_id, hdr.worker_rank, hdr.chunk_id,
+					hdr.seg_index, hdr.iteration, &hdr.aux))
+				lc->stats.acks_in_model++;
+		}
+		/*
+		 * The rank's other ACKs of this turn leave before a MODEL with a stamp: an answer
+		 * to a later PUSH ahead of an earlier one's ACK makes the worker take that one
+		 * for lost (RACK), and on a rate-limited link the turn's MODELs delay an ACKV at
+		 * the turn's end by milliseconds.
+		 */
+		if (hdr.aux != 0 && (peer.flags & PHUB_ENGINE_PEER_F_ACKV) && lc->ackv.live != 0)
+			phub_ackv_flush_rank(&lc->ackv, hdr.job_id, hdr.worker_rank,
+					ackv_max_entries(), ackv_send, lc);
 		hdr.flags &= (uint8_t)~PHUB_WIRE_F_CSUM;
 		auth.rank = r;
 		if ((peer.flags & PHUB_ENGINE_PEER_F_CSUM) && auth.job == NULL) {
@@ -982,13 +1114,13 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 		 * so without the ACK a job of one rank had no RTT sample and no evidence of loss,
 		 * and recovered each lost segment by a lone probe per RTO (200 ms).
 		 */
-		send_ack(lc, job, f, tx_port);
+		answer_ack(lc, job, f, tx_port);
 		send_model(lc, job, &f->msg, &reply, tx_port, true);
 	} else if (reply.actions & PHUB_ENGINE_MODEL_ONE) {
 		send_model(lc, job, &f->msg, &reply, tx_port, false);
 		rte_pktmbuf_free(f->m);
 	} else {
-		send_ack(lc, job, f, tx_port);
+		answer_ack(lc, job, f, tx_port);
 	}
 }
 
@@ -1409,6 +1541,8 @@ pbox_lcore_main(void *arg)
 		/* The turn's ring datagrams are acknowledged together, one RING_ACKV. */
 		ring_ackv_flush(lc);
 
+		/* The turn's ACKs, one ACKV per rank, before the flush that sends them. */
+		ackv_flush(lc);
 		cur_tsc = rte_rdtsc();
 		work += ring_poll(lc, cur_tsc);
 		/* A loop that produced answers sends them now; an idle one every drain_tsc. */

@@ -19,6 +19,7 @@
 #include <rte_ring.h>
 
 #include "config/phub_config.h"
+#include "engine/phub_ackv.h"
 #include "engine/phub_engine.h"
 #include "net/phub_net.h"
 #include "wire/phub_wire.h"
@@ -88,6 +89,9 @@ struct pbox_lcore_stats {
 	uint64_t pongs;
 	uint64_t models_sent;
 	uint64_t acks_sent;
+	uint64_t ackv_sent;		/* ACKV datagrams (ranks that asked in their JOIN) */
+	uint64_t ackv_entries;		/* ACKs they carried */
+	uint64_t acks_in_model;		/* ACKs a MODEL in the same burst made unneeded */
 	uint64_t tx_dropped;
 	uint64_t encode_errors;		/* a reply the wire encoder refused: a bug */
 	uint64_t loops;
@@ -148,6 +152,8 @@ struct pbox_lcore {
 	atomic_bool in_memif_section;	/* written by this lcore, read by the interrupt thread */
 	/* Test hook (health.c): ms the lcore stands still at its next loop turn, then 0. */
 	uint32_t test_stall_ms;
+	/* The ACKs this loop turn owes to ranks that take ACKV, sent at its end (datapath.c). */
+	struct phub_ackv_batch ackv;
 } __rte_cache_aligned;
 
 /* Marks in mbuf->hash.usr of inbox mbufs: what the receiver does with them. */

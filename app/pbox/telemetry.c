@@ -49,6 +49,9 @@ totals_get(struct totals *t)
 		t->net.model_copied += LOAD(lc->stats.model_copied);
 		t->net.model_inline += LOAD(lc->stats.model_inline);
 		t->net.acks_sent += LOAD(lc->stats.acks_sent);
+		t->net.ackv_sent += LOAD(lc->stats.ackv_sent);
+		t->net.ackv_entries += LOAD(lc->stats.ackv_entries);
+		t->net.acks_in_model += LOAD(lc->stats.acks_in_model);
 		t->net.ring_out += LOAD(lc->stats.ring_out);
 		t->net.ring_out_bytes += LOAD(lc->stats.ring_out_bytes);
 		t->net.ring_in += LOAD(lc->stats.ring_in);
@@ -133,6 +136,9 @@ cmd_stats(const char *cmd, const char *params, struct rte_tel_data *d)
 	rte_tel_data_add_dict_u64(d, "model_payloads_inline", t.net.model_inline);
 	rte_tel_data_add_dict_u64(d, "models_resent", t.engine.models_resent);
 	rte_tel_data_add_dict_u64(d, "acks_sent", t.net.acks_sent);
+	rte_tel_data_add_dict_u64(d, "ackv_sent", t.net.ackv_sent);
+	rte_tel_data_add_dict_u64(d, "ackv_entries", t.net.ackv_entries);
+	rte_tel_data_add_dict_u64(d, "acks_in_model", t.net.acks_in_model);
 	rte_tel_data_add_dict_u64(d, "handed_off", t.net.handed_off);
 	rte_tel_data_add_dict_u64(d, "control_packets", LOAD(pbox.control_msgs));
 	rte_tel_data_add_dict_u64(d, "arp_replies", t.net.arp_replies);

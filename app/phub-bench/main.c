@@ -121,6 +121,7 @@ usage(FILE *f)
 		"  --csum               CRC32C on every datagram\n"
 		"  --auth               authenticated session (a job declared with auth)\n"
 		"  --no-offload         no UDP GSO/GRO in libphub: one datagram per message\n"
+		"  --no-ackv            one ACK per PUSH from the PBox instead of ACKV\n"
 		"  --gradients G        exact (default): small integers, sums exact in any\n"
 		"                       order; random: fractions whose sums round, so that only\n"
 		"                       rank-order sums match the reference bit for bit (else\n"
@@ -180,7 +181,7 @@ enum {
 	OPT_SERVER = 256, OPT_PORT, OPT_WORKERS, OPT_RANK, OPT_NETNS, OPT_MODEL, OPT_LAYOUT,
 	OPT_KEYS, OPT_KEY_ELEMS, OPT_ITERATIONS, OPT_WARMUP, OPT_DTYPE, OPT_OPTIMIZER, OPT_LR,
 	OPT_MOMENTUM, OPT_WD, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_JOB, OPT_NONCE, OPT_BIND,
-	OPT_MTU, OPT_WINDOW, OPT_CHUNK, OPT_CSUM, OPT_AUTH, OPT_NO_OFFLOAD,
+	OPT_MTU, OPT_WINDOW, OPT_CHUNK, OPT_CSUM, OPT_AUTH, OPT_NO_OFFLOAD, OPT_NO_ACKV,
 	OPT_CONNECT_TIMEOUT, OPT_DEAD, OPT_TIMEOUT,
 	OPT_JSON, OPT_QUIET, OPT_PRINT_LAYOUT, OPT_LIST_MODELS, OPT_HELP, OPT_PAUSE_AT,
 	OPT_GRADIENTS,
@@ -221,6 +222,7 @@ static const struct option long_opts[] = {
 	{ "csum", no_argument, NULL, OPT_CSUM },
 	{ "auth", no_argument, NULL, OPT_AUTH },
 	{ "no-offload", no_argument, NULL, OPT_NO_OFFLOAD },
+	{ "no-ackv", no_argument, NULL, OPT_NO_ACKV },
 	{ "gradients", required_argument, NULL, OPT_GRADIENTS },
 	{ "deterministic", no_argument, NULL, OPT_DETERMINISTIC },
 	{ "elastic", no_argument, NULL, OPT_ELASTIC },
@@ -391,6 +393,9 @@ parse_args(int argc, char **argv, struct options *o)
 			break;
 		case OPT_NO_OFFLOAD:
 			c->connect_flags |= PHUB_CONNECT_F_NO_OFFLOAD;
+			break;
+		case OPT_NO_ACKV:
+			c->connect_flags |= PHUB_CONNECT_F_NO_ACKV;
 			break;
 		case OPT_GRADIENTS:
 			if (strcmp(optarg, "random") == 0)

@@ -63,6 +63,8 @@ struct lg_options {
 	bool p3;			/* priority = key index, keys pushed last first */
 	bool reflect;			/* server side of --blast (reflect.c) */
 	bool reflect_acks;		/* and ACK-sized frames, W - 1 per W frames of a worker */
+	bool reflect_ackv;		/* and one ACKV-sized frame per worker and burst, as ACKV */
+	bool no_ackv;			/* workers ask for one ACK per PUSH, not ACKV */
 	uint8_t priority;		/* every PUSH's priority (with --p3: plus the key) */
 	/* --bulk-workers: a second job beside this one, on the same port (struct lg.bulk). */
 	uint16_t bulk_workers;
@@ -123,6 +125,7 @@ struct lg_stats {
 	uint64_t retransmits;		/* PUSH sent again */
 	uint64_t pulls;
 	uint64_t acks;
+	uint64_t ackv;			/* ACKV datagrams (their entries count in acks) */
 	uint64_t models;		/* MODEL datagrams of the current iteration taken */
 	uint64_t model_bytes;
 	uint64_t replays;		/* ACK or MODEL with REPLAY */
@@ -229,6 +232,6 @@ void lg_bulk_free(struct lg *lg);
 int lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds);
 
 /* reflect.c: the floor of the PBox's packet path, the server side of --blast, until a signal. */
-int lg_reflect_run(struct lg *lg, bool acks);
+int lg_reflect_run(struct lg *lg, bool acks, bool ackv);
 
 #endif /* LOADGEN_H */

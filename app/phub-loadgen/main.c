@@ -82,6 +82,11 @@ usage(FILE *f, const char *prog)
 		"                         the PBox's packet path (docs/performance.md)\n"
 		"      --reflect-acks     --reflect, and an ACK-sized frame for W - 1 of every W\n"
 		"                         frames of a worker (W and the rank from --blast's frames)\n"
+		"      --reflect-ackv     --reflect, and one ACK-sized frame per worker and burst\n"
+		"                         that has a frame of a group of W not completed in it\n"
+		"                         (the PBox's ACKV: a completed segment's MODELs answer)\n"
+		"      --no-ackv          workers ask for one ACK per PUSH, not ACKV (as\n"
+		"                         PHUB_ACKV=0 in the environment)\n"
 		"      --p3               PUSH priority = key index (P3: first layer first), keys\n"
 		"                         pushed last first (backprop's order); reports per key\n"
 		"                         the median time to its last MODEL at every worker\n"
@@ -165,7 +170,7 @@ enum {
 	OPT_KEYS = 256, OPT_KEY_ELEMS, OPT_BLAST, OPT_PAYLOAD, OPT_PBOX_IP, OPT_WORKER_IP,
 	OPT_BASE_PORT, OPT_WORKER_PORT, OPT_MTU, OPT_WINDOW, OPT_RTO, OPT_JOB, OPT_NONCE,
 	OPT_OPTIMIZER, OPT_CHUNK, OPT_NO_CSUM, OPT_DPDK_PORT, OPT_JSON, OPT_P3, OPT_REPEAT,
-	OPT_REFLECT, OPT_REFLECT_ACKS,
+	OPT_REFLECT, OPT_REFLECT_ACKS, OPT_REFLECT_ACKV, OPT_NO_ACKV,
 	OPT_PRIORITY, OPT_BULK_WORKERS, OPT_BULK_PRIORITY, OPT_BULK_WINDOW, OPT_VERSION,
 };
 
@@ -219,6 +224,8 @@ parse_args(int argc, char **argv, struct lg_options *o)
 		{ "p3", no_argument, NULL, OPT_P3 },
 		{ "reflect", no_argument, NULL, OPT_REFLECT },
 		{ "reflect-acks", no_argument, NULL, OPT_REFLECT_ACKS },
+		{ "reflect-ackv", no_argument, NULL, OPT_REFLECT_ACKV },
+		{ "no-ackv", no_argument, NULL, OPT_NO_ACKV },
 		{ "priority", required_argument, NULL, OPT_PRIORITY },
 		{ "bulk-workers", required_argument, NULL, OPT_BULK_WORKERS },
 		{ "bulk-priority", required_argument, NULL, OPT_BULK_PRIORITY },
@@ -352,6 +359,13 @@ parse_args(int argc, char **argv, struct lg_options *o)
 			break;
 		case OPT_P3:
 			o->p3 = true;
+			break;
+		case OPT_NO_ACKV:
+			o->no_ackv = true;
+			break;
+		case OPT_REFLECT_ACKV:
+			o->reflect_ackv = true;
+			o->reflect = true;
 			break;
 		case OPT_REFLECT_ACKS:
 			o->reflect_acks = true;
@@ -630,7 +644,8 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 			"\"pushes\":%" PRIu64 ",\"pushes_per_s\":%.0f,\"push_gbps\":%.3f,"
 			"\"tx_pkts\":%" PRIu64 ",\"tx_pps\":%.0f,\"tx_gbps\":%.3f,"
 			"\"rx_pkts\":%" PRIu64 ",\"rx_pps\":%.0f,\"rx_gbps\":%.3f,"
-			"\"acks\":%" PRIu64 ",\"models\":%" PRIu64 ",\"retransmits\":%" PRIu64 ","
+			"\"acks\":%" PRIu64 ",\"ackv\":%" PRIu64 ",\"models\":%" PRIu64 ","
+			"\"retransmits\":%" PRIu64 ","
 			"\"pulls\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"stale\":%" PRIu64 ","
 			"\"errors\":%" PRIu64 ",\"other\":%" PRIu64 ",\"tx_ring_full\":%" PRIu64 ","
 			"\"window\":%u,\"generator_busy\":%.3f",
@@ -641,7 +656,7 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 			s->pushes, (double)s->pushes / d, (double)s->push_bytes * 8 / d / 1e9,
 			s->tx_pkts, (double)s->tx_pkts / d, (double)s->tx_bytes * 8 / d / 1e9,
 			s->rx_pkts, (double)s->rx_pkts / d, (double)s->rx_bytes * 8 / d / 1e9,
-			s->acks, s->models, s->retransmits, s->pulls, s->replays, s->stale,
+			s->acks, s->ackv, s->models, s->retransmits, s->pulls, s->replays, s->stale,
 			s->errors, s->other, s->tx_full, o->window == UINT32_MAX ? 0 : o->window,
 			busy);
 		report_p3(lg, true);
@@ -725,7 +740,7 @@ main(int argc, char **argv)
 	if (rc == 0)
 		rc = port_init(&lg);
 	if (rc == 0 && lg.opt.reflect)
-		rc = lg_reflect_run(&lg, lg.opt.reflect_acks);
+		rc = lg_reflect_run(&lg, lg.opt.reflect_acks, lg.opt.reflect_ackv);
 	if (rc == 0 && !lg.opt.reflect && lg.opt.bulk_workers > 0)
 		rc = lg_bulk_init(&lg);
 	for (unsigned int run = 0; rc == 0 && !lg_quit && !lg.opt.reflect &&

@@ -7,7 +7,10 @@
  * before a datagram is added), and answers with the frames the protocol requires per PUSH on
  * average: the frame itself, MACs swapped (a full-size frame per PUSH, as the PBox's W MODELs per
  * W PUSHes) and, with --reflect-acks, a small frame of an ACK's size for W - 1 of every W frames
- * of a worker (the PBox's ACKs: the last PUSH of a segment is answered by the MODELs).
+ * of a worker (the PBox's ACKs: the last PUSH of a segment is answered by the MODELs), or, with
+ * --reflect-ackv, one small frame per burst for each worker with a frame of a group of W (one
+ * segment: --blast sends the workers' frames in turn) not completed within the burst: the PBox's
+ * ACKV, one per rank and burst, none for the PUSHes whose MODELs leave in the same burst.
  *
  * What it leaves out, each only work: the PHub header's parse and the session checks; the
  * aggregation's adds and stores and the optimizer pass (the checksum's read stands in for their
@@ -89,8 +92,26 @@ reflect_check(struct rte_mbuf *m, bool *ok, bool *none)
 	return udp;
 }
 
+/* One small frame, the first bytes of the frame p: an ACK's or an ACKV's stand-in. */
+static void
+reflect_small(struct lg *lg, struct reflect_stats *st, const uint8_t *p, uint16_t len,
+		struct rte_mbuf **out, uint16_t *n_out)
+{
+	struct rte_mbuf *a_m = rte_pktmbuf_alloc(lg->pool);
+	uint8_t *d;
+
+	if (a_m == NULL) {
+		st->no_mbuf++;
+		return;
+	}
+	d = (uint8_t *)rte_pktmbuf_append(a_m, len);
+	memcpy(d, p, len);
+	out[(*n_out)++] = a_m;
+	st->acks++;
+}
+
 int
-lg_reflect_run(struct lg *lg, bool acks)
+lg_reflect_run(struct lg *lg, bool acks, bool ackv)
 {
 	uint16_t port = lg->opt.port_id;
 	struct reflect_stats st;
@@ -101,10 +122,13 @@ lg_reflect_run(struct lg *lg, bool acks)
 
 	memset(&st, 0, sizeof(st));
 	printf("phub-loadgen reflect: ready on port %u%s\n", port,
-			acks ? ", with ACK-sized frames" : "");
+			acks ? ", with ACK-sized frames" : ackv ? ", with ACKV-sized frames" : "");
 	fflush(stdout);
 	while (!lg_quit) {
-		struct rte_mbuf *pkts[LG_BURST], *out[2 * LG_BURST];
+		struct rte_mbuf *pkts[LG_BURST], *out[2 * LG_BURST + LG_MAX_WORKERS];
+		/* --reflect-ackv: ranks with a frame of an open group, and one of their frames. */
+		const uint8_t *owed_frame[LG_MAX_WORKERS];
+		uint64_t owed_group = 0;
 		uint16_t n, n_out = 0, sent;
 		uint64_t now;
 
@@ -132,7 +156,7 @@ lg_reflect_run(struct lg *lg, bool acks)
 			else
 				st.csum_ok++;
 			eth = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
-			if (acks) {
+			if (acks || ackv) {
 				const uint8_t *p = rte_pktmbuf_mtod(m, const uint8_t *);
 				uint16_t rank, world;
 				uint32_t w;
@@ -142,17 +166,13 @@ lg_reflect_run(struct lg *lg, bool acks)
 				rank = (uint16_t)(rte_be_to_cpu_16(rank) % LG_MAX_WORKERS);
 				world = (uint16_t)RTE_MAX(rte_be_to_cpu_32(w), 1u);
 				if (++count[rank] % world != 0) {
-					struct rte_mbuf *a_m = rte_pktmbuf_alloc(lg->pool);
-					uint8_t *d;
-
-					if (a_m == NULL) {
-						st.no_mbuf++;
-					} else {
-						d = (uint8_t *)rte_pktmbuf_append(a_m, LG_HEAD_LEN);
-						memcpy(d, p, LG_HEAD_LEN);
-						out[n_out++] = a_m;
-						st.acks++;
-					}
+					if (acks)
+						reflect_small(lg, &st, p, LG_HEAD_LEN, out, &n_out);
+					owed_group |= UINT64_C(1) << rank;
+					owed_frame[rank] = p;
+				} else {
+					/* The group's last frame: its MODELs answer the group. */
+					owed_group = 0;
 				}
 			}
 			a = eth->dst_addr;
@@ -160,6 +180,18 @@ lg_reflect_run(struct lg *lg, bool acks)
 			eth->src_addr = a;
 			out[n_out++] = m;
 			st.frames++;
+		}
+		/*
+		 * --reflect-ackv: one ACKV-sized frame (one entry) for each rank of the group still
+		 * open at the burst's end, copied from its frame before that one is sent.
+		 */
+		while (owed_group != 0) {
+			unsigned int r = (unsigned int)__builtin_ctzll(owed_group);
+
+			owed_group &= owed_group - 1;
+			if (ackv)
+				reflect_small(lg, &st, owed_frame[r],
+						LG_HEAD_LEN + PHUB_WIRE_ACKV_ENTRY_LEN, out, &n_out);
 		}
 		if (n_out != 0) {
 			sent = rte_eth_tx_burst(port, 0, out, n_out);
@@ -173,11 +205,11 @@ lg_reflect_run(struct lg *lg, bool acks)
 			st.busy_tsc += now - turn_start;
 		turn_start = now;
 		if (now > next_report) {
-			reflect_report(&st, acks);
+			reflect_report(&st, acks || ackv);
 			turn_start = rte_rdtsc();	/* the report is not a turn's work */
 			next_report = turn_start + lg->tsc_hz;
 		}
 	}
-	reflect_report(&st, acks);
+	reflect_report(&st, acks || ackv);
 	return 0;
 }

@@ -49,6 +49,10 @@ join_params(const struct lg *lg, const struct phub_wire_key *keys,
 	p->join.dtype = PHUB_DTYPE_FP32;
 	p->join.optimizer = lg->opt.optimizer;
 	p->join.chunk_bytes = lg->opt.chunk_bytes;
+	/* ACKV as libphub asks for it, unless --no-ackv or PHUB_ACKV=0 (libphub's switch). */
+	if (!lg->opt.no_ackv && (getenv("PHUB_ACKV") == NULL ||
+			strcmp(getenv("PHUB_ACKV"), "0") != 0))
+		p->join.join_flags |= PHUB_WIRE_JOIN_F_ACKV;
 	/* Only the hyper-parameters the optimizer uses are sent; the others must be 0. */
 	switch (lg->opt.optimizer) {
 	case PHUB_OPT_NONE:
@@ -364,7 +368,50 @@ send_segment(struct lg *lg, struct lg_worker *w, uint32_t si, bool pull, bool ag
 	return 0;
 }
 
-/* An ACK or MODEL for one of our workers. */
+/* One ACK of a PUSH (from an ACK, or an entry of an ACKV). */
+static void
+ack_rx(struct lg *lg, struct lg_worker *w, uint32_t chunk_id, uint16_t seg_index,
+		uint32_t iteration)
+{
+	uint32_t si;
+	uint8_t *st;
+
+	if (chunk_id >= lg->n_chunks || iteration != lg->iteration ||
+	    seg_index >= lg->chunk_first_seg[chunk_id + 1] - lg->chunk_first_seg[chunk_id]) {
+		lg->stats.stale++;
+		return;
+	}
+	si = lg->chunk_first_seg[chunk_id] + seg_index;
+	st = &w->state[si];
+	lg->stats.acks++;
+	if (*st == LG_SEG_PUSHED) {
+		*st = LG_SEG_ACKED;
+		w->inflight--;
+		w->sent_tsc[si] = rte_rdtsc();
+	}
+}
+
+/* An ACKV: each entry as an ACK. */
+static void
+ackv_rx(struct lg *lg, struct lg_worker *w, const struct phub_wire_msg *msg)
+{
+	unsigned int n;
+
+	if (msg->job_id != w->job_id ||
+	    phub_wire_ackv_parse(msg->payload, msg->payload_len, &n) != PHUB_DROP_OK) {
+		lg->stats.stale++;
+		return;
+	}
+	lg->stats.ackv++;
+	for (unsigned int i = 0; i < n; i++) {
+		struct phub_wire_ackv_entry e;
+
+		phub_wire_ackv_get(msg->payload, i, &e);
+		ack_rx(lg, w, e.chunk_id, e.seg_index, e.iteration);
+	}
+}
+
+/* An ACK, ACKV or MODEL for one of our workers. */
 static void
 answer_rx(struct lg *lg, struct lg_worker *w, const struct phub_wire_msg *msg)
 {
@@ -373,6 +420,10 @@ answer_rx(struct lg *lg, struct lg_worker *w, const struct phub_wire_msg *msg)
 
 	if (msg->opcode == PHUB_WIRE_OP_ERROR) {
 		lg->stats.errors++;
+		return;
+	}
+	if (msg->opcode == PHUB_WIRE_OP_ACKV) {
+		ackv_rx(lg, w, msg);
 		return;
 	}
 	if (msg->opcode != PHUB_WIRE_OP_ACK && msg->opcode != PHUB_WIRE_OP_MODEL) {
@@ -391,12 +442,7 @@ answer_rx(struct lg *lg, struct lg_worker *w, const struct phub_wire_msg *msg)
 	si = lg->chunk_first_seg[msg->chunk_id] + msg->seg_index;
 	st = &w->state[si];
 	if (msg->opcode == PHUB_WIRE_OP_ACK) {
-		lg->stats.acks++;
-		if (*st == LG_SEG_PUSHED) {
-			*st = LG_SEG_ACKED;
-			w->inflight--;
-			w->sent_tsc[si] = rte_rdtsc();
-		}
+		ack_rx(lg, w, msg->chunk_id, msg->seg_index, msg->iteration);
 		return;
 	}
 	if (*st == LG_SEG_DONE || *st == LG_SEG_IDLE) {

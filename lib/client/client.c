@@ -434,11 +434,11 @@ params_check(const struct phub_connect_params *p, char *err, size_t errlen)
 	}
 	if ((p->flags & ~(PHUB_CONNECT_F_CSUM | PHUB_CONNECT_F_DETERMINISTIC |
 			PHUB_CONNECT_F_ELASTIC | PHUB_CONNECT_F_NO_OFFLOAD |
-			PHUB_CONNECT_F_AUTH)) != 0) {
+			PHUB_CONNECT_F_AUTH | PHUB_CONNECT_F_NO_ACKV)) != 0) {
 		client_set_err(err, errlen, "unknown flags 0x%x",
 				p->flags & ~(PHUB_CONNECT_F_CSUM | PHUB_CONNECT_F_DETERMINISTIC |
 					PHUB_CONNECT_F_ELASTIC | PHUB_CONNECT_F_NO_OFFLOAD |
-					PHUB_CONNECT_F_AUTH));
+					PHUB_CONNECT_F_AUTH | PHUB_CONNECT_F_NO_ACKV));
 		return -EINVAL;
 	}
 	return 0;

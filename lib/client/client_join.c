@@ -43,6 +43,15 @@ struct client_join {
 	uint64_t progress_ns;		/* JOIN began, or a JOIN_ACK last added to the map */
 };
 
+/* Whether to ask for ACKV: yes, unless the environment says PHUB_ACKV=0 (docs/client.md). */
+static bool
+client_ackv_wanted(void)
+{
+	const char *v = getenv("PHUB_ACKV");
+
+	return v == NULL || strcmp(v, "0") != 0;
+}
+
 static int
 optimizer_parse(const char *name, uint8_t *opt)
 {
@@ -84,6 +93,13 @@ join_prepare(struct phub *h, const struct phub_connect_params *p, struct client_
 		j->join_flags |= PHUB_WIRE_JOIN_F_DETERMINISTIC;
 	if (p->flags & PHUB_CONNECT_F_ELASTIC)
 		j->join_flags |= PHUB_WIRE_JOIN_F_ELASTIC;
+	/*
+	 * Coalesced ACKs (ACKV), unless the flag NO_ACKV or PHUB_ACKV=0 asks for one ACK per PUSH
+	 * (interop debugging, before/after measurements). A PBox that does not know the flag
+	 * refuses the JOIN (join_unknown_flags).
+	 */
+	if (!(p->flags & PHUB_CONNECT_F_NO_ACKV) && client_ackv_wanted())
+		j->join_flags |= PHUB_WIRE_JOIN_F_ACKV;
 	j->hyper.lr = p->lr;
 	j->hyper.momentum = p->momentum;
 	j->hyper.weight_decay = p->weight_decay;

@@ -530,6 +530,62 @@ rx_ack(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 	op_complete_if_done(h, &h->keys[s->key]);
 }
 
+/*
+ * An ACKV: each entry as an ACK of its PUSH, but one RTT sample, from the newest stamp: the
+ * older ones also waited in the PBox for the burst's end, which is not the path's delay. The
+ * loss detector wants only the newest stamp answered (ack_hi), which the entries give whatever
+ * their order.
+ */
+static void
+rx_ackv(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
+{
+	struct phub_wire_msg one = *msg;
+	uint32_t newest = 0;
+	unsigned int n;
+
+	if (msg->job_id != h->job_id || msg->session_token != h->token ||
+	    msg->worker_rank != h->rank ||
+	    phub_wire_ackv_parse(msg->payload, msg->payload_len, &n) != PHUB_DROP_OK) {
+		h->stats.rx_dropped++;
+		return;
+	}
+	for (unsigned int i = 0; i < n; i++) {
+		struct phub_wire_ackv_entry e;
+		const struct seg *s;
+
+		phub_wire_ackv_get(msg->payload, i, &e);
+		if (e.aux != 0 && (newest == 0 || stamp_after(e.aux, newest)))
+			newest = e.aux;
+		/* The ACK this entry stands for, checked against the segment grid as one is. */
+		if (e.chunk_id >= h->n_chunks) {
+			h->stats.rx_dropped++;
+			continue;
+		}
+		s = &h->segs[h->chunk_first_seg[e.chunk_id]];
+		one.opcode = PHUB_WIRE_OP_ACK;
+		one.chunk_id = e.chunk_id;
+		one.iteration = e.iteration;
+		one.seg_index = e.seg_index;
+		one.seg_count = s->seg_count;
+		if (e.seg_index < s->seg_count) {
+			one.elem_offset = s[e.seg_index].chunk_elem;
+			one.elem_count = s[e.seg_index].n_elems;
+		}
+		one.aux = 0;		/* no sample per entry: the one below */
+		one.payload = NULL;
+		one.payload_len = 0;
+		rx_ack(h, &one, now);
+		if (e.aux != 0) {
+			const struct seg *acked = seg_lookup(h, &one);
+
+			if (acked != NULL && stamp_after(e.aux,
+					h->ep_order[acked->endpoint].ack_hi))
+				h->ep_order[acked->endpoint].ack_hi = e.aux;
+		}
+	}
+	rtt_sample(h, newest, now);
+}
+
 static void
 rx_model(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 {
@@ -694,6 +750,9 @@ rx_one(struct phub *h, const struct sockaddr_in *src, const uint8_t *buf, size_t
 		break;
 	case PHUB_WIRE_OP_MODEL:
 		rx_model(h, &msg, now);
+		break;
+	case PHUB_WIRE_OP_ACKV:
+		rx_ackv(h, &msg, now);
 		break;
 	case PHUB_WIRE_OP_PONG:
 		if (msg.job_id == h->job_id && msg.session_token == h->token)

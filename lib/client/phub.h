@@ -84,6 +84,12 @@ phub_dtype_size(enum phub_dtype dtype)
  * it (docs/protocol.md section 8). Replaces PHUB_CONNECT_F_CSUM, which it implies and more.
  */
 #define PHUB_CONNECT_F_AUTH 0x10u
+/*
+ * One ACK per PUSH, as workers before ACKV had: without the flag (and without PHUB_ACKV=0 in the
+ * environment) libphub asks the PBox to acknowledge each burst of PUSHes in one ACKV datagram
+ * (docs/protocol.md section 3). For interop debugging and before/after measurements.
+ */
+#define PHUB_CONNECT_F_NO_ACKV 0x20u
 
 /* One key (a layer's tensor) of the job. Every rank declares the same keys in the same order. */
 struct phub_key {

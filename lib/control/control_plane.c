@@ -573,6 +573,9 @@ join_complete(struct phub_control *ctl, const struct phub_control_peer *to,
 	 * of an authenticated session covers what the CRC would. */
 	peer.flags = (join->join_flags & PHUB_WIRE_JOIN_F_CSUM) && !ctl->auth_join ?
 		PHUB_ENGINE_PEER_F_CSUM : 0;
+	/* ... and ACKV instead of one ACK per PUSH, when the worker takes it. */
+	if (join->join_flags & PHUB_WIRE_JOIN_F_ACKV)
+		peer.flags |= PHUB_ENGINE_PEER_F_ACKV;
 	/* The same rank from the same source again: its JOIN_ACK was lost, this is a replay. */
 	replay = phub_engine_job_rank(job, rank, &old, &old_token) &&
 		old.ipv4 == peer.ipv4 && old.udp_port == peer.udp_port;

@@ -37,6 +37,7 @@ enum {
 
 /* What a rank asked for in its JOIN, kept with its endpoint for the data path. */
 #define PHUB_ENGINE_PEER_F_CSUM 0x01	/* set CSUM (CRC32C) on what the PBox sends it */
+#define PHUB_ENGINE_PEER_F_ACKV 0x02	/* its ACKs coalesced in ACKV (lib/engine/phub_ackv.h) */
 
 /* A worker's network identity: where its packets come from and MODEL goes. */
 struct phub_engine_peer {

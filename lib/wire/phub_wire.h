@@ -266,10 +266,15 @@ enum phub_wire_payload {
  * ACK 0x11        PBox -> worker: the PUSH segment named by chunk_id, iteration, elem_offset,
  *                 elem_count, seg_index/seg_count was taken in; aux = the PUSH's aux. No payload.
  * MODEL 0x12      PBox -> worker: new weights of one segment for iteration (the one whose PUSHes
- *                 produced them). aux = the aux of the PULL or late PUSH it answers (with REPLAY),
- *                 0 in the broadcast.
+ *                 produced them). aux = the aux of the PULL or late PUSH it answers (with REPLAY);
+ *                 in the broadcast, to a rank that asked for ACKV, the aux of its own PUSH of the
+ *                 segment that the MODEL acknowledges instead of an ACKV entry, else 0.
  * PULL 0x13       worker -> PBox: send the MODEL of iteration for [elem_offset, elem_offset +
  *                 elem_count) of chunk_id again (every segment overlapping it). aux = stamp.
+ * ACKV 0x14       PBox -> worker that asked for it (JOIN flag ACKV): the ACKs of several PUSHes
+ *                 in one datagram. Session and worker_rank as an ACK's; no other field. Body: a
+ *                 count-implied array of struct phub_wire_ackv_entry_wire (16 bytes each, at
+ *                 least one), each naming one PUSH (chunk, segment, iteration, its aux echoed).
  * PING 0x20       either way: aux = sequence, iteration = sender's current iteration; job_id and
  *                 token when the sender has a session, else 0. Any payload (path MTU probing).
  * PONG 0x21       answer to PING: aux, iteration and payload echoed.
@@ -313,6 +318,7 @@ enum phub_wire_payload {
 	_(ACK,		0x11, "ack",		PHUB_WIRE_USE_DATA, NONE) \
 	_(MODEL,	0x12, "model",		PHUB_WIRE_USE_DATA, ELEMS) \
 	_(PULL,		0x13, "pull",		PHUB_WIRE_USE_DATA, NONE) \
+	_(ACKV,		0x14, "ackv",		PHUB_WIRE_USE_SESSION, BODY) \
 	_(PING,		0x20, "ping",		PHUB_WIRE_USE_SESSION | PHUB_WIRE_USE_ITER | \
 						PHUB_WIRE_USE_AUX, ANY) \
 	_(PONG,		0x21, "pong",		PHUB_WIRE_USE_SESSION | PHUB_WIRE_USE_ITER | \
@@ -399,6 +405,8 @@ enum phub_wire_opcode {
 	_(ERROR_TEXT,		"error_text_not_utf8") \
 	_(RING_HELLO_FIELDS,	"ring_hello_bad_fields") \
 	_(RING_ACKV_FIELDS,	"ring_ackv_bad_fields") \
+	_(ACKV_LENGTH,		"ackv_bad_length") \
+	_(ACKV_ENTRY,		"ackv_bad_entry") \
 	/* second group: session and slot state, returned by the engine */ \
 	_(BAD_TOKEN,		"bad_token") \
 	_(UNKNOWN_JOB,		"unknown_job") \
@@ -504,12 +512,16 @@ enum phub_wire_error {
  * ELASTIC:       on_worker_dead "continue" for a job the PBox's config does not declare: a rank
  *                that dies is removed and the job goes on with the others (WORLD). Every rank
  *                must say the same (LAYOUT_MISMATCH otherwise).
+ * ACKV:          the worker takes ACKV: the PBox acknowledges its PUSHes of one receive burst in
+ *                one ACKV (or none, when their MODELs leave in the same burst) instead of one ACK
+ *                each. Per rank; a worker without it gets one ACK per PUSH.
  */
 #define PHUB_WIRE_JOIN_F_DETERMINISTIC	0x0001
 #define PHUB_WIRE_JOIN_F_CSUM		0x0002
 #define PHUB_WIRE_JOIN_F_ELASTIC	0x0004
+#define PHUB_WIRE_JOIN_F_ACKV		0x0008
 #define PHUB_WIRE_JOIN_F_ALL		(PHUB_WIRE_JOIN_F_DETERMINISTIC | PHUB_WIRE_JOIN_F_CSUM | \
-					 PHUB_WIRE_JOIN_F_ELASTIC)
+					 PHUB_WIRE_JOIN_F_ELASTIC | PHUB_WIRE_JOIN_F_ACKV)
 
 /*
  * JOIN body, 120 bytes, then key_count key entries of 8 bytes. Every datagram of a split layout
@@ -957,6 +969,55 @@ enum phub_drop_reason phub_wire_error_parse(const void *body, size_t len,
 		struct phub_wire_error_msg *out);
 /* Write an ERROR body from a parsed one. Bytes, -EINVAL or -ENOSPC. */
 int phub_wire_error_encode(void *buf, size_t cap, const struct phub_wire_error_msg *err);
+
+/* ---- ACKV (docs/protocol.md section 3, "ACKV") ---- */
+
+/*
+ * One ACKV entry, 16 bytes, big-endian: one PUSH acknowledged.
+ *
+ * +---------------------------------------------------------------+
+ * |                           chunk_id                            |  0
+ * +-------------------------------+-------------------------------+
+ * |           seg_index           |             flags             |  4
+ * +-------------------------------+-------------------------------+
+ * |                           iteration                           |  8
+ * +---------------------------------------------------------------+
+ * |                  aux (the PUSH's, echoed)                     | 12
+ * +---------------------------------------------------------------+
+ *
+ * flags: what the ACK of that PUSH would carry among LAST and REPLAY; other bits are refused
+ * (ackv_bad_entry). The datagram's payload_len is a nonzero multiple of 16 (ackv_bad_length).
+ */
+struct __attribute__((packed)) phub_wire_ackv_entry_wire {
+	phub_be32_t chunk_id;
+	phub_be16_t seg_index;
+	phub_be16_t flags;
+	phub_be32_t iteration;
+	phub_be32_t aux;
+};
+
+static_assert(sizeof(struct phub_wire_ackv_entry_wire) == 16, "ACKV entry is 16 bytes");
+
+#define PHUB_WIRE_ACKV_ENTRY_LEN	16u
+#define PHUB_WIRE_ACKV_ENTRY_F_ALL	(PHUB_WIRE_F_LAST | PHUB_WIRE_F_REPLAY)
+
+/* An ACKV entry in host order. */
+struct phub_wire_ackv_entry {
+	uint32_t chunk_id;
+	uint32_t iteration;
+	uint32_t aux;
+	uint16_t seg_index;
+	uint16_t flags;
+};
+
+/* Entries one ACKV datagram holds on an IPv4/UDP path of this MTU (0 below the smallest MTU). */
+unsigned int phub_wire_ackv_max_entries(unsigned int mtu);
+/* Validate an ACKV body of len bytes (every entry); the entry count in *count. */
+enum phub_drop_reason phub_wire_ackv_parse(const void *body, size_t len, unsigned int *count);
+/* Entry i of a body phub_wire_ackv_parse() took. */
+void phub_wire_ackv_get(const void *body, unsigned int i, struct phub_wire_ackv_entry *out);
+/* Write n entries as an ACKV body of n * 16 bytes at body. */
+void phub_wire_ackv_put(void *body, const struct phub_wire_ackv_entry *e, unsigned int n);
 
 /* ---- RING_HELLO, RING_HELLO_ACK (docs/protocol.md section 12) ---- */
 

@@ -176,6 +176,12 @@ check_body(const struct phub_wire_msg *m)
 			r = PHUB_DROP_RING_HELLO_FIELDS;
 		break;
 	}
+	case PHUB_WIRE_OP_ACKV: {
+		unsigned int count;
+
+		r = phub_wire_ackv_parse(m->payload, m->payload_len, &count);
+		break;
+	}
 	case PHUB_WIRE_OP_RING_ACKV: {
 		unsigned int count;
 

@@ -78,6 +78,19 @@ fuzz_datagram(const uint8_t *data, size_t size)
 		require((size_t)n == size - (m.hdr_len - canon));
 	}
 
+	/* An ACKV the validator took holds whole entries with an ACK's flags only. */
+	if (m.opcode == PHUB_WIRE_OP_ACKV) {
+		unsigned int count;
+
+		require(phub_wire_ackv_parse(m.payload, m.payload_len, &count) == PHUB_DROP_OK);
+		require(count >= 1 && count * PHUB_WIRE_ACKV_ENTRY_LEN == m.payload_len);
+		for (unsigned int i = 0; i < count; i++) {
+			struct phub_wire_ackv_entry e;
+
+			phub_wire_ackv_get(m.payload, i, &e);
+			require((e.flags & ~PHUB_WIRE_ACKV_ENTRY_F_ALL) == 0);
+		}
+	}
 	/* The reassemblers take any valid segment without reading out of bounds. */
 	if (m.opcode == PHUB_WIRE_OP_JOIN) {
 		struct phub_wire_join_merge jm;
@@ -121,6 +134,17 @@ fuzz_bodies(const uint8_t *data, size_t size)
 	}
 	if (phub_wire_error_parse(data, size, &es) == PHUB_DROP_OK) {
 		require(phub_wire_error_encode(out, sizeof(out), &es) == (int)size);
+		require(memcmp(out, data, size) == 0);
+	}
+	/* An ACKV body the parser takes is written back byte for byte, entry by entry. */
+	if (phub_wire_ackv_parse(data, size, &n) == PHUB_DROP_OK) {
+		require(n * PHUB_WIRE_ACKV_ENTRY_LEN == size);
+		for (unsigned int i = 0; i < n; i++) {
+			struct phub_wire_ackv_entry e;
+
+			phub_wire_ackv_get(data, i, &e);
+			phub_wire_ackv_put(out + (size_t)i * PHUB_WIRE_ACKV_ENTRY_LEN, &e, 1);
+		}
 		require(memcmp(out, data, size) == 0);
 	}
 	/* A RING_HELLO body the parser takes is written back byte for byte. */

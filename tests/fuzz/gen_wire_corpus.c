@@ -118,6 +118,32 @@ main(int argc, char **argv)
 	save("ring_ack.bin", buf, data_msg(buf, PHUB_WIRE_OP_RING_ACK, 0, PHUB_WIRE_DTYPE_NONE,
 			16));
 
+	/* ACKV: one entry, and several with LAST and REPLAY and a checksum. */
+	{
+		static const struct phub_wire_ackv_entry e[] = {
+			{ .chunk_id = 17, .seg_index = 1, .flags = PHUB_WIRE_F_LAST,
+			  .iteration = 42, .aux = 7 },
+			{ .chunk_id = 18, .seg_index = 0, .flags = 0, .iteration = 42, .aux = 8 },
+			{ .chunk_id = 0xffffffffu, .seg_index = 0xffff,
+			  .flags = PHUB_WIRE_F_REPLAY | PHUB_WIRE_F_LAST, .iteration = 0xffffffffu,
+			  .aux = 0xffffffffu },
+		};
+		static uint8_t body[sizeof(e) / sizeof(e[0]) * PHUB_WIRE_ACKV_ENTRY_LEN];
+
+		phub_wire_ackv_put(body, e, 3);
+		phub_wire_msg_init(&m, PHUB_WIRE_OP_ACKV);
+		m.job_id = 3;
+		m.session_token = 0x0badc0ffee0ddf00ull;
+		m.worker_rank = 1;
+		m.payload = body;
+		m.payload_len = PHUB_WIRE_ACKV_ENTRY_LEN;
+		save("ackv_one.bin", buf, phub_wire_encode(buf, PHUB_WIRE_MAX_DATAGRAM, &m));
+		m.payload_len = sizeof(body);
+		m.flags |= PHUB_WIRE_F_CSUM;
+		save("ackv_three_csum.bin", buf, phub_wire_encode(buf, PHUB_WIRE_MAX_DATAGRAM, &m));
+		save("ackv_body.bin", body, (int)sizeof(body));
+	}
+
 	/* Session opcodes. */
 	phub_wire_msg_init(&m, PHUB_WIRE_OP_LEAVE);
 	m.job_id = 3;

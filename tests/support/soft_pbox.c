@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "control/phub_control.h"
+#include "engine/phub_ackv.h"
 #include "engine/phub_engine.h"
 #include "engine/phub_engine_auth.h"
 
@@ -33,6 +34,8 @@ enum {
 	SOCKET_BUFFER = 8 << 20,
 	LOG_CAP_DEFAULT = 65536,
 	MAX_DGRAM = 65536,
+	ACKV_MTU = 1500,		/* entries per ACKV: what a 1500-byte path holds */
+	ACKV_MAX_BYTES = 1416,		/* phub_wire_max_payload(ACKV_MTU) */
 };
 
 struct soft_pbox {
@@ -64,6 +67,9 @@ struct soft_pbox {
 	uint8_t thdr[BATCH][PHUB_WIRE_HDR_LEN_MAX + PHUB_WIRE_AUTH_TRAILER_LEN];
 	unsigned int tn;
 	int tfd;
+	/* The ACKs a receive batch owes to ranks that take ACKV; their bodies by send slot. */
+	struct phub_ackv_batch ackv;
+	uint8_t tackv[BATCH][ACKV_MAX_BYTES];
 	uint8_t *cbuf;			/* one control datagram */
 
 	struct phub_engine_stats estats;
@@ -246,6 +252,77 @@ rank_wants_csum(const struct phub_engine_job *job, uint16_t rank)
 		(peer.flags & PHUB_ENGINE_PEER_F_CSUM) != 0;
 }
 
+/* Whether rank asked in its JOIN for ACKV instead of one ACK per PUSH. */
+static bool
+rank_wants_ackv(const struct phub_engine_job *job, uint16_t rank)
+{
+	struct phub_engine_peer peer;
+	uint64_t token;
+
+	return phub_engine_job_rank(job, rank, &peer, &token) &&
+		(peer.flags & PHUB_ENGINE_PEER_F_ACKV) != 0;
+}
+
+/* One ACKV (phub_ackv_flush()'s send), from the socket of the lcore that took the PUSHes. */
+static void
+ackv_send(void *arg, const struct phub_ackv_pending *to, const struct phub_wire_ackv_entry *e,
+		unsigned int n)
+{
+	struct soft_pbox *sp = arg;
+	struct sockaddr_in dst = { .sin_family = AF_INET };
+	struct phub_engine_peer peer;
+	struct phub_wire_msg m;
+	uint64_t token;
+	int fd = sp->fds[to->port];
+
+	if (!phub_engine_job_rank(to->job, to->rank, &peer, &token))
+		return;
+	dst.sin_addr.s_addr = htonl(peer.ipv4);
+	dst.sin_port = htons(peer.udp_port);
+	phub_wire_msg_init(&m, PHUB_WIRE_OP_ACKV);
+	m.job_id = to->job_id;
+	m.session_token = token;
+	m.worker_rank = to->rank;
+	m.payload_len = (uint16_t)(n * PHUB_WIRE_ACKV_ENTRY_LEN);
+	/* The body lives in the send slot data_send() will take, until the batch is sent. */
+	if (sp->tn != 0 && sp->tfd != fd)
+		data_flush(sp);
+	phub_wire_ackv_put(sp->tackv[sp->tn], e, n);
+	m.payload = sp->tackv[sp->tn];
+	if (peer.flags & PHUB_ENGINE_PEER_F_CSUM)
+		m.flags |= PHUB_WIRE_F_CSUM;
+	sp->stats.ackv_sent++;
+	sp->stats.ackv_entries += n;
+	data_send(sp, to->port, &dst, to->job, &m, m.payload,
+			(m.flags & PHUB_WIRE_F_CSUM) ? phub_wire_csum_payload(m.payload,
+					m.payload_len) : 0);
+}
+
+/* The ACKs the batch owes, one ACKV per rank. */
+static void
+ackv_flush(struct soft_pbox *sp)
+{
+	phub_ackv_flush(&sp->ackv, phub_wire_ackv_max_entries(ACKV_MTU), ackv_send, sp);
+}
+
+/* The ACK of msg's PUSH, owed until the batch's end (or made unneeded by its MODEL). */
+static void
+ackv_owe(struct soft_pbox *sp, struct phub_engine_job *job, unsigned int sock,
+		const struct phub_wire_msg *msg)
+{
+	struct phub_wire_ackv_entry e = {
+		.chunk_id = msg->chunk_id,
+		.seg_index = msg->seg_index,
+		.flags = msg->seg_index + 1 == msg->seg_count ? PHUB_WIRE_F_LAST : 0,
+		.iteration = msg->iteration,
+		.aux = msg->aux,
+	};
+
+	if (phub_ackv_full(&sp->ackv))
+		ackv_flush(sp);
+	phub_ackv_add(&sp->ackv, job, msg->job_id, msg->worker_rank, (uint16_t)sock, &e);
+}
+
 static void
 reply_header(struct phub_wire_msg *out, uint8_t opcode, const struct phub_wire_msg *in)
 {
@@ -298,6 +375,16 @@ send_models(struct soft_pbox *sp, unsigned int lane, const struct sockaddr_in *s
 		dst.sin_port = htons(peer.udp_port);
 		m.worker_rank = r;
 		m.session_token = token;
+		/* An ACK this batch owes r for the segment: the MODEL is it, with the stamp. */
+		m.aux = 0;
+		if ((peer.flags & PHUB_ENGINE_PEER_F_ACKV) &&
+		    phub_ackv_take(&sp->ackv, m.job_id, r, m.chunk_id, m.seg_index, m.iteration,
+				&m.aux))
+			sp->stats.acks_in_model++;
+		/* Its other ACKs of the batch first: never an answer to a later PUSH ahead. */
+		if (m.aux != 0)
+			phub_ackv_flush_rank(&sp->ackv, m.job_id, r,
+					phub_wire_ackv_max_entries(ACKV_MTU), ackv_send, sp);
 		m.flags &= (uint8_t)~PHUB_WIRE_F_CSUM;
 		if (peer.flags & PHUB_ENGINE_PEER_F_CSUM) {
 			/* The payload's CRC once, finished with each rank's header. */
@@ -379,13 +466,16 @@ on_data(struct soft_pbox *sp, unsigned int sock, const struct sockaddr_in *src,
 	} else {
 		phub_engine_pull(job, &req, &reply, &sp->estats);
 	}
-	if (reply.actions & PHUB_ENGINE_ACK) {
+	if ((reply.actions & PHUB_ENGINE_ACK) && rank_wants_ackv(job, msg->worker_rank)) {
+		ackv_owe(sp, job, sock, msg);
+	} else if (reply.actions & PHUB_ENGINE_ACK) {
 		struct phub_wire_msg ack;
 
 		reply_header(&ack, PHUB_WIRE_OP_ACK, msg);
 		ack.aux = msg->aux;
 		if (rank_wants_csum(job, msg->worker_rank))
 			ack.flags |= PHUB_WIRE_F_CSUM;
+		sp->stats.acks++;
 		data_send(sp, sock, src, job, &ack, NULL, 0);
 	}
 	if (reply.actions & (PHUB_ENGINE_MODEL_ONE | PHUB_ENGINE_MODEL_ALL))
@@ -504,6 +594,7 @@ sock_drain(struct soft_pbox *sp, unsigned int sock)
 			on_datagram(sp, sock, &sp->rsrc[i], sp->rbuf + (size_t)i * sp->max_dgram,
 					sp->rmsg[i].msg_len);
 		/* Replies leave before the next batch: they may point into state it changes. */
+		ackv_flush(sp);
 		data_flush(sp);
 		if (n < BATCH)
 			break;

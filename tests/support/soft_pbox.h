@@ -70,6 +70,10 @@ struct soft_pbox_stats {
 	uint64_t pulls;
 	uint64_t pings;
 	uint64_t leaves;
+	uint64_t acks;			/* ACK datagrams sent (ranks without ACKV) */
+	uint64_t ackv_sent;		/* ACKV datagrams sent (ranks that asked for ACKV) */
+	uint64_t ackv_entries;		/* ACKs they carried */
+	uint64_t acks_in_model;		/* ACKs a MODEL of the same batch stood for */
 	uint64_t drops[PHUB_DROP_REASON_MAX];
 	uint32_t jobs;			/* jobs alive */
 };

@@ -67,6 +67,8 @@ struct job_cfg {
 	uint32_t window_bytes;
 	/* Keys pushed this many microseconds apart, by odd ranks last to first. */
 	unsigned int reverse_gap_us;
+	/* Ranks (bit r) that connect with PHUB_CONNECT_F_NO_ACKV: one ACK per PUSH. */
+	unsigned int no_ackv_ranks;
 };
 
 /* Small integers: exact in every dtype, and their sums do not depend on arrival order. */
@@ -238,6 +240,8 @@ params_fill(struct phub_connect_params *p, const struct job_cfg *c, uint16_t por
 	p->window_bytes = c->window_bytes;
 	p->connect_timeout_ms = 10000;
 	p->flags = c->flags;
+	if (c->no_ackv_ranks & (1u << rank))
+		p->flags |= PHUB_CONNECT_F_NO_ACKV;
 	/* The whole suite runs again without UDP offloads (meson test client_no_offload). */
 	if (getenv("PHUB_TEST_NO_OFFLOAD") != NULL)
 		p->flags |= PHUB_CONNECT_F_NO_OFFLOAD;
@@ -633,6 +637,8 @@ START_TEST(test_checksummed_job_matches_reference)
 	struct soft_pbox_stats st;
 	uint64_t t0;
 
+	uint64_t rx_csum = 0, models = 0;
+
 	c.flags = PHUB_CONNECT_F_CSUM;
 	job_run(&c, sp, w);
 	workers_check(&c, w);
@@ -643,11 +649,14 @@ START_TEST(test_checksummed_job_matches_reference)
 		ck_assert_uint_gt(ws->models, 0);
 		/* Every datagram since JOIN: PUSH, PULL, PING, LEAVE. */
 		ck_assert_uint_eq(ws->tx_csum, ws->tx_datagrams);
-		/* Every ACK and MODEL taken came with a CRC32C that matched. */
-		ck_assert_uint_ge(ws->rx_csum, ws->acks + ws->models);
 		ck_assert_uint_le(ws->rx_csum, ws->rx_datagrams);
+		rx_csum += ws->rx_csum;
+		models += ws->models;
 	}
 	soft_pbox_get_stats(sp, &st);
+	/* Every ACK, ACKV and MODEL (no loss here) came with a CRC32C that matched. */
+	ck_assert_uint_gt(st.ackv_sent, 0);
+	ck_assert_uint_ge(rx_csum, models + st.acks + st.ackv_sent);
 	ck_assert_uint_eq(st.drops[PHUB_DROP_BAD_CSUM], 0);
 	send_damaged_push(soft_pbox_data_port(sp, 0));
 	t0 = now_ms();
@@ -1222,6 +1231,68 @@ START_TEST(test_ten_percent_loss_still_exact_and_retransmits)
 	ck_assert_uint_gt(retransmits, 0);
 	ck_assert_uint_gt(pulls, 0);
 	ck_assert_uint_gt(st.retransmits_seen, 0);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+/*
+ * ACKV (docs/protocol.md section 3): by default each rank's PUSHes of a PBox receive batch are
+ * acknowledged by one ACKV, or by their MODEL; ranks with NO_ACKV get one ACK per PUSH, in the
+ * same job. Every model exact either way, and each rank got what it asked for.
+ */
+START_TEST(test_ackv_and_per_push_acks_give_the_same_models)
+{
+	/* 0: every rank ACKV; 1: rank 1 per-PUSH ACKs beside ACKV ranks; 2: none ACKV. */
+	static const unsigned int masks[] = { 0, 0x2, 0x7 };
+	struct job_cfg c = mixed_job("ackv", 3);
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = pbox_start(2, 0.0);
+	struct soft_pbox_stats st;
+
+	c.no_ackv_ranks = masks[_i];
+	job_run(&c, sp, w);
+	workers_check(&c, w);
+	soft_pbox_get_stats(sp, &st);
+	if (c.no_ackv_ranks == 0x7) {
+		ck_assert_uint_eq(st.ackv_sent, 0);
+		ck_assert_uint_gt(st.acks, 0);
+	} else {
+		ck_assert_uint_gt(st.ackv_sent, 0);
+		/* More than one ACK per ACKV, and MODELs stood for ACKs of their batch. */
+		ck_assert_uint_gt(st.ackv_entries, st.ackv_sent);
+		ck_assert_uint_gt(st.acks_in_model, 0);
+		if (c.no_ackv_ranks == 0)
+			ck_assert_uint_eq(st.acks, 0);
+		else
+			ck_assert_uint_gt(st.acks, 0);
+	}
+	/* Nothing the workers sent was refused; every rank sampled its RTT (ACKV, MODEL, ACK). */
+	ck_assert_uint_eq(st.drops[PHUB_DROP_UNEXPECTED_OPCODE], 0);
+	for (unsigned int r = 0; r < c.n_workers; r++)
+		ck_assert_uint_gt(w[r].stats.srtt_us, 0);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+/* The lossy job again with one ACK per PUSH for every rank: the old path stays exact too. */
+START_TEST(test_ten_percent_loss_exact_without_ackv)
+{
+	struct job_cfg c = mixed_job("lossy_noackv", 3);
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = pbox_start(2, 0.10);
+	struct soft_pbox_stats st;
+	uint64_t retransmits = 0;
+
+	c.rto_min_ms = 2;
+	c.no_ackv_ranks = 0x7;
+	job_run(&c, sp, w);
+	workers_check(&c, w);
+	for (unsigned int r = 0; r < c.n_workers; r++)
+		retransmits += w[r].stats.retransmits;
+	soft_pbox_get_stats(sp, &st);
+	ck_assert_uint_eq(st.ackv_sent, 0);
+	ck_assert_uint_gt(st.tx_lost, 0);
+	ck_assert_uint_gt(retransmits, 0);
 	soft_pbox_stop(sp);
 }
 END_TEST
@@ -2252,6 +2323,7 @@ phub_client_suite(void)
 	tcase_add_test(tc, test_push_then_pull_equals_pushpull);
 	tcase_add_test(tc, test_large_layout_splits_join_and_join_ack);
 	tcase_add_test(tc, test_keys_progress_independently);
+	tcase_add_loop_test(tc, test_ackv_and_per_push_acks_give_the_same_models, 0, 3);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("dtypes_and_optimizers");
@@ -2285,6 +2357,7 @@ phub_client_suite(void)
 	tc = tcase_create("loss");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_ten_percent_loss_still_exact_and_retransmits);
+	tcase_add_test(tc, test_ten_percent_loss_exact_without_ackv);
 	tcase_add_test(tc, test_models_out_of_push_order_are_not_taken_for_lost);
 	suite_add_tcase(s, tc);
 

@@ -209,12 +209,14 @@ START_TEST(test_retarget_equals_full_build)
 		memcpy(&from.udp_port, frame + PBOX_ACK_ETH_LEN + 20 + 2, 2);
 		memcpy(&from.rank, frame + PBOX_ACK_HDR_OFF + 12, 2);
 		memcpy(&from.token, frame + PBOX_ACK_HDR_OFF + 24, 8);
+		memcpy(&from.aux, frame + PBOX_ACK_HDR_OFF + 48, 4);
 		for (int i = 0; i < 6; i++)
 			to.mac[i] = next_byte();
 		to.ipv4 = round % 9 == 0 ? from.ipv4 : next_u32();
 		to.udp_port = (uint16_t)next_u32();
 		to.rank = round % 11 == 0 ? 0 : (uint16_t)next_u32();
 		to.token = (uint64_t)next_u32() << 32 | next_u32();
+		to.aux = round % 5 == 0 ? 0 : next_u32();
 
 		memcpy(want, frame, len);
 		memcpy(eth->dst_addr.addr_bytes, to.mac, 6);
@@ -224,6 +226,7 @@ START_TEST(test_retarget_equals_full_build)
 		udp->dst_port = to.udp_port;
 		memcpy(want + PBOX_ACK_HDR_OFF + 12, &to.rank, 2);
 		memcpy(want + PBOX_ACK_HDR_OFF + 24, &to.token, 8);
+		memcpy(want + PBOX_ACK_HDR_OFF + 48, &to.aux, 4);
 		udp->dgram_cksum = 0;
 		csum = rte_ipv4_udptcp_cksum(ip, udp);
 		udp->dgram_cksum = csum;

@@ -114,6 +114,35 @@ make_ack(uint8_t *buf)
 	return (size_t)len;
 }
 
+/* Three ACKV entries; the first has LAST, the second REPLAY. */
+static const struct phub_wire_ackv_entry ackv_entries[] = {
+	{ .chunk_id = 41, .seg_index = 3, .flags = PHUB_WIRE_F_LAST, .iteration = 1000,
+	  .aux = 5 },
+	{ .chunk_id = 0x01020304, .seg_index = 0xfffe, .flags = PHUB_WIRE_F_REPLAY,
+	  .iteration = 0xfffffff0u, .aux = 0xa0b0c0d0u },
+	{ .chunk_id = 0, .seg_index = 0, .flags = 0, .iteration = 0, .aux = 0 },
+};
+
+/* An ACKV (to a worker) of ackv_entries to rank 2 of job 7. */
+static size_t
+make_worker_ackv(uint8_t *buf)
+{
+	static uint8_t body[3 * PHUB_WIRE_ACKV_ENTRY_LEN];
+	struct phub_wire_msg m;
+	int len;
+
+	phub_wire_ackv_put(body, ackv_entries, 3);
+	phub_wire_msg_init(&m, PHUB_WIRE_OP_ACKV);
+	m.job_id = 7;
+	m.session_token = 99;
+	m.worker_rank = 2;
+	m.payload = body;
+	m.payload_len = sizeof(body);
+	len = phub_wire_encode(buf, BUF_SIZE, &m);
+	ck_assert_int_gt(len, 0);
+	return (size_t)len;
+}
+
 static const struct phub_wire_key two_keys[] = { { 10, 1000 }, { 11, 24 } };
 
 static struct phub_wire_join_params
@@ -445,6 +474,18 @@ make_opcode(uint8_t *buf, uint8_t opcode, uint8_t flags)
 			m.payload = (const uint8_t *)payload;
 			m.payload_len = 13;
 			break;
+		case PHUB_WIRE_OP_ACKV:
+			m.chunk_id = 0;
+			m.iteration = 0;
+			m.elem_offset = 0;
+			m.elem_count = 0;
+			m.aux = 0;
+			/* Two entries: 32 bytes of the payload, flags 0x3c00.. cleared. */
+			for (int i = 0; i < 16; i++)
+				payload[i] = (uint16_t)(i % 8 == 3 ? 0 : 0x3c00 + i);
+			m.payload = (const uint8_t *)payload;
+			m.payload_len = 2 * PHUB_WIRE_ACKV_ENTRY_LEN;
+			break;
 		case PHUB_WIRE_OP_PUSH:
 		case PHUB_WIRE_OP_MODEL:
 		case PHUB_WIRE_OP_RING_REDUCE:
@@ -664,7 +705,8 @@ END_TEST
 /* ---- one defect per drop reason ---- */
 
 /* Valid datagrams the defect cases start from. */
-enum base { B_ACK, B_PUSH, B_PUSH_CSUM, B_JOIN, B_JOIN_ACK, B_ERROR, B_LEAVE, B_HELLO, B_ACKV };
+enum base { B_ACK, B_PUSH, B_PUSH_CSUM, B_JOIN, B_JOIN_ACK, B_ERROR, B_LEAVE, B_HELLO, B_ACKV,
+	B_WORKER_ACKV };
 
 static size_t
 make_leave(uint8_t *buf)
@@ -701,6 +743,8 @@ make_base(uint8_t *buf, enum base b)
 		return make_hello(buf, PHUB_WIRE_OP_RING_HELLO);
 	case B_ACKV:
 		return make_ackv(buf);
+	case B_WORKER_ACKV:
+		return make_worker_ackv(buf);
 	}
 	return 0;
 }
@@ -739,6 +783,9 @@ struct defect {
 #define KEY1_ELEMS (JB(key_count) + 4 + 8 + 4)	/* JOIN: elem_count of key 1 */
 #define HB(field) (HDR + offsetof(struct phub_wire_ring_hello_body, field))
 #define HELLO_EP1_PORT (HDR + 88 + 8 + 4)	/* RING_HELLO: port of endpoint 1 */
+/* ACKV: the flags of entry i. */
+#define ACKV_FLAGS(i) (HDR + (i) * PHUB_WIRE_ACKV_ENTRY_LEN + \
+		offsetof(struct phub_wire_ackv_entry_wire, flags))
 
 static const struct defect defects[] = {
 	{ "datagram shorter than the header", PHUB_DROP_TOO_SHORT, B_ACK, { { 0 } }, -1, 0 },
@@ -898,6 +945,24 @@ static const struct defect defects[] = {
 	  { SET8(H(dtype), PHUB_DTYPE_FP32) }, 0, 0 },
 	{ "RING_HELLO name unterminated", PHUB_DROP_JOIN_NAME_UNTERMINATED, B_HELLO,
 	  { { HB(name), P_FILL_NAME, 'a' } }, 0, 0 },
+	{ "ACKV of no entry", PHUB_DROP_ACKV_LENGTH, B_WORKER_ACKV,
+	  { SET16(H(payload_len), 0) }, 0, HDR },
+	{ "ACKV of two and a half entries", PHUB_DROP_ACKV_LENGTH, B_WORKER_ACKV,
+	  { SET16(H(payload_len), 40) }, -8, 0 },
+	{ "ACKV of 47 bytes", PHUB_DROP_ACKV_LENGTH, B_WORKER_ACKV,
+	  { SET16(H(payload_len), 47) }, -1, 0 },
+	{ "ACKV entry 2 with flag CSUM", PHUB_DROP_ACKV_ENTRY, B_WORKER_ACKV,
+	  { SET16(ACKV_FLAGS(2), PHUB_WIRE_F_CSUM) }, 0, 0 },
+	{ "ACKV entry 1 with flag 0x100", PHUB_DROP_ACKV_ENTRY, B_WORKER_ACKV,
+	  { SET16(ACKV_FLAGS(1), 0x100 | PHUB_WIRE_F_REPLAY) }, 0, 0 },
+	{ "ACKV with a chunk_id", PHUB_DROP_UNUSED_FIELD, B_WORKER_ACKV,
+	  { SET32(H(chunk_id), 1) }, 0, 0 },
+	{ "ACKV with an aux", PHUB_DROP_UNUSED_FIELD, B_WORKER_ACKV, { SET32(H(aux), 1) }, 0, 0 },
+	{ "ACKV with an iteration", PHUB_DROP_UNUSED_FIELD, B_WORKER_ACKV,
+	  { SET32(H(iteration), 1) }, 0, 0 },
+	{ "ACKV with elements", PHUB_DROP_UNUSED_FIELD, B_WORKER_ACKV,
+	  { SET32(H(elem_count), 4) }, 0, 0 },
+	{ "ACKV with dtype FP32", PHUB_DROP_BAD_DTYPE, B_WORKER_ACKV, { SET8(H(dtype), 0) }, 0, 0 },
 };
 #define N_DEFECTS ((int)(sizeof(defects) / sizeof(defects[0])))
 
@@ -1276,6 +1341,63 @@ END_TEST
 
 /* ---- CRC32C ---- */
 
+/* ACKV entries read back as written, big-endian at their offsets; the MTU bounds the count. */
+START_TEST(test_ackv_entries_round_trip_and_fit_the_mtu)
+{
+	static uint8_t buf[BUF_SIZE];
+	const struct phub_wire_ackv_entry_wire *w;
+	struct phub_wire_ackv_entry e;
+	struct phub_wire_msg m;
+	unsigned int n;
+	size_t len = make_worker_ackv(buf);
+
+	ck_assert_uint_eq(len, HDR + 3 * 16);
+	ck_assert_int_eq(phub_wire_parse(buf, len, &m), PHUB_DROP_OK);
+	ck_assert_uint_eq(m.opcode, PHUB_WIRE_OP_ACKV);
+	ck_assert_uint_eq(m.dtype, PHUB_WIRE_DTYPE_NONE);
+	ck_assert_int_eq(phub_wire_ackv_parse(m.payload, m.payload_len, &n), PHUB_DROP_OK);
+	ck_assert_uint_eq(n, 3);
+	for (unsigned int i = 0; i < n; i++) {
+		phub_wire_ackv_get(m.payload, i, &e);
+		ck_assert_uint_eq(e.chunk_id, ackv_entries[i].chunk_id);
+		ck_assert_uint_eq(e.seg_index, ackv_entries[i].seg_index);
+		ck_assert_uint_eq(e.flags, ackv_entries[i].flags);
+		ck_assert_uint_eq(e.iteration, ackv_entries[i].iteration);
+		ck_assert_uint_eq(e.aux, ackv_entries[i].aux);
+	}
+	/* Big-endian on the wire, at the offsets of the diagram. */
+	w = (const void *)(buf + HDR + 16);
+	ck_assert_uint_eq(buf[HDR + 16], 0x01);
+	ck_assert_uint_eq(buf[HDR + 16 + 3], 0x04);
+	ck_assert_uint_eq(buf[HDR + 16 + 12], 0xa0);
+	ck_assert_uint_eq(be32toh(w->iteration), 0xfffffff0u);
+	ck_assert_uint_eq(be16toh(w->seg_index), 0xfffe);
+	/* 1416 / 16 at 1500, 8916 / 16 at 9000; an ACKV of that many fits the MTU. */
+	ck_assert_uint_eq(phub_wire_ackv_max_entries(1500), 88);
+	ck_assert_uint_eq(phub_wire_ackv_max_entries(9000), 557);
+	for (unsigned int mtu = PHUB_WIRE_MIN_MTU; mtu <= 9216; mtu += 7)
+		ck_assert_uint_le(PHUB_WIRE_IPV4_UDP_OVERHEAD + HDR +
+				phub_wire_ackv_max_entries(mtu) * 16, mtu);
+}
+END_TEST
+
+/* The JOIN flag ACKV is a known flag; the next bit is not. */
+START_TEST(test_join_flag_ackv_is_taken_and_the_next_bit_refused)
+{
+	static uint8_t buf[BUF_SIZE];
+	struct phub_wire_join_params p = join_params(two_keys, 2);
+	struct phub_wire_msg m;
+	int len;
+
+	p.join.join_flags = PHUB_WIRE_JOIN_F_ACKV | PHUB_WIRE_JOIN_F_CSUM;
+	len = phub_wire_join_write(buf, BUF_SIZE, &p, 1500, 0);
+	ck_assert_int_gt(len, 0);
+	ck_assert_int_eq(phub_wire_parse(buf, (size_t)len, &m), PHUB_DROP_OK);
+	p.join.join_flags = PHUB_WIRE_JOIN_F_ACKV << 1;
+	ck_assert_int_lt(phub_wire_join_write(buf, BUF_SIZE, &p, 1500, 0), 0);
+}
+END_TEST
+
 START_TEST(test_crc32c_matches_known_vectors)
 {
 	static const char check[] = "123456789";
@@ -1609,6 +1731,8 @@ phub_wire_suite(void)
 	tcase_add_test(tc, test_header_only_encode_matches_full_encode_for_shared_payload);
 	tcase_add_test(tc, test_encoder_refuses_invalid_message_and_small_buffer);
 	tcase_add_test(tc, test_body_encoders_reproduce_parsed_bodies);
+	tcase_add_test(tc, test_ackv_entries_round_trip_and_fit_the_mtu);
+	tcase_add_test(tc, test_join_flag_ackv_is_taken_and_the_next_bit_refused);
 	tcase_add_test(tc, test_error_text_is_cut_at_a_character_boundary);
 	suite_add_tcase(s, tc);
 
