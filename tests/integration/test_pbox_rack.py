@@ -339,8 +339,11 @@ def wait_ckpt(rack, at_least, run=None, timeout=30):
 
 
 def restart_run(rack):
+    # 200 iterations, though the kill comes at a checkpoint of 6: the PBox writes a checkpoint
+    # only when its writer is free, and on a loaded machine writing the first one (fsync) took
+    # 0.3 s, in which a job of 40 iterations ended before any later checkpoint was on disk.
     rack.up(3, "--checkpoint-interval", 2)
-    run = rack.bench_bg(3, "--keys", 8, "--key-elems", 10000, "--iterations", 40,
+    run = rack.bench_bg(3, "--keys", 8, "--key-elems", 10000, "--iterations", 200,
                         "--optimizer", "sgd", "--dead-ms", 30000)
     wait_ckpt(rack, 6, run)
     assert run.alive(), "phub-bench ended before the PBox was killed"
