@@ -417,8 +417,12 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 	to.rank = rte_cpu_to_be_16(hdr->worker_rank);
 	to.token = rte_cpu_to_be_64(hdr->session_token);
 	to.aux = rte_cpu_to_be_32(hdr->aux);
-	/* Each authenticated frame has its own sequence number and MAC: built, not copied. */
-	copied = prev->valid && prev->flags == hdr->flags && auth == NULL;
+	/*
+	 * Each authenticated frame has its own sequence number and MAC, and a CSUM frame's CRC32C
+	 * covers the rank, token and stamp that retargeting changes: both built, not copied.
+	 */
+	copied = prev->valid && prev->flags == hdr->flags && auth == NULL &&
+		(hdr->flags & PHUB_WIRE_F_CSUM) == 0;
 	if (copied) {
 		memcpy(p, prev->bytes, head);
 		pbox_frame_retarget(p, &prev->peer, &to);
