@@ -177,8 +177,8 @@ phub_auth_mac_free(struct phub_auth_mac *m)
 bool
 phub_auth_mac_hw(void)
 {
-	/* libsodium's probe of the same CPU features OpenSSL's fast GCM needs. */
-	return crypto_aead_aes256gcm_is_available() != 0;
+	/* libsodium's probe (made by sodium_init) of the CPU features OpenSSL's fast GCM needs. */
+	return phub_auth_init() == 0 && crypto_aead_aes256gcm_is_available() != 0;
 }
 
 /*
