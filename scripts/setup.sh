@@ -18,7 +18,7 @@ PHUB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PHUB_PACKAGES=(
 	build-essential pkg-config meson ninja-build clang llvm
 	dpdk dpdk-dev libdpdk-dev libnuma-dev libbpf-dev libxdp-dev
-	libjansson-dev libsodium-dev check
+	libjansson-dev libsodium-dev libssl-dev check
 	python3 iproute2 procps ethtool shellcheck
 	python3-torch python3-torchvision python3-sklearn python3-pytest python3-matplotlib
 	python3-numpy python3-venv python3-setuptools python3-wheel

@@ -16,6 +16,7 @@
 #include <rte_malloc.h>
 #include <rte_udp.h>
 
+#include "auth/phub_auth.h"
 #include "control/phub_control.h"
 #include "pbox.h"
 
@@ -92,6 +93,19 @@ control_log(void *ctx, enum phub_control_log_level level, const char *text)
 		PBOX_LOG(INFO, "%s", text);
 		break;
 	}
+}
+
+/* Say once, at start, when authenticated jobs will pay a software AES-GCM for every datagram. */
+static void
+auth_cpu_check(const struct phub_config *cfg)
+{
+	for (unsigned int i = 0; i < cfg->n_jobs; i++)
+		if (cfg->jobs[i].auth == PHUB_CONFIG_AUTH_REQUIRED && !phub_auth_mac_hw()) {
+			PBOX_LOG(WARNING, "no AES-NI/PCLMULQDQ on this CPU: authenticated jobs "
+				"compute their datagram MAC (AES-256-GCM) in software, several "
+				"times slower");
+			return;
+		}
 }
 
 static void *
@@ -275,6 +289,7 @@ pbox_control_init(struct pbox *pb)
 			.racks = ring_racks[i],
 		};
 	}
+	auth_cpu_check(&pb->cfg);
 	memset(&p, 0, sizeof(p));
 	p.engine = pb->engine;
 	p.ops = &ops;

@@ -1,16 +1,24 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The auth constructions over libsodium: PSK, key exchange, datagram MACs and the replay window. */
+/*
+ * The auth constructions: PSK, key exchange and handshake MAC over libsodium, the datagram MAC
+ * (AES-256-GCM as GMAC) over OpenSSL's libcrypto, and the replay window.
+ */
 
 #include <assert.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
 #include <sodium.h>
 
 #include "phub_auth.h"
 
-static_assert(PHUB_AUTH_KEY_LEN == crypto_onetimeauth_KEYBYTES, "Poly1305 key");
-static_assert(PHUB_AUTH_TAG_LEN == crypto_onetimeauth_BYTES, "Poly1305 tag");
+static_assert(PHUB_AUTH_KEY_LEN == 32, "AES-256 key");
+static_assert(PHUB_AUTH_TAG_LEN == 16, "GCM tag");
 static_assert(PHUB_AUTH_PK_LEN == crypto_scalarmult_BYTES, "X25519 public key");
 static_assert(PHUB_AUTH_SK_LEN == crypto_scalarmult_SCALARBYTES, "X25519 secret key");
 static_assert(PHUB_AUTH_WINDOW % 64 == 0, "the window is whole words");
@@ -124,31 +132,89 @@ phub_auth_session_keys(struct phub_auth_keys *keys, const uint8_t psk[PHUB_AUTH_
 	return 0;
 }
 
-/* The 96-bit ChaCha20 nonce of seq: the direction is in the key, the stream in seq. */
-static void
-seq_nonce(uint8_t nonce[crypto_stream_chacha20_ietf_NONCEBYTES], uint64_t seq)
+/*
+ * One stream's GMAC state: an EVP context with the key (its AES key schedule and GHASH table)
+ * set once; a datagram sets only the nonce. OpenSSL picks AES-NI + PCLMULQDQ (or VAES) code
+ * where the CPU has it and its constant-time vector-permute AES (SSSE3) or plain C otherwise.
+ */
+struct phub_auth_mac {
+	EVP_CIPHER_CTX *ctx;
+};
+
+struct phub_auth_mac *
+phub_auth_mac_new(const uint8_t key[PHUB_AUTH_KEY_LEN])
 {
-	memset(nonce, 0, crypto_stream_chacha20_ietf_NONCEBYTES);
-	st64_be(nonce + 4, seq);
+	struct phub_auth_mac *m = malloc(sizeof(*m));
+
+	if (m == NULL)
+		return NULL;
+	m->ctx = EVP_CIPHER_CTX_new();
+	if (m->ctx == NULL || phub_auth_mac_rekey(m, key) != 0) {
+		EVP_CIPHER_CTX_free(m->ctx);
+		free(m);
+		return NULL;
+	}
+	return m;
 }
 
-static void
-poly_tag(uint8_t tag[PHUB_AUTH_TAG_LEN], const uint8_t key[PHUB_AUTH_KEY_LEN], uint64_t seq,
+int
+phub_auth_mac_rekey(struct phub_auth_mac *m, const uint8_t key[PHUB_AUTH_KEY_LEN])
+{
+	/* The 12-byte IV is GCM's default; the cipher stays, the key schedule is redone. */
+	return EVP_EncryptInit_ex(m->ctx, EVP_aes_256_gcm(), NULL, key, NULL) == 1 ? 0 : -EIO;
+}
+
+void
+phub_auth_mac_free(struct phub_auth_mac *m)
+{
+	if (m == NULL)
+		return;
+	/* EVP_CIPHER_CTX_free cleanses the key schedule. */
+	EVP_CIPHER_CTX_free(m->ctx);
+	free(m);
+}
+
+bool
+phub_auth_mac_hw(void)
+{
+	/* libsodium's probe (made by sodium_init) of the CPU features OpenSSL's fast GCM needs. */
+	return phub_auth_init() == 0 && crypto_aead_aes256gcm_is_available() != 0;
+}
+
+/*
+ * GMAC (AES-256-GCM, empty plaintext, SP 800-38D) over the header up to the tag (seq included)
+ * and the payload as additional data in two parts; the 96-bit nonce is 32 zero bits and seq,
+ * so one key never sees a nonce twice as long as its sender never reuses a seq. The direction
+ * is in the key, the stream (channel) in seq. false on a libcrypto failure.
+ */
+static bool
+gmac_tag(uint8_t tag[PHUB_AUTH_TAG_LEN], struct phub_auth_mac *m, uint64_t seq,
 		const uint8_t *hdr, size_t hdr_len, const void *payload, size_t payload_len)
 {
-	uint8_t nonce[crypto_stream_chacha20_ietf_NONCEBYTES];
-	uint8_t otk[crypto_onetimeauth_KEYBYTES];
-	crypto_onetimeauth_state st;
+	OSSL_PARAM params[2];
+	uint8_t nonce[12] = { 0 };
+	uint8_t none[16];
+	int n;
 
-	seq_nonce(nonce, seq);
-	crypto_stream_chacha20_ietf(otk, sizeof(otk), nonce, key);
-	crypto_onetimeauth_init(&st, otk);
+	if (hdr_len > INT32_MAX || payload_len > INT32_MAX)
+		return false;
+	st64_be(nonce + 4, seq);
+	/* No cipher, no key: only the nonce changes; the key schedule is kept. */
+	if (EVP_EncryptInit_ex2(m->ctx, NULL, NULL, nonce, NULL) != 1)
+		return false;
 	/* hdr_len and payload_len are in the header, so the two parts cannot be re-cut. */
-	crypto_onetimeauth_update(&st, hdr, hdr_len - PHUB_AUTH_TAG_LEN);
-	if (payload_len != 0)
-		crypto_onetimeauth_update(&st, payload, payload_len);
-	crypto_onetimeauth_final(&st, tag);
-	sodium_memzero(otk, sizeof(otk));
+	if (EVP_EncryptUpdate(m->ctx, NULL, &n, hdr, (int)(hdr_len - PHUB_AUTH_TAG_LEN)) != 1)
+		return false;
+	if (payload_len != 0 &&
+	    EVP_EncryptUpdate(m->ctx, NULL, &n, payload, (int)payload_len) != 1)
+		return false;
+	if (EVP_EncryptFinal_ex(m->ctx, none, &n) != 1)
+		return false;
+	/* The parameter itself, not EVP_CTRL_GCM_GET_TAG: ctrl translates to it at a cost. */
+	params[0] = OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, tag,
+			PHUB_AUTH_TAG_LEN);
+	params[1] = OSSL_PARAM_construct_end();
+	return EVP_CIPHER_CTX_get_params(m->ctx, params) == 1;
 }
 
 static void
@@ -165,28 +231,59 @@ hs_tag(uint8_t tag[PHUB_AUTH_TAG_LEN], const uint8_t key[PHUB_AUTH_KEY_LEN],
 }
 
 void
-phub_auth_seal(const uint8_t key[PHUB_AUTH_KEY_LEN], uint64_t seq, void *hdr, size_t hdr_len,
+phub_auth_mac_seal(struct phub_auth_mac *m, uint64_t seq, void *hdr, size_t hdr_len,
 		const void *payload, size_t payload_len)
 {
 	uint8_t *h = hdr;
 
 	st64_be(h + hdr_len - PHUB_AUTH_TRAILER_LEN, seq);
-	poly_tag(h + hdr_len - PHUB_AUTH_TAG_LEN, key, seq, h, hdr_len, payload, payload_len);
+	/* A libcrypto failure leaves a zero tag, which no receiver accepts (a loss). */
+	if (!gmac_tag(h + hdr_len - PHUB_AUTH_TAG_LEN, m, seq, h, hdr_len, payload, payload_len))
+		memset(h + hdr_len - PHUB_AUTH_TAG_LEN, 0, PHUB_AUTH_TAG_LEN);
+}
+
+bool
+phub_auth_mac_open(struct phub_auth_mac *m, const void *hdr, size_t hdr_len,
+		const void *payload, size_t payload_len, uint64_t *seq)
+{
+	const uint8_t *h = hdr;
+	uint8_t tag[PHUB_AUTH_TAG_LEN];
+
+	if (hdr_len < PHUB_AUTH_TRAILER_LEN)
+		return false;
+	*seq = ld64_be(h + hdr_len - PHUB_AUTH_TRAILER_LEN);
+	if (!gmac_tag(tag, m, *seq, h, hdr_len, payload, payload_len))
+		return false;
+	return CRYPTO_memcmp(tag, h + hdr_len - PHUB_AUTH_TAG_LEN, PHUB_AUTH_TAG_LEN) == 0;
+}
+
+void
+phub_auth_seal(const uint8_t key[PHUB_AUTH_KEY_LEN], uint64_t seq, void *hdr, size_t hdr_len,
+		const void *payload, size_t payload_len)
+{
+	struct phub_auth_mac *m = phub_auth_mac_new(key);
+	uint8_t *h = hdr;
+
+	if (m == NULL) {
+		st64_be(h + hdr_len - PHUB_AUTH_TRAILER_LEN, seq);
+		memset(h + hdr_len - PHUB_AUTH_TAG_LEN, 0, PHUB_AUTH_TAG_LEN);
+		return;
+	}
+	phub_auth_mac_seal(m, seq, hdr, hdr_len, payload, payload_len);
+	phub_auth_mac_free(m);
 }
 
 bool
 phub_auth_open(const uint8_t key[PHUB_AUTH_KEY_LEN], const void *hdr, size_t hdr_len,
 		const void *payload, size_t payload_len, uint64_t *seq)
 {
-	const uint8_t *h = hdr;
-	uint8_t tag[PHUB_AUTH_TAG_LEN];
+	struct phub_auth_mac *m = phub_auth_mac_new(key);
 	bool ok;
 
-	if (hdr_len < PHUB_AUTH_TRAILER_LEN)
+	if (m == NULL)
 		return false;
-	*seq = ld64_be(h + hdr_len - PHUB_AUTH_TRAILER_LEN);
-	poly_tag(tag, key, *seq, h, hdr_len, payload, payload_len);
-	ok = crypto_verify_16(tag, h + hdr_len - PHUB_AUTH_TAG_LEN) == 0;
+	ok = phub_auth_mac_open(m, hdr, hdr_len, payload, payload_len, seq);
+	phub_auth_mac_free(m);
 	return ok;
 }
 

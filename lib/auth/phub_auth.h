@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Authenticated datagrams (flag AUTH): the JOIN key exchange, per-session keys, the per-datagram
- * MAC over header and payload, and the receiver's replay window. libsodium only; no DPDK.
+ * MAC over header and payload, and the receiver's replay window. libsodium and libcrypto; no DPDK.
  */
 
 #ifndef PHUB_AUTH_H
@@ -67,7 +67,7 @@ void phub_auth_keypair(uint8_t pk[PHUB_AUTH_PK_LEN], uint8_t sk[PHUB_AUTH_SK_LEN
 
 /*
  * The session keys of one handshake, the same on both sides: the initiator (the worker, the
- * ring's lower position) calls with initiator = true. tx/rx are the Poly1305 stream keys of the
+ * ring's lower position) calls with initiator = true. tx/rx are the GMAC stream keys of the
  * two directions; confirm_tx/confirm_rx key the responder's handshake answer (JOIN_ACK,
  * RING_HELLO_ACK), which proves it holds both the PSK and its ephemeral secret.
  */
@@ -89,13 +89,28 @@ int phub_auth_session_keys(struct phub_auth_keys *keys, const uint8_t psk[PHUB_A
 		const uint8_t responder_pk[PHUB_AUTH_PK_LEN], bool initiator);
 
 /*
- * The per-datagram MAC of every datagram after the handshake: Poly1305 keyed with the first 32
- * bytes of ChaCha20(key, nonce = seq), the one-time key construction of RFC 8439, over the
- * header up to the tag (the sequence number included) and the payload. seal writes seq and the
- * tag into the trailer of hdr (hdr_len bytes, >= PHUB_AUTH_TRAILER_LEN); a key must never seal
- * two datagrams with one seq. open recomputes it in constant time: true when it matches, and
- * *seq is the datagram's sequence number (check it with phub_auth_window_check()).
+ * The per-datagram MAC of every datagram after the handshake: AES-256-GCM as a MAC (GMAC:
+ * empty plaintext) under the stream's direction key, nonce = 32 zero bits | seq, over the
+ * header up to the tag (the sequence number included) and the payload as additional data.
+ * A struct phub_auth_mac holds one key's schedule: make one per stream (one thread's), set
+ * the key once, and a datagram costs only its GHASH; NULL/-EIO when libcrypto fails.
+ * seal writes seq and the tag into the trailer of hdr (hdr_len bytes, >= PHUB_AUTH_TRAILER_LEN);
+ * a key must never seal two datagrams with one seq. open recomputes it and compares in constant
+ * time: true when it matches, and *seq is the datagram's sequence number (check it with
+ * phub_auth_window_check()).
  */
+struct phub_auth_mac;
+struct phub_auth_mac *phub_auth_mac_new(const uint8_t key[PHUB_AUTH_KEY_LEN]);
+int phub_auth_mac_rekey(struct phub_auth_mac *m, const uint8_t key[PHUB_AUTH_KEY_LEN]);
+void phub_auth_mac_free(struct phub_auth_mac *m);
+void phub_auth_mac_seal(struct phub_auth_mac *m, uint64_t seq, void *hdr, size_t hdr_len,
+		const void *payload, size_t payload_len);
+bool phub_auth_mac_open(struct phub_auth_mac *m, const void *hdr, size_t hdr_len,
+		const void *payload, size_t payload_len, uint64_t *seq);
+/* True when the CPU has AES-NI and PCLMULQDQ; without them the same MAC runs in software. */
+bool phub_auth_mac_hw(void);
+
+/* The same with the key given each time (a key schedule per call): tests and tools. */
 void phub_auth_seal(const uint8_t key[PHUB_AUTH_KEY_LEN], uint64_t seq, void *hdr,
 		size_t hdr_len, const void *payload, size_t payload_len);
 bool phub_auth_open(const uint8_t key[PHUB_AUTH_KEY_LEN], const void *hdr, size_t hdr_len,
@@ -104,7 +119,7 @@ bool phub_auth_open(const uint8_t key[PHUB_AUTH_KEY_LEN], const void *hdr, size_
 /*
  * The MAC of handshake datagrams (JOIN keyed with the PSK, the answer with keys.confirm):
  * keyed BLAKE2b-128 over the same bytes, safe under one key for many datagrams (a JOIN is
- * sent again as it was), where a Poly1305 key is good for one.
+ * sent again as it was), where a GMAC key must not see one nonce twice.
  */
 void phub_auth_hs_seal(const uint8_t key[PHUB_AUTH_KEY_LEN], uint64_t seq, void *hdr,
 		size_t hdr_len, const void *payload, size_t payload_len);

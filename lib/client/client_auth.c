@@ -17,8 +17,23 @@
 /* The lanes of the session: 0 the control port, 1 + k endpoint k (as the PBox numbers them). */
 struct client_auth_lane {
 	uint64_t tx_next;
+	/* The session's keys, scheduled once: whichever thread serves the lane uses them. */
+	struct phub_auth_mac *tx_mac;
+	struct phub_auth_mac *rx_mac;
 	struct phub_auth_window win;
 };
+
+static void
+lanes_free(struct phub *h)
+{
+	for (uint32_t i = 0; h->auth_lanes != NULL && i < h->n_auth_lanes; i++) {
+		phub_auth_mac_free(h->auth_lanes[i].tx_mac);
+		phub_auth_mac_free(h->auth_lanes[i].rx_mac);
+	}
+	free(h->auth_lanes);
+	h->auth_lanes = NULL;
+	h->n_auth_lanes = 0;
+}
 
 int
 client_auth_init(struct phub *h, const struct phub_connect_params *p)
@@ -35,8 +50,7 @@ client_auth_init(struct phub *h, const struct phub_connect_params *p)
 void
 client_auth_free(struct phub *h)
 {
-	free(h->auth_lanes);
-	h->auth_lanes = NULL;
+	lanes_free(h);
 	phub_auth_wipe(h->auth_psk, sizeof(h->auth_psk));
 	phub_auth_wipe(h->auth_sk, sizeof(h->auth_sk));
 	phub_auth_wipe(&h->auth_keys, sizeof(h->auth_keys));
@@ -123,11 +137,19 @@ client_auth_commit(struct phub *h)
 	if (h->auth_lanes != NULL && n == h->n_auth_lanes &&
 	    sodium_memcmp(&h->auth_keys, &h->auth_next, sizeof(h->auth_keys)) == 0)
 		return 0;
-	free(h->auth_lanes);
+	lanes_free(h);
 	h->auth_lanes = calloc(n, sizeof(*h->auth_lanes));
 	if (h->auth_lanes == NULL)
 		return -ENOMEM;
 	h->n_auth_lanes = (uint32_t)n;
+	for (size_t i = 0; i < n; i++) {
+		h->auth_lanes[i].tx_mac = phub_auth_mac_new(h->auth_next.tx);
+		h->auth_lanes[i].rx_mac = phub_auth_mac_new(h->auth_next.rx);
+		if (h->auth_lanes[i].tx_mac == NULL || h->auth_lanes[i].rx_mac == NULL) {
+			lanes_free(h);
+			return -ENOMEM;
+		}
+	}
 	h->auth_keys = h->auth_next;
 	return 0;
 }
@@ -161,7 +183,7 @@ client_auth_tx(struct phub *h, const struct sockaddr_in *dst, uint8_t *hdr, size
 	l = &h->auth_lanes[lane];
 	if (l->tx_next > PHUB_AUTH_COUNTER_MAX)
 		return false;
-	phub_auth_seal(h->auth_keys.tx, phub_auth_seq((uint16_t)lane, l->tx_next++), hdr, hdr_len,
+	phub_auth_mac_seal(l->tx_mac, phub_auth_seq((uint16_t)lane, l->tx_next++), hdr, hdr_len,
 			payload, payload_len);
 	return true;
 }
@@ -180,7 +202,7 @@ client_auth_rx(struct phub *h, const struct sockaddr_in *src, const uint8_t *buf
 	if (lane < 0 || (uint32_t)lane >= h->n_auth_lanes)
 		goto bad;
 	l = &h->auth_lanes[lane];
-	if (!phub_auth_open(h->auth_keys.rx, buf, msg->hdr_len, msg->payload, msg->payload_len,
+	if (!phub_auth_mac_open(l->rx_mac, buf, msg->hdr_len, msg->payload, msg->payload_len,
 			&seq))
 		goto bad;
 	/* Numbered for the port it came from, and never seen before. */

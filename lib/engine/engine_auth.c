@@ -26,10 +26,15 @@ struct auth_rank {
 	uint8_t confirm[PHUB_AUTH_KEY_LEN];
 };
 
+enum { MAC_RX, MAC_TX };
+
 /* One lane's state for one rank: its thread's alone. */
 struct auth_lane {
 	alignas(64) uint64_t gen;
 	uint64_t tx_next;
+	/* Each direction's key schedule, made when the lane first meets gen mac_gen's keys. */
+	uint64_t mac_gen[2];
+	struct phub_auth_mac *mac[2];
 	struct phub_auth_window win;
 };
 
@@ -76,6 +81,10 @@ engine_auth_release(struct phub_engine_job *job)
 		return;
 	phub_auth_wipe(a->ranks, job->world_size * sizeof(*a->ranks));
 	phub_auth_wipe(a->psk, sizeof(a->psk));
+	for (size_t i = 0; i < (size_t)job->world_size * a->n_lanes; i++) {
+		phub_auth_mac_free(a->lanes[i].mac[MAC_RX]);
+		phub_auth_mac_free(a->lanes[i].mac[MAC_TX]);
+	}
 	free(a->ranks);
 	free(a->lanes);
 	free(a);
@@ -198,15 +207,48 @@ lane_of(struct engine_auth *a, uint16_t rank, unsigned int lane, uint64_t gen)
 	return l;
 }
 
+/*
+ * The lane's MAC state for one direction of the rank's current session, keyed (a key schedule)
+ * only when the session changed since the lane last used it; NULL without keys or memory.
+ */
+static struct phub_auth_mac *
+mac_of(struct engine_auth *a, uint16_t rank, unsigned int lane, int dir, struct auth_lane **lp)
+{
+	struct auth_rank *r = &a->ranks[rank];
+	uint8_t key[PHUB_AUTH_KEY_LEN];
+	struct auth_lane *l;
+	uint64_t gen = atomic_load_explicit(&r->gen, memory_order_acquire);
+
+	l = &a->lanes[(size_t)rank * a->n_lanes + lane];
+	/* The common case: the session the lane has keyed; gen is even and unchanged. */
+	if (gen != 0 && gen == l->gen && gen == l->mac_gen[dir] && l->mac[dir] != NULL) {
+		*lp = l;
+		return l->mac[dir];
+	}
+	if (!keys_read(r, dir == MAC_RX, key, &gen))
+		return NULL;
+	l = lane_of(a, rank, lane, gen);
+	if (l->mac[dir] == NULL)
+		l->mac[dir] = phub_auth_mac_new(key);
+	else if (phub_auth_mac_rekey(l->mac[dir], key) != 0) {
+		phub_auth_mac_free(l->mac[dir]);
+		l->mac[dir] = NULL;
+	}
+	phub_auth_wipe(key, sizeof(key));
+	l->mac_gen[dir] = l->mac[dir] != NULL ? gen : 0;
+	*lp = l;
+	return l->mac[dir];
+}
+
 enum phub_drop_reason
 phub_engine_auth_rx(struct phub_engine_job *job, uint16_t rank, unsigned int lane,
 		uint16_t channel, uint8_t flags, const void *hdr, size_t hdr_len,
 		const void *payload, size_t payload_len)
 {
 	struct engine_auth *a = job->auth;
-	uint8_t key[PHUB_AUTH_KEY_LEN];
+	struct phub_auth_mac *m;
 	struct auth_lane *l;
-	uint64_t gen, seq;
+	uint64_t seq;
 
 	if (a == NULL)
 		return (flags & PHUB_WIRE_F_AUTH) ? PHUB_DROP_AUTH_UNEXPECTED : PHUB_DROP_OK;
@@ -215,14 +257,12 @@ phub_engine_auth_rx(struct phub_engine_job *job, uint16_t rank, unsigned int lan
 		return PHUB_DROP_AUTH_MISSING;
 	if (rank >= job->world_size || lane >= a->n_lanes)
 		return PHUB_DROP_RANK_RANGE;
-	if (!keys_read(&a->ranks[rank], true, key, &gen))
+	if (atomic_load_explicit(&a->ranks[rank].gen, memory_order_acquire) == 0)
 		return PHUB_DROP_NOT_JOINED;
-	l = lane_of(a, rank, lane, gen);
-	if (!phub_auth_open(key, hdr, hdr_len, payload, payload_len, &seq)) {
-		phub_auth_wipe(key, sizeof(key));
+	m = mac_of(a, rank, lane, MAC_RX, &l);
+	/* No key schedule (libcrypto out of memory): nothing can be believed, as a bad tag. */
+	if (m == NULL || !phub_auth_mac_open(m, hdr, hdr_len, payload, payload_len, &seq))
 		return PHUB_DROP_AUTH_BAD_TAG;
-	}
-	phub_auth_wipe(key, sizeof(key));
 	/* Each port's stream has its own numbers: one sent to another port is a replay there. */
 	if (phub_auth_seq_channel(seq) != channel)
 		return PHUB_DROP_AUTH_CHANNEL;
@@ -244,21 +284,16 @@ phub_engine_auth_tx(struct phub_engine_job *job, uint16_t rank, unsigned int lan
 		size_t payload_len)
 {
 	struct engine_auth *a = job->auth;
-	uint8_t key[PHUB_AUTH_KEY_LEN];
+	struct phub_auth_mac *m;
 	struct auth_lane *l;
-	uint64_t gen;
 
-	if (a == NULL || rank >= job->world_size || lane >= a->n_lanes ||
-	    !keys_read(&a->ranks[rank], false, key, &gen))
+	if (a == NULL || rank >= job->world_size || lane >= a->n_lanes)
 		return false;
-	l = lane_of(a, rank, lane, gen);
+	m = mac_of(a, rank, lane, MAC_TX, &l);
 	/* A counter never comes back under one key: 2^48 datagrams end the stream instead. */
-	if (l->tx_next > PHUB_AUTH_COUNTER_MAX) {
-		phub_auth_wipe(key, sizeof(key));
+	if (m == NULL || l->tx_next > PHUB_AUTH_COUNTER_MAX)
 		return false;
-	}
-	phub_auth_seal(key, phub_auth_seq(channel, l->tx_next++), hdr, hdr_len, payload,
+	phub_auth_mac_seal(m, phub_auth_seq(channel, l->tx_next++), hdr, hdr_len, payload,
 			payload_len);
-	phub_auth_wipe(key, sizeof(key));
 	return true;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include <check.h>
+#include <sodium.h>
 
 #include "phub_auth.h"
 
@@ -99,6 +100,100 @@ START_TEST(test_the_ring_proof_depends_on_the_psk_and_is_not_the_nonce)
 	ck_assert_uint_eq(phub_auth_ring_proof(a), phub_auth_ring_proof(a));
 	ck_assert_uint_ne(phub_auth_ring_proof(a), phub_auth_ring_proof(b));
 	ck_assert_uint_ne(phub_auth_ring_proof(a), 0x1234);
+}
+END_TEST
+
+/*
+ * The wire's MAC is AES-256-GCM with an empty plaintext: these tags come from Python's
+ * cryptography AESGCM(key).encrypt(0^32 | seq, b"", header-to-tag + payload), outside lib/auth.
+ */
+START_TEST(test_the_datagram_mac_is_gmac_of_header_and_payload)
+{
+	static const uint8_t want[16] = { 0x43, 0x92, 0x8a, 0x47, 0x27, 0x29, 0x9e, 0xfe, 0x7a,
+		0x7a, 0x3e, 0xa8, 0x55, 0xbe, 0x31, 0x5f };
+	static const uint8_t want_empty[16] = { 0x80, 0xbe, 0x1f, 0xad, 0x5a, 0x98, 0xcb, 0x72,
+		0x78, 0x74, 0xac, 0x03, 0x82, 0x6c, 0x94, 0x38 };
+	uint64_t seq = phub_auth_seq(3, 0x0102030405);
+	uint8_t key[PHUB_AUTH_KEY_LEN], hdr[HDR], pl[100];
+	struct phub_auth_mac *m;
+
+	ck_assert_int_eq(phub_auth_init(), 0);
+	for (size_t i = 0; i < sizeof(key); i++)
+		key[i] = (uint8_t)i;
+	fill(hdr, sizeof(hdr), 1);
+	fill(pl, sizeof(pl), 2);
+	phub_auth_seal(key, seq, hdr, sizeof(hdr), pl, sizeof(pl));
+	ck_assert_mem_eq(hdr + HDR - PHUB_AUTH_TAG_LEN, want, sizeof(want));
+	/* A kept key schedule gives the same tags, datagram after datagram. */
+	m = phub_auth_mac_new(key);
+	ck_assert_ptr_nonnull(m);
+	for (int i = 0; i < 3; i++) {
+		memset(hdr + HDR - PHUB_AUTH_TAG_LEN, 0, PHUB_AUTH_TAG_LEN);
+		phub_auth_mac_seal(m, seq, hdr, sizeof(hdr), pl, sizeof(pl));
+		ck_assert_mem_eq(hdr + HDR - PHUB_AUTH_TAG_LEN, want, sizeof(want));
+		phub_auth_mac_seal(m, seq, hdr, sizeof(hdr), NULL, 0);
+		ck_assert_mem_eq(hdr + HDR - PHUB_AUTH_TAG_LEN, want_empty, sizeof(want_empty));
+	}
+	phub_auth_mac_free(m);
+}
+END_TEST
+
+/* Where libsodium has its own AES-GCM (AES-NI), it must agree on a datagram in one buffer. */
+START_TEST(test_the_datagram_mac_agrees_with_libsodium_aes256gcm)
+{
+	uint8_t key[PHUB_AUTH_KEY_LEN], dgram[HDR + PAYLOAD], aad[HDR + PAYLOAD];
+	uint8_t nonce[crypto_aead_aes256gcm_NPUBBYTES] = { 0 }, tag[16], none[1];
+	unsigned long long tl;
+	struct phub_auth_mac *m;
+
+	ck_assert_int_eq(phub_auth_init(), 0);
+	if (!crypto_aead_aes256gcm_is_available())
+		return;
+	randombytes_buf(key, sizeof(key));
+	randombytes_buf(dgram, sizeof(dgram));
+	m = phub_auth_mac_new(key);
+	ck_assert_ptr_nonnull(m);
+	for (uint64_t seq = 0; seq < 300; seq += 7) {
+		size_t len = (size_t)seq * 5 % PAYLOAD;
+
+		phub_auth_mac_seal(m, phub_auth_seq(1, seq), dgram, HDR, dgram + HDR, len);
+		memcpy(aad, dgram, HDR - PHUB_AUTH_TAG_LEN);
+		memcpy(aad + HDR - PHUB_AUTH_TAG_LEN, dgram + HDR, len);
+		for (int i = 0; i < 8; i++)
+			nonce[4 + i] = (uint8_t)(phub_auth_seq(1, seq) >> (56 - 8 * i));
+		crypto_aead_aes256gcm_encrypt_detached(none, tag, &tl, NULL, 0, aad,
+				HDR - PHUB_AUTH_TAG_LEN + len, NULL, nonce, key);
+		ck_assert_mem_eq(dgram + HDR - PHUB_AUTH_TAG_LEN, tag, sizeof(tag));
+	}
+	phub_auth_mac_free(m);
+}
+END_TEST
+
+/* A rekeyed state is the new key's: what the old key sealed no longer opens. */
+START_TEST(test_a_rekeyed_mac_state_is_the_new_keys)
+{
+	struct pair p;
+	uint8_t hdr[HDR], pl[PAYLOAD];
+	struct phub_auth_mac *tx, *rx;
+	uint64_t seq;
+
+	pair_make(&p, "job", 9);
+	fill(hdr, sizeof(hdr), 3);
+	fill(pl, sizeof(pl), 4);
+	tx = phub_auth_mac_new(p.ik.tx);
+	rx = phub_auth_mac_new(p.rk.rx);
+	ck_assert(tx != NULL && rx != NULL);
+	phub_auth_mac_seal(tx, 11, hdr, sizeof(hdr), pl, sizeof(pl));
+	ck_assert(phub_auth_mac_open(rx, hdr, sizeof(hdr), pl, sizeof(pl), &seq));
+	ck_assert_uint_eq(seq, 11);
+	ck_assert(phub_auth_open(p.rk.rx, hdr, sizeof(hdr), pl, sizeof(pl), &seq));
+	ck_assert_int_eq(phub_auth_mac_rekey(rx, p.rk.tx), 0);
+	ck_assert(!phub_auth_mac_open(rx, hdr, sizeof(hdr), pl, sizeof(pl), &seq));
+	ck_assert_int_eq(phub_auth_mac_rekey(rx, p.rk.rx), 0);
+	ck_assert(phub_auth_mac_open(rx, hdr, sizeof(hdr), pl, sizeof(pl), &seq));
+	phub_auth_mac_free(tx);
+	phub_auth_mac_free(rx);
+	phub_auth_mac_free(NULL);
 }
 END_TEST
 
@@ -271,6 +366,9 @@ phub_auth_suite(void)
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("mac");
+	tcase_add_test(tc, test_the_datagram_mac_is_gmac_of_header_and_payload);
+	tcase_add_test(tc, test_the_datagram_mac_agrees_with_libsodium_aes256gcm);
+	tcase_add_test(tc, test_a_rekeyed_mac_state_is_the_new_keys);
 	tcase_add_test(tc, test_a_sealed_datagram_opens_once_under_its_key);
 	tcase_add_test(tc, test_every_single_bit_flip_fails_the_mac);
 	tcase_add_test(tc, test_a_tag_moved_to_another_sequence_number_fails);
