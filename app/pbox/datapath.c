@@ -185,9 +185,12 @@ reply_in_place(struct pbox_lcore *lc, struct rx_frame *f, uint16_t tx_port,
 	tx_any(lc, tx_port, m);
 }
 
-/* Whether a worker (its wire rank) asked in its JOIN for CSUM on what the PBox sends it. */
+/*
+ * Whether a worker (its wire rank) asked in its JOIN for a PHUB_ENGINE_PEER_F_* wish (CSUM on
+ * what the PBox sends it, ACKV instead of one ACK per PUSH).
+ */
 static inline bool
-rank_wants_csum(const struct phub_engine_job *job, uint16_t wire_rank)
+rank_wants(const struct phub_engine_job *job, uint16_t wire_rank, uint32_t peer_flag)
 {
 	struct phub_engine_peer peer;
 	uint64_t token;
@@ -195,7 +198,7 @@ rank_wants_csum(const struct phub_engine_job *job, uint16_t wire_rank)
 
 	return phub_engine_job_local_rank(job, wire_rank, &rank) &&
 		phub_engine_job_rank(job, rank, &peer, &token) &&
-		(peer.flags & PHUB_ENGINE_PEER_F_CSUM) != 0;
+		(peer.flags & peer_flag) != 0;
 }
 
 static void
@@ -204,7 +207,7 @@ send_ack(struct pbox_lcore *lc, const struct phub_engine_job *job, struct rx_fra
 {
 	struct rte_mbuf *m = f->m;
 	struct phub_wire_msg ack;
-	bool csum = rank_wants_csum(job, f->msg.worker_rank);
+	bool csum = rank_wants(job, f->msg.worker_rank, PHUB_ENGINE_PEER_F_CSUM);
 	struct auth_to auth = { .job = NULL };
 
 	if (unlikely(phub_engine_job_auth(job)) &&
@@ -247,19 +250,6 @@ send_ack(struct pbox_lcore *lc, const struct phub_engine_job *job, struct rx_fra
 		ack.flags |= PHUB_WIRE_F_CSUM;	/* phub_wire_encode() computes it */
 	lc->stats.acks_sent++;
 	reply_in_place(lc, f, tx_port, &ack, auth.job != NULL ? &auth : NULL);
-}
-
-/* Whether a worker (its wire rank) asked in its JOIN for ACKV instead of one ACK per PUSH. */
-static inline bool
-rank_wants_ackv(const struct phub_engine_job *job, uint16_t wire_rank)
-{
-	struct phub_engine_peer peer;
-	uint64_t token;
-	uint16_t rank;
-
-	return phub_engine_job_local_rank(job, wire_rank, &rank) &&
-		phub_engine_job_rank(job, rank, &peer, &token) &&
-		(peer.flags & PHUB_ENGINE_PEER_F_ACKV) != 0;
 }
 
 /* One ACKV to one rank (phub_ackv_flush()'s send): a new frame, built and summed in full. */
@@ -345,7 +335,7 @@ answer_ack(struct pbox_lcore *lc, struct phub_engine_job *job, struct rx_frame *
 {
 	struct phub_wire_ackv_entry e;
 
-	if (!rank_wants_ackv(job, f->msg.worker_rank)) {
+	if (!rank_wants(job, f->msg.worker_rank, PHUB_ENGINE_PEER_F_ACKV)) {
 		send_ack(lc, job, f, tx_port);
 		return;
 	}

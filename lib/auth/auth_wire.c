@@ -35,3 +35,18 @@ phub_auth_wire_extend(uint8_t *dgram, size_t len, size_t cap)
 	memset(dgram + offsetof(struct phub_wire_hdr, csum), 0, 4);
 	return (int)total;
 }
+
+int
+phub_auth_wire_seal_hs(uint8_t *dgram, size_t len, size_t cap,
+		const uint8_t pk[PHUB_AUTH_PK_LEN], const uint8_t key[PHUB_AUTH_KEY_LEN])
+{
+	int n = phub_auth_wire_extend(dgram, len, cap);
+	size_t hdr_len;
+
+	if (n < 0)
+		return n;
+	hdr_len = dgram[offsetof(struct phub_wire_hdr, hdr_len)];
+	memcpy(phub_auth_wire_pk(dgram, hdr_len), pk, PHUB_AUTH_PK_LEN);
+	phub_auth_hs_seal(key, 0, dgram, hdr_len, dgram + hdr_len, (size_t)n - hdr_len);
+	return n;
+}

@@ -164,4 +164,12 @@ phub_auth_wire_pk(uint8_t *dgram, size_t hdr_len)
 	return dgram + hdr_len - PHUB_AUTH_TRAILER_LEN - PHUB_AUTH_PK_LEN;
 }
 
+/*
+ * A handshake datagram (JOIN or JOIN_ACK) sealed: the AUTH extension added
+ * (phub_auth_wire_extend()), the sender's ephemeral key pk written into it, and its tag under
+ * key at sequence 0. Returns the new length or phub_auth_wire_extend()'s error.
+ */
+int phub_auth_wire_seal_hs(uint8_t *dgram, size_t len, size_t cap,
+		const uint8_t pk[PHUB_AUTH_PK_LEN], const uint8_t key[PHUB_AUTH_KEY_LEN]);
+
 #endif /* PHUB_AUTH_H */

@@ -75,15 +75,7 @@ client_auth_join_start(struct phub *h)
 int
 client_auth_join_seal(struct phub *h, uint8_t *buf, size_t len, size_t cap)
 {
-	int n = phub_auth_wire_extend(buf, len, cap);
-	size_t hdr_len;
-
-	if (n < 0)
-		return n;
-	hdr_len = buf[offsetof(struct phub_wire_hdr, hdr_len)];
-	memcpy(phub_auth_wire_pk(buf, hdr_len), h->auth_pk, PHUB_AUTH_PK_LEN);
-	phub_auth_hs_seal(h->auth_psk, 0, buf, hdr_len, buf + hdr_len, (size_t)n - hdr_len);
-	return n;
+	return phub_auth_wire_seal_hs(buf, len, cap, h->auth_pk, h->auth_psk);
 }
 
 bool

@@ -112,15 +112,7 @@ control_auth_join_keys(struct phub_control *ctl, struct phub_engine_job *job, ui
 int
 control_auth_join_ack(struct phub_control *ctl, uint8_t *buf, size_t len, size_t cap)
 {
-	int n = phub_auth_wire_extend(buf, len, cap);
-	size_t hdr_len;
-
-	if (n < 0)
-		return n;
-	hdr_len = buf[offsetof(struct phub_wire_hdr, hdr_len)];
-	memcpy(phub_auth_wire_pk(buf, hdr_len), ctl->auth_ppk, PHUB_AUTH_PK_LEN);
-	phub_auth_hs_seal(ctl->auth_confirm, 0, buf, hdr_len, buf + hdr_len, (size_t)n - hdr_len);
-	return n;
+	return phub_auth_wire_seal_hs(buf, len, cap, ctl->auth_ppk, ctl->auth_confirm);
 }
 
 /* The job and local rank an outgoing session datagram of an authenticated job is for. */
