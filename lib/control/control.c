@@ -1,179 +1,376 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The checks of a later rank's JOIN, and the answers to LEAVE and PING (phub_control.h). */
+/*
+ * The control plane as one object (phub_control.h): its parameters and limits, each control
+ * datagram handed to the file that owns its message (control_join.c, control_session.c,
+ * control_ring.c), the timers, jobs counted in and out, and the one way out for every answer
+ * (control_send(), sealed for an authenticated session). The appliance and the soft PBox are
+ * adapters around it: they bring datagrams in, send what it builds, and free jobs safely.
+ */
 
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "phub_control.h"
+#include "control_priv.h"
+#include "engine/phub_ring.h"
 
-void
-phub_control_decl_from_join(struct phub_control_decl *decl, const struct phub_wire_join *join)
+#define LIVENESS_PERIOD_NS (100 * 1000000ull)
+#define MAX_JOB_KEYS_DEFAULT 65536
+#define MAX_PENDING_DEFAULT 64
+#define JOIN_MS_DEFAULT 2000
+#define WORKER_DEAD_MS_DEFAULT 10000
+#define RTO_MIN_MS_DEFAULT 2
+#define RTO_MAX_MS_DEFAULT 200
+
+static uint64_t
+now_ns(const struct phub_control *ctl)
 {
-	memset(decl, 0, sizeof(*decl));
-	decl->known = PHUB_CONTROL_DECL_ALL;
-	decl->optimizer = join->optimizer;
-	decl->hyper = join->hyper;
-	decl->chunk_bytes = join->chunk_bytes;
+	return ctl->p.ops->now_ns(ctl->p.ctx);
 }
 
 void
-phub_control_decl_complete(struct phub_control_decl *decl, const struct phub_wire_join *join)
+control_log(struct phub_control *ctl, enum phub_control_log_level level, const char *fmt, ...)
 {
-	if (!(decl->known & PHUB_CONTROL_DECL_OPTIMIZER))
-		decl->optimizer = join->optimizer;
-	if (!(decl->known & PHUB_CONTROL_DECL_HYPER))
-		decl->hyper = join->hyper;
-	if (!(decl->known & PHUB_CONTROL_DECL_CHUNK))
-		decl->chunk_bytes = join->chunk_bytes;
-	decl->known = PHUB_CONTROL_DECL_ALL;
+	char text[512];
+	va_list ap;
+
+	if (ctl->p.ops->log == NULL)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	ctl->p.ops->log(ctl->p.ctx, level, text);
 }
 
-/* Bit for bit, as the wire carries them: the ranks' optimizers must compute the same. */
-static bool
-hyper_equal(const struct phub_wire_hyper *a, const struct phub_wire_hyper *b)
+const struct phub_control_params *
+control_params(const struct phub_control *ctl)
 {
-	return memcmp(a, b, sizeof(*a)) == 0;
+	return &ctl->p;
 }
 
-const char *
-phub_control_join_mismatch(const struct phub_engine_job *job,
-		const struct phub_control_decl *decl, const struct phub_wire_join *join,
-		const struct phub_wire_key *keys, uint32_t n_keys, bool deterministic)
+uint64_t
+control_now_ns(const struct phub_control *ctl)
 {
-	const struct phub_layout *layout = phub_engine_job_layout(job);
+	return now_ns(ctl);
+}
 
-	/* Workers say the whole job's world, over every rack of a ring. */
-	if (join->world_size != phub_engine_job_total_world(job))
-		return "world size";
-	if (join->dtype != (uint8_t)phub_engine_job_dtype(job))
-		return "dtype";
-	if ((decl->known & PHUB_CONTROL_DECL_OPTIMIZER) && join->optimizer != decl->optimizer)
-		return "optimizer";
-	if ((decl->known & PHUB_CONTROL_DECL_HYPER) && !hyper_equal(&join->hyper, &decl->hyper))
-		return "hyper-parameters";
-	if ((decl->known & PHUB_CONTROL_DECL_CHUNK) && join->chunk_bytes != decl->chunk_bytes)
-		return "chunk size";
-	if (deterministic != phub_engine_job_deterministic(job))
-		return "summing order (deterministic flag)";
-	if (n_keys != phub_layout_key_count(layout))
-		return "keys";
-	for (uint32_t i = 0; i < n_keys; i++) {
-		struct phub_layout_key_info info;
+void
+control_send(struct phub_control *ctl, const struct phub_control_peer *to, const void *buf,
+		size_t len)
+{
+	/* An authenticated session's datagram gets its MAC here, whoever made it. */
+	len = control_auth_out(ctl, &buf, len);
+	if (len != 0)
+		ctl->p.ops->send(ctl->p.ctx, to, buf, len);
+}
 
-		if (phub_layout_key_get(layout, i, &info) != 0 || info.key_id != keys[i].key_id ||
-		    info.n_elems != keys[i].elem_count)
-			return "keys";
+void
+control_send_error(struct phub_control *ctl, const struct phub_control_peer *to,
+		const struct phub_wire_msg *about, uint16_t code, const char *fmt, ...)
+{
+	char text[PHUB_WIRE_ERROR_MSG_MAX + 1];
+	va_list ap;
+	int len;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	control_log(ctl, PHUB_CONTROL_LOG_NOTICE, "to %u.%u.%u.%u:%u: %s: %s", to->ipv4 >> 24,
+			(to->ipv4 >> 16) & 0xff, (to->ipv4 >> 8) & 0xff, to->ipv4 & 0xff,
+			to->udp_port, phub_wire_error_name(code), text);
+	len = phub_wire_error_write(ctl->buf, sizeof(ctl->buf), about, code, text);
+	if (len > 0) {
+		control_send(ctl, to, ctl->buf, (size_t)len);
+		ctl->stats.errors_sent++;
 	}
+}
+
+struct cjob *
+control_cjob(struct phub_control *ctl, const struct phub_engine_job *job)
+{
+	return &ctl->jobs[phub_engine_job_slot(job)];
+}
+
+/* ---- limits ---- */
+
+uint32_t
+phub_control_segment_elems(const struct phub_control *ctl, enum phub_dtype dtype)
+{
+	return control_segment_elems_room(ctl, dtype, 0);
+}
+
+uint32_t
+control_segment_elems_room(const struct phub_control *ctl, enum phub_dtype dtype,
+		unsigned int extra)
+{
+	int max = phub_wire_max_elems_room(ctl->p.mtu, (uint8_t)dtype, extra);
+	uint32_t elems = max > 0 ? (uint32_t)max : 0;
+
+	if (ctl->p.segment_bytes != 0 &&
+	    ctl->p.segment_bytes / (uint32_t)phub_dtype_size(dtype) < elems)
+		elems = ctl->p.segment_bytes / (uint32_t)phub_dtype_size(dtype);
+	return elems / PHUB_WIRE_ELEM_ALIGN * PHUB_WIRE_ELEM_ALIGN;
+}
+
+uint64_t
+phub_control_job_memory_limit(const struct phub_control *ctl)
+{
+	uint64_t limit = ctl->p.job_memory_bytes;
+
+	if (ctl->p.total_memory_bytes != 0) {
+		uint64_t left = ctl->p.total_memory_bytes > ctl->memory_bytes ?
+			ctl->p.total_memory_bytes - ctl->memory_bytes : 0;
+
+		if (limit == 0 || left < limit)
+			limit = left;
+		/* 0 would mean "no limit" */
+		if (limit == 0)
+			limit = 1;
+	}
+	return limit;
+}
+
+unsigned int
+phub_control_job_count(const struct phub_control *ctl)
+{
+	unsigned int n = 0;
+
+	for (unsigned int i = 0; i < PHUB_ENGINE_MAX_JOBS; i++)
+		n += ctl->jobs[i].job != NULL;
+	return n;
+}
+
+/* ---- the declarations ---- */
+
+const struct phub_control_declared_job *
+control_declared_find(const struct phub_control *ctl, const char *name)
+{
+	for (unsigned int i = 0; i < ctl->p.n_declared; i++)
+		if (strcmp(ctl->p.declared[i].name, name) == 0)
+			return &ctl->p.declared[i];
 	return NULL;
 }
 
-enum phub_drop_reason
-phub_control_session_check(const struct phub_engine_job *job, const struct phub_control_addr *src,
-		const struct phub_wire_msg *msg)
+/* ---- jobs come and go ---- */
+
+void
+control_cjob_start(struct phub_control *ctl, struct phub_engine_job *job)
 {
-	struct phub_engine_peer peer;
-	uint64_t token;
-	uint16_t rank;
+	struct cjob *cj = control_cjob(ctl, job);
+	struct phub_engine_job_info info;
 
-	if (job == NULL)
-		return PHUB_DROP_UNKNOWN_JOB;
-	/* The worker's rank is global; a ring job's engine counts from its rack's first. */
-	if (!phub_engine_job_local_rank(job, msg->worker_rank, &rank))
-		return PHUB_DROP_RANK_RANGE;
-	if (!phub_engine_job_rank(job, rank, &peer, &token))
-		return PHUB_DROP_NOT_JOINED;
-	if (token != msg->session_token)
-		return PHUB_DROP_BAD_TOKEN;
-	if (peer.ipv4 != src->ipv4 || peer.udp_port != src->udp_port)
-		return PHUB_DROP_WRONG_SOURCE;
-	return PHUB_DROP_OK;
-}
-
-/* Whether msg is a LEAVE sent again for a session that left lately, from the same address. */
-static bool
-leave_is_repeat(const struct phub_control_leaves *leaves, const struct phub_control_addr *src,
-		const struct phub_wire_msg *msg)
-{
-	for (unsigned int i = 0; i < PHUB_CONTROL_RECENT_LEAVES; i++) {
-		const struct phub_control_left *ls = &leaves->recent[i];
-
-		if (ls->used && ls->token == msg->session_token && ls->job_id == msg->job_id &&
-		    ls->rank == msg->worker_rank && ls->ipv4 == src->ipv4 &&
-		    ls->udp_port == src->udp_port)
-			return true;
-	}
-	return false;
+	phub_engine_job_get_info(job, &info);
+	memset(cj, 0, sizeof(*cj));
+	cj->job = job;
+	cj->memory_bytes = info.memory_bytes;
+	ctl->memory_bytes += info.memory_bytes;
+	ctl->stats.jobs_created++;
 }
 
 void
-phub_control_leave(struct phub_control_leaves *leaves, struct phub_engine_job *job,
-		const struct phub_control_addr *src, const struct phub_wire_msg *msg,
-		struct phub_control_leave_verdict *v)
+phub_control_job_restored(struct phub_control *ctl, struct phub_engine_job *job,
+		const struct phub_engine_ckpt_info *ckpt)
 {
-	enum phub_drop_reason why = phub_control_session_check(job, src, msg);
-	unsigned int n;
+	struct cjob *cj;
 
-	memset(v, 0, sizeof(*v));
+	control_cjob_start(ctl, job);
+	cj = control_cjob(ctl, job);
+	/* The file knows the optimizer; the first rank back declares the rest. */
+	cj->decl.known = PHUB_CONTROL_DECL_OPTIMIZER;
+	cj->decl.optimizer = (uint8_t)ckpt->optimizer.type;
+	/* A ring job's links start again, saying which checkpoint it went back to. */
+	if (phub_engine_job_ring(job, NULL, NULL, NULL)) {
+		const struct phub_control_declared_job *d = control_declared_find(ctl, ckpt->name);
+
+		if (d != NULL && d->n_racks >= 2) {
+			control_ring_start(ctl, cj, d);
+			control_ring_restored(cj, ckpt->iteration);
+		}
+	}
+}
+
+/* The job ends; replace: to be restored from its checkpoint, whose files stay. */
+static void
+job_end(struct phub_control *ctl, struct phub_engine_job *job, bool replace)
+{
+	struct cjob *cj = control_cjob(ctl, job);
+	struct phub_engine_job_info info;
+
+	phub_engine_job_get_info(job, &info);
+	ctl->memory_bytes -= cj->memory_bytes < ctl->memory_bytes ? cj->memory_bytes :
+		ctl->memory_bytes;
+	memset(cj, 0, sizeof(*cj));
+	ctl->stats.jobs_ended++;
+	if (replace) {
+		ctl->p.ops->job_replace(ctl->p.ctx, job);
+	} else if (ctl->p.ops->job_release != NULL) {
+		ctl->p.ops->job_release(ctl->p.ctx, job);
+	} else {
+		phub_engine_job_unpublish(ctl->p.engine, job);
+		phub_engine_job_free(job);
+	}
+	control_log(ctl, PHUB_CONTROL_LOG_INFO, "job %s (id %u) ended after iteration %u; %" PRIu64
+			" KB freed", info.name, info.job_id, info.iteration_min,
+			info.memory_bytes >> 10);
+}
+
+void
+phub_control_job_end(struct phub_control *ctl, struct phub_engine_job *job)
+{
+	job_end(ctl, job, false);
+}
+
+void
+control_job_replace(struct phub_control *ctl, struct phub_engine_job *job)
+{
+	job_end(ctl, job, true);
+}
+
+/* ---- what comes in, and the timers ---- */
+
+void
+phub_control_input(struct phub_control *ctl, const struct phub_control_peer *from,
+		const void *dgram, size_t len)
+{
+	struct phub_wire_msg msg;
+	enum phub_drop_reason why;
+
+	why = phub_wire_parse(dgram, len, &msg);
 	if (why != PHUB_DROP_OK) {
-		/* A LEAVE_ACK lost or late: the worker sends its LEAVE again. */
-		if (leave_is_repeat(leaves, src, msg))
-			v->ack = true;
-		else
-			v->drop = why;
+		ctl->stats.drops[why]++;
 		return;
 	}
-	v->remaining = phub_engine_job_leave(job, (uint16_t)(msg->worker_rank -
-			phub_engine_job_rank_base(job)), msg->session_token);
-	if (v->remaining < 0) {
-		v->drop = PHUB_DROP_BAD_TOKEN;	/* checked above: cannot happen */
-		return;
-	}
-	v->ack = true;
-	v->left = true;
-	n = leaves->next;
-	leaves->recent[n] = (struct phub_control_left){
-		.token = msg->session_token, .job_id = msg->job_id, .ipv4 = src->ipv4,
-		.udp_port = src->udp_port, .rank = msg->worker_rank, .used = true };
-	leaves->next = (n + 1) % PHUB_CONTROL_RECENT_LEAVES;
-}
-
-void
-phub_control_leave_ack(const struct phub_wire_msg *msg, struct phub_wire_msg *ack)
-{
-	phub_wire_msg_init(ack, PHUB_WIRE_OP_LEAVE_ACK);
-	ack->job_id = msg->job_id;
-	ack->session_token = msg->session_token;
-	ack->worker_rank = msg->worker_rank;
-	ack->iteration = msg->iteration;
-}
-
-uint16_t
-phub_control_ping(struct phub_engine_job *job, const struct phub_control_addr *src,
-		const struct phub_wire_msg *msg)
-{
-	/* A PING without a session: a worker measuring the path before it JOINs. */
-	if (msg->session_token == 0)
-		return 0;
-	switch (phub_control_session_check(job, src, msg)) {
-	case PHUB_DROP_OK:
-		/* A keep-alive: alive, even while it computes and pushes nothing. */
-		phub_engine_job_heard(job, (uint16_t)(msg->worker_rank -
-				phub_engine_job_rank_base(job)), msg->session_token, src->ipv4,
-				src->udp_port);
-		return 0;
-	case PHUB_DROP_BAD_TOKEN:
-	case PHUB_DROP_WRONG_SOURCE:
-		return PHUB_WIRE_ERR_BAD_SESSION;
+	ctl->stats.msgs++;
+	switch (msg.opcode) {
+	case PHUB_WIRE_OP_JOIN:
+		if (control_auth_join_in(ctl, from, dgram, len, &msg))
+			control_join_input(ctl, from, &msg);
+		ctl->auth_join = false;
+		break;
+	case PHUB_WIRE_OP_LEAVE:
+		if (control_auth_in(ctl, dgram, &msg))
+			control_leave_input(ctl, from, &msg);
+		break;
+	case PHUB_WIRE_OP_PING:
+		if (control_auth_in(ctl, dgram, &msg))
+			control_ping_input(ctl, from, &msg);
+		break;
+	case PHUB_WIRE_OP_WORLD_ACK:
+		if (control_auth_in(ctl, dgram, &msg))
+			control_world_ack_input(ctl, from, &msg);
+		break;
+	case PHUB_WIRE_OP_RING_HELLO:
+	case PHUB_WIRE_OP_RING_HELLO_ACK:
+		control_ring_input(ctl, from, &msg);
+		break;
 	default:
-		return PHUB_WIRE_ERR_UNKNOWN_JOB;
+		ctl->stats.drops[PHUB_DROP_UNEXPECTED_OPCODE]++;
+		break;
 	}
 }
 
 void
-phub_control_pong(const struct phub_wire_msg *msg, struct phub_wire_msg *pong)
+phub_control_poll(struct phub_control *ctl)
 {
-	*pong = *msg;
-	pong->opcode = PHUB_WIRE_OP_PONG;
-	/* The PBox's own flags: no CRC asked of it, nothing retransmitted by it; its own MAC
-	 * (control_send) for an authenticated session. */
-	pong->flags &= (uint8_t)~(PHUB_WIRE_F_CSUM | PHUB_WIRE_F_RETRANSMIT | PHUB_WIRE_F_AUTH);
+	uint64_t now = now_ns(ctl);
+
+	control_join_expire(ctl, now);
+	control_ring_poll(ctl, now);
+	if (now - ctl->liveness_ns < LIVENESS_PERIOD_NS)
+		return;
+	ctl->liveness_ns = now;
+	control_liveness_check(ctl, now);
 }
+
+/* ---- the object ---- */
+
+/*
+ * A declared ring job must name its racks' PBoxes among the ring peers, this one exactly once,
+ * and hold the job's ranks: the ring code indexes with them (lib/config checks the same).
+ */
+static bool
+declared_rings_valid(const struct phub_control_params *p)
+{
+	for (unsigned int i = 0; i < p->n_declared; i++) {
+		const struct phub_control_declared_job *d = &p->declared[i];
+		unsigned int self = 0, ranks = 0;
+
+		if (d->n_racks == 0)
+			continue;
+		if (d->n_racks < 2 || d->n_racks > PHUB_RING_MAX_RACKS || d->racks == NULL)
+			return false;
+		for (uint16_t r = 0; r < d->n_racks; r++) {
+			if (d->racks[r].peer >= (int)p->n_ring_peers || d->racks[r].ranks == 0)
+				return false;
+			self += d->racks[r].peer < 0;
+			ranks += d->racks[r].ranks;
+		}
+		if (self != 1 || ranks != d->workers)
+			return false;
+	}
+	return true;
+}
+
+struct phub_control *
+phub_control_create(const struct phub_control_params *params)
+{
+	struct phub_control *ctl;
+
+	if (params == NULL || params->engine == NULL || params->ops == NULL ||
+	    params->ops->now_ns == NULL || params->ops->send == NULL || params->n_servers == 0 ||
+	    params->servers == NULL || params->endpoints == NULL ||
+	    params->mtu < PHUB_WIRE_MIN_MTU || !declared_rings_valid(params)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ctl = calloc(1, sizeof(*ctl));
+	if (ctl == NULL)
+		return NULL;
+	ctl->p = *params;
+	if (ctl->p.max_job_keys == 0)
+		ctl->p.max_job_keys = MAX_JOB_KEYS_DEFAULT;
+	if (ctl->p.max_pending_joins == 0)
+		ctl->p.max_pending_joins = MAX_PENDING_DEFAULT;
+	if (ctl->p.join_ms == 0)
+		ctl->p.join_ms = JOIN_MS_DEFAULT;
+	if (ctl->p.worker_dead_ms == 0)
+		ctl->p.worker_dead_ms = WORKER_DEAD_MS_DEFAULT;
+	if (ctl->p.chunk_bytes == 0)
+		ctl->p.chunk_bytes = PHUB_LAYOUT_CHUNK_BYTES_DEFAULT;
+	if (ctl->p.rack_name == NULL)
+		ctl->p.rack_name = "pbox";
+	if (ctl->p.rto_min_ms == 0)
+		ctl->p.rto_min_ms = RTO_MIN_MS_DEFAULT;
+	if (ctl->p.rto_max_ms < ctl->p.rto_min_ms)
+		ctl->p.rto_max_ms = ctl->p.rto_min_ms > RTO_MAX_MS_DEFAULT ? ctl->p.rto_min_ms :
+			RTO_MAX_MS_DEFAULT;
+	ctl->joins = phub_control_joins_create(ctl->p.max_pending_joins, ctl->p.max_job_keys);
+	ctl->sources = calloc(ctl->p.max_pending_joins, sizeof(*ctl->sources));
+	if (ctl->joins == NULL || ctl->sources == NULL) {
+		phub_control_free(ctl);
+		errno = ENOMEM;
+		return NULL;
+	}
+	ctl->liveness_ns = now_ns(ctl);
+	return ctl;
+}
+
+void
+phub_control_free(struct phub_control *ctl)
+{
+	if (ctl == NULL)
+		return;
+	phub_control_joins_free(ctl->joins);
+	free(ctl->sources);
+	free(ctl);
+}
+
+void
+phub_control_get_stats(const struct phub_control *ctl, struct phub_control_stats *stats)
+{
+	*stats = ctl->stats;
+}
+
