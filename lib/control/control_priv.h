@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What the files of lib/control share beyond phub_control.h, by the message each owns:
- * control.c the object (datagrams in, timers, jobs come and go, sending), control_join.c JOIN,
- * control_session.c LEAVE, PING, WORLD_ACK and liveness, control_ring*.c the ring of PBoxes,
- * control_auth.c authenticated jobs, control_ckpt.c the checkpoint files. The phub_control_*
+ * control.c the object (datagrams in, timers), control_join.c JOIN, control_session.c LEAVE,
+ * PING, WORLD_ACK and liveness, control_ring*.c the ring of PBoxes, control_auth.c
+ * authenticated jobs, control_ckpt.c the checkpoint files and the restore; under them all
+ * control_jobs.c, the per-job records, the limits and the way out. The phub_control_*
  * functions here are the messages' own decisions, kept apart from the object so that the unit
  * test checks them one by one; nothing outside lib/control and its test calls them.
  */
@@ -281,7 +282,7 @@ struct phub_control {
 	uint8_t auth_out[PHUB_WIRE_MAX_DATAGRAM];	/* a control datagram sealed */
 };
 
-/* ---- control.c: the object ---- */
+/* ---- control_jobs.c: the jobs, and the way out ---- */
 
 /* One line of log through ops->log (nothing when it is NULL). */
 void control_log(struct phub_control *ctl, enum phub_control_log_level level, const char *fmt,
@@ -301,6 +302,18 @@ const struct phub_control_declared_job *control_declared_find(const struct phub_
 		const char *name);
 /* The job ends to be restored from its checkpoint (ops->job_replace: its files stay). */
 void control_job_replace(struct phub_control *ctl, struct phub_engine_job *job);
+/*
+ * Tell every joined rank of the job why it ends (ERROR code with text, about iteration), then
+ * end it.
+ */
+void control_job_abort(struct phub_control *ctl, struct phub_engine_job *job, uint16_t code,
+		uint32_t iteration, const char *text);
+/*
+ * Where rank of the job is now (its session's endpoint, through the port it joined on) and
+ * its token; false when the rank holds no session. peer_flags may be NULL.
+ */
+bool control_rank_endpoint(const struct cjob *cj, struct phub_engine_job *job, uint16_t rank,
+		struct phub_control_peer *to, uint64_t *token, uint32_t *peer_flags);
 
 /* Segment elements for a dtype: what the MTU carries within segment_bytes, aligned. */
 uint32_t phub_control_segment_elems(const struct phub_control *ctl, enum phub_dtype dtype);
@@ -328,12 +341,6 @@ void control_world_ack_input(struct phub_control *ctl, const struct phub_control
 		const struct phub_wire_msg *msg);
 /* Every live rank of an elastic job behind its last membership change hears of the next one. */
 void control_send_worlds(struct phub_control *ctl, struct phub_engine_job *job);
-/*
- * Tell every joined rank of the job why it ends (ERROR code with text, about iteration), then
- * end it.
- */
-void control_job_abort(struct phub_control *ctl, struct phub_engine_job *job, uint16_t code,
-		uint32_t iteration, const char *text);
 /*
  * Every liveness period: a rank silent while others wait on it (twice in a row) ends the job
  * or leaves an elastic one; a job whose ranks are all silent, or restored and never joined,

@@ -168,27 +168,6 @@ control_leave_input(struct phub_control *ctl, const struct phub_control_peer *fr
 	ctl->stats.leaves++;
 }
 
-/*
- * Where rank of the job is now (its session's endpoint, through the port it joined on) and
- * its token; false when the rank holds no session.
- */
-static bool
-rank_endpoint(const struct cjob *cj, struct phub_engine_job *job, uint16_t rank,
-		struct phub_control_peer *to, uint64_t *token, uint32_t *peer_flags)
-{
-	struct phub_engine_peer peer;
-
-	if (!phub_engine_job_rank(job, rank, &peer, token))
-		return false;
-	to->ipv4 = peer.ipv4;
-	to->udp_port = peer.udp_port;
-	to->port = cj->rank_port[rank];
-	memcpy(to->mac, peer.mac, sizeof(to->mac));
-	if (peer_flags != NULL)
-		*peer_flags = peer.flags;
-	return true;
-}
-
 /* The change after the last one rank acknowledged, to it: WORLD. */
 static void
 send_world(struct phub_control *ctl, struct phub_engine_job *job, uint16_t rank)
@@ -203,7 +182,7 @@ send_world(struct phub_control *ctl, struct phub_engine_job *job, uint16_t rank)
 	uint64_t token;
 	int len;
 
-	if (!rank_endpoint(cj, job, rank, &to, &token, &peer_flags))
+	if (!control_rank_endpoint(cj, job, rank, &to, &token, &peer_flags))
 		return;
 	phub_wire_msg_init(&m, PHUB_WIRE_OP_WORLD);
 	m.job_id = phub_engine_job_id(job);
@@ -289,33 +268,6 @@ control_ping_input(struct phub_control *ctl, const struct phub_control_peer *fro
 }
 
 /* ---- liveness ---- */
-
-void
-control_job_abort(struct phub_control *ctl, struct phub_engine_job *job, uint16_t code,
-		uint32_t iteration, const char *text)
-{
-	struct cjob *cj = control_cjob(ctl, job);
-	uint32_t base = phub_engine_job_rank_base(job);
-	struct phub_engine_job_info info;
-
-	ctl->stats.jobs_failed++;
-	phub_engine_job_get_info(job, &info);
-	for (uint16_t r = 0; r < info.world_size; r++) {
-		struct phub_control_peer to;
-		struct phub_wire_msg about;
-		uint64_t token;
-
-		if (!rank_endpoint(cj, job, r, &to, &token, NULL))
-			continue;
-		phub_wire_msg_init(&about, PHUB_WIRE_OP_ERROR);
-		about.job_id = info.job_id;
-		about.session_token = token;
-		about.worker_rank = (uint16_t)(base + r);	/* the worker's own, global */
-		about.iteration = iteration;
-		control_send_error(ctl, &to, &about, code, "%s", text);
-	}
-	phub_control_job_end(ctl, job);
-}
 
 /*
  * End a job whose rank has been silent for worker_dead_ms while others wait on it: every
