@@ -104,7 +104,7 @@ phub_wire_join_parse(const void *body, size_t len, struct phub_wire_join_seg *ou
 			/* Finite and >= 0, see hyper_ok(). */
 			if (!hyper_ok(bits))
 				return PHUB_DROP_JOIN_HYPER;
-			*hf[i] = wire_bits_float(bits);
+			*hf[i] = phub_f32_from_bits(bits);
 		}
 	}
 	/* A chunk is whole elements (0 asks for the PBox's default). */
@@ -153,12 +153,12 @@ join_fixed_store(uint8_t *buf, const struct phub_wire_join *j, uint32_t total_ke
 	b.dtype = j->dtype;
 	b.optimizer = j->optimizer;
 	wire_st16(&b.join_flags, j->join_flags);
-	wire_st32(&b.lr, wire_float_bits(j->hyper.lr));
-	wire_st32(&b.momentum, wire_float_bits(j->hyper.momentum));
-	wire_st32(&b.weight_decay, wire_float_bits(j->hyper.weight_decay));
-	wire_st32(&b.beta1, wire_float_bits(j->hyper.beta1));
-	wire_st32(&b.beta2, wire_float_bits(j->hyper.beta2));
-	wire_st32(&b.eps, wire_float_bits(j->hyper.eps));
+	wire_st32(&b.lr, phub_f32_bits(j->hyper.lr));
+	wire_st32(&b.momentum, phub_f32_bits(j->hyper.momentum));
+	wire_st32(&b.weight_decay, phub_f32_bits(j->hyper.weight_decay));
+	wire_st32(&b.beta1, phub_f32_bits(j->hyper.beta1));
+	wire_st32(&b.beta2, phub_f32_bits(j->hyper.beta2));
+	wire_st32(&b.eps, phub_f32_bits(j->hyper.eps));
 	wire_st32(&b.chunk_bytes, j->chunk_bytes);
 	wire_st32(&b.total_keys, total_keys);
 	wire_st32(&b.first_key, first_key);
@@ -291,12 +291,12 @@ join_equal(const struct phub_wire_join *a, const struct phub_wire_join *b)
 		a->join_flags == b->join_flags && a->dtype == b->dtype &&
 		a->optimizer == b->optimizer && a->chunk_bytes == b->chunk_bytes &&
 		memcmp(a->name, b->name, sizeof(a->name)) == 0 &&
-		wire_float_bits(a->hyper.lr) == wire_float_bits(b->hyper.lr) &&
-		wire_float_bits(a->hyper.momentum) == wire_float_bits(b->hyper.momentum) &&
-		wire_float_bits(a->hyper.weight_decay) == wire_float_bits(b->hyper.weight_decay) &&
-		wire_float_bits(a->hyper.beta1) == wire_float_bits(b->hyper.beta1) &&
-		wire_float_bits(a->hyper.beta2) == wire_float_bits(b->hyper.beta2) &&
-		wire_float_bits(a->hyper.eps) == wire_float_bits(b->hyper.eps);
+		phub_f32_bits(a->hyper.lr) == phub_f32_bits(b->hyper.lr) &&
+		phub_f32_bits(a->hyper.momentum) == phub_f32_bits(b->hyper.momentum) &&
+		phub_f32_bits(a->hyper.weight_decay) == phub_f32_bits(b->hyper.weight_decay) &&
+		phub_f32_bits(a->hyper.beta1) == phub_f32_bits(b->hyper.beta1) &&
+		phub_f32_bits(a->hyper.beta2) == phub_f32_bits(b->hyper.beta2) &&
+		phub_f32_bits(a->hyper.eps) == phub_f32_bits(b->hyper.eps);
 }
 
 void

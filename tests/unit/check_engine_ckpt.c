@@ -128,12 +128,11 @@ static uint16_t
 to_half(float f)
 {
 	/* The values above are exact in fp16: integers and halves below 8. */
-	uint32_t b;
+	uint32_t b = phub_f32_bits(f);
 	uint16_t sign, exp, man;
 
 	if (f == 0.0f)
 		return 0;
-	memcpy(&b, &f, sizeof(b));
 	sign = (uint16_t)((b >> 16) & 0x8000);
 	exp = (uint16_t)(((b >> 23) & 0xff) - 127 + 15);
 	man = (uint16_t)((b >> 13) & 0x3ff);
