@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include <check.h>
+
+#include "unit_suite.h"
 #include <sodium.h>
 
 #include "phub_auth.h"
@@ -356,28 +358,24 @@ Suite *
 phub_auth_suite(void)
 {
 	Suite *s = suite_create("auth");
-	TCase *tc;
 
-	tc = tcase_create("keys");
-	tcase_add_test(tc, test_both_sides_derive_the_same_keys_per_direction);
-	tcase_add_test(tc, test_keys_need_the_psk_and_an_ephemeral_secret);
-	tcase_add_test(tc, test_a_low_order_public_key_is_refused);
-	tcase_add_test(tc, test_the_ring_proof_depends_on_the_psk_and_is_not_the_nonce);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "keys",
+		test_both_sides_derive_the_same_keys_per_direction,
+		test_keys_need_the_psk_and_an_ephemeral_secret,
+		test_a_low_order_public_key_is_refused,
+		test_the_ring_proof_depends_on_the_psk_and_is_not_the_nonce);
 
-	tc = tcase_create("mac");
-	tcase_add_test(tc, test_the_datagram_mac_is_gmac_of_header_and_payload);
-	tcase_add_test(tc, test_the_datagram_mac_agrees_with_libsodium_aes256gcm);
-	tcase_add_test(tc, test_a_rekeyed_mac_state_is_the_new_keys);
-	tcase_add_test(tc, test_a_sealed_datagram_opens_once_under_its_key);
-	tcase_add_test(tc, test_every_single_bit_flip_fails_the_mac);
-	tcase_add_test(tc, test_a_tag_moved_to_another_sequence_number_fails);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "mac",
+		test_the_datagram_mac_is_gmac_of_header_and_payload,
+		test_the_datagram_mac_agrees_with_libsodium_aes256gcm,
+		test_a_rekeyed_mac_state_is_the_new_keys,
+		test_a_sealed_datagram_opens_once_under_its_key,
+		test_every_single_bit_flip_fails_the_mac,
+		test_a_tag_moved_to_another_sequence_number_fails);
 
-	tc = tcase_create("window");
-	tcase_add_test(tc, test_the_window_takes_each_number_once);
-	tcase_add_test(tc, test_the_window_does_not_alias_a_lap_behind);
-	tcase_add_test(tc, test_the_window_matches_a_model_that_remembers_everything);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "window",
+		test_the_window_takes_each_number_once,
+		test_the_window_does_not_alias_a_lap_behind,
+		test_the_window_matches_a_model_that_remembers_everything);
 	return s;
 }

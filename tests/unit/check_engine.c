@@ -9,6 +9,8 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "engine/phub_engine.h"
 #include "engine_sim.h"
 #include "engine_test.h"
@@ -867,47 +869,39 @@ phub_engine_suite(void)
 	Suite *s = suite_create("engine");
 	TCase *tc;
 
-	tc = tcase_create("jobs");
-	tcase_add_test(tc, test_job_table_creates_finds_and_frees_jobs);
-	tcase_add_test(tc, test_job_refuses_memory_beyond_its_limit);
-	tcase_add_test(tc, test_job_table_refuses_bad_parameters);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "jobs",
+		test_job_table_creates_finds_and_frees_jobs,
+		test_job_refuses_memory_beyond_its_limit,
+		test_job_table_refuses_bad_parameters);
 
-	tc = tcase_create("sessions");
-	tcase_add_test(tc, test_join_checks_nonce_and_rank_and_is_idempotent);
-	tcase_add_test(tc, test_nonce_matches_only_the_jobs_own_nonce);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "sessions",
+		test_join_checks_nonce_and_rank_and_is_idempotent,
+		test_nonce_matches_only_the_jobs_own_nonce);
 
-	tc = tcase_create("push");
-	tcase_add_test(tc, test_push_drops_each_bad_request_for_its_reason);
-	tcase_add_test(tc, test_push_counts_a_duplicate_once_and_acks_it_again);
-	tcase_add_test(tc, test_step_hyper_parameters_apply_per_iteration_and_must_agree);
-	tcase_add_test(tc, test_fp16_job_keeps_the_model_in_fp32_and_sends_fp16);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "push",
+		test_push_drops_each_bad_request_for_its_reason,
+		test_push_counts_a_duplicate_once_and_acks_it_again,
+		test_step_hyper_parameters_apply_per_iteration_and_must_agree,
+		test_fp16_job_keeps_the_model_in_fp32_and_sends_fp16);
 
-	tc = tcase_create("exchange");
+	tc = PHUB_TCASE(s, "exchange",
+		test_exchange_without_loss_gives_the_reference_model,
+		test_exchange_with_loss_duplication_and_reordering_is_exact);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_exchange_without_loss_gives_the_reference_model);
-	tcase_add_test(tc, test_exchange_with_loss_duplication_and_reordering_is_exact);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("deterministic");
+	tc = PHUB_TCASE(s, "deterministic",
+		test_deterministic_job_sums_in_rank_order_whatever_the_arrival_order,
+		test_deterministic_job_counts_its_staging_buffer_against_the_limit,
+		test_deterministic_job_matches_the_reference_through_a_lossy_network,
+		test_default_job_rounds_random_gradients_in_arrival_order);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_deterministic_job_sums_in_rank_order_whatever_the_arrival_order);
-	tcase_add_test(tc, test_deterministic_job_counts_its_staging_buffer_against_the_limit);
-	tcase_add_test(tc, test_deterministic_job_matches_the_reference_through_a_lossy_network);
-	tcase_add_test(tc, test_default_job_rounds_random_gradients_in_arrival_order);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("liveness");
-	tcase_add_test(tc, test_rank_status_tells_when_each_rank_was_last_heard);
-	tcase_add_test(tc, test_push_and_pull_take_the_callers_time);
-	tcase_add_test(tc, test_waiting_on_names_the_ranks_the_oldest_iteration_lacks);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "liveness",
+		test_rank_status_tells_when_each_rank_was_last_heard,
+		test_push_and_pull_take_the_callers_time,
+		test_waiting_on_names_the_ranks_the_oldest_iteration_lacks);
 
-	tc = tcase_create("races");
+	tc = PHUB_TCASE(s, "races", test_control_reads_race_the_data_path_cleanly);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_control_reads_race_the_data_path_cleanly);
-	suite_add_tcase(s, tc);
 	return s;
 }

@@ -9,6 +9,8 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "engine/phub_engine.h"
 
 #define SEG_ELEMS 64u
@@ -755,27 +757,23 @@ Suite *
 phub_engine_ckpt_suite(void)
 {
 	Suite *s = suite_create("engine_ckpt");
-	TCase *tc;
 
-	tc = tcase_create("file");
-	tcase_add_test(tc, test_round_trip_restores_every_bit_and_training_goes_on_the_same);
-	tcase_add_test(tc, test_peek_reads_the_header_and_size);
-	tcase_add_test(tc, test_live_write_refuses_a_job_in_the_middle_of_an_iteration);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "file",
+		test_round_trip_restores_every_bit_and_training_goes_on_the_same,
+		test_peek_reads_the_header_and_size,
+		test_live_write_refuses_a_job_in_the_middle_of_an_iteration);
 
-	tc = tcase_create("damage");
-	tcase_add_test(tc, test_restore_refuses_a_torn_file);
-	tcase_add_test(tc, test_restore_refuses_a_corrupted_byte_anywhere);
-	tcase_add_test(tc, test_restore_refuses_a_file_that_is_not_a_checkpoint);
-	tcase_add_test(tc, test_restore_refuses_segments_the_ports_no_longer_carry);
-	tcase_add_test(tc, test_restore_refuses_random_damage_without_leaving_anything);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "damage",
+		test_restore_refuses_a_torn_file,
+		test_restore_refuses_a_corrupted_byte_anywhere,
+		test_restore_refuses_a_file_that_is_not_a_checkpoint,
+		test_restore_refuses_segments_the_ports_no_longer_carry,
+		test_restore_refuses_random_damage_without_leaving_anything);
 
-	tc = tcase_create("shadow");
-	tcase_add_test(tc, test_shadow_counts_against_the_memory_limit);
-	tcase_add_test(tc, test_shadow_holds_the_model_at_its_iteration_while_segments_go_on);
-	tcase_add_test(tc, test_collection_a_segment_raced_past_is_reported_missed);
-	tcase_add_test(tc, test_restored_job_snapshots_its_next_iterations);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "shadow",
+		test_shadow_counts_against_the_memory_limit,
+		test_shadow_holds_the_model_at_its_iteration_while_segments_go_on,
+		test_collection_a_segment_raced_past_is_reported_missed,
+		test_restored_job_snapshots_its_next_iterations);
 	return s;
 }

@@ -11,6 +11,8 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "engine/phub_engine.h"
 #include "engine_test.h"
 #include "kernels/phub_kernels.h"
@@ -598,19 +600,16 @@ phub_engine_elastic_suite(void)
 	Suite *s = suite_create("engine_elastic");
 	TCase *tc;
 
-	tc = tcase_create("removal");
+	tc = PHUB_TCASE(s, "removal",
+		test_removed_rank_leaves_the_model_a_reference_of_the_others_computes,
+		test_the_reference_tells_the_membership_apart,
+		test_deterministic_elastic_job_is_bit_identical_across_runs_of_a_history,
+		test_remove_refuses_what_it_cannot_do,
+		test_readmitted_rank_counts_again_from_its_boundary,
+		test_checkpoint_keeps_the_job_elastic);
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_removed_rank_leaves_the_model_a_reference_of_the_others_computes);
-	tcase_add_test(tc, test_the_reference_tells_the_membership_apart);
-	tcase_add_test(tc, test_deterministic_elastic_job_is_bit_identical_across_runs_of_a_history);
-	tcase_add_test(tc, test_remove_refuses_what_it_cannot_do);
-	tcase_add_test(tc, test_readmitted_rank_counts_again_from_its_boundary);
-	tcase_add_test(tc, test_checkpoint_keeps_the_job_elastic);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("races");
+	tc = PHUB_TCASE(s, "races", test_removal_races_the_data_thread_cleanly);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_removal_races_the_data_thread_cleanly);
-	suite_add_tcase(s, tc);
 	return s;
 }

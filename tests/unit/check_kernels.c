@@ -9,6 +9,8 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "phub_kernels.h"
 
 /* Longest segment every test walks through, element by element. */
@@ -1118,42 +1120,35 @@ phub_kernels_suite(void)
 	Suite *s = suite_create("kernels");
 	TCase *tc;
 
-	tc = tcase_create("dtype");
-	tcase_add_test(tc, test_dtype_values_and_sizes_match_the_wire);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "dtype", test_dtype_values_and_sizes_match_the_wire);
 
-	tc = tcase_create("dispatch");
-	tcase_add_test(tc, test_get_returns_the_best_supported_isa);
-	tcase_add_test(tc, test_select_forces_an_isa_and_rejects_unknown_ones);
-	tcase_add_test(tc, test_names_of_isas_and_optimizers_round_trip);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "dispatch",
+		test_get_returns_the_best_supported_isa,
+		test_select_forces_an_isa_and_rejects_unknown_ones,
+		test_names_of_isas_and_optimizers_round_trip);
 
-	tc = tcase_create("params");
-	tcase_add_test(tc, test_params_check_rejects_out_of_range_hyperparameters);
-	tcase_add_test(tc, test_step_init_computes_scale_and_bias_corrections);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "params",
+		test_params_check_rejects_out_of_range_hyperparameters,
+		test_step_init_computes_scale_and_bias_corrections);
 
-	tc = tcase_create("conversion");
+	tc = PHUB_TCASE(s, "conversion",
+		test_scalar_conversion_rounds_to_nearest_even_on_edge_values,
+		test_scalar_widening_is_exact_for_every_16_bit_pattern,
+		test_simd_conversions_match_scalar_bit_for_bit);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_scalar_conversion_rounds_to_nearest_even_on_edge_values);
-	tcase_add_test(tc, test_scalar_widening_is_exact_for_every_16_bit_pattern);
 #ifdef __FLT16_MAX__
 	tcase_add_test(tc, test_scalar_fp16_rounding_agrees_with_the_compiler);
 #endif
-	tcase_add_test(tc, test_simd_conversions_match_scalar_bit_for_bit);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("sum");
+	tc = PHUB_TCASE(s, "sum",
+		test_simd_first_arrival_matches_scalar_for_every_length_and_offset,
+		test_simd_later_arrival_matches_scalar_for_every_length_and_offset,
+		test_sum_of_k_equals_one_arrival_at_a_time);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_simd_first_arrival_matches_scalar_for_every_length_and_offset);
-	tcase_add_test(tc, test_simd_later_arrival_matches_scalar_for_every_length_and_offset);
-	tcase_add_test(tc, test_sum_of_k_equals_one_arrival_at_a_time);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("empty");
-	tcase_add_test(tc, test_every_kernel_accepts_an_empty_segment_with_null_pointers);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "empty", test_every_kernel_accepts_an_empty_segment_with_null_pointers);
 
+	/* Loop tests only: one run per optimizer. */
 	tc = tcase_create("last");
 	tcase_set_timeout(tc, 240);
 	tcase_add_loop_test(tc, test_simd_last_arrival_matches_scalar_for_every_optimizer,

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include <check.h>
+
+#include "unit_suite.h"
 #include <rte_ether.h>
 #include <rte_ip.h>
 #include <rte_udp.h>
@@ -241,10 +243,9 @@ Suite *
 phub_pbox_csum_suite(void)
 {
 	Suite *s = suite_create("pbox_csum");
-	TCase *tc = tcase_create("templates");
 
-	tcase_add_test(tc, test_ack_rewrite_equals_general_path);
-	tcase_add_test(tc, test_retarget_equals_full_build);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "templates",
+		test_ack_rewrite_equals_general_path,
+		test_retarget_equals_full_build);
 	return s;
 }
