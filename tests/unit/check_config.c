@@ -13,6 +13,8 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "config_priv.h"
 #include "phub_config.h"
 #include "model/phub_model.h"
@@ -963,11 +965,9 @@ phub_config_suite(void)
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		TCase *tc = tcase_create(cases[i].name);
+		TCase *tc = PHUB_TCASE(s, cases[i].name, cases[i].test);
 
 		tcase_add_checked_fixture(tc, NULL, teardown);
-		tcase_add_test(tc, cases[i].test);
-		suite_add_tcase(s, tc);
 	}
 	return s;
 }
