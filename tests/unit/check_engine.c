@@ -15,32 +15,13 @@
 #include "engine_sim.h"
 #include "engine_test.h"
 
-#define SEG_ELEMS 64u
-#define CHUNK_BYTES 1024u	/* 256 fp32 elements: 4 segments a chunk */
-
-static const struct phub_layout_key test_keys[] = {
-	{ .key_id = 10, .n_elems = 7 },		/* smaller than a segment */
-	{ .key_id = 11, .n_elems = 300 },	/* one chunk and a bit, odd tail */
-	{ .key_id = 12, .n_elems = 1000 },	/* several chunks */
-};
-#define N_TEST_KEYS (sizeof(test_keys) / sizeof(test_keys[0]))
-
 static struct phub_engine_job_params
 test_params(uint16_t world, enum phub_dtype dtype, enum phub_opt_type opt)
 {
-	struct phub_engine_job_params p = {
-		.name = "job",
-		.nonce = 0x1122334455667788ull,
-		.world_size = world,
-		.dtype = dtype,
-		.optimizer = { .type = opt, .lr = 0.5f, .momentum = 0.5f, .beta1 = 0.9f,
-			.beta2 = 0.999f, .eps = 1e-8f },
-		.keys = test_keys,
-		.n_keys = N_TEST_KEYS,
-		.chunk_bytes = CHUNK_BYTES,
-		.segment_elems = SEG_ELEMS,
-	};
-	return p;
+	struct phub_optimizer_params o = { .type = opt, .lr = 0.5f, .momentum = 0.5f,
+		.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
+
+	return phub_test_job_params("job", 0x1122334455667788ull, world, dtype, o);
 }
 
 static uint64_t
@@ -195,7 +176,7 @@ START_TEST(test_push_drops_each_bad_request_for_its_reason)
 	struct phub_engine_stats stats;
 	struct phub_engine_reply reply;
 	struct phub_engine_request r;
-	float payload[SEG_ELEMS] = { 0 };
+	float payload[PHUB_TEST_SEG_ELEMS] = { 0 };
 	uint64_t token = join(job, 0);
 
 	memset(&stats, 0, sizeof(stats));
@@ -443,7 +424,7 @@ push_all(struct phub_engine_job *job, uint16_t rank, uint64_t token, uint32_t it
 		struct phub_engine_stats *stats)
 {
 	const struct phub_layout *layout = phub_engine_job_layout(job);
-	static const float zeros[SEG_ELEMS];
+	static const float zeros[PHUB_TEST_SEG_ELEMS];
 	struct phub_engine_reply reply;
 
 	for (uint32_t c = 0; c < phub_layout_chunk_count(layout); c++) {
@@ -612,7 +593,7 @@ START_TEST(test_rank_status_tells_when_each_rank_was_last_heard)
 	struct phub_engine_reply reply;
 	struct phub_engine_request r;
 	struct phub_engine_job *job;
-	float zeros[SEG_ELEMS] = { 0 };
+	float zeros[PHUB_TEST_SEG_ELEMS] = { 0 };
 	uint32_t on_second = UINT32_MAX, server;
 	uint64_t t0, t1;
 
@@ -681,7 +662,7 @@ START_TEST(test_push_and_pull_take_the_callers_time)
 	struct phub_engine_reply reply;
 	struct phub_engine_request r;
 	struct phub_engine_job *job;
-	float zeros[SEG_ELEMS] = { 0 };
+	float zeros[PHUB_TEST_SEG_ELEMS] = { 0 };
 	uint64_t t0, t1;
 
 	memset(&stats, 0, sizeof(stats));
@@ -786,7 +767,7 @@ START_TEST(test_control_reads_race_the_data_path_cleanly)
 {
 	struct phub_engine *engine = phub_engine_create();
 	struct phub_engine_job_params p = test_params(RACE_RANKS, PHUB_DTYPE_FP32, PHUB_OPT_SGD);
-	static const float zeros[SEG_ELEMS];
+	static const float zeros[PHUB_TEST_SEG_ELEMS];
 	struct phub_engine_job_info info;
 	pthread_t data, control;
 	struct race *x = calloc(1, sizeof(*x));
@@ -835,7 +816,7 @@ START_TEST(test_waiting_on_names_the_ranks_the_oldest_iteration_lacks)
 	struct phub_engine_stats stats;
 	struct phub_engine_reply reply;
 	struct phub_engine_request r;
-	float zeros[SEG_ELEMS] = { 0 };
+	float zeros[PHUB_TEST_SEG_ELEMS] = { 0 };
 	uint64_t t[3];
 	uint32_t it;
 

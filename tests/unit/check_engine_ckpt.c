@@ -12,21 +12,10 @@
 #include "unit_suite.h"
 
 #include "engine/phub_engine.h"
+#include "engine_test.h"
 
-#define SEG_ELEMS 64u
-#define CHUNK_BYTES 1024u	/* 256 fp32 elements: 4 segments a chunk */
 #define NONCE 0x0badc0ffee15900dull
-#define PEER_IP(rank) (0x0a000064u + (rank))
-#define PEER_PORT 40000u
 #define WORLD 2
-
-static const struct phub_layout_key test_keys[] = {
-	{ .key_id = 10, .n_elems = 7 },		/* smaller than a segment */
-	{ .key_id = 11, .n_elems = 300 },	/* one chunk and a bit, odd tail */
-	{ .key_id = 12, .n_elems = 1000 },	/* several chunks */
-};
-#define N_TEST_KEYS (sizeof(test_keys) / sizeof(test_keys[0]))
-#define N_ELEMS 1307u
 
 /* A job with its ranks joined, and where each segment of the layout is. */
 struct tjob {
@@ -43,19 +32,12 @@ struct tjob {
 static struct phub_engine_job_params
 params(enum phub_dtype dtype, enum phub_opt_type opt, bool shadow)
 {
-	struct phub_engine_job_params p = {
-		.name = "resnet/run-7",
-		.nonce = NONCE,
-		.world_size = WORLD,
-		.dtype = dtype,
-		.optimizer = { .type = opt, .lr = 0.125f, .momentum = 0.5f, .weight_decay = 0.01f,
-			.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f },
-		.keys = test_keys,
-		.n_keys = N_TEST_KEYS,
-		.chunk_bytes = CHUNK_BYTES,
-		.segment_elems = SEG_ELEMS,
-		.checkpoint_shadow = shadow,
-	};
+	struct phub_optimizer_params o = { .type = opt, .lr = 0.125f, .momentum = 0.5f,
+		.weight_decay = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
+	struct phub_engine_job_params p = phub_test_job_params("resnet/run-7", NONCE, WORLD, dtype,
+			o);
+
+	p.checkpoint_shadow = shadow;
 	return p;
 }
 
@@ -87,11 +69,8 @@ tjob_index(struct tjob *t)
 static void
 tjob_join(struct tjob *t)
 {
-	for (uint16_t r = 0; r < WORLD; r++) {
-		struct phub_engine_peer peer = { .ipv4 = PEER_IP(r), .udp_port = PEER_PORT };
-
-		ck_assert_int_eq(phub_engine_job_join(t->job, r, NONCE, &peer, &t->token[r]), 0);
-	}
+	for (uint16_t r = 0; r < WORLD; r++)
+		t->token[r] = phub_test_join(t->job, r, NONCE);
 }
 
 static void
@@ -152,19 +131,9 @@ request(struct tjob *t, uint16_t rank, uint32_t seg, uint32_t iteration, void *p
 
 	phub_layout_chunk_get(layout, t->seg_chunk[seg], &c);
 	phub_layout_segment_get(layout, t->seg_chunk[seg], t->seg_index[seg], &s);
-	memset(&r, 0, sizeof(r));
-	r.session_token = t->token[rank];
-	r.chunk_id = t->seg_chunk[seg];
-	r.iteration = iteration;
-	r.elem_offset = s.elem_offset;
-	r.elem_count = s.n_elems;
-	r.rank = rank;
-	r.seg_index = t->seg_index[seg];
-	r.seg_count = (uint16_t)c.n_segments;
+	r = phub_test_request(t->job, rank, t->token[rank], t->seg_chunk[seg], t->seg_index[seg],
+			iteration, payload);
 	r.dtype = (uint8_t)t->dtype;
-	r.src_ipv4 = PEER_IP(rank);
-	r.src_udp_port = PEER_PORT;
-	r.payload = payload;
 	r.payload_len = (size_t)s.n_elems * es;
 	if (payload != NULL) {
 		for (uint32_t i = 0; i < s.n_elems; i++) {
@@ -189,7 +158,7 @@ static void
 complete_segment(struct tjob *t, uint32_t seg, uint32_t iteration)
 {
 	struct phub_engine_reply reply;
-	float payload[SEG_ELEMS];
+	float payload[PHUB_TEST_SEG_ELEMS];
 
 	for (uint16_t r = 0; r < WORLD; r++) {
 		struct phub_engine_request req = request(t, r, seg, iteration, payload);
@@ -239,13 +208,13 @@ restore(struct phub_engine *engine, int fd, char *err, size_t errlen,
 static void
 assert_same_state(const struct phub_engine_job *a, const struct phub_engine_job *b)
 {
-	ck_assert_mem_eq(phub_engine_job_model(a), phub_engine_job_model(b), N_ELEMS * 4);
+	ck_assert_mem_eq(phub_engine_job_model(a), phub_engine_job_model(b), PHUB_TEST_N_ELEMS * 4);
 	for (unsigned int i = 0; i < 2; i++) {
 		ck_assert((phub_engine_job_state(a, i) == NULL) ==
 				(phub_engine_job_state(b, i) == NULL));
 		if (phub_engine_job_state(a, i) != NULL)
 			ck_assert_mem_eq(phub_engine_job_state(a, i), phub_engine_job_state(b, i),
-					N_ELEMS * 4);
+					PHUB_TEST_N_ELEMS * 4);
 	}
 }
 
@@ -260,7 +229,7 @@ round_trip(enum phub_dtype dtype, enum phub_opt_type opt)
 	struct phub_engine_reply ra, rb;
 	struct phub_engine_request req;
 	char err[256] = "";
-	float payload[SEG_ELEMS];
+	float payload[PHUB_TEST_SEG_ELEMS];
 	int fd;
 
 	tjob_new(&a, dtype, opt, false);
@@ -280,8 +249,8 @@ round_trip(enum phub_dtype dtype, enum phub_opt_type opt)
 	ck_assert_int_eq(info.dtype, dtype);
 	ck_assert_int_eq(info.optimizer.type, opt);
 	ck_assert_float_eq(info.optimizer.lr, 0.125f);
-	ck_assert_uint_eq(info.n_keys, N_TEST_KEYS);
-	ck_assert_uint_eq(info.n_elems, N_ELEMS);
+	ck_assert_uint_eq(info.n_keys, PHUB_TEST_N_KEYS);
+	ck_assert_uint_eq(info.n_elems, PHUB_TEST_N_ELEMS);
 	ck_assert_ptr_eq(phub_engine_job_find(b.engine, "resnet/run-7"), b.job);
 	assert_same_state(a.job, b.job);
 
@@ -347,11 +316,11 @@ START_TEST(test_peek_reads_the_header_and_size)
 	ck_assert_int_eq(phub_engine_ckpt_peek(fd, &info, err, sizeof(err)), 0);
 	ck_assert_uint_eq(info.iteration, 2);
 	ck_assert_uint_eq(info.flags, PHUB_ENGINE_CKPT_F_DETERMINISTIC);
-	ck_assert_uint_eq(info.chunk_bytes, CHUNK_BYTES);
-	ck_assert_uint_eq(info.segment_elems, SEG_ELEMS);
+	ck_assert_uint_eq(info.chunk_bytes, PHUB_TEST_CHUNK_BYTES);
+	ck_assert_uint_eq(info.segment_elems, PHUB_TEST_SEG_ELEMS);
 	/* header, 3 keys, model, m and v, CRC */
-	ck_assert_uint_eq(info.file_bytes, PHUB_ENGINE_CKPT_HEADER_BYTES + 3 * 8 + 3 * 4 * N_ELEMS
-			+ 4);
+	ck_assert_uint_eq(info.file_bytes,
+			PHUB_ENGINE_CKPT_HEADER_BYTES + 3 * 8 + 3 * 4 * PHUB_TEST_N_ELEMS + 4);
 	ck_assert_int_eq(lseek(fd, 0, SEEK_END), (off_t)info.file_bytes);
 	close(fd);
 	tjob_free(&a);
@@ -418,7 +387,7 @@ assert_refused(int fd, const char *why)
 
 START_TEST(test_restore_refuses_a_torn_file)
 {
-	static const off_t cuts[] = { 1, 4, 5, 1000, 4 * N_ELEMS };
+	static const off_t cuts[] = { 1, 4, 5, 1000, 4 * PHUB_TEST_N_ELEMS };
 	off_t size;
 	int fd = good_file(&size);
 
@@ -441,7 +410,7 @@ START_TEST(test_restore_refuses_a_corrupted_byte_anywhere)
 	/* In the name, the keys, the model, m, v and the CRC itself. */
 	const off_t where[] = { 20, PHUB_ENGINE_CKPT_HEADER_BYTES + 9,
 		PHUB_ENGINE_CKPT_HEADER_BYTES + 24 + 4 * 600,
-		PHUB_ENGINE_CKPT_HEADER_BYTES + 24 + 4 * (N_ELEMS + 17),
+		PHUB_ENGINE_CKPT_HEADER_BYTES + 24 + 4 * (PHUB_TEST_N_ELEMS + 17),
 		size - 5 - 4 * 3, size - 2 };
 
 	for (unsigned int i = 0; i < sizeof(where) / sizeof(where[0]); i++) {
@@ -495,7 +464,9 @@ END_TEST
 START_TEST(test_restore_refuses_segments_the_ports_no_longer_carry)
 {
 	struct phub_engine *engine = phub_engine_create();
-	struct phub_engine_ckpt_restore_params rp = { .max_segment_elems = SEG_ELEMS / 2 };
+	struct phub_engine_ckpt_restore_params rp = {
+		.max_segment_elems = PHUB_TEST_SEG_ELEMS / 2,
+	};
 	struct phub_engine_ckpt_info info;
 	char err[256] = "";
 	off_t size;
@@ -504,7 +475,7 @@ START_TEST(test_restore_refuses_segments_the_ports_no_longer_carry)
 	ck_assert_ptr_null(phub_engine_ckpt_restore(engine, fd, &rp, &info, err, sizeof(err)));
 	ck_assert_int_eq(errno, E2BIG);
 	ck_assert_ptr_nonnull(strstr(err, "MTU"));
-	rp.max_segment_elems = SEG_ELEMS;
+	rp.max_segment_elems = PHUB_TEST_SEG_ELEMS;
 	ck_assert_msg(phub_engine_ckpt_restore(engine, fd, &rp, &info, err, sizeof(err)) != NULL,
 			"%s", err);
 	/* A second restore of the same job finds it there already. */
@@ -591,10 +562,10 @@ START_TEST(test_shadow_counts_against_the_memory_limit)
 	ck_assert_ptr_nonnull(job);
 	phub_engine_job_get_info(job, &with);
 	/* model and m */
-	ck_assert_uint_eq(with.memory_bytes - without.memory_bytes, 2 * 4 * N_ELEMS);
+	ck_assert_uint_eq(with.memory_bytes - without.memory_bytes, 2 * 4 * PHUB_TEST_N_ELEMS);
 	phub_engine_job_unpublish(engine, job);
 	phub_engine_job_free(job);
-	p.memory_limit_bytes = without.memory_bytes + 4 * N_ELEMS;
+	p.memory_limit_bytes = without.memory_bytes + 4 * PHUB_TEST_N_ELEMS;
 	ck_assert_ptr_null(phub_engine_job_create(engine, &p));
 	ck_assert_int_eq(errno, E2BIG);
 	phub_engine_free(engine);
