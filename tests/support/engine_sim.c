@@ -13,6 +13,7 @@
 #include "engine_test.h"
 #include "kernels/phub_kernels.h"
 #include "phub_mix.h"
+#include "test_rand.h"
 
 enum { MAX_W = PHUB_SIM_MAX_WORLD, ITERATIONS = PHUB_SIM_ITERATIONS, MAX_MSGS = 4096 };
 
@@ -49,10 +50,7 @@ struct sim {
 static uint32_t
 sim_rand(struct sim *s)
 {
-	s->rng ^= s->rng << 13;
-	s->rng ^= s->rng >> 7;
-	s->rng ^= s->rng << 17;
-	return (uint32_t)(s->rng >> 11);
+	return (uint32_t)(phub_test_rand(&s->rng) >> 11);
 }
 
 static float

@@ -8,6 +8,7 @@
 #include <check.h>
 
 #include "unit_suite.h"
+#include "test_rand.h"
 #include <sodium.h>
 
 #include "phub_auth.h"
@@ -326,9 +327,7 @@ START_TEST(test_the_window_matches_a_model_that_remembers_everything)
 		uint64_t c;
 		bool want, got;
 
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
+		phub_test_rand(&x);
 		/* Mostly near the top, sometimes far behind, sometimes a jump ahead. */
 		if (x % 100 < 90) {
 			uint64_t back = (x >> 16) % 3000;

@@ -14,6 +14,7 @@
 #include <check.h>
 
 #include "unit_suite.h"
+#include "test_rand.h"
 
 #include "config_priv.h"
 #include "phub_config.h"
@@ -777,11 +778,9 @@ START_TEST(test_random_nonces_pass_and_placeholders_fail)
 	for (size_t i = 0; i < sizeof(weak) / sizeof(weak[0]); i++)
 		ck_assert_msg(cfg_nonce_weakness(weak[i]) != NULL, "0x%016llx passed",
 			      (unsigned long long)weak[i]);
-	/* xorshift64: a fixed stream of well-mixed values, none of which should be refused. */
+	/* A fixed stream of well-mixed values, none of which should be refused. */
 	for (unsigned int i = 0; i < 100000; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
+		phub_test_rand(&x);
 		ck_assert_msg(cfg_nonce_weakness(x) == NULL, "0x%016llx refused: %s",
 			      (unsigned long long)x, cfg_nonce_weakness(x));
 	}

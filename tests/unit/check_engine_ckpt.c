@@ -13,6 +13,7 @@
 
 #include "engine/phub_engine.h"
 #include "engine_test.h"
+#include "test_rand.h"
 
 #define NONCE 0x0badc0ffee15900dull
 #define WORLD 2
@@ -510,16 +511,11 @@ START_TEST(test_restore_refuses_random_damage_without_leaving_anything)
 		char err[256];
 
 		memcpy(bad, good, len);
-		rng ^= rng << 13;
-		rng ^= rng >> 7;
-		rng ^= rng << 17;
-		flips = 1 + (unsigned int)(rng % 3);
+		flips = 1 + (unsigned int)(phub_test_rand(&rng) % 3);
 		for (unsigned int i = 0; i < flips; i++) {
 			size_t at;
 
-			rng ^= rng << 13;
-			rng ^= rng >> 7;
-			rng ^= rng << 17;
+			phub_test_rand(&rng);
 			/* Distinct places: two flips of one byte could cancel out. */
 			at = (rng & 1) ? (size_t)(rng >> 8) % 200 : (size_t)(rng >> 8) % len;
 			at = (at + i * 7) % len;

@@ -13,6 +13,7 @@
 #include <check.h>
 
 #include "unit_suite.h"
+#include "test_rand.h"
 
 #include "engine/phub_engine.h"
 #include "engine/phub_ring.h"
@@ -85,8 +86,7 @@ struct sim {
 static unsigned int
 rnd(struct sim *s)
 {
-	s->seed = s->seed * 1103515245u + 12345u;
-	return (s->seed >> 8) & 0xffffff;
+	return phub_test_lcg(&s->seed);
 }
 
 static uint32_t
@@ -118,12 +118,8 @@ to_dtype(enum phub_dtype dtype, const float *src, void *dst, size_t n)
 static void
 post(struct sim *s, const struct msg *m)
 {
-	unsigned int copies = 1;
+	unsigned int copies = phub_test_copies(&s->seed, s->loss_pct, s->dup_pct);
 
-	if (rnd(s) % 100 < s->loss_pct)
-		return;
-	if (rnd(s) % 100 < s->dup_pct)
-		copies = 2;
 	while (copies-- > 0) {
 		if (s->queued == s->cap) {
 			s->cap = s->cap != 0 ? 2 * s->cap : 256;

@@ -12,6 +12,7 @@
 #include <check.h>
 
 #include "unit_suite.h"
+#include "test_rand.h"
 
 #include "phub_net.h"
 
@@ -20,10 +21,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint8_t
 next_byte(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint8_t)(rng >> 24);
+	return (uint8_t)(phub_test_rand(&rng) >> 24);
 }
 
 START_TEST(test_fast_sum_equals_dpdk_sum_for_every_length_and_offset)

@@ -12,6 +12,7 @@
 #include <check.h>
 
 #include "unit_suite.h"
+#include "test_rand.h"
 #include <rte_ether.h>
 #include <rte_ip.h>
 #include <rte_udp.h>
@@ -23,10 +24,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint8_t
 next_byte(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint8_t)(rng >> 24);
+	return (uint8_t)(phub_test_rand(&rng) >> 24);
 }
 
 static uint32_t

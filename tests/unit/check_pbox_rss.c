@@ -7,6 +7,7 @@
 #include <check.h>
 
 #include "unit_suite.h"
+#include "test_rand.h"
 
 #include "config/phub_config.h"
 #include "rss.h"
@@ -54,10 +55,7 @@ END_TEST
 static uint32_t
 rnd32(uint64_t *s)
 {
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return (uint32_t)(*s >> 11);
+	return (uint32_t)(phub_test_rand(s) >> 11);
 }
 
 START_TEST(test_dport_key_keeps_the_source_out_of_the_hash)

@@ -13,6 +13,7 @@
 #include <check.h>
 
 #include "unit_suite.h"
+#include "test_rand.h"
 
 #include "engine/phub_ring.h"
 
@@ -231,8 +232,7 @@ struct sim {
 static unsigned int
 rnd(struct sim *s)
 {
-	s->seed = s->seed * 1103515245u + 12345u;
-	return (s->seed >> 8) & 0xffffff;
+	return phub_test_lcg(&s->seed);
 }
 
 /* Rack r's sum of iteration it: values whose sums depend on the order they are added in. */
@@ -250,12 +250,8 @@ rack_value(unsigned int r, uint32_t it, uint32_t e)
 static void
 post(struct sim *s, const struct msg *m)
 {
-	unsigned int copies = 1;
+	unsigned int copies = phub_test_copies(&s->seed, s->loss_pct, s->dup_pct);
 
-	if (rnd(s) % 100 < s->loss_pct)
-		return;
-	if (rnd(s) % 100 < s->dup_pct)
-		copies = 2;
 	while (copies-- > 0) {
 		if (s->queued == s->cap) {
 			s->cap = s->cap ? 2 * s->cap : 64;
