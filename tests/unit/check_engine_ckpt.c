@@ -206,6 +206,20 @@ restore(struct phub_engine *engine, int fd, char *err, size_t errlen,
 	return phub_engine_ckpt_restore(engine, fd, &rp, info, err, errlen);
 }
 
+/* t is the job of the checkpoint in fd, restored into an engine of its own; not joined. */
+static void
+tjob_restore(struct tjob *t, int fd, enum phub_dtype dtype, struct phub_engine_ckpt_info *info)
+{
+	char err[256] = "";
+
+	memset(t, 0, sizeof(*t));
+	t->engine = phub_engine_create();
+	ck_assert_ptr_nonnull(t->engine);
+	t->dtype = dtype;
+	t->job = restore(t->engine, fd, err, sizeof(err), info);
+	ck_assert_msg(t->job != NULL, "%s", err);
+}
+
 static void
 assert_same_state(const struct phub_engine_job *a, const struct phub_engine_job *b)
 {
@@ -229,7 +243,6 @@ round_trip(enum phub_dtype dtype, enum phub_opt_type opt)
 	struct phub_engine_job_info ji;
 	struct phub_engine_reply ra, rb;
 	struct phub_engine_request req;
-	char err[256] = "";
 	float payload[PHUB_TEST_SEG_ELEMS];
 	int fd;
 
@@ -237,11 +250,7 @@ round_trip(enum phub_dtype dtype, enum phub_opt_type opt)
 	run_iterations(&a, 0, 5);
 	fd = write_to_memfd(a.job, PHUB_ENGINE_CKPT_LIVE);
 
-	memset(&b, 0, sizeof(b));
-	b.engine = phub_engine_create();
-	b.dtype = dtype;
-	b.job = restore(b.engine, fd, err, sizeof(err), &info);
-	ck_assert_msg(b.job != NULL, "%s", err);
+	tjob_restore(&b, fd, dtype, &info);
 	close(fd);
 	ck_assert_str_eq(info.name, "resnet/run-7");
 	ck_assert_uint_eq(info.nonce, NONCE);
@@ -690,11 +699,7 @@ START_TEST(test_restored_job_snapshots_its_next_iterations)
 	tjob_new(&a, PHUB_DTYPE_FP32, PHUB_OPT_MOMENTUM, true);
 	run_iterations(&a, 0, 2);
 	fd = write_to_memfd(a.job, PHUB_ENGINE_CKPT_LIVE);
-	memset(&b, 0, sizeof(b));
-	b.engine = phub_engine_create();
-	b.dtype = PHUB_DTYPE_FP32;
-	b.job = restore(b.engine, fd, err, sizeof(err), &info);
-	ck_assert_msg(b.job != NULL, "%s", err);
+	tjob_restore(&b, fd, PHUB_DTYPE_FP32, &info);
 	tjob_index(&b);
 	tjob_join(&b);
 	ck_assert_int_eq(phub_engine_job_ckpt_collect(b.job, 4), 0);
