@@ -371,6 +371,18 @@ pbox_start(uint16_t n_lcores, double loss)
 	return pbox;
 }
 
+/* The job on a soft PBox of its own (n_lcores, loss) gives every worker the reference model. */
+static void
+job_matches_reference(const struct job_cfg *c, uint16_t n_lcores, double loss)
+{
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = pbox_start(n_lcores, loss);
+
+	job_run(c, sp, w);
+	workers_check(c, w);
+	soft_pbox_stop(sp);
+}
+
 /*
  * Tiny keys, a key of eight chunks (chunks of 704 elements at 4 KiB), and sizes that are not
  * multiples of a segment (352 fp32) or of a chunk.
@@ -537,34 +549,24 @@ END_TEST
 START_TEST(test_fp16_job_matches_reference)
 {
 	struct job_cfg c = mixed_job("fp16", 2);
-	struct worker w[MAX_WORKERS];
-	struct soft_pbox *sp = pbox_start(2, 0.0);
 
 	c.dtype = PHUB_DTYPE_FP16;
-	job_run(&c, sp, w);
-	workers_check(&c, w);
-	soft_pbox_stop(sp);
+	job_matches_reference(&c, 2, 0.0);
 }
 END_TEST
 
 START_TEST(test_bf16_job_matches_reference)
 {
 	struct job_cfg c = mixed_job("bf16", 3);
-	struct worker w[MAX_WORKERS];
-	struct soft_pbox *sp = pbox_start(2, 0.0);
 
 	c.dtype = PHUB_DTYPE_BF16;
-	job_run(&c, sp, w);
-	workers_check(&c, w);
-	soft_pbox_stop(sp);
+	job_matches_reference(&c, 2, 0.0);
 }
 END_TEST
 
 START_TEST(test_nesterov_job_matches_reference_within_1e_6)
 {
 	struct job_cfg c = mixed_job("nesterov", 2);
-	struct worker w[MAX_WORKERS];
-	struct soft_pbox *sp = pbox_start(2, 0.0);
 
 	c.optimizer = "nesterov";
 	c.opt = PHUB_OPT_NESTEROV;
@@ -572,25 +574,19 @@ START_TEST(test_nesterov_job_matches_reference_within_1e_6)
 	c.momentum = 0.9f;
 	c.weight_decay = 0.01f;
 	c.tol = 1e-6;
-	job_run(&c, sp, w);
-	workers_check(&c, w);
-	soft_pbox_stop(sp);
+	job_matches_reference(&c, 2, 0.0);
 }
 END_TEST
 
 START_TEST(test_adam_job_matches_reference_within_1e_6)
 {
 	struct job_cfg c = mixed_job("adam", 3);
-	struct worker w[MAX_WORKERS];
-	struct soft_pbox *sp = pbox_start(2, 0.0);
 
 	c.optimizer = "adam";
 	c.opt = PHUB_OPT_ADAM;
 	c.lr = 0.01f;
 	c.tol = 1e-6;
-	job_run(&c, sp, w);
-	workers_check(&c, w);
-	soft_pbox_stop(sp);
+	job_matches_reference(&c, 2, 0.0);
 }
 END_TEST
 
