@@ -15,6 +15,7 @@
 #include <rte_memory.h>
 #include <rte_udp.h>
 
+#include "dataplane/phub_dataplane.h"
 #include "engine/phub_engine_auth.h"
 #include "engine/phub_ring.h"
 #include "pbox.h"
@@ -152,7 +153,7 @@ auth_lane(const struct phub_engine_job *job, uint32_t chunk_id)
 	uint32_t server = 0;
 
 	phub_layout_chunk_server(phub_engine_job_layout(job), chunk_id, &server);
-	return (uint16_t)PHUB_ENGINE_AUTH_LANE_DATA(server);
+	return (uint16_t)phub_dataplane_lane(server);
 }
 
 static void
@@ -185,32 +186,16 @@ reply_in_place(struct pbox_lcore *lc, struct rx_frame *f, uint16_t tx_port,
 	tx_any(lc, tx_port, m);
 }
 
-/*
- * Whether a worker (its wire rank) asked in its JOIN for a PHUB_ENGINE_PEER_F_* wish (CSUM on
- * what the PBox sends it, ACKV instead of one ACK per PUSH).
- */
-static inline bool
-rank_wants(const struct phub_engine_job *job, uint16_t wire_rank, uint32_t peer_flag)
-{
-	struct phub_engine_peer peer;
-	uint64_t token;
-	uint16_t rank;
-
-	return phub_engine_job_local_rank(job, wire_rank, &rank) &&
-		phub_engine_job_rank(job, rank, &peer, &token) &&
-		(peer.flags & peer_flag) != 0;
-}
-
 static void
 send_ack(struct pbox_lcore *lc, const struct phub_engine_job *job, struct rx_frame *f,
 		uint16_t tx_port)
 {
 	struct rte_mbuf *m = f->m;
 	struct phub_wire_msg ack;
-	bool csum = rank_wants(job, f->msg.worker_rank, PHUB_ENGINE_PEER_F_CSUM);
 	struct auth_to auth = { .job = NULL };
 
-	if (unlikely(phub_engine_job_auth(job)) &&
+	phub_dataplane_ack(job, &f->msg, &ack);
+	if (unlikely(ack.flags & PHUB_WIRE_F_AUTH) &&
 	    phub_engine_job_local_rank(job, f->msg.worker_rank, &auth.rank)) {
 		auth.job = (struct phub_engine_job *)(uintptr_t)job;
 		auth.lane = auth_lane(job, f->msg.chunk_id);
@@ -218,13 +203,13 @@ send_ack(struct pbox_lcore *lc, const struct phub_engine_job *job, struct rx_fra
 	/*
 	 * The PUSH's frame, its IPv4 header without options, becomes the ACK in place from the
 	 * port's template (ack.h): no header built and summed in full, no field encoded. Not for
-	 * an authenticated session: each ACK has its own sequence number and MAC.
+	 * an authenticated session (each ACK has its own sequence number and MAC) nor a CSUM one.
 	 */
-	if (likely(!csum && auth.job == NULL &&
+	if (likely((ack.flags & (PHUB_WIRE_F_CSUM | PHUB_WIRE_F_AUTH)) == 0 &&
 		   f->udp_payload == rte_pktmbuf_mtod_offset(m, const uint8_t *,
 			PBOX_ACK_HDR_OFF))) {
 		m->data_len = pbox_ack_rewrite(rte_pktmbuf_mtod(m, uint8_t *),
-				&pbox.ports[tx_port].ack_tmpl, f->msg.flags & PHUB_WIRE_F_LAST);
+				&pbox.ports[tx_port].ack_tmpl, ack.flags);
 		m->pkt_len = m->data_len;
 		m->l2_len = RTE_ETHER_HDR_LEN;
 		m->l3_len = sizeof(struct rte_ipv4_hdr);
@@ -232,45 +217,32 @@ send_ack(struct pbox_lcore *lc, const struct phub_engine_job *job, struct rx_fra
 		tx_any(lc, tx_port, m);
 		return;
 	}
-	phub_wire_msg_init(&ack, PHUB_WIRE_OP_ACK);
-	ack.job_id = f->msg.job_id;
-	ack.session_token = f->msg.session_token;
-	ack.worker_rank = f->msg.worker_rank;
-	ack.chunk_id = f->msg.chunk_id;
-	ack.iteration = f->msg.iteration;
-	ack.elem_offset = f->msg.elem_offset;
-	ack.elem_count = f->msg.elem_count;
-	ack.seg_index = f->msg.seg_index;
-	ack.seg_count = f->msg.seg_count;
-	ack.aux = f->msg.aux;
-	ack.flags = f->msg.flags & PHUB_WIRE_F_LAST;
-	if (auth.job != NULL)
-		ack.flags |= PHUB_WIRE_F_AUTH;	/* the MAC replaces the CRC */
-	else if (csum)
-		ack.flags |= PHUB_WIRE_F_CSUM;	/* phub_wire_encode() computes it */
 	lc->stats.acks_sent++;
 	reply_in_place(lc, f, tx_port, &ack, auth.job != NULL ? &auth : NULL);
 }
 
-/* One ACKV to one rank (phub_ackv_flush()'s send): a new frame, built and summed in full. */
+/*
+ * One ACKV to one rank (phub_ackv_flush()'s send), to->port naming the server (this lcore's
+ * queue on a port) that took the PUSHes: a new frame, built and summed in full, sealed on the
+ * server's lane for an authenticated job.
+ */
 static void
 ackv_send(void *arg, const struct phub_ackv_pending *to, const struct phub_wire_ackv_entry *e,
 		unsigned int n)
 {
 	struct pbox_lcore *lc = arg;
-	const struct phub_engine_job *job = to->job;
-	uint16_t len = (uint16_t)(PHUB_WIRE_HDR_LEN + n * PHUB_WIRE_ACKV_ENTRY_LEN);
+	uint16_t port = pbox.servers[to->port].port;
 	struct phub_engine_peer peer;
 	struct phub_wire_msg hdr;
 	struct rte_mbuf *m;
-	uint64_t token;
-	uint16_t rank;
+	uint16_t len, hl, rank;
 	uint8_t *p;
 
-	/* The rank left or was replaced within the turn: its ACKs have nobody to go to. */
-	if (!phub_engine_job_local_rank(job, to->rank, &rank) ||
-	    !phub_engine_job_rank(job, rank, &peer, &token))
+	if (!phub_dataplane_ackv_hdr(to, n, &hdr, &peer, &rank))
 		return;
+	hl = (uint16_t)(PHUB_WIRE_HDR_LEN + ((hdr.flags & PHUB_WIRE_F_AUTH) ?
+			phub_wire_auth_ext_len(hdr.opcode) : 0));
+	len = (uint16_t)(hl + hdr.payload_len);
 	m = rte_pktmbuf_alloc(lc->pool);
 	if (unlikely(m == NULL)) {
 		lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
@@ -282,26 +254,26 @@ ackv_send(void *arg, const struct phub_ackv_pending *to, const struct phub_wire_
 		lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
 		return;
 	}
-	phub_wire_msg_init(&hdr, PHUB_WIRE_OP_ACKV);
-	hdr.job_id = to->job_id;
-	hdr.session_token = token;
-	hdr.worker_rank = to->rank;
-	hdr.payload_len = (uint16_t)(n * PHUB_WIRE_ACKV_ENTRY_LEN);
-	hdr.payload = p + L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN;
-	if (peer.flags & PHUB_ENGINE_PEER_F_CSUM)
-		hdr.flags |= PHUB_WIRE_F_CSUM;	/* phub_wire_encode() computes it */
-	phub_wire_ackv_put(p + L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN, e, n);
-	phub_net_udp_build(m, &pbox.ports[to->port].mac, (const struct rte_ether_addr *)peer.mac,
-			pbox.ports[to->port].ipv4, peer.ipv4, lc->udp_port, peer.udp_port, len);
+	hdr.payload = p + L2_L3_L4_LEN + hl;
+	phub_wire_ackv_put(p + L2_L3_L4_LEN + hl, e, n);
+	phub_net_udp_build(m, &pbox.ports[port].mac, (const struct rte_ether_addr *)peer.mac,
+			pbox.ports[port].ipv4, peer.ipv4, lc->udp_port, peer.udp_port, len);
 	if (unlikely(phub_wire_encode(p + L2_L3_L4_LEN, len, &hdr) < 0)) {
 		lc->stats.encode_errors++;
+		rte_pktmbuf_free(m);
+		return;
+	}
+	if ((hdr.flags & PHUB_WIRE_F_AUTH) &&
+	    !phub_engine_auth_tx(to->job, rank, phub_dataplane_lane(to->port),
+			(uint16_t)phub_dataplane_lane(to->port), p + L2_L3_L4_LEN, hl,
+			p + L2_L3_L4_LEN + hl, hdr.payload_len)) {
 		rte_pktmbuf_free(m);
 		return;
 	}
 	phub_net_udp_csum_finish(m, (uint16_t)(sizeof(struct rte_udp_hdr) + len), 0);
 	lc->stats.ackv_sent++;
 	lc->stats.ackv_entries += n;
-	tx_enqueue(lc, to->port, m);
+	tx_enqueue(lc, port, m);
 }
 
 /* Entries per ACKV: the smallest port MTU's, as the JOIN_ACK tells the workers (control.c). */
@@ -331,22 +303,19 @@ ackv_flush(struct pbox_lcore *lc)
  */
 static void
 answer_ack(struct pbox_lcore *lc, struct phub_engine_job *job, struct rx_frame *f,
-		uint16_t tx_port)
+		uint32_t server)
 {
+	uint16_t tx_port = pbox.servers[server].port;
 	struct phub_wire_ackv_entry e;
 
-	if (!rank_wants(job, f->msg.worker_rank, PHUB_ENGINE_PEER_F_ACKV)) {
+	if (!phub_dataplane_rank_wants(job, f->msg.worker_rank, PHUB_ENGINE_PEER_F_ACKV)) {
 		send_ack(lc, job, f, tx_port);
 		return;
 	}
-	e.chunk_id = f->msg.chunk_id;
-	e.seg_index = f->msg.seg_index;
-	e.flags = f->msg.flags & PHUB_WIRE_F_LAST;
-	e.iteration = f->msg.iteration;
-	e.aux = f->msg.aux;
+	phub_dataplane_ackv_entry(&f->msg, &e);
 	if (unlikely(phub_ackv_full(&lc->ackv)))
 		ackv_flush(lc);
-	phub_ackv_add(&lc->ackv, job, f->msg.job_id, f->msg.worker_rank, tx_port, &e);
+	phub_ackv_add(&lc->ackv, job, f->msg.job_id, f->msg.worker_rank, (uint16_t)server, &e);
 	rte_pktmbuf_free(f->m);
 }
 
@@ -537,85 +506,28 @@ static void
 send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub_wire_msg *about,
 		const struct phub_engine_reply *reply, uint16_t tx_port, bool all)
 {
-	/* Workers carry global ranks; the engine's are its rack's, from rank_base. */
-	uint32_t base = phub_engine_job_rank_base(job);
+	const struct phub_dataplane_ackv owed = {
+		.batch = &lc->ackv, .max_entries = ackv_max_entries(), .send = ackv_send, .arg = lc,
+	};
 	struct model_head prev = { .valid = false };
+	struct phub_dataplane_fanout fan;
 	struct model_payload pl;
-	struct phub_wire_msg hdr;
 	uint32_t payload_sum;
-	uint32_t payload_crc = 0;
 	struct auth_to auth = { .job = NULL };
-	bool crc_done = false;
-	uint16_t first = all ? 0 : (uint16_t)(about->worker_rank - base);
-	uint16_t end = all ? phub_engine_job_world_size(job) : (uint16_t)(first + 1);
 
-	phub_wire_msg_init(&hdr, PHUB_WIRE_OP_MODEL);
-	hdr.job_id = about->job_id;
-	hdr.chunk_id = about->chunk_id;
-	hdr.iteration = reply->iteration;
-	hdr.elem_offset = about->elem_offset;
-	hdr.elem_count = reply->elem_count;
-	hdr.seg_index = about->seg_index;
-	hdr.seg_count = about->seg_count;
-	/* The job's dtype: a PULL being answered carries none of its own. */
-	hdr.dtype = (uint8_t)phub_engine_job_dtype(job);
-	hdr.payload_len = (uint16_t)reply->model_bytes;
-	hdr.payload = reply->model;
-	hdr.flags = about->flags & PHUB_WIRE_F_LAST;
-	if (!all) {
-		hdr.flags |= PHUB_WIRE_F_REPLAY;
-		hdr.aux = about->aux;
-	}
+	phub_dataplane_fanout_init(&fan, job, about, reply, all, &owed);
 	payload_sum = phub_net_raw_cksum(reply->model, reply->model_bytes);
-	if (unlikely(phub_engine_job_auth(job))) {
+	if (unlikely(fan.hdr.flags & PHUB_WIRE_F_AUTH)) {
 		auth.job = job;
 		auth.lane = auth_lane(job, about->chunk_id);
-		hdr.flags |= PHUB_WIRE_F_AUTH;
 	}
-
 	model_payload_init(lc, tx_port, reply, all, &pl);
-	for (uint16_t r = first; r < end; r++) {
-		struct phub_engine_peer peer;
+	while (phub_dataplane_fanout_next(&fan)) {
 		struct rte_mbuf *m;
-		uint64_t token;
 
-		/* A rank that has not joined (or left) gets nothing. */
-		if (!phub_engine_job_rank(job, r, &peer, &token))
-			continue;
-		hdr.worker_rank = (uint16_t)(base + r);
-		hdr.session_token = token;
-		/*
-		 * A rank that takes ACKV and owes this turn an ACK of this segment: the MODEL is
-		 * that ACK, and echoes the PUSH's stamp for its RTT sample.
-		 */
-		if (all) {
-			hdr.aux = 0;
-			if ((peer.flags & PHUB_ENGINE_PEER_F_ACKV) && lc->ackv.live != 0 &&
-			    phub_ackv_take(&lc->ackv, hdr.job_id, hdr.worker_rank, hdr.chunk_id,
-					hdr.seg_index, hdr.iteration, &hdr.aux))
-				lc->stats.acks_in_model++;
-		}
-		/*
-		 * The rank's other ACKs of this turn leave before a MODEL with a stamp: an answer
-		 * to a later PUSH ahead of an earlier one's ACK makes the worker take that one
-		 * for lost (RACK), and on a rate-limited link the turn's MODELs delay an ACKV at
-		 * the turn's end by milliseconds.
-		 */
-		if (hdr.aux != 0 && (peer.flags & PHUB_ENGINE_PEER_F_ACKV) && lc->ackv.live != 0)
-			phub_ackv_flush_rank(&lc->ackv, hdr.job_id, hdr.worker_rank,
-					ackv_max_entries(), ackv_send, lc);
-		hdr.flags &= (uint8_t)~PHUB_WIRE_F_CSUM;
-		auth.rank = r;
-		if ((peer.flags & PHUB_ENGINE_PEER_F_CSUM) && auth.job == NULL) {
-			/* The payload's CRC once, finished with each rank's header. */
-			if (!crc_done)
-				payload_crc = phub_wire_csum_payload(reply->model,
-						reply->model_bytes);
-			crc_done = true;
-			hdr.flags |= PHUB_WIRE_F_CSUM;
-		}
-		m = model_frame(lc, tx_port, &peer, &hdr, &pl, payload_sum, payload_crc, &prev,
-				auth.job != NULL ? &auth : NULL);
+		auth.rank = fan.rank;
+		m = model_frame(lc, tx_port, &fan.peer, &fan.hdr, &pl, payload_sum,
+				fan.payload_crc, &prev, auth.job != NULL ? &auth : NULL);
 		if (unlikely(m == NULL)) {
 			lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
 			continue;
@@ -623,6 +535,7 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 		lc->stats.models_sent++;
 		tx_enqueue(lc, tx_port, m);
 	}
+	lc->stats.acks_in_model += fan.acks_in_model;
 	/* The frames hold their own references to the one copy. */
 	if (pl.copy != NULL)
 		rte_pktmbuf_free(pl.copy);
@@ -1025,16 +938,13 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 	struct phub_engine_request req;
 	struct phub_engine_reply reply;
 	struct phub_engine_job *job;
+	enum phub_drop_reason why;
 	uint32_t server;
 	uint16_t tx_port, owner;
 
-	job = phub_engine_job_lookup(pbox.engine, f->msg.job_id);
-	if (job == NULL) {
-		wire_drop(lc, f->m, PHUB_DROP_UNKNOWN_JOB);
-		return;
-	}
-	if (phub_layout_chunk_server(phub_engine_job_layout(job), f->msg.chunk_id, &server) != 0) {
-		wire_drop(lc, f->m, PHUB_DROP_CHUNK_RANGE);
+	why = phub_dataplane_route(pbox.engine, &f->msg, &job, &server);
+	if (why != PHUB_DROP_OK) {
+		wire_drop(lc, f->m, why);
 		return;
 	}
 	/*
@@ -1052,40 +962,13 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 		return;
 	}
 	/* An authenticated job's MAC and replay window, before the engine reads anything. */
-	if (unlikely(phub_engine_job_auth(job) || (f->msg.flags & PHUB_WIRE_F_AUTH))) {
-		uint16_t rank = UINT16_MAX;
-		enum phub_drop_reason why;
-
-		phub_engine_job_local_rank(job, f->msg.worker_rank, &rank);
-		why = phub_engine_auth_rx(job, rank, PHUB_ENGINE_AUTH_LANE_DATA(server),
-				PHUB_ENGINE_AUTH_LANE_DATA(server), f->msg.flags, f->udp_payload,
-				f->msg.hdr_len, f->msg.payload, f->msg.payload_len);
-		if (why != PHUB_DROP_OK) {
-			wire_drop(lc, f->m, why);
-			return;
-		}
+	why = phub_dataplane_auth_rx(job, &f->msg, f->udp_payload, server);
+	if (unlikely(why != PHUB_DROP_OK)) {
+		wire_drop(lc, f->m, why);
+		return;
 	}
-
-	memset(&req, 0, sizeof(req));
-	req.session_token = f->msg.session_token;
-	req.chunk_id = f->msg.chunk_id;
-	req.iteration = f->msg.iteration;
-	req.elem_offset = f->msg.elem_offset;
-	req.elem_count = f->msg.elem_count;
-	req.rank = f->msg.worker_rank;
-	req.seg_index = f->msg.seg_index;
-	req.seg_count = f->msg.seg_count;
-	req.dtype = f->msg.dtype;
-	req.retransmit = (f->msg.flags & PHUB_WIRE_F_RETRANSMIT) != 0;
-	req.src_ipv4 = f->src_ip;
-	req.src_udp_port = f->src_udp;
-	req.payload = f->msg.payload;
-	req.payload_len = f->msg.payload_len;
-	req.has_hyper = (f->msg.flags & PHUB_WIRE_F_HYPER) != 0;
-	req.hyper_lr = f->msg.hyper_lr;
-	req.hyper_weight_decay = f->msg.hyper_weight_decay;
 	/* The loop's one clock read (the jobs' clock, control.c): none per PUSH. */
-	req.now_ns = lc->now_ns;
+	phub_dataplane_request(&f->msg, f->src_ip, f->src_udp, lc->now_ns, &req);
 
 	if (f->msg.opcode == PHUB_WIRE_OP_PUSH) {
 		uint64_t taken = lc->engine_stats.pushes;
@@ -1108,13 +991,13 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 		 * so without the ACK a job of one rank had no RTT sample and no evidence of loss,
 		 * and recovered each lost segment by a lone probe per RTO (200 ms).
 		 */
-		answer_ack(lc, job, f, tx_port);
+		answer_ack(lc, job, f, server);
 		send_model(lc, job, &f->msg, &reply, tx_port, true);
 	} else if (reply.actions & PHUB_ENGINE_MODEL_ONE) {
 		send_model(lc, job, &f->msg, &reply, tx_port, false);
 		rte_pktmbuf_free(f->m);
 	} else {
-		answer_ack(lc, job, f, tx_port);
+		answer_ack(lc, job, f, server);
 	}
 }
 
@@ -1295,18 +1178,11 @@ static void
 elastic_done(void *arg, const struct phub_engine_segment_done *what)
 {
 	struct ring_poll_ctx *c = arg;
-	const struct phub_layout *layout = phub_engine_job_layout(c->job);
 	struct phub_wire_msg about;
 	uint32_t server = 0;
 
-	phub_layout_chunk_server(layout, what->chunk_id, &server);
-	phub_wire_msg_init(&about, PHUB_WIRE_OP_MODEL);
-	about.job_id = phub_engine_job_id(c->job);
-	about.chunk_id = what->chunk_id;
-	about.elem_offset = what->elem_offset;
-	about.seg_index = what->seg_index;
-	about.seg_count = what->seg_count;
-	about.flags = what->seg_index + 1u == what->seg_count ? PHUB_WIRE_F_LAST : 0;
+	phub_layout_chunk_server(phub_engine_job_layout(c->job), what->chunk_id, &server);
+	phub_dataplane_elastic_about(c->job, what, &about);
 	send_model(c->lc, c->job, &about, &what->reply, pbox.servers[server].port, true);
 }
 
