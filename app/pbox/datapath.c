@@ -194,9 +194,8 @@ send_ack(struct pbox_lcore *lc, const struct phub_engine_job *job, struct rx_fra
 	struct phub_wire_msg ack;
 	struct auth_to auth = { .job = NULL };
 
-	phub_dataplane_ack(job, &f->msg, &ack);
-	if (unlikely(ack.flags & PHUB_WIRE_F_AUTH) &&
-	    phub_engine_job_local_rank(job, f->msg.worker_rank, &auth.rank)) {
+	if (phub_dataplane_ack(job, &f->msg, &ack, &auth.rank) &&
+	    unlikely(ack.flags & PHUB_WIRE_F_AUTH)) {
 		auth.job = (struct phub_engine_job *)(uintptr_t)job;
 		auth.lane = auth_lane(job, f->msg.chunk_id);
 	}
@@ -1014,20 +1013,74 @@ handle_ping(struct pbox_lcore *lc, struct rx_frame *f)
 }
 
 /*
- * Every check of one frame, in the order its headers come; handed is true for
- * a frame another lcore passed here, whose UDP port is not this lcore's.
+ * What the checks of a frame's headers found (handle_frame(): they left the Ethernet and IPv4
+ * header lengths in l2_len and l3_len), read back without checking again: on the lcore that
+ * checked it, and on the one it was handed to.
+ */
+static inline void
+rx_frame_fill(struct rx_frame *f, struct rte_mbuf *m, uint16_t pi)
+{
+	const struct rte_ether_hdr *eth = rte_pktmbuf_mtod(m, const struct rte_ether_hdr *);
+	const struct rte_ipv4_hdr *ip = rte_pktmbuf_mtod_offset(m, const struct rte_ipv4_hdr *,
+			m->l2_len);
+	const struct rte_udp_hdr *udp = rte_pktmbuf_mtod_offset(m, const struct rte_udp_hdr *,
+			m->l2_len + m->l3_len);
+
+	f->m = m;
+	f->port_index = pi;
+	rte_ether_addr_copy(&eth->src_addr, &f->src_mac);
+	f->src_ip = rte_be_to_cpu_32(ip->src_addr);
+	f->src_udp = rte_be_to_cpu_16(udp->src_port);
+	f->dst_udp = rte_be_to_cpu_16(udp->dst_port);
+	f->udp_payload = (const uint8_t *)(udp + 1);
+	f->udp_payload_len = (uint16_t)(rte_be_to_cpu_16(udp->dgram_len) - sizeof(*udp));
+}
+
+/*
+ * A datagram on a data port, its headers checked: the PHub header parsed and the opcode's
+ * handler called; handed is true for a frame another lcore checked and passed here (its owner:
+ * handle_data() is the one ownership check), which RING_ACKV does not hand on again.
  */
 static void
-handle_frame(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi, bool handed)
+handle_datagram(struct pbox_lcore *lc, struct rx_frame *f, bool handed)
+{
+	enum phub_drop_reason why;
+
+	why = phub_wire_parse(f->udp_payload, f->udp_payload_len, &f->msg);
+	if (why != PHUB_DROP_OK) {
+		wire_drop(lc, f->m, why);
+		return;
+	}
+	switch (f->msg.opcode) {
+	case PHUB_WIRE_OP_PUSH:
+	case PHUB_WIRE_OP_PULL:
+	case PHUB_WIRE_OP_RING_REDUCE:
+	case PHUB_WIRE_OP_RING_GATHER:
+	case PHUB_WIRE_OP_RING_ACK:
+		handle_data(lc, f);
+		break;
+	case PHUB_WIRE_OP_RING_ACKV:
+		handle_ring_ackv(lc, f, handed);
+		break;
+	case PHUB_WIRE_OP_PING:
+		handle_ping(lc, f);
+		break;
+	default:
+		wire_drop(lc, f->m, PHUB_DROP_UNEXPECTED_OPCODE);
+		break;
+	}
+}
+
+/* Every check of one received frame's headers, in the order they come. */
+static void
+handle_frame(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi)
 {
 	const struct pbox_port *port = &pbox.ports[pi];
 	struct rte_ether_hdr *eth;
 	struct rte_ipv4_hdr *ip;
 	struct rte_udp_hdr *udp;
 	struct rx_frame f;
-	uint16_t ip_len, udp_len, ihl;
-	int owner;
-	enum phub_drop_reason why;
+	uint16_t ip_len, udp_len, ihl, dst_udp;
 
 	/* The whole frame must be in one segment: the pools are sized for the MTU. */
 	if (unlikely(m->nb_segs != 1 || m->data_len < RTE_ETHER_HDR_LEN)) {
@@ -1079,7 +1132,7 @@ handle_frame(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi, bool handed
 		net_drop(lc, m, PBOX_NET_DROP_BAD_UDP);
 		return;
 	}
-	if (!handed && udp->dgram_cksum != 0) {
+	if (udp->dgram_cksum != 0) {
 		uint64_t l4 = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
 
 		/*
@@ -1095,16 +1148,10 @@ handle_frame(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi, bool handed
 		}
 	}
 
-	f.m = m;
-	f.port_index = pi;
-	rte_ether_addr_copy(&eth->src_addr, &f.src_mac);
-	f.src_ip = rte_be_to_cpu_32(ip->src_addr);
-	f.src_udp = rte_be_to_cpu_16(udp->src_port);
-	f.dst_udp = rte_be_to_cpu_16(udp->dst_port);
-	f.udp_payload = (const uint8_t *)(udp + 1);
-	f.udp_payload_len = (uint16_t)(udp_len - sizeof(*udp));
-
-	if (f.dst_udp == pbox.cfg.udp_base_port) {
+	m->l2_len = RTE_ETHER_HDR_LEN;
+	m->l3_len = ihl;
+	dst_udp = rte_be_to_cpu_16(udp->dst_port);
+	if (dst_udp == pbox.cfg.udp_base_port) {
 		/* Control: JOIN, LEAVE, PING to the control port go to the main lcore. */
 		m->hash.usr = PBOX_INBOX_RX | ((uint32_t)pi << 8);
 		if (rte_ring_enqueue(pbox.control_ring, m) != 0) {
@@ -1114,42 +1161,17 @@ handle_frame(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi, bool handed
 		lc->stats.control++;
 		return;
 	}
-	if (!handed) {
-		owner = (int)f.dst_udp - (int)pbox.cfg.udp_base_port - 1;
-		if (owner < 0 || owner >= pbox.n_lcores) {
-			net_drop(lc, m, PBOX_NET_DROP_UNKNOWN_PORT);
-			return;
-		}
-		if (owner != lc->data_index) {
-			/* Steering missed: the owner handles it, counted as such. */
-			hand_off(lc, m, pi, (uint16_t)owner);
-			return;
-		}
-	}
-
-	why = phub_wire_parse(f.udp_payload, f.udp_payload_len, &f.msg);
-	if (why != PHUB_DROP_OK) {
-		wire_drop(lc, m, why);
+	/*
+	 * A data port no lcore serves. Which lcore owns the datagram is not the port's to say: the
+	 * chunk's owner in the layout is (handle_data()), whatever port it came to.
+	 */
+	if (dst_udp <= pbox.cfg.udp_base_port ||
+	    dst_udp - pbox.cfg.udp_base_port - 1 >= pbox.n_lcores) {
+		net_drop(lc, m, PBOX_NET_DROP_UNKNOWN_PORT);
 		return;
 	}
-	switch (f.msg.opcode) {
-	case PHUB_WIRE_OP_PUSH:
-	case PHUB_WIRE_OP_PULL:
-	case PHUB_WIRE_OP_RING_REDUCE:
-	case PHUB_WIRE_OP_RING_GATHER:
-	case PHUB_WIRE_OP_RING_ACK:
-		handle_data(lc, &f);
-		break;
-	case PHUB_WIRE_OP_RING_ACKV:
-		handle_ring_ackv(lc, &f, handed);
-		break;
-	case PHUB_WIRE_OP_PING:
-		handle_ping(lc, &f);
-		break;
-	default:
-		wire_drop(lc, m, PHUB_DROP_UNEXPECTED_OPCODE);
-		break;
-	}
+	rx_frame_fill(&f, m, pi);
+	handle_datagram(lc, &f, false);
 }
 
 static void
@@ -1166,8 +1188,12 @@ drain_inbox(struct pbox_lcore *lc, unsigned int *work)
 		if ((m->hash.usr & 0xff) == PBOX_INBOX_TX) {
 			tx_enqueue(lc, pi, m);
 		} else {
+			struct rx_frame f;
+
+			/* Checked by the lcore that handed it: its headers are not checked again. */
 			lc->stats.handed_in++;
-			handle_frame(lc, m, pi, true);
+			rx_frame_fill(&f, m, pi);
+			handle_datagram(lc, &f, true);
 		}
 	}
 	*work += n;
@@ -1282,7 +1308,7 @@ serve_held(struct pbox_lcore *lc, struct pbox_prio_hold *hold, uint64_t max_age)
 
 		if (m == NULL)
 			break;
-		handle_frame(lc, m, pi, false);
+		handle_frame(lc, m, pi);
 		work++;
 	}
 	return work;
@@ -1403,7 +1429,7 @@ pbox_lcore_main(void *arg)
 					rte_prefetch0(rte_pktmbuf_mtod(pkts[j + 1], void *));
 				lc->stats.rx_pkts++;
 				lc->stats.rx_bytes += pkts[j]->pkt_len;
-				handle_frame(lc, pkts[j], pi, false);
+				handle_frame(lc, pkts[j], pi);
 			}
 			work += n;
 		}

@@ -80,10 +80,13 @@ phub_dataplane_rank_wants(const struct phub_engine_job *job, uint16_t wire_rank,
 		(peer.flags & peer_flag) != 0;
 }
 
-void
+bool
 phub_dataplane_ack(const struct phub_engine_job *job, const struct phub_wire_msg *msg,
-		struct phub_wire_msg *ack)
+		struct phub_wire_msg *ack, uint16_t *rank)
 {
+	struct phub_engine_peer peer;
+	uint64_t token;
+
 	phub_wire_msg_init(ack, PHUB_WIRE_OP_ACK);
 	ack->job_id = msg->job_id;
 	ack->session_token = msg->session_token;
@@ -96,10 +99,13 @@ phub_dataplane_ack(const struct phub_engine_job *job, const struct phub_wire_msg
 	ack->seg_count = msg->seg_count;
 	ack->aux = msg->aux;
 	ack->flags = msg->flags & PHUB_WIRE_F_LAST;
+	if (!phub_dataplane_peer(job, msg->worker_rank, rank, &peer, &token))
+		return false;
 	if (phub_engine_job_auth(job))
 		ack->flags |= PHUB_WIRE_F_AUTH;
-	else if (phub_dataplane_rank_wants(job, msg->worker_rank, PHUB_ENGINE_PEER_F_CSUM))
+	else if (peer.flags & PHUB_ENGINE_PEER_F_CSUM)
 		ack->flags |= PHUB_WIRE_F_CSUM;
+	return true;
 }
 
 void

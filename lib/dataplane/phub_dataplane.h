@@ -65,10 +65,11 @@ bool phub_dataplane_rank_wants(const struct phub_engine_job *job, uint16_t wire_
 /*
  * The ACK of a PUSH or PULL the engine took, header only: the datagram's fields, flag LAST as
  * it came, AUTH for an authenticated job (its MAC replaces the CRC), else CSUM when the rank
- * asked for it (phub_wire_encode() computes the CRC).
+ * asked for it (phub_wire_encode() computes the CRC). rank: the sender's local rank (the
+ * seal's). False: the sender has no session (then no flag but LAST).
  */
-void phub_dataplane_ack(const struct phub_engine_job *job, const struct phub_wire_msg *msg,
-		struct phub_wire_msg *ack);
+bool phub_dataplane_ack(const struct phub_engine_job *job, const struct phub_wire_msg *msg,
+		struct phub_wire_msg *ack, uint16_t *rank);
 
 /* The entry of msg's ACK in an ACKV (a rank that takes ACKV: owed until the turn's end). */
 void phub_dataplane_ackv_entry(const struct phub_wire_msg *msg, struct phub_wire_ackv_entry *e);

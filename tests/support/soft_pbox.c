@@ -286,8 +286,7 @@ on_data(struct soft_pbox *sp, unsigned int sock, const struct sockaddr_in *src,
 		struct phub_wire_msg ack;
 		uint16_t rank = 0;
 
-		phub_dataplane_ack(job, msg, &ack);
-		phub_engine_job_local_rank(job, msg->worker_rank, &rank);
+		phub_dataplane_ack(job, msg, &ack, &rank);
 		sp->stats.acks++;
 		data_send(sp, sock, &from, job, rank, &ack, NULL, 0);
 	}
