@@ -139,7 +139,7 @@ err:
  * Before the control plane has linked the ring the engine holds the steps back (the scan
  * sends them once it has); a link that went away in between drops them here, unacknowledged.
  */
-static void
+void
 send_ring(struct pbox_lcore *lc, struct phub_engine_job *job,
 		const struct phub_engine_ring_send *what)
 {
@@ -208,12 +208,7 @@ send_ring_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct
 	send_model(lc, job, &about, reply, tx_port, true);
 }
 
-struct ring_poll_ctx {
-	struct pbox_lcore *lc;
-	struct phub_engine_job *job;
-};
-
-static bool
+bool
 ring_poll_owns(void *arg, uint32_t server)
 {
 	const struct ring_poll_ctx *c = arg;
@@ -221,7 +216,7 @@ ring_poll_owns(void *arg, uint32_t server)
 	return server < pbox.n_servers && pbox.server_lcore_index[server] == c->lc->data_index;
 }
 
-static void
+void
 ring_poll_send(void *arg, const struct phub_engine_ring_send *what)
 {
 	struct ring_poll_ctx *c = arg;
@@ -261,7 +256,7 @@ struct ring_ackv {
 static struct ring_ackv ring_ackvs[RTE_MAX_LCORE];
 
 /* Send the gathered RING_ACKV, if any, back to the previous PBox. */
-static void
+void
 ring_ackv_flush(struct pbox_lcore *lc)
 {
 	struct ring_ackv *a = &ring_ackvs[lc->lcore_id];
@@ -321,7 +316,7 @@ ring_ackv_add(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job 
  * acknowledged in the turn's RING_ACKV, and what they complete goes on: ring steps to the next
  * PBox, MODEL to this rack's workers.
  */
-static void
+void
 handle_ring(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *job, uint32_t server)
 {
 	struct phub_engine_ring_request req;
@@ -408,7 +403,7 @@ ring_ackv_hand_off(struct pbox_lcore *lc, const struct rx_frame *f,
  * each other lcore whose chunks it names (not again for a copy handed here), then the steps the
  * window held back go out, as after a RING_ACK.
  */
-static void
+void
 handle_ring_ackv(struct pbox_lcore *lc, struct rx_frame *f, bool handed)
 {
 	struct phub_engine_job *job = phub_engine_job_lookup(pbox.engine, f->msg.job_id);

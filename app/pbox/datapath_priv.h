@@ -96,6 +96,12 @@ auth_lane(const struct phub_engine_job *job, uint32_t chunk_id)
 	return (uint16_t)phub_dataplane_lane(server);
 }
 
+/* The lcore and job of a ring or elastic scan (phub_engine_ring_poll_some()'s owns and send). */
+struct ring_poll_ctx {
+	struct pbox_lcore *lc;
+	struct phub_engine_job *job;
+};
+
 /* datapath.c: hand a checked frame to the lcore that owns its chunk, counted as wrong_lcore. */
 void hand_off(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi, uint16_t owner);
 
@@ -108,5 +114,15 @@ void ackv_flush(struct pbox_lcore *lc);
 void send_model(struct pbox_lcore *lc, struct phub_engine_job *job,
 		const struct phub_wire_msg *about, const struct phub_engine_reply *reply,
 		uint16_t tx_port, bool all);
+
+/* The ring of PBoxes (docs/hierarchy.md): its datagrams, steps and acknowledgements. */
+void handle_ring(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *job,
+		uint32_t server);
+void handle_ring_ackv(struct pbox_lcore *lc, struct rx_frame *f, bool handed);
+void ring_ackv_flush(struct pbox_lcore *lc);
+void send_ring(struct pbox_lcore *lc, struct phub_engine_job *job,
+		const struct phub_engine_ring_send *what);
+bool ring_poll_owns(void *arg, uint32_t server);
+void ring_poll_send(void *arg, const struct phub_engine_ring_send *what);
 
 #endif /* PBOX_DATAPATH_PRIV_H */
