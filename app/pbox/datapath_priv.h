@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What the data lcores' files share (datapath.c: the loop and the checks of a frame,
- * datapath_tx.c: the answers' frames): the checked frame, the drop counters, the TX buffers and
- * the functions one calls in another. Private to app/pbox's data path.
+ * datapath_tx.c: the answers' frames, datapath_ring.c: the ring of PBoxes): the checked frame,
+ * the drop counters, the TX buffers and the functions one calls in another. Private to
+ * app/pbox's data path.
  */
 
 #ifndef PBOX_DATAPATH_PRIV_H
@@ -115,7 +116,7 @@ void send_model(struct pbox_lcore *lc, struct phub_engine_job *job,
 		const struct phub_wire_msg *about, const struct phub_engine_reply *reply,
 		uint16_t tx_port, bool all);
 
-/* The ring of PBoxes (docs/hierarchy.md): its datagrams, steps and acknowledgements. */
+/* datapath_ring.c: the ring of PBoxes (docs/hierarchy.md). */
 void handle_ring(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *job,
 		uint32_t server);
 void handle_ring_ackv(struct pbox_lcore *lc, struct rx_frame *f, bool handed);
