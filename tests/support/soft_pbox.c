@@ -104,6 +104,7 @@ data_send(struct soft_pbox *sp, unsigned int sock, const struct phub_engine_peer
 		const void *payload, uint32_t payload_crc)
 {
 	int fd = sp->fds[sock];
+	uint8_t *copy;
 	unsigned int i;
 	int hdr_len;
 
@@ -116,18 +117,21 @@ data_send(struct soft_pbox *sp, unsigned int sock, const struct phub_engine_peer
 	sp->tfd = fd;
 	i = sp->tn;
 	hdr_len = phub_wire_hdr_encode(sp->thdr[i], sizeof(sp->thdr[i]), msg, payload_crc);
-	if (hdr_len < 0)
+	if (hdr_len < 0 || msg->payload_len > sp->max_dgram)
 		return;
+	copy = sp->tbuf + (size_t)i * sp->max_dgram;
+	if (msg->payload_len != 0)
+		memcpy(copy, payload, msg->payload_len);
 	if ((msg->flags & PHUB_WIRE_F_AUTH) &&
 	    !phub_engine_auth_tx(job, rank, phub_dataplane_lane(sock - 1),
 			(uint16_t)phub_dataplane_lane(sock - 1), sp->thdr[i], (size_t)hdr_len,
-			payload, msg->payload_len))
+			copy, msg->payload_len))
 		return;
 	sp->tdst[i] = (struct sockaddr_in){ .sin_family = AF_INET,
 		.sin_addr.s_addr = htonl(dst->ipv4), .sin_port = htons(dst->udp_port) };
 	sp->tiov[i][0].iov_base = sp->thdr[i];
 	sp->tiov[i][0].iov_len = (size_t)hdr_len;
-	sp->tiov[i][1].iov_base = (void *)(uintptr_t)payload;
+	sp->tiov[i][1].iov_base = copy;
 	sp->tiov[i][1].iov_len = msg->payload_len;
 	memset(&sp->tmsg[i], 0, sizeof(sp->tmsg[i]));
 	sp->tmsg[i].msg_hdr.msg_name = &sp->tdst[i];
@@ -400,7 +404,7 @@ sock_drain(struct soft_pbox *sp, unsigned int sock)
 		for (int i = 0; i < n; i++)
 			on_datagram(sp, sock, &sp->rsrc[i], sp->rbuf + (size_t)i * sp->max_dgram,
 					sp->rmsg[i].msg_len);
-		/* Replies leave before the next batch: they may point into state it changes. */
+		/* The batch's replies leave before the next batch is read. */
 		ackv_flush(sp);
 		data_flush(sp);
 		if (n < BATCH)

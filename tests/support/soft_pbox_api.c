@@ -122,6 +122,7 @@ soft_pbox_stop(struct soft_pbox *sp)
 	if (sp->wake_fd >= 0)
 		close(sp->wake_fd);
 	free(sp->rbuf);
+	free(sp->tbuf);
 	free(sp->cbuf);
 	free(sp->log);
 	pthread_cond_destroy(&sp->cond);
@@ -169,11 +170,13 @@ soft_pbox_start(const struct soft_pbox_params *params)
 	sp->engine = phub_engine_create();
 	sp->ctl = control_create(sp);
 	sp->rbuf = malloc(BATCH * sp->max_dgram);
+	sp->tbuf = malloc(BATCH * sp->max_dgram);
 	sp->cbuf = malloc(sp->max_dgram);
 	sp->log_cap = sp->p.log_cap;
 	sp->log = calloc(sp->log_cap, sizeof(*sp->log));
 	sp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (sp->engine == NULL || sp->ctl == NULL || sp->rbuf == NULL || sp->cbuf == NULL ||
+	if (sp->engine == NULL || sp->ctl == NULL || sp->rbuf == NULL || sp->tbuf == NULL ||
+	    sp->cbuf == NULL ||
 	    sp->log == NULL || sp->wake_fd < 0) {
 		rc = -ENOMEM;
 		goto fail;

@@ -51,8 +51,14 @@ struct soft_pbox {
 	struct sockaddr_in rsrc[BATCH];
 	uint8_t *rbuf;
 
-	/* Data-path send batch: our header, the payload by reference into the engine. */
+	/*
+	 * Data-path send batch: our header and a copy of the payload. A reference into the
+	 * engine's model would not do: a later PUSH of the same receive batch may complete the
+	 * segment's next iteration and rewrite that model before the batch leaves, under the
+	 * header (and MAC) of the one before.
+	 */
 	struct mmsghdr tmsg[BATCH];
+	uint8_t *tbuf;
 	struct iovec tiov[BATCH][2];
 	struct sockaddr_in tdst[BATCH];
 	uint8_t thdr[BATCH][PHUB_WIRE_HDR_LEN_MAX + PHUB_WIRE_AUTH_TRAILER_LEN];
