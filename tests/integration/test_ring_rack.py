@@ -19,7 +19,7 @@ a single-rack job (configs stripped of the ring keys), a flat job across the rou
 (--routed), refusals, down. The others need the PBox's ring: 2 x 2 exact with /phub/ring's
 answers, racks of 1, 2, 3 workers with odd keys, fp16 and Adam, loss and duplication on the
 spine, deterministic sums, a PBox killed (every rank fails within the bound), a host on the
-spine guessing ring tokens.
+spine guessing ring tokens, and a PBox killed and restarted on its checkpoints (ring-restart).
 """
 
 import json
@@ -28,6 +28,8 @@ import re
 import subprocess
 import threading
 import time
+
+import pytest
 
 from phubrack import config, report
 from phubrack.multirack import strip_ring
@@ -366,3 +368,54 @@ def test_ring_pbox_killed(multirack):
     assert not bad, "\n".join(bad)
     # Rack 0's PBox stops on SIGTERM after its peer died: the fixture's stop_check.
 
+
+# -- a PBox restarted on its checkpoints ------------------------------------------------------
+
+def newest_ckpt(mr, rack, job):
+    """The iteration of rack RACK's newest checkpoint of JOB, -1 when there is none (the names
+    are JOB.<10 digits>.ckpt)."""
+    d = os.path.join(mr.rack_dir(rack), "checkpoints")
+    its = [int(f[len(job) + 1:-len(".ckpt")]) for f in (os.listdir(d) if os.path.isdir(d) else [])
+           if re.fullmatch(re.escape(job) + r"\.[0-9]+\.ckpt", f)]
+    return max(its, default=-1)
+
+
+@pytest.mark.rack_name("h25r", 26)
+def test_ring_restart(multirack):
+    """A ring job survives a PBox restart (docs/hierarchy.md "Failure behaviour"): 3 racks of
+    1 worker under 2% loss on every spine link, one ring job with a checkpoint every 2
+    iterations; rack 1's PBox is killed (SIGKILL) mid-training once a checkpoint of iteration
+    >= 6 is on its disk, and started again on the same config. It restores the job from its
+    newest checkpoint K and says so in its RING_HELLO; racks 0 and 2 go back to their own
+    checkpoints of K (or, lacking it, to their newest before it, and rack 1 follows); every
+    rank JOINs again, resumes after that checkpoint and ends with the model of an
+    uninterrupted run, bit for bit (phub-bench's reference). Its own name and ids (10.26 ..
+    10.29), apart from the other ring tests'."""
+    nonce = "0x25c0ffee5eed4b31"
+    mr = up(multirack, 3, 1, "--ring-job", "ring:" + nonce, "--spine-netem", "loss 2%")
+    mr.edit_configs("c['checkpoint']['interval_iterations'] = 2; "
+                    "c.setdefault('timeouts', {})['worker_dead_ms'] = 15000")
+    mr.pbox_start()
+    run = ring_bg(mr, "r", "--dead-ms", 30000, "--keys", 6, "--key-elems", 12000,
+                  "--iterations", 24, "--optimizer", "sgd", nonce=nonce, timeout=100)
+    # Mid-training: once rack 1 has a checkpoint of iteration 6 or later (a minute at most).
+    wait_until(lambda: newest_ckpt(mr, 1, "ring") >= 6 or not run.alive(), 60)
+    assert run.alive(), "phub-bench ended before rack 1's PBox was killed" + mr.runs_said()
+    killed_at = newest_ckpt(mr, 1, "ring")
+    mr.pbox_kill(1)
+    print("rack 1's PBox killed; its newest checkpoint: iteration %d" % killed_at)
+    mr.pbox_start(1)
+    r = ring_report(run)
+    expect(r, *EXACT, 'r["reconnects"] >= 3')
+    print("workers went back to %s, rollbacks %s"
+          % ([w["resumed_at"] for w in r["per_worker"]], r["rollbacks"]))
+    # Every rack went back to one checkpoint: the newest restore in each log names the same.
+    restored = re.compile(r"job ring \(id [0-9]+\) restored from .* ms: iteration ([0-9]+)")
+    bases = [(restored.findall(mr.log(q)) or ["none"])[-1] for q in range(3)]
+    print("each rack's job restored at:", bases)
+    for q in (0, 2):
+        print("\n".join(line for line in mr.log(q).splitlines()
+                        if "ring peer rack1 is at its checkpoint" in line))
+    assert bases[1] != "none", "rack 1's PBox did not restore the ring job"
+    assert bases[0] == bases[1] == bases[2], \
+        "the racks did not go back to one checkpoint: %s" % bases
