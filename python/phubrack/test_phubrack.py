@@ -240,6 +240,20 @@ class RackConfigTest(unittest.TestCase):
                 rackconfig.pbox_config(*args)
 
 
+class KeySegmentsTest(unittest.TestCase):
+    def test_segments_of_keys_that_end_inside_a_segment_or_a_chunk(self):
+        self.assertEqual(rackconfig.key_segments(1), 1)
+        self.assertEqual(rackconfig.key_segments(352), 1)
+        self.assertEqual(rackconfig.key_segments(353), 2)
+        # a whole chunk, then one element in a chunk of its own
+        self.assertEqual(rackconfig.key_segments(8096), 23)
+        self.assertEqual(rackconfig.key_segments(8097), 24)
+        # 20,000: chunks of 8096, 8096 and 3808 elements (23 + 23 + 11 segments)
+        self.assertEqual(rackconfig.key_segments(20000), 57)
+        self.assertEqual(rackconfig.key_segments(0), 0)
+        self.assertEqual(rackconfig.key_segments(10, seg_elems=4, chunk_segments=2), 3)
+
+
 class MultiRackTest(unittest.TestCase):
     NONCE = "0x5ad1c0ffee7e4b31"
 
