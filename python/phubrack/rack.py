@@ -140,14 +140,19 @@ class Rack:
         return subprocess.run([self.vrack] + [str(a) for a in args], capture_output=True, text=True,
                               timeout=timeout)
 
-    def up(self, workers, *options, config_edit=None, pbox_args=()):
-        """virtual-rack up with WORKERS workers and OPTIONS, the config edited (Python
-        statements on the dict c, docs/config.md), then the PBox started."""
+    def plumb(self, workers, *options):
+        """virtual-rack up with WORKERS workers and OPTIONS: the namespaces and links, the
+        PBox's config written, no PBox started."""
         self._vrack("down", "--name", self.name)
         p = self._vrack("up", "--name", self.name, "--id", str(self.id), "--workers",
                         workers, *options, timeout=300)
         if p.returncode != 0:
             raise RackError("the rack did not come up:\n" + p.stdout + p.stderr)
+
+    def up(self, workers, *options, config_edit=None, pbox_args=()):
+        """The rack (plumb), the config edited (Python statements on the dict c,
+        docs/config.md), then the PBox started."""
+        self.plumb(workers, *options)
         if config_edit:
             config.edit(os.path.join(self.state_dir, "pbox.json"), config_edit)
         self.pbox_args = list(pbox_args)
