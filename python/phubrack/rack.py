@@ -177,10 +177,7 @@ class Rack:
 
     def pbox_kill(self):
         """SIGKILL to the PBox, back once it is gone."""
-        pid = self.pbox_pid()
-        os.kill(pid, signal.SIGKILL)
-        while os.path.exists("/proc/%d" % pid) and not _zombie(pid):
-            time.sleep(0.05)
+        _kill_and_wait(self.pbox_pid())
         self.started = False
 
     def pbox_pid(self):
@@ -425,10 +422,7 @@ class MultiRack(Rack):
 
     def pbox_kill(self, rack=0):
         """SIGKILL to rack RACK's PBox, back once it is gone."""
-        pid = self.pbox_pid(rack)
-        os.kill(pid, signal.SIGKILL)
-        while os.path.exists("/proc/%d" % pid) and not _zombie(pid):
-            time.sleep(0.05)
+        _kill_and_wait(self.pbox_pid(rack))
         self._serving.discard(rack)
         self.started = bool(self._serving)
 
@@ -478,6 +472,18 @@ class MultiRack(Rack):
 
 def _log_tail(log, n):
     return "\n".join([line for line in log.splitlines() if "serving" not in line][-n:])
+
+
+def _kill_and_wait(pid, timeout=10):
+    """SIGKILL to PID, back once it is gone. A zombie is waited for too, for a while: the
+    leader of a process whose other threads (the DPDK lcores) still exit shows as a zombie
+    while they hold its memory and file locks, which a PBox started again on the same file
+    prefix would meet."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while os.path.exists("/proc/%d" % pid) and not (_zombie(pid) and
+                                                     time.monotonic() > deadline):
+        time.sleep(0.05)
 
 
 def _zombie(pid):
