@@ -190,6 +190,7 @@ job_end(struct phub_control *ctl, struct phub_engine_job *job, bool replace)
 	phub_engine_job_get_info(job, &info);
 	ctl->memory_bytes -= cj->memory_bytes < ctl->memory_bytes ? cj->memory_bytes :
 		ctl->memory_bytes;
+	control_ring_auth_end(&cj->ring);	/* its keys wiped */
 	memset(cj, 0, sizeof(*cj));
 	ctl->stats.jobs_ended++;
 	if (replace) {
@@ -857,7 +858,7 @@ phub_control_input(struct phub_control *ctl, const struct phub_control_peer *fro
 		break;
 	case PHUB_WIRE_OP_RING_HELLO:
 	case PHUB_WIRE_OP_RING_HELLO_ACK:
-		control_ring_input(ctl, from, &msg);
+		control_ring_input(ctl, from, dgram, &msg);
 		break;
 	default:
 		ctl->stats.drops[PHUB_DROP_UNEXPECTED_OPCODE]++;
