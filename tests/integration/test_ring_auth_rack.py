@@ -1,0 +1,154 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""An authenticated ring job (jobs[].auth "required") across three racks of a virtual
+multi-rack, with an on-path host on the spine (tests/integration/ring_auth_attacker.py) that
+replays, reorders, flips bits in, forges and strips the MAC of the ring's datagrams and
+RING_HELLOs between the PBoxes (docs/protocol.md section 12): the job ends bitwise exact,
+every PBox counts the ring datagrams it sealed and opened, and every attempt is dropped and
+counted under its auth_* reason, none taken or answered.
+
+meson runs it as ring-auth-attack (tests/integration/meson.build); by hand, as root, after
+`ninja -C build`:  python3 -m pytest -q -s tests/integration/test_ring_auth_rack.py
+Its multi-rack is h25r (racks 10.70-10.72.0.0/24, spine 10.73.0.0/24).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+from phubrack import config, telemetry  # noqa: E402  (after the path above)
+from phubrack import rack as rack_mod  # noqa: E402
+
+from conftest import program  # noqa: E402
+
+NAME = "h25r"
+ID = 70
+RACKS = 3
+NONCE = "0x25f00dcafe0a17c3"
+HERE = os.path.dirname(os.path.abspath(__file__))
+AUTH_REASONS = ("auth_replay", "auth_bad_tag", "auth_missing", "auth_wrong_channel",
+                "auth_unexpected")
+
+
+def vrack(*args, timeout=120, check=True):
+    return subprocess.run([program("PHUB_VRACK")] + list(args), capture_output=True,
+                          text=True, timeout=timeout, check=check)
+
+
+def tele(r, *commands):
+    return telemetry.query("phub-%s.%d" % (NAME, r), commands)
+
+
+def drops(r):
+    return (tele(r, "/phub/stats").get("/phub/stats") or {}).get("drops", {})
+
+
+def ring_jobs(r):
+    return ((tele(r, "/phub/ring").get("/phub/ring") or {}).get("jobs") or {}).values()
+
+
+def ring_totals(r):
+    return tele(r, "/phub/ring").get("/phub/ring") or {}
+
+
+@pytest.fixture
+def multirack():
+    why = rack_mod.can_run()
+    if why:
+        pytest.skip(why)
+    vrack("down", "--name", NAME, check=False)
+    up = vrack("up", "--name", NAME, "--racks", str(RACKS), "--id", str(ID), "--workers", "1",
+               "--lcores", "1", "--memory-mb", "512", "--ring-job", "ring:" + NONCE,
+               check=False)
+    if up.returncode != 0:
+        vrack("down", "--name", NAME, check=False)
+        pytest.fail("the multi-rack did not come up:\n" + up.stdout + up.stderr)
+    try:
+        yield
+    finally:
+        vrack("down", "--name", NAME, timeout=60, check=False)
+
+
+def test_attack(multirack):
+    for r in range(RACKS):
+        config.edit("/run/phub-vrack/%s.%d/pbox.json" % (NAME, r),
+                    'c["jobs"][0]["auth"] = "required"')
+        start = vrack("pbox-start", "--name", NAME, "--rack", str(r), "--bin",
+                      program("PHUB_PBOX"), check=False)
+        assert start.returncode == 0, "rack %d's PBox did not start:\n%s" % (
+            r, start.stdout + start.stderr)
+    tmp = tempfile.mkdtemp(prefix="phub-ring-auth.")
+    report_path = os.path.join(tmp, "attack.json")
+    go = os.path.join(tmp, "go")
+    servers = ",".join("10.%d.0.1:1" % (ID + r) for r in range(RACKS))
+    # The workers wait 12 s after iteration 3: the attack comes while the job is linked and
+    # alive, and the ring quiet, so that every attempt's fate is known.
+    bench = subprocess.Popen(
+        [program("PHUB_BENCH"), "--servers", servers, "--netns-prefix", NAME + ".%r-w",
+         "--job", "ring", "--nonce", NONCE, "--auth", "--json", "--quiet", "--timeout", "60",
+         "--connect-timeout-ms", "30000", "--keys", "8", "--key-elems", "20000",
+         "--iterations", "12", "--pause-at", "3:12000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The on-path host records the ring's first iterations, then attacks in the pause.
+    attacker = subprocess.Popen(
+        ["ip", "netns", "exec", NAME + "-spine", sys.executable,
+         os.path.join(HERE, "ring_auth_attacker.py"), "up", "40", report_path, go],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The counters before the attack: once the workers pause (iteration 3 done everywhere).
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done = [(tele(r, "/phub/jobs").get("/phub/jobs") or {}) for r in range(RACKS)]
+        if all(any(j.get("iterations_done", 0) >= 3 for j in d.values()) for d in done):
+            break
+        time.sleep(0.1)
+    time.sleep(1.0)
+    before = [drops(r) for r in range(RACKS)]
+    totals_before = [ring_totals(r) for r in range(RACKS)]
+    open(go, "w").close()
+    a_out, a_err = attacker.communicate(timeout=90)
+    time.sleep(0.5)
+    after = [drops(r) for r in range(RACKS)]
+    totals_after = [ring_totals(r) for r in range(RACKS)]
+    jobs = [list(ring_jobs(r)) for r in range(RACKS)]
+    out, err = bench.communicate(timeout=200)
+    assert attacker.returncode == 0, "the attacker failed: " + a_err
+    report = json.load(open(report_path))
+    print("attacker: " + json.dumps(report))
+    assert bench.returncode == 0, "the authenticated ring job failed: " + err[-2000:]
+    result = json.loads(out)
+    print("ring job: verified %s bitwise %s workers %s" % (
+        result.get("verified"), result.get("bitwise"), result.get("workers")))
+    assert result["verified"] and result["bitwise"] and result["workers"] == RACKS
+
+    # Every ring datagram and HELLO the spine saw carried the MAC (and HELLO cap AUTH).
+    assert report["plain_seen"] == 0 and report["hellos_without_cap_auth"] == 0, report
+    assert report["data_seen"] > 0 and report["ackvs_seen"] > 0 and report["hellos_seen"] > 0
+    # Every PBox sealed and opened ring datagrams of the job.
+    for r in range(RACKS):
+        assert jobs[r], "rack %d shows no ring job" % r
+        j = jobs[r][0]
+        print("rack %d: ring auth %s, sealed %d, opened %d" % (
+            r, j["auth"], j["auth_sealed"], j["auth_opened"]))
+        assert j["auth"] == 1 and j["auth_sealed"] > 0 and j["auth_opened"] > 0
+    # Every attempt dropped under its reason, summed over the PBoxes it was sent to.
+    delta = {k: sum(after[r].get(k, 0) - before[r].get(k, 0) for r in range(RACKS))
+             for k in AUTH_REASONS}
+    print("attempts %s; auth drops during the attack %s" % (report["expect"], delta))
+    for reason, n in report["expect"].items():
+        assert delta[reason] == n, "%s: %d counted for %d sent" % (reason, delta[reason], n)
+    assert sum(report["expect"].values()) == report["sent"]
+    # None taken, none answered: no ring step or acknowledgement moved during the attack.
+    for r in range(RACKS):
+        for k in ("from_prev_datagrams", "to_prev_acks", "from_next_acks", "to_next_datagrams"):
+            assert totals_after[r].get(k) == totals_before[r].get(k), (
+                "rack %d: %s moved during the attack" % (r, k))
+    for r in range(RACKS):
+        stop = vrack("pbox-stop", "--name", NAME, "--rack", str(r), check=False)
+        assert stop.returncode == 0, "rack %d's PBox did not stop on SIGTERM" % r
