@@ -58,7 +58,7 @@ void phub_auth_psk(uint8_t psk[PHUB_AUTH_KEY_LEN], const char *job_name, uint64_
 /*
  * What an authenticated ring job's RING_HELLO carries in its nonce field: 64 bits of keyed
  * BLAKE2b of the PSK, which PBoxes that hold the job's nonce compare, and from which the nonce
- * does not follow (RING_HELLO is not otherwise authenticated yet).
+ * does not follow; the HELLO's MAC is keyed with phub_auth_ring_psk()'s key.
  */
 uint64_t phub_auth_ring_proof(const uint8_t psk[PHUB_AUTH_KEY_LEN]);
 
