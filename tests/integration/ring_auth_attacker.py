@@ -3,8 +3,8 @@
 """The on-path host of test_ring_auth_rack.py: in the spine's namespace it sees every frame
 between the PBoxes of an authenticated ring job (on each rack's spine port), records them,
 then replays, reorders, flips bits in, forges and strips the MAC of ring datagrams
-(RING_REDUCE, RING_GATHER, RING_ACKV) and RING_HELLOs, each sent straight into the PBox it
-was for. Prints a JSON report of what it sent, by the drop reason each attempt must be
+(RING_REDUCE, RING_GATHER, RING_ACKV) and RING_HELLOs, and offers HELLOs of a neighbour
+without auth, each sent straight into the PBox it was for. Prints a JSON report of what it sent, by the drop reason each attempt must be
 counted under at the PBoxes (docs/protocol.md section 12).
 
 usage: ring_auth_attacker.py SPINE_PREFIX SECONDS REPORT GO_FILE
@@ -210,6 +210,19 @@ def main():
         plain.append(g.lengths().no_udp_csum())
     send("forged-tag", "auth_bad_tag", forged)
     send("forged-plain", "auth_missing", plain)
+    # A neighbour that does not authenticate: the HELLO without its extension and cap AUTH
+    # (the nonce's proof still right) is refused.
+    stripped = []
+    for f in hellos[-2:]:
+        g = f.copy()
+        hl = g.hdr_len - TRAILER - 32
+        body = g.raw[g.phub + g.hdr_len:]
+        g.raw[g.phub + 4] &= ~F_AUTH & 0xFF
+        g.raw[g.phub + 5] = hl
+        g.raw = g.raw[:g.phub + hl] + body
+        g.raw[g.phub + hl + HELLO_CAPS + 1] &= ~CAP_AUTH & 0xFF
+        stripped.append(g.lengths().no_udp_csum())
+    send("hello-without-auth", "auth_missing", stripped)
     json.dump(report, open(out, "w"), indent=1)
     return 0
 

@@ -166,6 +166,10 @@ def test_attack(multirack):
     for reason, n in report["expect"].items():
         assert delta[reason] == n, "%s: %d counted for %d sent" % (reason, delta[reason], n)
     assert sum(report["expect"].values()) == report["sent"]
+    # The HELLOs of a neighbour without auth were refused (and logged as such).
+    refused = sum(totals_after[r].get("hellos_refused", 0) - totals_before[r].get(
+        "hellos_refused", 0) for r in range(RACKS))
+    assert refused == report["attempts"]["hello-without-auth"] > 0, refused
     # None taken, none answered: no ring step or acknowledgement moved during the attack.
     for r in range(RACKS):
         for k in ("from_prev_datagrams", "to_prev_acks", "from_next_acks", "to_next_datagrams"):
