@@ -682,7 +682,8 @@ ring_frame(struct pbox_lcore *lc, uint16_t port, const struct phub_engine_ring_l
 		const struct phub_wire_msg *hdr, const float *payload, struct phub_engine_job *auth)
 {
 	/* An authenticated ring's (auth: its job): the AUTH trailer, sealed on this lane. */
-	uint16_t hl = (uint16_t)(PHUB_WIRE_HDR_LEN + (auth != NULL ? PHUB_WIRE_AUTH_TRAILER_LEN : 0));
+	uint16_t hl = (uint16_t)(PHUB_WIRE_HDR_LEN +
+			(auth != NULL ? PHUB_WIRE_AUTH_TRAILER_LEN : 0));
 	uint16_t head = (uint16_t)(L2_L3_L4_LEN + hl);
 	struct rte_mbuf *m = rte_pktmbuf_alloc(lc->pool);
 	uint8_t *p;

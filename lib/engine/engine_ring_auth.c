@@ -256,8 +256,9 @@ void
 phub_engine_ring_auth_stats(const struct phub_engine_job *job, uint64_t *sealed,
 		uint64_t *opened)
 {
-	const struct engine_ring_auth *ra = atomic_load_explicit(
-			&((struct phub_engine_job *)(uintptr_t)job)->ring_auth, memory_order_acquire);
+	struct phub_engine_job *j = (struct phub_engine_job *)(uintptr_t)job;
+	const struct engine_ring_auth *ra = atomic_load_explicit(&j->ring_auth,
+			memory_order_acquire);
 
 	*sealed = 0;
 	*opened = 0;

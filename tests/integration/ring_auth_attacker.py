@@ -4,8 +4,9 @@
 between the PBoxes of an authenticated ring job (on each rack's spine port), records them,
 then replays, reorders, flips bits in, forges and strips the MAC of ring datagrams
 (RING_REDUCE, RING_GATHER, RING_ACKV) and RING_HELLOs, and offers HELLOs of a neighbour
-without auth, each sent straight into the PBox it was for. Prints a JSON report of what it sent, by the drop reason each attempt must be
-counted under at the PBoxes (docs/protocol.md section 12).
+without auth, each sent straight into the PBox it was for. Prints a JSON report of what it
+sent, by the drop reason each attempt must be counted under at the PBoxes (docs/protocol.md
+section 12).
 
 usage: ring_auth_attacker.py SPINE_PREFIX SECONDS REPORT GO_FILE
 Records for SECONDS (at most) until it has ring datagrams and HELLOs, then attacks once the
