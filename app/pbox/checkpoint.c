@@ -84,6 +84,13 @@ ckpt_job_of(const struct phub_engine_job *job)
 	return &ck.jobs[phub_engine_job_slot(job)];
 }
 
+/* A ring job's files reach back to what its neighbours may go back to (lib/control knows). */
+static bool
+keep_from(const struct pbox *pb, const struct phub_engine_job *job, uint32_t *iteration)
+{
+	return pb->control != NULL && phub_control_ckpt_keep_from(pb->control, job, iteration);
+}
+
 /* ---- writing ---- */
 
 static double
@@ -204,7 +211,7 @@ writer_wait(const struct phub_engine_job *job)
 }
 
 static bool
-writer_hand(struct ckpt_job *cj, uint32_t iteration)
+writer_hand(const struct pbox *pb, struct ckpt_job *cj, uint32_t iteration)
 {
 	bool handed = false;
 
@@ -214,7 +221,7 @@ writer_hand(struct ckpt_job *cj, uint32_t iteration)
 		ck.req.w.job = cj->job;
 		ck.req.w.src = PHUB_ENGINE_CKPT_SHADOW;
 		ck.req.w.iteration = iteration;
-		ck.req.w.keep = pbox_control_ckpt_keep_from(cj->job, &ck.req.w.keep_from);
+		ck.req.w.keep = keep_from(pb, cj->job, &ck.req.w.keep_from);
 		ck.busy = true;
 		ck.finished = false;
 		handed = true;
@@ -240,7 +247,6 @@ pbox_checkpoint_poll(struct pbox *pb)
 {
 	uint64_t now;
 
-	(void)pb;
 	/* While draining for SIGTERM, the last snapshots are written after the lcores stop. */
 	if (!ck.enabled || ck.draining)
 		return;
@@ -257,7 +263,7 @@ pbox_checkpoint_poll(struct pbox *pb)
 		phub_engine_job_ckpt_status(cj->job, scan, &st);
 		if (st.complete) {
 			/* One write at a time; the others wait with their complete snapshots. */
-			writer_hand(cj, st.iteration);
+			writer_hand(pb, cj, st.iteration);
 			continue;
 		}
 		if (!scan)
@@ -410,7 +416,7 @@ pbox_checkpoint_drain(struct pbox *pb)
 
 /* The last checkpoint of a job, data lcores stopped: the newest consistent state it has. */
 static void
-final_write(struct ckpt_job *cj)
+final_write(const struct pbox *pb, struct ckpt_job *cj)
 {
 	struct phub_engine_job_info info;
 	struct phub_engine_ckpt_status st;
@@ -424,7 +430,7 @@ final_write(struct ckpt_job *cj)
 	shadow = st.complete;
 	memset(&w, 0, sizeof(w));
 	w.w.job = cj->job;
-	w.w.keep = pbox_control_ckpt_keep_from(cj->job, &w.w.keep_from);
+	w.w.keep = keep_from(pb, cj->job, &w.w.keep_from);
 	if (live && (!shadow || phub_wire_iter_cmp(info.iteration_min, st.iteration) >= 0)) {
 		w.w.src = PHUB_ENGINE_CKPT_LIVE;
 		w.w.iteration = info.iteration_min;
@@ -456,7 +462,6 @@ final_write(struct ckpt_job *cj)
 void
 pbox_checkpoint_fini(struct pbox *pb)
 {
-	(void)pb;
 	if (!ck.enabled)
 		return;
 	writer_wait(NULL);
@@ -469,7 +474,7 @@ pbox_checkpoint_fini(struct pbox *pb)
 	ck.writer_started = false;
 	for (unsigned int i = 0; i < PHUB_ENGINE_MAX_JOBS; i++)
 		if (ck.jobs[i].job != NULL)
-			final_write(&ck.jobs[i]);
+			final_write(pb, &ck.jobs[i]);
 	phub_control_ckpt_close(&ck.dir);
 	ck.enabled = false;
 }
@@ -534,7 +539,7 @@ restored(void *ctx, struct phub_engine_job *job, const struct phub_engine_ckpt_i
 int
 pbox_checkpoint_restore(struct pbox *pb)
 {
-	/* Kept: a ring job is restored again when a ring neighbour restarts (control.c). */
+	/* Kept: a ring job is restored again when a ring neighbour restarts (lib/control). */
 	static struct phub_engine_allocator allocator;
 	static struct phub_engine_ckpt_restore_params rp;
 
@@ -549,6 +554,8 @@ pbox_checkpoint_restore(struct pbox *pb)
 	rp.n_servers = pb->n_servers;
 	rp.allocator = &allocator;
 	rp.checkpoint_shadow = true;
-	pbox_control_restore(pb, &ck.dir, &rp, restored, pb);
+	/* Into the control plane's limits; kept attached for a ring job that goes back. */
+	phub_control_ckpt_attach(pb->control, &ck.dir, &rp, restored, pb);
+	phub_control_ckpt_restore(&ck.dir, pb->control, &rp, restored, pb);
 	return 0;
 }

@@ -31,7 +31,10 @@
 #define CONTROL_NAP_QUIET_US 1000
 #define CONTROL_QUIET_MS 100
 
-static struct phub_control *ctl;
+/*
+ * What the control plane's params point into (they must outlive it): filled once by
+ * pbox_control_init() from the config, read-only after. The object itself is pb->control.
+ */
 /* The data endpoint of each layout server, for JOIN_ACK. */
 static struct phub_wire_endpoint endpoints[PHUB_CONFIG_MAX_QUEUES];
 static struct phub_control_declared_job declared[PHUB_CONFIG_MAX_JOBS];
@@ -195,30 +198,13 @@ static const struct phub_control_ops ops = {
 	.job_replace = job_replace,
 };
 
-unsigned int
-pbox_control_restore(struct pbox *pb, const struct phub_control_ckpt_dir *dir,
-		const struct phub_engine_ckpt_restore_params *rp,
-		void (*restored)(void *ctx, struct phub_engine_job *job,
-			const struct phub_engine_ckpt_info *info, const char *file), void *ctx)
-{
-	(void)pb;
-	phub_control_ckpt_attach(ctl, dir, rp, restored, ctx);
-	return phub_control_ckpt_restore(dir, ctl, rp, restored, ctx);
-}
-
-bool
-pbox_control_ckpt_keep_from(const struct phub_engine_job *job, uint32_t *keep_from)
-{
-	return ctl != NULL && phub_control_ckpt_keep_from(ctl, job, keep_from);
-}
-
 /* The counters telemetry reads: the main lcore alone writes them. */
 static void
 stats_publish(struct pbox *pb)
 {
 	struct phub_control_stats st;
 
-	phub_control_get_stats(ctl, &st);
+	phub_control_get_stats(pb->control, &st);
 	pb->control_msgs = st.msgs;
 	pb->ring_hellos_sent = st.ring_hellos_sent;
 	pb->ring_hellos_taken = st.ring_hellos_taken;
@@ -321,8 +307,8 @@ pbox_control_init(struct pbox *pb)
 	p.n_ring_endpoints = pb->n_ports;
 	p.rto_min_ms = pb->cfg.timeouts.rto_min_ms;
 	p.rto_max_ms = pb->cfg.timeouts.rto_max_ms;
-	ctl = phub_control_create(&p);
-	return ctl == NULL ? -errno : 0;
+	pb->control = phub_control_create(&p);
+	return pb->control == NULL ? -errno : 0;
 }
 
 void
@@ -346,11 +332,11 @@ pbox_control_poll(struct pbox *pb)
 		memcpy(from.mac, eth->src_addr.addr_bytes, sizeof(from.mac));
 		from.ipv4 = rte_be_to_cpu_32(ip->src_addr);
 		from.udp_port = rte_be_to_cpu_16(udp->src_port);
-		phub_control_input(ctl, &from, udp + 1,
+		phub_control_input(pb->control, &from, udp + 1,
 				rte_be_to_cpu_16(udp->dgram_len) - sizeof(*udp));
 		rte_pktmbuf_free(m);
 	}
-	phub_control_poll(ctl);
+	phub_control_poll(pb->control);
 	stats_publish(pb);
 	if (n != 0) {
 		last_msg_tsc = rte_rdtsc();
@@ -367,8 +353,8 @@ pbox_control_fini(struct pbox *pb)
 
 	while (rte_ring_dequeue(pb->control_ring, (void **)&m) == 0)
 		rte_pktmbuf_free(m);
-	phub_control_free(ctl);
-	ctl = NULL;
+	phub_control_free(pb->control);
+	pb->control = NULL;
 	free(ring_racks);
 	ring_racks = NULL;
 }

@@ -162,6 +162,8 @@ enum pbox_inbox_kind {
 	PBOX_INBOX_TX = 2,		/* a built frame to send on port mbuf->port */
 };
 
+struct phub_control;
+
 struct pbox {
 	struct phub_config cfg;
 	struct phub_engine *engine;
@@ -172,6 +174,11 @@ struct pbox {
 	pthread_mutex_t jobs_lock;
 	struct rte_rcu_qsbr *qsbr;
 	struct rte_ring *control_ring;	/* data lcores -> main lcore: control datagrams */
+	/*
+	 * lib/control's object, made by control.c; the main lcore alone uses it (checkpoint.c
+	 * restores jobs into it and asks it what a ring job's files must keep).
+	 */
+	struct phub_control *control;
 	uint16_t n_ports;
 	struct pbox_port ports[PBOX_MAX_PORTS];
 	uint16_t n_lcores;
@@ -228,20 +235,6 @@ uint16_t pbox_ring_udp_port(const struct pbox *pb, uint16_t port);
 int pbox_control_init(struct pbox *pb);
 void pbox_control_poll(struct pbox *pb);
 void pbox_control_fini(struct pbox *pb);
-
-/* control.c: the checkpoints' restore goes through the control plane */
-/* Every job of the checkpoint directory back, within the control plane's limits. */
-struct phub_control_ckpt_dir;
-/* A ring job's checkpoint files reach back to keep_from (phub_control_ckpt_keep_from()). */
-bool pbox_control_ckpt_keep_from(const struct phub_engine_job *job, uint32_t *keep_from);
-/*
- * Restore every job of dir at start; dir, rp and its allocator stay valid while the PBox runs:
- * a ring job goes back to one of its files when a ring neighbour restarted.
- */
-unsigned int pbox_control_restore(struct pbox *pb, const struct phub_control_ckpt_dir *dir,
-		const struct phub_engine_ckpt_restore_params *rp,
-		void (*restored)(void *ctx, struct phub_engine_job *job,
-			const struct phub_engine_ckpt_info *info, const char *file), void *ctx);
 
 /*
  * memory.c: the text of a no_memory refusal of a job of params p and keys (err E2BIG: over

@@ -624,3 +624,27 @@ control_ckpt_restore_at(struct phub_control *ctl, const char *name, uint32_t ite
 			(double)(control_now_ns(ctl) - t0) / 1e6, iteration, iteration + 1);
 	return job;
 }
+
+/* ---- a job back from its file ---- */
+
+void
+phub_control_job_restored(struct phub_control *ctl, struct phub_engine_job *job,
+		const struct phub_engine_ckpt_info *ckpt)
+{
+	struct cjob *cj;
+
+	control_cjob_start(ctl, job);
+	cj = control_cjob(ctl, job);
+	/* The file knows the optimizer; the first rank back declares the rest. */
+	cj->decl.known = PHUB_CONTROL_DECL_OPTIMIZER;
+	cj->decl.optimizer = (uint8_t)ckpt->optimizer.type;
+	/* A ring job's links start again, saying which checkpoint it went back to. */
+	if (phub_engine_job_ring(job, NULL, NULL, NULL)) {
+		const struct phub_control_declared_job *d = control_declared_find(ctl, ckpt->name);
+
+		if (d != NULL && d->n_racks >= 2) {
+			control_ring_start(ctl, cj, d);
+			control_ring_restored(cj, ckpt->iteration);
+		}
+	}
+}

@@ -11,7 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "control/phub_control.h"
+/* The messages' own decisions (JOIN checks, reassembly, LEAVE, PING) are checked one by one. */
+#include "control/control_priv.h"
 
 #define NONCE 0x1122334455667788ull
 
