@@ -200,7 +200,7 @@ def test_restart(multirack):
         [program("PHUB_BENCH"), "--servers", servers, "--netns-prefix", NAME + ".%r-w",
          "--job", "ring", "--nonce", NONCE, "--auth", "--json", "--quiet", "--timeout", "100",
          "--connect-timeout-ms", "30000", "--dead-ms", "30000", "--keys", "6",
-         "--key-elems", "12000", "--iterations", "24", "--optimizer", "sgd"],
+         "--key-elems", "12000", "--iterations", "60", "--optimizer", "sgd"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while newest_ckpt(1) < 6 and bench.poll() is None and time.monotonic() < deadline:
