@@ -5,26 +5,16 @@
 #include <stdlib.h>
 
 #include "phub_bench.h"
+#include "phub_mix.h"
 
 /* Elements converted per call while filling the pattern, to bound the fp32 scratch buffer. */
 #define FILL_BLOCK 4096u
 
-/* A 64-bit finaliser (splitmix64): every input bit moves every output bit. */
-static uint64_t
-mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= UINT64_C(0xbf58476d1ce4e5b9);
-	x ^= x >> 27;
-	x *= UINT64_C(0x94d049bb133111eb);
-	x ^= x >> 31;
-	return x;
-}
-
 float
 phub_bench_pattern_value(uint64_t j)
 {
-	int s = (int)(mix64(j + UINT64_C(0x9e3779b97f4a7c15)) % (2 * PHUB_BENCH_VALUE_MAX + 1));
+	int s = (int)(phub_mix64(j + UINT64_C(0x9e3779b97f4a7c15)) %
+		      (2 * PHUB_BENCH_VALUE_MAX + 1));
 
 	/* An integer times a power of two: exact in every dtype (|s| < 2^8 for bf16). */
 	return (float)(s - PHUB_BENCH_VALUE_MAX) * PHUB_BENCH_VALUE_SCALE;
@@ -34,21 +24,21 @@ phub_bench_pattern_value(uint64_t j)
 uint32_t
 phub_bench_grad_offset(uint32_t rank, uint32_t iteration, uint32_t key)
 {
-	uint64_t h = mix64(((uint64_t)rank << 32) | iteration);
+	uint64_t h = phub_mix64(((uint64_t)rank << 32) | iteration);
 
-	return (uint32_t)(mix64(h ^ ((uint64_t)key << 1)) % PHUB_BENCH_PATTERN_PERIOD);
+	return (uint32_t)(phub_mix64(h ^ ((uint64_t)key << 1)) % PHUB_BENCH_PATTERN_PERIOD);
 }
 
 uint32_t
 phub_bench_initial_offset(uint32_t key)
 {
-	return (uint32_t)(mix64(((uint64_t)key << 1) | 1) % PHUB_BENCH_PATTERN_PERIOD);
+	return (uint32_t)(phub_mix64(((uint64_t)key << 1) | 1) % PHUB_BENCH_PATTERN_PERIOD);
 }
 
 float
 phub_bench_random_value(uint64_t j)
 {
-	uint64_t h = mix64(j ^ UINT64_C(0x5851f42d4c957f2d));
+	uint64_t h = phub_mix64(j ^ UINT64_C(0x5851f42d4c957f2d));
 
 	/* 53 random bits as a double in (-1, 1), rounded once to fp32. */
 	return (float)((double)(h >> 11) * 0x1p-52 - 1.0);

@@ -119,74 +119,72 @@ table2(enum phub_model_units units, bool json)
 	return 0;
 }
 
+enum { O_WORKERS = PLAN_OPT_OWN, O_SERVERS, O_IFACES, O_TABLE2, O_LIST };
+
+/* What bandwidth's own options set. */
+struct bandwidth_opts {
+	struct phub_model_bw_params p;
+	bool table2, list;
+};
+
+static int
+bandwidth_option(void *own, int c, const char *arg)
+{
+	struct bandwidth_opts *o = own;
+	int rc = 0;
+
+	switch (c) {
+	case O_WORKERS:
+		rc = plan_uint(cmd, "workers", arg, 1000000, &o->p.workers);
+		break;
+	case O_SERVERS:
+		rc = plan_uint(cmd, "servers", arg, 1000000, &o->p.servers);
+		break;
+	case O_IFACES:
+		rc = plan_uint(cmd, "interfaces", arg, 1024, &o->p.pbox_interfaces);
+		if (rc == 0 && o->p.pbox_interfaces == 0)
+			rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--interfaces must be at least 1");
+		break;
+	case O_TABLE2:
+		o->table2 = true;
+		break;
+	case O_LIST:
+		o->list = true;
+		break;
+	}
+	return rc;
+}
+
 int
 plan_bandwidth(int argc, char **argv)
 {
-	enum { O_WORKERS = PLAN_OPT_OWN, O_SERVERS, O_IFACES, O_TABLE2, O_LIST };
 	static const struct option opts[] = {
-		{ "preset", required_argument, NULL, PLAN_OPT_PRESET },
-		{ "model", required_argument, NULL, PLAN_OPT_MODEL },
-		{ "model-bytes", required_argument, NULL, PLAN_OPT_MODEL_BYTES },
-		{ "compute-s", required_argument, NULL, PLAN_OPT_COMPUTE_S },
-		{ "compute-ms", required_argument, NULL, PLAN_OPT_COMPUTE_MS },
+		PLAN_OPTIONS_MODEL,
+		PLAN_OPTIONS_COMPUTE,
 		{ "workers", required_argument, NULL, O_WORKERS },
 		{ "servers", required_argument, NULL, O_SERVERS },
 		{ "interfaces", required_argument, NULL, O_IFACES },
-		{ "units", required_argument, NULL, PLAN_OPT_UNITS },
 		{ "table2", no_argument, NULL, O_TABLE2 },
 		{ "list-presets", no_argument, NULL, O_LIST },
 		{ "list-models", no_argument, NULL, O_LIST },
-		{ "json", no_argument, NULL, PLAN_OPT_JSON },
-		{ "help", no_argument, NULL, PLAN_OPT_HELP },
-		{ NULL, 0, NULL, 0 },
+		PLAN_OPTIONS_END,
 	};
+	struct bandwidth_opts args = { .p = { .workers = 8 } };
 	struct phub_model_bw bw[PHUB_MODEL_PS_COUNT];
-	struct phub_model_bw_params p = { .workers = 8 };
 	char err[PHUB_MODEL_ERR_LEN];
 	struct plan_model_opts m;
 	struct phub_model_job job = { 0 };
-	bool json = false, do_table2 = false, do_list = false;
+	bool json = false;
 	const char *name = NULL;
-	int c, rc;
+	int rc;
 
 	plan_model_opts_init(&m);
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		rc = 0;
-		switch (c) {
-		case O_WORKERS:
-			rc = plan_uint(cmd, "workers", optarg, 1000000, &p.workers);
-			break;
-		case O_SERVERS:
-			rc = plan_uint(cmd, "servers", optarg, 1000000, &p.servers);
-			break;
-		case O_IFACES:
-			rc = plan_uint(cmd, "interfaces", optarg, 1024, &p.pbox_interfaces);
-			if (rc == 0 && p.pbox_interfaces == 0)
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
-						"--interfaces must be at least 1");
-			break;
-		case O_TABLE2:
-			do_table2 = true;
-			break;
-		case O_LIST:
-			do_list = true;
-			break;
-		default:
-			rc = plan_common_option(cmd, c, argv, &m, &json, usage);
-			if (rc != PLAN_OPT_NEXT)
-				return rc;
-			rc = 0;
-		}
-		if (rc != 0)
-			return rc;
-	}
-	if (optind < argc)
-		return plan_fail(cmd, PLAN_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
-	if (do_list)
+	rc = plan_parse(cmd, argc, argv, opts, bandwidth_option, &args, &m, &json, usage);
+	if (rc != PLAN_OPT_NEXT)
+		return rc;
+	if (args.list)
 		return list_presets(json);
-	if (do_table2)
+	if (args.table2)
 		return table2(m.units_given ? m.units : PHUB_MODEL_UNITS_PAPER, json);
 
 	/* The presets are the paper's numbers: read them as the paper did unless told. */
@@ -195,18 +193,19 @@ plan_bandwidth(int argc, char **argv)
 	rc = plan_model_load(cmd, &m, true, &job, &name);
 	if (rc != 0)
 		return rc;
-	p.model_bytes = phub_model_job_bytes(&job);
-	p.compute_s = job.compute_s;
-	p.units = m.units;
+	args.p.model_bytes = phub_model_job_bytes(&job);
+	args.p.compute_s = job.compute_s;
+	args.p.units = m.units;
 	phub_model_job_free(&job);
-	if (phub_model_bandwidth(&p, bw, err, sizeof(err)) != 0)
+	if (phub_model_bandwidth(&args.p, bw, err, sizeof(err)) != 0)
 		return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);
 
 	if (json) {
 		json_t *o = json_pack("{s:s, s:f, s:f, s:i, s:s, s:f}", "model", name,
-				"model_bytes", p.model_bytes, "compute_s", p.compute_s,
-				"workers", (int)p.workers, "units", phub_model_units_name(p.units),
-				"gbit_bits", phub_model_units_gbit_bits(p.units));
+				"model_bytes", args.p.model_bytes, "compute_s", args.p.compute_s,
+				"workers", (int)args.p.workers,
+				"units", phub_model_units_name(args.p.units),
+				"gbit_bits", phub_model_units_gbit_bits(args.p.units));
 
 		for (int i = 0; i < PHUB_MODEL_PS_COUNT; i++) {
 			json_t *v = json_pack("{s:f, s:f, s:f, s:f}", "gbps", bw[i].host_gbps,
@@ -216,18 +215,19 @@ plan_bandwidth(int argc, char **argv)
 			json_object_set_new(o, phub_model_ps_name(i), v);
 		}
 		json_object_set_new(json_object_get(o, "PBOX"), "interfaces",
-				json_integer(p.pbox_interfaces ? p.pbox_interfaces : 10));
+				json_integer(args.p.pbox_interfaces ? args.p.pbox_interfaces : 10));
 		return plan_json_print(o);
 	}
 	printf("model %s: %.0f bytes, %.4g s compute per batch, %u workers (units %s)\n", name,
-			p.model_bytes, p.compute_s, p.workers, phub_model_units_name(p.units));
+			args.p.model_bytes, args.p.compute_s, args.p.workers,
+			phub_model_units_name(args.p.units));
 	printf("minimum bandwidth of the busiest host, send + receive, to hide communication:\n");
 	for (int i = 0; i < PHUB_MODEL_PS_COUNT; i++) {
 		printf("  %-5s %10.2f Gbit/s", phub_model_ps_name(i), bw[i].host_gbps);
 		if (i == PHUB_MODEL_PS_PBOX)
 			printf("  (%.2f per interface over %u; each worker %.2f)",
 					bw[i].interface_gbps,
-					p.pbox_interfaces ? p.pbox_interfaces : 10,
+					args.p.pbox_interfaces ? args.p.pbox_interfaces : 10,
 					bw[i].worker_gbps);
 		printf("\n");
 	}

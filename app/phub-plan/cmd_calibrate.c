@@ -32,9 +32,7 @@ int
 plan_calibrate(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "json", no_argument, NULL, PLAN_OPT_JSON },
-		{ "help", no_argument, NULL, PLAN_OPT_HELP },
-		{ NULL, 0, NULL, 0 },
+		PLAN_OPTIONS_END,
 	};
 	struct phub_model_run *runs = NULL;
 	char err[PHUB_MODEL_ERR_LEN];

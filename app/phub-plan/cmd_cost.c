@@ -152,34 +152,96 @@ parse_oversub(const char *s, unsigned int *list, size_t *n)
 	return 0;
 }
 
+enum { O_OVERSUB = PLAN_OPT_OWN, O_SPS, O_RATIO, O_READING, O_TABLE5, O_RATIO_ROW, O_PRICE };
+
+/* The price options: one per field of struct phub_model_cost_prices. */
+static const struct {
+	const char *name;
+	size_t off;
+	bool count;
+} prices[] = {
+#define P(n, f) { n, offsetof(struct phub_model_cost_prices, f), false }
+#define U(n, f) { n, offsetof(struct phub_model_cost_prices, f), true }
+	P("worker-usd", worker_usd),
+	P("gpu-usd", gpu_usd),
+	U("gpus-per-worker", gpus_per_worker),
+	P("pbox-usd", pbox_usd),
+	P("switch-usd", switch_usd),
+	U("switch-ports", switch_ports),
+	U("breakout", breakout),
+	P("fast-nic-usd", fast_nic_usd),
+	P("fast-cable-usd", fast_cable_usd),
+	P("slow-nic-usd", slow_nic_usd),
+	P("slow-cable-usd", slow_cable_usd),
+	P("pbox-port-usd", pbox_port_usd),
+	U("pbox-ports", pbox_ports),
+#undef P
+#undef U
+};
+#define N_PRICES (sizeof(prices) / sizeof(prices[0]))
+
+/* What cost's own options set. */
+struct cost_opts {
+	struct phub_model_cost_params p;
+	enum phub_model_cost_reading reading;
+	unsigned int oversub[16], ratio_row;
+	size_t noversub;
+	double sps, ratio;
+	bool table5;
+};
+
+static int
+cost_option(void *own, int c, const char *arg)
+{
+	struct cost_opts *o = own;
+	int rc = 0;
+
+	if (c >= O_PRICE && c < O_PRICE + (int)N_PRICES) {
+		char *field = (char *)&o->p.prices + prices[c - O_PRICE].off;
+
+		if (prices[c - O_PRICE].count)
+			return plan_uint(cmd, prices[c - O_PRICE].name, arg, 1000000,
+					(unsigned int *)(void *)field);
+		return plan_double(cmd, prices[c - O_PRICE].name, arg, (double *)(void *)field);
+	}
+	switch (c) {
+	case O_OVERSUB:
+		rc = parse_oversub(arg, o->oversub, &o->noversub);
+		break;
+	case O_SPS:
+		rc = plan_double(cmd, "samples-per-s", arg, &o->sps);
+		if (rc == 0 && !(o->sps > 0))
+			rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--samples-per-s must be positive");
+		break;
+	case O_RATIO:
+		rc = plan_double(cmd, "phub-ratio", arg, &o->ratio);
+		if (rc == 0 && !(o->ratio > 0))
+			rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--phub-ratio must be positive");
+		break;
+	case O_READING:
+		if (strcmp(arg, "uplink-share") == 0)
+			o->reading = PHUB_MODEL_COST_UPLINK_SHARE;
+		else if (strcmp(arg, "inverse") == 0)
+			o->reading = PHUB_MODEL_COST_INVERSE;
+		else
+			rc = plan_fail(cmd, PLAN_EXIT_USAGE,
+					"--reading: '%s' is not uplink-share or inverse", arg);
+		break;
+	case O_TABLE5:
+		o->table5 = true;
+		break;
+	case O_RATIO_ROW:
+		rc = plan_uint(cmd, "ratio-row", arg, 3, &o->ratio_row);
+		if (rc == 0 && o->ratio_row == 0)
+			rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--ratio-row must be 1, 2 or 3");
+		break;
+	}
+	return rc;
+}
+
 int
 plan_cost(int argc, char **argv)
 {
-	enum { O_OVERSUB = PLAN_OPT_OWN, O_SPS, O_RATIO, O_READING, O_TABLE5, O_RATIO_ROW,
-		O_PRICE };
-	static const struct {
-		const char *name;
-		size_t off;
-		bool count;
-	} prices[] = {
-#define P(n, f) { n, offsetof(struct phub_model_cost_prices, f), false }
-#define U(n, f) { n, offsetof(struct phub_model_cost_prices, f), true }
-		P("worker-usd", worker_usd),
-		P("gpu-usd", gpu_usd),
-		U("gpus-per-worker", gpus_per_worker),
-		P("pbox-usd", pbox_usd),
-		P("switch-usd", switch_usd),
-		U("switch-ports", switch_ports),
-		U("breakout", breakout),
-		P("fast-nic-usd", fast_nic_usd),
-		P("fast-cable-usd", fast_cable_usd),
-		P("slow-nic-usd", slow_nic_usd),
-		P("slow-cable-usd", slow_cable_usd),
-		P("pbox-port-usd", pbox_port_usd),
-		U("pbox-ports", pbox_ports),
-#undef P
-#undef U
-	};
 	struct option opts[32] = {
 		{ "oversub", required_argument, NULL, O_OVERSUB },
 		{ "samples-per-s", required_argument, NULL, O_SPS },
@@ -190,105 +252,48 @@ plan_cost(int argc, char **argv)
 		{ "json", no_argument, NULL, PLAN_OPT_JSON },
 		{ "help", no_argument, NULL, PLAN_OPT_HELP },
 	};
-	enum phub_model_cost_reading reading = PHUB_MODEL_COST_UPLINK_SHARE;
-	unsigned int oversub[16] = { 1, 2, 3 }, ratio_row = 2;
-	struct phub_model_cost_params p;
+	struct cost_opts args = {
+		.reading = PHUB_MODEL_COST_UPLINK_SHARE,
+		.oversub = { 1, 2, 3 },
+		.noversub = 3,
+		.ratio_row = 2,
+		.sps = -1,
+		.ratio = -1,
+	};
+	struct phub_model_cost_params *p = &args.p;
 	struct phub_model_cost base, phub;
 	struct phub_model_table5 t5;
 	char err[PHUB_MODEL_ERR_LEN];
-	double sps = -1, ratio = -1;
-	bool json = false, do_table5 = false;
-	size_t noversub = 3, nopts = 8;
-	int c, idx, rc;
+	size_t nopts = 8;
 	json_t *rows = NULL;
+	bool json = false;
+	int rc;
 
-	memset(&p, 0, sizeof(p));
-	phub_model_cost_prices_default(&p.prices);
-	for (size_t i = 0; i < sizeof(prices) / sizeof(prices[0]); i++)
+	phub_model_cost_prices_default(&p->prices);
+	for (size_t i = 0; i < N_PRICES; i++)
 		opts[nopts++] = (struct option){ prices[i].name, required_argument, NULL,
 			O_PRICE + (int)i };
 	opts[nopts] = (struct option){ NULL, 0, NULL, 0 };
-
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-		rc = 0;
-		if (c >= O_PRICE && c < O_PRICE + (int)(sizeof(prices) / sizeof(prices[0]))) {
-			char *field = (char *)&p.prices + prices[c - O_PRICE].off;
-
-			if (prices[c - O_PRICE].count)
-				rc = plan_uint(cmd, prices[c - O_PRICE].name, optarg, 1000000,
-						(unsigned int *)(void *)field);
-			else
-				rc = plan_double(cmd, prices[c - O_PRICE].name, optarg,
-						(double *)(void *)field);
-			if (rc != 0)
-				return rc;
-			continue;
-		}
-		switch (c) {
-		case O_OVERSUB:
-			rc = parse_oversub(optarg, oversub, &noversub);
-			break;
-		case O_SPS:
-			rc = plan_double(cmd, "samples-per-s", optarg, &sps);
-			if (rc == 0 && !(sps > 0))
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
-						"--samples-per-s must be positive");
-			break;
-		case O_RATIO:
-			rc = plan_double(cmd, "phub-ratio", optarg, &ratio);
-			if (rc == 0 && !(ratio > 0))
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
-						"--phub-ratio must be positive");
-			break;
-		case O_READING:
-			if (strcmp(optarg, "uplink-share") == 0)
-				reading = PHUB_MODEL_COST_UPLINK_SHARE;
-			else if (strcmp(optarg, "inverse") == 0)
-				reading = PHUB_MODEL_COST_INVERSE;
-			else
-				rc = plan_fail(cmd, PLAN_EXIT_USAGE,
-						"--reading: '%s' is not uplink-share or inverse",
-						optarg);
-			break;
-		case O_TABLE5:
-			do_table5 = true;
-			break;
-		case O_RATIO_ROW:
-			rc = plan_uint(cmd, "ratio-row", optarg, 3, &ratio_row);
-			if (rc == 0 && ratio_row == 0)
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
-						"--ratio-row must be 1, 2 or 3");
-			break;
-		default:
-			rc = plan_common_option(cmd, c, argv, NULL, &json, usage);
-			if (rc != PLAN_OPT_NEXT)
-				return rc;
-			rc = 0;
-		}
-		if (rc != 0)
-			return rc;
-	}
-	if (optind < argc)
-		return plan_fail(cmd, PLAN_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
-	if (do_table5)
-		return table5(reading, ratio_row, json);
+	rc = plan_parse(cmd, argc, argv, opts, cost_option, &args, NULL, &json, usage);
+	if (rc != PLAN_OPT_NEXT)
+		return rc;
+	if (args.table5)
+		return table5(args.reading, args.ratio_row, json);
 
 	/* Throughputs default to what Table 5 implies under this reading. */
-	if (sps < 0 || ratio < 0) {
-		if (phub_model_table5(reading, ratio_row, &t5, err, sizeof(err)) != 0)
+	if (args.sps < 0 || args.ratio < 0) {
+		if (phub_model_table5(args.reading, args.ratio_row, &t5, err, sizeof(err)) != 0)
 			return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);
-		if (sps < 0)
-			sps = t5.baseline_samples_per_s;
-		if (ratio < 0)
-			ratio = t5.phub_ratio;
+		if (args.sps < 0)
+			args.sps = t5.baseline_samples_per_s;
+		if (args.ratio < 0)
+			args.ratio = t5.phub_ratio;
 	}
-	p.reading = reading;
-	p.phub = false;
-	p.oversub = 1;
-	p.samples_per_s = sps;
-	if (phub_model_cost(&p, &base, err, sizeof(err)) != 0)
+	p->reading = args.reading;
+	p->phub = false;
+	p->oversub = 1;
+	p->samples_per_s = args.sps;
+	if (phub_model_cost(p, &base, err, sizeof(err)) != 0)
 		return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);
 	if (json)
 		rows = json_array();
@@ -300,23 +305,24 @@ plan_cost(int argc, char **argv)
 			(k).network_usd, (k).pbox_share_usd, (k).worker_usd, \
 			(k).samples_per_kusd, c)
 	if (json)
-		json_array_append_new(rows, row_json("100Gb sharded 1:1", false, 1, &base, sps, 1));
+		json_array_append_new(rows, row_json("100Gb sharded 1:1", false, 1, &base,
+				args.sps, 1));
 	else
 		ROW_TEXT("100Gb sharded 1:1", base, 1.0);
-	p.phub = true;
-	p.samples_per_s = sps * ratio;
-	for (size_t i = 0; i < noversub; i++) {
+	p->phub = true;
+	p->samples_per_s = args.sps * args.ratio;
+	for (size_t i = 0; i < args.noversub; i++) {
 		char name[32];
 
-		p.oversub = oversub[i];
-		if (phub_model_cost(&p, &phub, err, sizeof(err)) != 0) {
+		p->oversub = args.oversub[i];
+		if (phub_model_cost(p, &phub, err, sizeof(err)) != 0) {
 			json_decref(rows);
 			return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);
 		}
-		snprintf(name, sizeof(name), "25Gb PHub %u:1", oversub[i]);
+		snprintf(name, sizeof(name), "25Gb PHub %u:1", args.oversub[i]);
 		if (json)
-			json_array_append_new(rows, row_json(name, true, oversub[i], &phub,
-					p.samples_per_s,
+			json_array_append_new(rows, row_json(name, true, args.oversub[i], &phub,
+					p->samples_per_s,
 					phub.samples_per_kusd / base.samples_per_kusd));
 		else
 			ROW_TEXT(name, phub, phub.samples_per_kusd / base.samples_per_kusd);
@@ -324,9 +330,9 @@ plan_cost(int argc, char **argv)
 #undef ROW_TEXT
 	if (json)
 		return plan_json_print(json_pack("{s:s, s:f, s:f, s:o}", "reading",
-				reading_name(reading), "baseline_samples_per_s", sps, "phub_ratio",
-				ratio, "rows", rows));
+				reading_name(args.reading), "baseline_samples_per_s", args.sps,
+				"phub_ratio", args.ratio, "rows", rows));
 	printf("baseline %.1f samples/s per worker, PHub x%.4f; costs in US dollars per worker\n",
-			sps, ratio);
+			args.sps, args.ratio);
 	return 0;
 }

@@ -69,10 +69,63 @@ result_text(const char *formula, const struct phub_model_hier *h)
 			h->hier_ring ? "hierarchical" : "flat");
 }
 
+enum { O_RACKS = PLAN_OPT_OWN, O_WPR, O_CORE, O_PBOX, O_WORKER, O_FORMULA, O_RACK_SUM };
+
+/* What hierarchy's own options set. */
+struct hierarchy_opts {
+	struct phub_model_hier_params p;
+	double rack_sum_ms;
+	bool racks_given, wpr_given, v000, v001;
+};
+
+static int
+hierarchy_option(void *own, int c, const char *arg)
+{
+	struct hierarchy_opts *o = own;
+	int rc = 0;
+
+	switch (c) {
+	case O_RACKS:
+		rc = plan_uint(cmd, "racks", arg, 1000000, &o->p.racks);
+		o->racks_given = true;
+		break;
+	case O_WPR:
+		rc = plan_uint(cmd, "workers-per-rack", arg, 1000000, &o->p.workers_per_rack);
+		o->wpr_given = true;
+		break;
+	case O_CORE:
+		rc = plan_double(cmd, "core-gbps", arg, &o->p.core_gbps);
+		break;
+	case O_PBOX:
+		rc = plan_double(cmd, "pbox-gbps", arg, &o->p.pbox_gbps);
+		break;
+	case O_WORKER:
+		rc = plan_double(cmd, "worker-gbps", arg, &o->p.worker_gbps);
+		break;
+	case O_RACK_SUM:
+		rc = plan_double(cmd, "rack-sum-ms", arg, &o->rack_sum_ms);
+		break;
+	case O_FORMULA:
+		if (strcmp(arg, "000") == 0) {
+			o->v000 = true;
+			o->v001 = false;
+		} else if (strcmp(arg, "001") == 0) {
+			o->v000 = false;
+			o->v001 = true;
+		} else if (strcmp(arg, "both") == 0) {
+			o->v000 = o->v001 = true;
+		} else {
+			rc = plan_fail(cmd, PLAN_EXIT_USAGE,
+					"--formula: '%s' is not 000, 001 or both", arg);
+		}
+		break;
+	}
+	return rc;
+}
+
 int
 plan_hierarchy(int argc, char **argv)
 {
-	enum { O_RACKS = PLAN_OPT_OWN, O_WPR, O_CORE, O_PBOX, O_WORKER, O_FORMULA, O_RACK_SUM };
 	static const struct option opts[] = {
 		{ "racks", required_argument, NULL, O_RACKS },
 		{ "workers-per-rack", required_argument, NULL, O_WPR },
@@ -81,80 +134,30 @@ plan_hierarchy(int argc, char **argv)
 		{ "worker-gbps", required_argument, NULL, O_WORKER },
 		{ "formula", required_argument, NULL, O_FORMULA },
 		{ "rack-sum-ms", required_argument, NULL, O_RACK_SUM },
-		{ "preset", required_argument, NULL, PLAN_OPT_PRESET },
-		{ "model", required_argument, NULL, PLAN_OPT_MODEL },
-		{ "model-bytes", required_argument, NULL, PLAN_OPT_MODEL_BYTES },
-		{ "units", required_argument, NULL, PLAN_OPT_UNITS },
-		{ "json", no_argument, NULL, PLAN_OPT_JSON },
-		{ "help", no_argument, NULL, PLAN_OPT_HELP },
-		{ NULL, 0, NULL, 0 },
+		PLAN_OPTIONS_MODEL,
+		PLAN_OPTIONS_END,
 	};
-	struct phub_model_hier_params p = {
-		.pbox_gbps = 560, .worker_gbps = 56, .core_gbps = NAN, .model_bytes = 1e9,
+	struct hierarchy_opts args = {
+		.p = { .pbox_gbps = 560, .worker_gbps = 56, .core_gbps = NAN, .model_bytes = 1e9 },
+		.rack_sum_ms = NAN,
+		.v000 = true,
 	};
-	bool json = false, racks_given = false, wpr_given = false, v000 = true, v001 = false;
+	struct phub_model_hier_params p;
 	struct phub_model_hier h[2];
 	struct phub_model_hier_pred pred;
-	double rack_sum_ms = NAN;
 	char err[PHUB_MODEL_ERR_LEN];
 	struct plan_model_opts m;
 	struct phub_model_job job;
 	const char *name = "1 GB";
-	int c, rc;
+	bool json = false;
+	int rc;
 
 	plan_model_opts_init(&m);
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		rc = 0;
-		switch (c) {
-		case O_RACKS:
-			rc = plan_uint(cmd, "racks", optarg, 1000000, &p.racks);
-			racks_given = true;
-			break;
-		case O_WPR:
-			rc = plan_uint(cmd, "workers-per-rack", optarg, 1000000,
-					&p.workers_per_rack);
-			wpr_given = true;
-			break;
-		case O_CORE:
-			rc = plan_double(cmd, "core-gbps", optarg, &p.core_gbps);
-			break;
-		case O_PBOX:
-			rc = plan_double(cmd, "pbox-gbps", optarg, &p.pbox_gbps);
-			break;
-		case O_WORKER:
-			rc = plan_double(cmd, "worker-gbps", optarg, &p.worker_gbps);
-			break;
-		case O_RACK_SUM:
-			rc = plan_double(cmd, "rack-sum-ms", optarg, &rack_sum_ms);
-			break;
-		case O_FORMULA:
-			if (strcmp(optarg, "000") == 0) {
-				v000 = true;
-				v001 = false;
-			} else if (strcmp(optarg, "001") == 0) {
-				v000 = false;
-				v001 = true;
-			} else if (strcmp(optarg, "both") == 0) {
-				v000 = v001 = true;
-			} else {
-				rc = plan_fail(cmd, PLAN_EXIT_USAGE,
-						"--formula: '%s' is not 000, 001 or both", optarg);
-			}
-			break;
-		default:
-			rc = plan_common_option(cmd, c, argv, &m, &json, usage);
-			if (rc != PLAN_OPT_NEXT)
-				return rc;
-			rc = 0;
-		}
-		if (rc != 0)
-			return rc;
-	}
-	if (optind < argc)
-		return plan_fail(cmd, PLAN_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
-	if (!racks_given || !wpr_given || isnan(p.core_gbps))
+	rc = plan_parse(cmd, argc, argv, opts, hierarchy_option, &args, &m, &json, usage);
+	if (rc != PLAN_OPT_NEXT)
+		return rc;
+	p = args.p;
+	if (!args.racks_given || !args.wpr_given || isnan(args.p.core_gbps))
 		return plan_fail(cmd, PLAN_EXIT_USAGE,
 				"--racks, --workers-per-rack and --core-gbps are required (see --help)");
 	if (m.preset != NULL || m.file != NULL || !isnan(m.model_bytes)) {
@@ -166,23 +169,23 @@ plan_hierarchy(int argc, char **argv)
 	}
 
 	p.version = PHUB_MODEL_HIER_000;
-	if (v000 && phub_model_hierarchy(&p, &h[0], err, sizeof(err)) != 0)
+	if (args.v000 && phub_model_hierarchy(&p, &h[0], err, sizeof(err)) != 0)
 		return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);
 	p.version = PHUB_MODEL_HIER_001;
-	if (v001 && phub_model_hierarchy(&p, &h[1], err, sizeof(err)) != 0)
+	if (args.v001 && phub_model_hierarchy(&p, &h[1], err, sizeof(err)) != 0)
 		return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);
-	if (!isnan(rack_sum_ms) &&
-			phub_model_hier_predict(&p, rack_sum_ms / 1e3, &pred, err, sizeof(err)) != 0)
+	if (!isnan(args.rack_sum_ms) && phub_model_hier_predict(&p, args.rack_sum_ms / 1e3, &pred,
+			err, sizeof(err)) != 0)
 		return plan_fail(cmd, PLAN_EXIT_VALUE, "--rack-sum-ms: %s", err);
 
 	if (json) {
-		const struct phub_model_hier *t = v000 ? &h[0] : &h[1];
+		const struct phub_model_hier *t = args.v000 ? &h[0] : &h[1];
 		json_t *results = json_array();
 		json_t *root;
 
-		if (v000)
+		if (args.v000)
 			json_array_append_new(results, result_json("000", &h[0]));
-		if (v001)
+		if (args.v001)
 			json_array_append_new(results, result_json("001", &h[1]));
 		root = json_pack(
 				"{s:s, s:f, s:i, s:i, s:f, s:f, s:f, s:o, s:{s:f, s:f, s:f}}",
@@ -192,7 +195,7 @@ plan_hierarchy(int argc, char **argv)
 				"results", results, "traffic", "flat_cross_bytes",
 				t->flat_cross_bytes, "hier_cross_bytes", t->hier_cross_bytes,
 				"saved_fraction", t->saved_fraction);
-		if (!isnan(rack_sum_ms))
+		if (!isnan(args.rack_sum_ms))
 			json_object_set_new(root, "predicted", json_pack(
 					"{s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "rack_sum_s",
 					pred.rack_sum_s, "ring_cross_s", pred.ring_cross_s, "ring_s",
@@ -204,20 +207,20 @@ plan_hierarchy(int argc, char **argv)
 	printf("%u racks of %u workers, model %s (%.0f bytes); B_PBox %g, B_Core %g, B_Wkr %g Gbit/s\n",
 			p.racks, p.workers_per_rack, name, p.model_bytes, p.pbox_gbps, p.core_gbps,
 			p.worker_gbps);
-	if (v000)
+	if (args.v000)
 		result_text("000", &h[0]);
-	if (v001)
+	if (args.v001)
 		result_text("001", &h[1]);
 	{
-		const struct phub_model_hier *t = v000 ? &h[0] : &h[1];
+		const struct phub_model_hier *t = args.v000 ? &h[0] : &h[1];
 
 		printf("bytes through one rack's uplink per iteration, each direction: flat %.0f,\n"
 			"hierarchical %.0f: %.1f%% saved\n",
 				t->flat_cross_bytes, t->hier_cross_bytes, 100 * t->saved_fraction);
 	}
-	if (!isnan(rack_sum_ms)) {
+	if (!isnan(args.rack_sum_ms)) {
 		printf("predicted iteration, calibrated by a rack-local sum of %.1f ms:\n",
-				rack_sum_ms);
+				args.rack_sum_ms);
 		printf("  ring of PBoxes: sum + ring %.3f s + %.3f s = %.3f s (%.3f it/s)\n",
 				pred.rack_sum_s, pred.ring_cross_s, pred.ring_s, 1 / pred.ring_s);
 		printf("  flat ring allreduce of %u workers: %.3f s (%.3f it/s)\n",

@@ -122,18 +122,113 @@ hw_json(const struct phub_model_hw *hw)
 	return o;
 }
 
+enum { O_BUDGET = PLAN_OPT_OWN, O_RACK_MAX, O_PBOX_MAX, O_IFACES_MAX, O_CHUNKS, O_TOP, O_WORKER,
+	O_PORT, O_CORE, O_MEM, O_PKT, O_CHUNK_NS, O_RTT, O_LCORES, O_SEG, O_CALIB, O_BATCH,
+	O_OVERLAP };
+
+/* What optimize's own options set: the hardware ones (< 0 or 0: not given) are applied after
+ * the calibration file, whatever their order. */
+struct optimize_opts {
+	struct phub_model_search_params s;
+	double worker, port, core, mem, pkt_ns, chunk_ns, rtt_us, overlap;
+	unsigned int lcores, seg, batch, top, chunks[32];
+	const char *calib;
+};
+
+static int
+optimize_option(void *own, int c, const char *arg)
+{
+	struct optimize_opts *o = own;
+	int rc = 0;
+
+	switch (c) {
+	case O_BUDGET:
+		rc = plan_uint(cmd, "budget", arg, 1000000, &o->s.machine_budget);
+		break;
+	case O_RACK_MAX:
+		rc = plan_uint(cmd, "rack-max", arg, 1000000, &o->s.rack_machines_max);
+		break;
+	case O_PBOX_MAX:
+		rc = plan_uint(cmd, "pbox-max", arg, 1000000, &o->s.pbox_per_rack_max);
+		break;
+	case O_IFACES_MAX:
+		rc = plan_uint(cmd, "interfaces-max", arg, 1000000, &o->s.interfaces_max);
+		break;
+	case O_CHUNKS:
+		rc = parse_chunks(arg, o->chunks, &o->s.chunk_count);
+		o->s.chunk_bytes = o->chunks;
+		break;
+	case O_TOP:
+		rc = plan_uint(cmd, "top", arg, TOP_MAX, &o->top);
+		if (rc == 0 && o->top == 0)
+			rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--top must be from 1 to %d",
+					TOP_MAX);
+		break;
+	case O_WORKER:
+		rc = plan_double(cmd, "worker-gbps", arg, &o->worker);
+		break;
+	case O_PORT:
+		rc = plan_double(cmd, "port-gbps", arg, &o->port);
+		break;
+	case O_CORE:
+		rc = plan_double(cmd, "core-gbps", arg, &o->core);
+		break;
+	case O_MEM:
+		rc = plan_double(cmd, "pbox-mem-gbps", arg, &o->mem);
+		break;
+	case O_PKT:
+		rc = plan_double(cmd, "per-packet-ns", arg, &o->pkt_ns);
+		if (rc == 0 && o->pkt_ns < 0)
+			rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+					"--per-packet-ns must not be negative");
+		break;
+	case O_CHUNK_NS:
+		rc = plan_double(cmd, "per-chunk-ns", arg, &o->chunk_ns);
+		if (rc == 0 && o->chunk_ns < 0)
+			rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+					"--per-chunk-ns must not be negative");
+		break;
+	case O_RTT:
+		rc = plan_double(cmd, "rtt-us", arg, &o->rtt_us);
+		if (rc == 0 && o->rtt_us < 0)
+			rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+					"--rtt-us must not be negative");
+		break;
+	case O_LCORES:
+		rc = plan_uint(cmd, "lcores", arg, 1024, &o->lcores);
+		if (rc == 0 && o->lcores == 0)
+			rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--lcores must be at least 1");
+		break;
+	case O_SEG:
+		rc = plan_uint(cmd, "segment-bytes", arg, 65536, &o->seg);
+		if (rc == 0 && o->seg < 64)
+			rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+					"--segment-bytes must be at least 64");
+		break;
+	case O_CALIB:
+		o->calib = arg;
+		break;
+	case O_BATCH:
+		rc = plan_uint(cmd, "batch", arg, 1000000, &o->batch);
+		if (rc == 0 && o->batch == 0)
+			rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--batch must be at least 1");
+		break;
+	case O_OVERLAP:
+		rc = plan_double(cmd, "overlap", arg, &o->overlap);
+		if (rc == 0 && !(o->overlap >= 0 && o->overlap <= 1))
+			rc = plan_fail(cmd, PLAN_EXIT_VALUE,
+					"--overlap must be from 0 to 1");
+		break;
+	}
+	return rc;
+}
+
 int
 plan_optimize(int argc, char **argv)
 {
-	enum { O_BUDGET = PLAN_OPT_OWN, O_RACK_MAX, O_PBOX_MAX, O_IFACES_MAX, O_CHUNKS, O_TOP,
-		O_WORKER, O_PORT, O_CORE, O_MEM, O_PKT, O_CHUNK_NS, O_RTT, O_LCORES, O_SEG,
-		O_CALIB, O_BATCH, O_OVERLAP };
 	static const struct option opts[] = {
-		{ "preset", required_argument, NULL, PLAN_OPT_PRESET },
-		{ "model", required_argument, NULL, PLAN_OPT_MODEL },
-		{ "model-bytes", required_argument, NULL, PLAN_OPT_MODEL_BYTES },
-		{ "compute-s", required_argument, NULL, PLAN_OPT_COMPUTE_S },
-		{ "compute-ms", required_argument, NULL, PLAN_OPT_COMPUTE_MS },
+		PLAN_OPTIONS_MODEL,
+		PLAN_OPTIONS_COMPUTE,
 		{ "budget", required_argument, NULL, O_BUDGET },
 		{ "rack-max", required_argument, NULL, O_RACK_MAX },
 		{ "pbox-max", required_argument, NULL, O_PBOX_MAX },
@@ -152,152 +247,59 @@ plan_optimize(int argc, char **argv)
 		{ "calibration", required_argument, NULL, O_CALIB },
 		{ "batch", required_argument, NULL, O_BATCH },
 		{ "overlap", required_argument, NULL, O_OVERLAP },
-		{ "units", required_argument, NULL, PLAN_OPT_UNITS },
-		{ "json", no_argument, NULL, PLAN_OPT_JSON },
-		{ "help", no_argument, NULL, PLAN_OPT_HELP },
-		{ NULL, 0, NULL, 0 },
+		PLAN_OPTIONS_END,
 	};
-	/* Hardware options are applied after the calibration file, whatever their order. */
-	double worker = -1, port = -1, core = -1, mem = -1, pkt_ns = -1, chunk_ns = -1;
-	double rtt_us = -1, overlap = -1;
-	unsigned int lcores = 0, seg = 0, batch = 0, top = 5, chunks[32];
+	struct optimize_opts args = {
+		.worker = -1, .port = -1, .core = -1, .mem = -1, .pkt_ns = -1, .chunk_ns = -1,
+		.rtt_us = -1, .overlap = -1, .top = 5,
+	};
 	struct phub_model_estimate best[TOP_MAX];
-	struct phub_model_search_params s;
 	char err[PHUB_MODEL_ERR_LEN];
 	struct plan_model_opts m;
 	struct phub_model_job job = { 0 };
 	struct phub_model_hw hw;
-	const char *name = NULL, *calib = NULL;
+	const char *name = NULL;
 	bool json = false;
 	size_t n = 0;
-	int c, rc;
+	int rc;
 
 	plan_model_opts_init(&m);
 	phub_model_hw_default(&hw);
-	phub_model_search_default(&s);
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		rc = 0;
-		switch (c) {
-		case O_BUDGET:
-			rc = plan_uint(cmd, "budget", optarg, 1000000, &s.machine_budget);
-			break;
-		case O_RACK_MAX:
-			rc = plan_uint(cmd, "rack-max", optarg, 1000000, &s.rack_machines_max);
-			break;
-		case O_PBOX_MAX:
-			rc = plan_uint(cmd, "pbox-max", optarg, 1000000, &s.pbox_per_rack_max);
-			break;
-		case O_IFACES_MAX:
-			rc = plan_uint(cmd, "interfaces-max", optarg, 1000000, &s.interfaces_max);
-			break;
-		case O_CHUNKS:
-			rc = parse_chunks(optarg, chunks, &s.chunk_count);
-			s.chunk_bytes = chunks;
-			break;
-		case O_TOP:
-			rc = plan_uint(cmd, "top", optarg, TOP_MAX, &top);
-			if (rc == 0 && top == 0)
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--top must be from 1 to %d",
-						TOP_MAX);
-			break;
-		case O_WORKER:
-			rc = plan_double(cmd, "worker-gbps", optarg, &worker);
-			break;
-		case O_PORT:
-			rc = plan_double(cmd, "port-gbps", optarg, &port);
-			break;
-		case O_CORE:
-			rc = plan_double(cmd, "core-gbps", optarg, &core);
-			break;
-		case O_MEM:
-			rc = plan_double(cmd, "pbox-mem-gbps", optarg, &mem);
-			break;
-		case O_PKT:
-			rc = plan_double(cmd, "per-packet-ns", optarg, &pkt_ns);
-			if (rc == 0 && pkt_ns < 0)
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
-						"--per-packet-ns must not be negative");
-			break;
-		case O_CHUNK_NS:
-			rc = plan_double(cmd, "per-chunk-ns", optarg, &chunk_ns);
-			if (rc == 0 && chunk_ns < 0)
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
-						"--per-chunk-ns must not be negative");
-			break;
-		case O_RTT:
-			rc = plan_double(cmd, "rtt-us", optarg, &rtt_us);
-			if (rc == 0 && rtt_us < 0)
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
-						"--rtt-us must not be negative");
-			break;
-		case O_LCORES:
-			rc = plan_uint(cmd, "lcores", optarg, 1024, &lcores);
-			if (rc == 0 && lcores == 0)
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--lcores must be at least 1");
-			break;
-		case O_SEG:
-			rc = plan_uint(cmd, "segment-bytes", optarg, 65536, &seg);
-			if (rc == 0 && seg < 64)
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
-						"--segment-bytes must be at least 64");
-			break;
-		case O_CALIB:
-			calib = optarg;
-			break;
-		case O_BATCH:
-			rc = plan_uint(cmd, "batch", optarg, 1000000, &batch);
-			if (rc == 0 && batch == 0)
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--batch must be at least 1");
-			break;
-		case O_OVERLAP:
-			rc = plan_double(cmd, "overlap", optarg, &overlap);
-			if (rc == 0 && !(overlap >= 0 && overlap <= 1))
-				rc = plan_fail(cmd, PLAN_EXIT_VALUE,
-						"--overlap must be from 0 to 1");
-			break;
-		default:
-			rc = plan_common_option(cmd, c, argv, &m, &json, usage);
-			if (rc != PLAN_OPT_NEXT)
-				return rc;
-			rc = 0;
-		}
-		if (rc != 0)
-			return rc;
-	}
-	if (optind < argc)
-		return plan_fail(cmd, PLAN_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
-	if (calib != NULL && phub_model_hw_load_calibration(calib, &hw, err, sizeof(err)) != 0)
+	phub_model_search_default(&args.s);
+	rc = plan_parse(cmd, argc, argv, opts, optimize_option, &args, &m, &json, usage);
+	if (rc != PLAN_OPT_NEXT)
+		return rc;
+	if (args.calib != NULL &&
+			phub_model_hw_load_calibration(args.calib, &hw, err, sizeof(err)) != 0)
 		return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);
-	if (worker >= 0)
-		hw.worker_gbps = worker;
-	if (port >= 0)
-		hw.port_gbps = port;
-	if (core >= 0)
-		hw.core_gbps = core;
-	if (mem >= 0)
-		hw.pbox_mem_gbps = mem;
-	if (pkt_ns >= 0)
-		hw.per_packet_s = pkt_ns * 1e-9;
-	if (chunk_ns >= 0)
-		hw.per_chunk_s = chunk_ns * 1e-9;
-	if (rtt_us >= 0)
-		hw.rtt_s = rtt_us * 1e-6;
-	if (lcores != 0)
-		hw.pbox_lcores = lcores;
-	if (seg != 0)
-		hw.segment_bytes = seg;
+	if (args.worker >= 0)
+		hw.worker_gbps = args.worker;
+	if (args.port >= 0)
+		hw.port_gbps = args.port;
+	if (args.core >= 0)
+		hw.core_gbps = args.core;
+	if (args.mem >= 0)
+		hw.pbox_mem_gbps = args.mem;
+	if (args.pkt_ns >= 0)
+		hw.per_packet_s = args.pkt_ns * 1e-9;
+	if (args.chunk_ns >= 0)
+		hw.per_chunk_s = args.chunk_ns * 1e-9;
+	if (args.rtt_us >= 0)
+		hw.rtt_s = args.rtt_us * 1e-6;
+	if (args.lcores != 0)
+		hw.pbox_lcores = args.lcores;
+	if (args.seg != 0)
+		hw.segment_bytes = args.seg;
 
 	rc = plan_model_load(cmd, &m, true, &job, &name);
 	if (rc != 0)
 		return rc;
-	if (batch != 0)
-		job.batch = batch;
-	if (overlap >= 0)
-		job.overlap = overlap;
-	n = top;
-	if (phub_model_optimize(&job, &hw, &s, best, &n, err, sizeof(err)) != 0) {
+	if (args.batch != 0)
+		job.batch = args.batch;
+	if (args.overlap >= 0)
+		job.overlap = args.overlap;
+	n = args.top;
+	if (phub_model_optimize(&job, &hw, &args.s, best, &n, err, sizeof(err)) != 0) {
 		phub_model_job_free(&job);
 		return plan_fail(cmd, PLAN_EXIT_VALUE, "%s", err);
 	}
@@ -314,10 +316,10 @@ plan_optimize(int argc, char **argv)
 		json_object_set_new(o, "batch", json_integer(job.batch));
 		json_object_set_new(o, "hardware", hw_json(&hw));
 		json_object_set_new(o, "search", json_pack("{s:i, s:i, s:i, s:i}",
-				"budget", (int)s.machine_budget,
-				"rack_max", (int)s.rack_machines_max,
-				"pbox_max", (int)s.pbox_per_rack_max,
-				"interfaces_max", (int)s.interfaces_max));
+				"budget", (int)args.s.machine_budget,
+				"rack_max", (int)args.s.rack_machines_max,
+				"pbox_max", (int)args.s.pbox_per_rack_max,
+				"interfaces_max", (int)args.s.interfaces_max));
 		json_object_set_new(o, "configs", arr);
 		rc = plan_json_print(o);
 		phub_model_job_free(&job);
@@ -325,7 +327,7 @@ plan_optimize(int argc, char **argv)
 	}
 	printf("model %s: %.0f bytes in %zu layer(s), %.4g s compute, batch %u; budget %u machines\n",
 			name, phub_model_job_bytes(&job), job.layers, job.compute_s, job.batch,
-			s.machine_budget);
+			args.s.machine_budget);
 	printf("%-3s %5s %7s %5s %5s %5s %8s %-12s %9s %11s %-11s\n", "#", "racks", "workers",
 			"/rack", "pbox", "ifs", "chunk", "reduction", "iter_ms", "samples/s",
 			"bottleneck");

@@ -4,6 +4,7 @@
 #ifndef PHUB_PLAN_H
 #define PHUB_PLAN_H
 
+#include <getopt.h>
 #include <stdbool.h>
 
 #include <jansson.h>
@@ -67,6 +68,21 @@ enum plan_opt {
 	PLAN_OPT_OWN,
 };
 
+/* The getopt_long entries of the shared options, for a command's table (any order). */
+#define PLAN_OPTIONS_MODEL \
+	{ "preset", required_argument, NULL, PLAN_OPT_PRESET }, \
+	{ "model", required_argument, NULL, PLAN_OPT_MODEL }, \
+	{ "model-bytes", required_argument, NULL, PLAN_OPT_MODEL_BYTES }, \
+	{ "units", required_argument, NULL, PLAN_OPT_UNITS }
+#define PLAN_OPTIONS_COMPUTE \
+	{ "compute-s", required_argument, NULL, PLAN_OPT_COMPUTE_S }, \
+	{ "compute-ms", required_argument, NULL, PLAN_OPT_COMPUTE_MS }
+/* --json and --help, which every command takes, and the table's end. */
+#define PLAN_OPTIONS_END \
+	{ "json", no_argument, NULL, PLAN_OPT_JSON }, \
+	{ "help", no_argument, NULL, PLAN_OPT_HELP }, \
+	{ NULL, 0, NULL, 0 }
+
 /* plan_common_option() took the option: go on parsing. */
 #define PLAN_OPT_NEXT (-1)
 
@@ -78,6 +94,21 @@ enum plan_opt {
  */
 int plan_common_option(const char *cmd, int c, char **argv, struct plan_model_opts *m,
 		bool *json, void (*usage)(void));
+/*
+ * A command's own options (getopt_long values from PLAN_OPT_OWN up): takes option c with its
+ * argument arg (NULL for a flag) into own. Returns 0, or the exit code to return now.
+ */
+typedef int plan_own_option_fn(void *own, int c, const char *arg);
+
+/*
+ * Reads a command line with opts: the command's own options through take_own(own, ...), the
+ * shared ones through plan_common_option(); nothing may follow the options. Returns
+ * PLAN_OPT_NEXT when the command goes on, or the exit code to return now (0 after --help).
+ */
+int plan_parse(const char *cmd, int argc, char **argv, const struct option *opts,
+		plan_own_option_fn *take_own, void *own, struct plan_model_opts *m, bool *json,
+		void (*usage)(void));
+
 /* Loads the job the options name; *name gets a label ("RN269", file path or "custom").
  * need_compute: the command needs a compute time. */
 int plan_model_load(const char *cmd, const struct plan_model_opts *m, bool need_compute,

@@ -152,6 +152,31 @@ plan_common_option(const char *cmd, int c, char **argv, struct plan_model_opts *
 }
 
 int
+plan_parse(const char *cmd, int argc, char **argv, const struct option *opts,
+		plan_own_option_fn *take_own, void *own, struct plan_model_opts *m, bool *json,
+		void (*usage)(void))
+{
+	int c, rc;
+
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (c >= PLAN_OPT_OWN) {
+			rc = take_own(own, c, optarg);
+			if (rc != 0)
+				return rc;
+			continue;
+		}
+		rc = plan_common_option(cmd, c, argv, m, json, usage);
+		if (rc != PLAN_OPT_NEXT)
+			return rc;
+	}
+	if (optind < argc)
+		return plan_fail(cmd, PLAN_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+	return PLAN_OPT_NEXT;
+}
+
+int
 plan_model_load(const char *cmd, const struct plan_model_opts *m, bool need_compute,
 		struct phub_model_job *job, const char **name)
 {

@@ -502,6 +502,17 @@ seg_acked(struct phub *h, struct seg *s)
 		op->n_acked++;
 }
 
+/*
+ * An answer about s echoed transmission stamp aux (0: none): the newest its endpoint echoed is
+ * what the loss detector compares the older sends with.
+ */
+static void
+ack_order_note(struct phub *h, const struct seg *s, uint32_t aux)
+{
+	if (aux != 0 && stamp_after(aux, h->ep_order[s->endpoint].ack_hi))
+		h->ep_order[s->endpoint].ack_hi = aux;
+}
+
 static void
 rx_ack(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 {
@@ -513,8 +524,7 @@ rx_ack(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 	}
 	h->last_heard_ns = now;
 	rtt_sample(h, msg->aux, now);
-	if (msg->aux != 0 && stamp_after(msg->aux, h->ep_order[s->endpoint].ack_hi))
-		h->ep_order[s->endpoint].ack_hi = msg->aux;
+	ack_order_note(h, s, msg->aux);
 	if (msg->iteration != s->iter || s->state != SEG_SENT) {
 		/* A duplicate, or an ACK overtaken by the MODEL. */
 		h->stats.rx_dropped++;
@@ -578,9 +588,8 @@ rx_ackv(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 		if (e.aux != 0) {
 			const struct seg *acked = seg_lookup(h, &one);
 
-			if (acked != NULL && stamp_after(e.aux,
-					h->ep_order[acked->endpoint].ack_hi))
-				h->ep_order[acked->endpoint].ack_hi = e.aux;
+			if (acked != NULL)
+				ack_order_note(h, acked, e.aux);
 		}
 	}
 	rtt_sample(h, newest, now);
@@ -599,8 +608,7 @@ rx_model(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 	}
 	h->last_heard_ns = now;
 	rtt_sample(h, msg->aux, now);
-	if (msg->aux != 0 && stamp_after(msg->aux, h->ep_order[s->endpoint].ack_hi))
-		h->ep_order[s->endpoint].ack_hi = msg->aux;
+	ack_order_note(h, s, msg->aux);
 	if (msg->iteration != s->iter || (s->state != SEG_SENT && s->state != SEG_ACKED)) {
 		h->stats.rx_dropped++;
 		return;
@@ -1040,9 +1048,9 @@ progress_reset(struct phub *h)
 	h->overtake_guesses = 0;
 }
 
-/* The tickets of the keys' FIFOs and those not yet taken complete with status. */
+/* The tickets of the keys' FIFOs complete with status; the FIFOs are left empty. */
 static void
-fail_ops(struct phub *h, struct op *list, int status)
+fail_key_fifos(struct phub *h, int status)
 {
 	for (uint32_t k = 0; k < h->n_keys; k++) {
 		struct key *key = &h->keys[k];
@@ -1056,12 +1064,26 @@ fail_ops(struct phub *h, struct op *list, int status)
 		key->tail = NULL;
 	}
 	h->n_active = 0;
+}
+
+/* The tickets of a list of operations no key's FIFO took complete with status. */
+static void
+fail_list(struct phub *h, struct op *list, int status)
+{
 	while (list != NULL) {
 		struct op *op = list;
 
 		list = op->next;
 		client_op_finish(h, op, status);
 	}
+}
+
+/* The tickets of the keys' FIFOs and those not yet taken complete with status. */
+static void
+fail_ops(struct phub *h, struct op *list, int status)
+{
+	fail_key_fifos(h, status);
+	fail_list(h, list, status);
 }
 
 /*
@@ -1151,29 +1173,14 @@ fail_all(struct phub *h, int status)
 {
 	struct op *list;
 
-	for (uint32_t k = 0; k < h->n_keys; k++) {
-		struct key *key = &h->keys[k];
-
-		while (key->head != NULL) {
-			struct op *op = key->head;
-
-			key->head = op->next;
-			client_op_finish(h, op, status);
-		}
-		key->tail = NULL;
-	}
-	h->n_active = 0;
+	fail_key_fifos(h, status);
+	/* Taken after the FIFOs: a callback above may have submitted more. */
 	pthread_mutex_lock(&h->lock);
 	list = h->sub_head;
 	h->sub_head = NULL;
 	h->sub_tail = NULL;
 	pthread_mutex_unlock(&h->lock);
-	while (list != NULL) {
-		struct op *op = list;
-
-		list = op->next;
-		client_op_finish(h, op, status);
-	}
+	fail_list(h, list, status);
 }
 
 void *

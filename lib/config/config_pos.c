@@ -322,6 +322,15 @@ scan_value_start(struct scanner *s)
 	}
 }
 
+/* The object or array on top ends at its closing bracket, which is a value done. */
+static void
+scan_close(struct scanner *s)
+{
+	s->pos++;
+	s->depth--;
+	scan_value_done(s);
+}
+
 /*
  * Walk the text until the target is found, the limit is reached or the text stops being JSON.
  * Invalid text only stops the walk: the frames then say where it stopped.
@@ -340,6 +349,14 @@ scan_run(struct scanner *s)
 		if (s->pos >= s->len)
 			return;
 		c = s->text[s->pos];
+		/* An empty object or array closes where its first key or element would stand. */
+		if ((st == S_FIRST_KEY && c == '}') || (st == S_FIRST_ELEM && c == ']')) {
+			if (s->pos + 1 >= s->limit)
+				return;
+			scan_close(s);
+			st = S_AFTER;
+			continue;
+		}
 		switch (st) {
 		case S_VALUE:
 			scan_value_start(s);
@@ -361,15 +378,6 @@ scan_run(struct scanner *s)
 			break;
 		case S_FIRST_KEY:
 		case S_KEY:
-			if (st == S_FIRST_KEY && c == '}') {
-				if (s->pos + 1 >= s->limit)
-					return;
-				s->pos++;
-				s->depth--;
-				scan_value_done(s);
-				st = S_AFTER;
-				break;
-			}
 			if (c != '"')
 				return;
 			end = scan_string_end(s);
@@ -388,15 +396,6 @@ scan_run(struct scanner *s)
 			st = S_VALUE;
 			break;
 		case S_FIRST_ELEM:
-			if (c == ']') {
-				if (s->pos + 1 >= s->limit)
-					return;
-				s->pos++;
-				s->depth--;
-				scan_value_done(s);
-				st = S_AFTER;
-				break;
-			}
 			scan_set_component(s, NULL, 0);
 			st = S_VALUE;
 			break;
@@ -416,9 +415,7 @@ scan_run(struct scanner *s)
 					st = S_VALUE;
 				}
 			} else if (c == (scan_top_is_object(s) ? '}' : ']')) {
-				s->pos++;
-				s->depth--;
-				scan_value_done(s);
+				scan_close(s);
 			} else {
 				return;
 			}

@@ -143,6 +143,12 @@ int
 cfg_parse_value(struct cfg_ctx *ctx, const struct cfg_field *f, const json_t *v, void *base);
 int
 cfg_unknown_key(struct cfg_ctx *ctx, const struct cfg_field *fields, unsigned int skip);
+/* The field of the table named key, or its NULL-named terminator. */
+const struct cfg_field *
+cfg_field_find(const struct cfg_field *fields, const char *key);
+/* 0 when obj is a JSON object, else the error "expected an object" at its value. */
+int
+cfg_expect_object(struct cfg_ctx *ctx, const json_t *obj);
 int
 cfg_parse_string(struct cfg_ctx *ctx, const json_t *v, const struct cfg_field *f, char *dst);
 int

@@ -562,9 +562,9 @@ parse_optimizer(struct cfg_ctx *ctx, const json_t *obj, void *target)
 	json_t *v;
 	int rc;
 
-	if (!json_is_object(obj))
-		return cfg_error(ctx, CFG_AT_VALUE, "expected an object, got %s",
-				 cfg_json_type(obj));
+	rc = cfg_expect_object(ctx, obj);
+	if (rc != 0)
+		return rc;
 	type = json_object_get(obj, "type");
 	if (type != NULL) {
 		cfg_push_key(ctx, "type");
@@ -575,14 +575,10 @@ parse_optimizer(struct cfg_ctx *ctx, const json_t *obj, void *target)
 	}
 	optimizer_defaults(o, parsed.type);
 	json_object_foreach((json_t *)obj, key, v) {
-		const struct cfg_field *f;
+		const struct cfg_field *f = cfg_field_find(cfg_optimizer_fields, key);
 
 		if (strcmp(key, "type") == 0)
 			continue;
-		for (f = cfg_optimizer_fields; f->name != NULL; f++) {
-			if (strcmp(f->name, key) == 0)
-				break;
-		}
 		cfg_push_key(ctx, key);
 		if (f->name == NULL)
 			rc = cfg_unknown_key(ctx, cfg_optimizer_fields, 0);

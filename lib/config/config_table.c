@@ -273,6 +273,23 @@ cfg_unknown_key(struct cfg_ctx *ctx, const struct cfg_field *fields, unsigned in
 	return cfg_error(ctx, CFG_AT_KEY, "unknown key (allowed: %s)", list);
 }
 
+const struct cfg_field *
+cfg_field_find(const struct cfg_field *fields, const char *key)
+{
+	while (fields->name != NULL && strcmp(fields->name, key) != 0)
+		fields++;
+	return fields;
+}
+
+int
+cfg_expect_object(struct cfg_ctx *ctx, const json_t *obj)
+{
+	if (!json_is_object(obj))
+		return cfg_error(ctx, CFG_AT_VALUE, "expected an object, got %s",
+				 cfg_json_type(obj));
+	return 0;
+}
+
 /*
  * Fill base from obj: defaults first, then each member in the order written (jansson keeps
  * insertion order), so the first error reported is the first one in the text. Required keys
@@ -287,17 +304,13 @@ cfg_parse_object(struct cfg_ctx *ctx, const json_t *obj, const struct cfg_field 
 	json_t *v;
 	int rc;
 
-	if (!json_is_object(obj))
-		return cfg_error(ctx, CFG_AT_VALUE, "expected an object, got %s",
-				 cfg_json_type(obj));
+	rc = cfg_expect_object(ctx, obj);
+	if (rc != 0)
+		return rc;
 	apply_defaults(fields, base);
 	json_object_foreach((json_t *)obj, key, v) {
-		const struct cfg_field *f;
+		const struct cfg_field *f = cfg_field_find(fields, key);
 
-		for (f = fields; f->name != NULL; f++) {
-			if (strcmp(f->name, key) == 0)
-				break;
-		}
 		cfg_push_key(ctx, key);
 		if (f->name == NULL)
 			rc = cfg_unknown_key(ctx, fields, 0);

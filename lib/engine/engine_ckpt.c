@@ -78,10 +78,7 @@ put_u64(uint8_t *p, uint64_t v)
 static void
 put_f32(uint8_t *p, float f)
 {
-	uint32_t v;
-
-	memcpy(&v, &f, sizeof(v));
-	put_u32(p, v);
+	put_u32(p, phub_f32_bits(f));
 }
 
 static uint16_t
@@ -105,11 +102,7 @@ get_u64(const uint8_t *p)
 static float
 get_f32(const uint8_t *p)
 {
-	uint32_t v = get_u32(p);
-	float f;
-
-	memcpy(&f, &v, sizeof(f));
-	return f;
+	return phub_f32_from_bits(get_u32(p));
 }
 
 /* fp32 arrays are stored little endian: a big-endian host swaps them in place. */

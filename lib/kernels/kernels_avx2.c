@@ -12,6 +12,12 @@
  * kernels must give the scalar reference's bits (kernels_simd.h).
  */
 
+/*
+ * Per-ISA twins: the primitives below have the names and shapes of those in kernels_avx512.c,
+ * each wrapping this ISA's intrinsic, so that kernels_simd.h writes every kernel once over
+ * them. Their likeness is the design, not a copy to fold away.
+ */
+
 typedef __m256 vec;
 #define VW 8
 #define SIMD_NAME(x) avx2_##x

@@ -12,6 +12,12 @@
  * lack it, and VCVTNEPS2BF16 flushes subnormals, which the reference keeps.
  */
 
+/*
+ * Per-ISA twins: the primitives below have the names and shapes of those in kernels_avx2.c,
+ * each wrapping this ISA's intrinsic, so that kernels_simd.h writes every kernel once over
+ * them. Their likeness is the design, not a copy to fold away.
+ */
+
 typedef __m512 vec;
 #define VW 16
 #define SIMD_NAME(x) avx512_##x

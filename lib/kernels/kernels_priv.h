@@ -46,24 +46,6 @@ void
 opt_consts_init(struct opt_consts *c, const struct phub_optimizer_params *params,
 		const struct phub_opt_step *step);
 
-static inline uint32_t
-f32_bits(float f)
-{
-	uint32_t u;
-
-	memcpy(&u, &f, sizeof(u));
-	return u;
-}
-
-static inline float
-f32_from_bits(uint32_t u)
-{
-	float f;
-
-	memcpy(&f, &u, sizeof(f));
-	return f;
-}
-
 /*
  * binary16 to binary32 is exact. A NaN keeps its sign and payload and is
  * quietened, as the F16C instruction VCVTPH2PS does.
@@ -76,18 +58,19 @@ fp16_to_fp32(uint16_t h)
 	uint32_t mant = h & 0x3ff;
 
 	if (exp == 0x1f)
-		return f32_from_bits(sign | 0x7f800000 | (mant << 13) | (mant != 0 ? 0x400000 : 0));
+		return phub_f32_from_bits(sign | 0x7f800000 | (mant << 13) |
+					  (mant != 0 ? 0x400000 : 0));
 	if (exp != 0)
-		return f32_from_bits(sign | ((exp + 112) << 23) | (mant << 13));
+		return phub_f32_from_bits(sign | ((exp + 112) << 23) | (mant << 13));
 	if (mant == 0)
-		return f32_from_bits(sign);
+		return phub_f32_from_bits(sign);
 	/* A subnormal half is a normal float: shift the leading one into bit 10. */
 	exp = 113;
 	while ((mant & 0x400) == 0) {
 		mant <<= 1;
 		exp--;
 	}
-	return f32_from_bits(sign | (exp << 23) | ((mant & 0x3ff) << 13));
+	return phub_f32_from_bits(sign | (exp << 23) | ((mant & 0x3ff) << 13));
 }
 
 /*
@@ -98,7 +81,7 @@ fp16_to_fp32(uint16_t h)
 static inline uint16_t
 fp32_to_fp16(float f)
 {
-	uint32_t x = f32_bits(f);
+	uint32_t x = phub_f32_bits(f);
 	uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
 	uint32_t ax = x & 0x7fffffff;
 	uint32_t mant, r, rem, half;
@@ -132,7 +115,7 @@ fp32_to_fp16(float f)
 static inline float
 bf16_to_fp32(uint16_t b)
 {
-	return f32_from_bits((uint32_t)b << 16);
+	return phub_f32_from_bits((uint32_t)b << 16);
 }
 
 /*
@@ -143,7 +126,7 @@ bf16_to_fp32(uint16_t b)
 static inline uint16_t
 fp32_to_bf16(float f)
 {
-	uint32_t x = f32_bits(f);
+	uint32_t x = phub_f32_bits(f);
 
 	if ((x & 0x7fffffff) > 0x7f800000)
 		return (uint16_t)((x >> 16) | 0x40);

@@ -113,24 +113,12 @@ scalar_last(const struct phub_opt_buffers *buf, size_t n,
 	opt_consts_init(&c, params, step);
 	/* One copy of the loop per optimizer: no switch per element. */
 	switch (params->type) {
-	case PHUB_OPT_NONE:
-		last_tpl(buf, n, PHUB_OPT_NONE, &c);
+#define LAST_CASE_(name, v, s) \
+	case PHUB_OPT_##name: \
+		last_tpl(buf, n, PHUB_OPT_##name, &c); \
 		break;
-	case PHUB_OPT_SGD:
-		last_tpl(buf, n, PHUB_OPT_SGD, &c);
-		break;
-	case PHUB_OPT_MOMENTUM:
-		last_tpl(buf, n, PHUB_OPT_MOMENTUM, &c);
-		break;
-	case PHUB_OPT_NESTEROV:
-		last_tpl(buf, n, PHUB_OPT_NESTEROV, &c);
-		break;
-	case PHUB_OPT_ADAM:
-		last_tpl(buf, n, PHUB_OPT_ADAM, &c);
-		break;
-	case PHUB_OPT_ADAMW:
-		last_tpl(buf, n, PHUB_OPT_ADAMW, &c);
-		break;
+	PHUB_FOREACH_OPT(LAST_CASE_)
+#undef LAST_CASE_
 	}
 }
 

@@ -262,13 +262,14 @@ SIMD_NAME(last_tpl)(const struct phub_opt_buffers *b, size_t n, enum phub_opt_ty
 		SIMD_NAME(last_vec)(&lb, i, type, gdt, &c, true, n - i);
 }
 
-#define SIMD_LAST_CASE(type)                                                                       \
-	case type:                                                                                 \
+/* One case of SIMD_NAME(last)'s switch per optimizer of PHUB_FOREACH_OPT (phub_types.h). */
+#define SIMD_LAST_CASE(name, v, s)                                                                 \
+	case PHUB_OPT_##name:                                                                      \
 		SIMD_BY_DTYPE(buf->grad_dtype,                                                     \
-			      SIMD_NAME(last_tpl)(buf, n, type, PHUB_DTYPE_FP32, &c),              \
-			      SIMD_NAME(last_tpl)(buf, n, type, PHUB_DTYPE_FP16, &c),              \
-			      SIMD_NAME(last_tpl)(buf, n, type, PHUB_DTYPE_BF16, &c));             \
-		break
+			      SIMD_NAME(last_tpl)(buf, n, PHUB_OPT_##name, PHUB_DTYPE_FP32, &c),   \
+			      SIMD_NAME(last_tpl)(buf, n, PHUB_OPT_##name, PHUB_DTYPE_FP16, &c),   \
+			      SIMD_NAME(last_tpl)(buf, n, PHUB_OPT_##name, PHUB_DTYPE_BF16, &c));  \
+		break;
 
 static void
 SIMD_NAME(last)(const struct phub_opt_buffers *buf, size_t n,
@@ -278,12 +279,7 @@ SIMD_NAME(last)(const struct phub_opt_buffers *buf, size_t n,
 
 	opt_consts_init(&c, params, step);
 	switch (params->type) {
-		SIMD_LAST_CASE(PHUB_OPT_NONE);
-		SIMD_LAST_CASE(PHUB_OPT_SGD);
-		SIMD_LAST_CASE(PHUB_OPT_MOMENTUM);
-		SIMD_LAST_CASE(PHUB_OPT_NESTEROV);
-		SIMD_LAST_CASE(PHUB_OPT_ADAM);
-		SIMD_LAST_CASE(PHUB_OPT_ADAMW);
+	PHUB_FOREACH_OPT(SIMD_LAST_CASE)
 	}
 }
 

@@ -17,6 +17,16 @@
 /* IPv4 + UDP + the chunk header, at most: what an MTU leaves for payload. */
 #define SEGMENT_OVERHEAD_BYTES 64
 
+/* A field the run does not give: an error when it is required, else nothing to read. */
+static int
+field_absent(const char *src, const char *key, bool required, char *err, size_t errlen)
+{
+	if (!required)
+		return 0;
+	return phub_err(err, errlen, EINVAL,
+			"%s: missing field \"%s\" (phub-bench --json prints it)", src, key);
+}
+
 static int
 get_number(json_t *obj, const char *src, const char *key, bool required, double min,
 		double *out, bool *present, char *err, size_t errlen)
@@ -25,13 +35,8 @@ get_number(json_t *obj, const char *src, const char *key, bool required, double 
 
 	if (present != NULL)
 		*present = v != NULL && !json_is_null(v);
-	if (v == NULL || json_is_null(v)) {
-		if (required)
-			return phub_err(err, errlen, EINVAL,
-					"%s: missing field \"%s\" (phub-bench --json prints it)",
-					src, key);
-		return 0;
-	}
+	if (v == NULL || json_is_null(v))
+		return field_absent(src, key, required, err, errlen);
 	if (!json_is_number(v) || !isfinite(json_number_value(v)))
 		return phub_err(err, errlen, EINVAL, "%s: %s: must be a number", src, key);
 	if (json_number_value(v) < min)
@@ -47,19 +52,26 @@ get_uint(json_t *obj, const char *src, const char *key, bool required, unsigned 
 {
 	json_t *v = json_object_get(obj, key);
 
-	if (v == NULL || json_is_null(v)) {
-		if (required)
-			return phub_err(err, errlen, EINVAL,
-					"%s: missing field \"%s\" (phub-bench --json prints it)",
-					src, key);
-		return 0;
-	}
+	if (v == NULL || json_is_null(v))
+		return field_absent(src, key, required, err, errlen);
 	if (!json_is_integer(v) || json_integer_value(v) < (json_int_t)min ||
 			json_integer_value(v) > (json_int_t)0xffffffff)
 		return phub_err(err, errlen, EINVAL, "%s: %s: must be an integer of at least %lu",
 				src, key, min);
 	*out = (unsigned long)json_integer_value(v);
 	return 0;
+}
+
+/* An optional field of get_uint() into an unsigned int: 0 when the run does not give it. */
+static int
+get_opt_uint(json_t *obj, const char *src, const char *key, unsigned long min,
+		unsigned int *out, char *err, size_t errlen)
+{
+	unsigned long u = 0;
+	int rc = get_uint(obj, src, key, false, min, &u, err, errlen);
+
+	*out = (unsigned int)u;
+	return rc;
 }
 
 static int
@@ -113,25 +125,15 @@ parse_run(json_t *o, const char *src, struct phub_model_run *r, char *err, size_
 
 	/* Optional fields: the ones the model can use. Others are ignored, so that phub-bench
 	 * can grow without breaking calibration. */
-	u = 0;
-	rc = get_uint(o, src, "mtu", false, 128, &u, err, errlen);
-	r->mtu = (unsigned int)u;
-	u = 0;
+	rc = get_opt_uint(o, src, "mtu", 128, &r->mtu, err, errlen);
 	if (rc == 0)
-		rc = get_uint(o, src, "segment_bytes", false, 64, &u, err, errlen);
-	r->segment_bytes = (unsigned int)u;
-	u = 0;
+		rc = get_opt_uint(o, src, "segment_bytes", 64, &r->segment_bytes, err, errlen);
 	if (rc == 0)
-		rc = get_uint(o, src, "chunk_bytes", false, 64, &u, err, errlen);
-	r->chunk_bytes = (unsigned int)u;
-	u = 0;
+		rc = get_opt_uint(o, src, "chunk_bytes", 64, &r->chunk_bytes, err, errlen);
 	if (rc == 0)
-		rc = get_uint(o, src, "ports", false, 1, &u, err, errlen);
-	r->ports = (unsigned int)u;
-	u = 0;
+		rc = get_opt_uint(o, src, "ports", 1, &r->ports, err, errlen);
 	if (rc == 0)
-		rc = get_uint(o, src, "lcores", false, 1, &u, err, errlen);
-	r->lcores = (unsigned int)u;
+		rc = get_opt_uint(o, src, "lcores", 1, &r->lcores, err, errlen);
 	if (rc == 0)
 		rc = get_number(o, src, "packets_per_exchange", false, 1, &r->packets_per_exchange,
 				NULL, err, errlen);

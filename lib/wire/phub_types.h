@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #ifdef __cplusplus
@@ -124,6 +125,28 @@ phub_opt_type_parse(const char *name, enum phub_opt_type *type)
 	PHUB_FOREACH_OPT(PHUB_OPT_PARSE_)
 #undef PHUB_OPT_PARSE_
 	return -EINVAL;
+}
+
+/*
+ * The bits of an fp32 value, and the value of fp32 bits: the one way the tree reads a float as
+ * an integer (memcpy, since C forbids reading it through a pointer of another type).
+ */
+static inline uint32_t
+phub_f32_bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+static inline float
+phub_f32_from_bits(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
 }
 
 #ifdef __cplusplus

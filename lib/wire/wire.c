@@ -358,8 +358,8 @@ hdr_store(uint8_t *buf, const struct phub_wire_msg *m, uint32_t payload_crc)
 	if (m->flags & PHUB_WIRE_F_HYPER) {
 		struct phub_wire_hyper_ext x;
 
-		wire_st32(&x.lr, wire_float_bits(m->hyper_lr));
-		wire_st32(&x.weight_decay, wire_float_bits(m->hyper_weight_decay));
+		wire_st32(&x.lr, phub_f32_bits(m->hyper_lr));
+		wire_st32(&x.weight_decay, phub_f32_bits(m->hyper_weight_decay));
 		memcpy(buf + PHUB_WIRE_HDR_LEN, &x, sizeof(x));
 	}
 	/* The key, sequence number and tag are the sealer's (lib/auth); nothing stale stays. */
@@ -476,8 +476,8 @@ phub_wire_parse(const void *buf, size_t len, struct phub_wire_msg *out)
 		if (h.hdr_len < PHUB_WIRE_HDR_LEN_HYPER)
 			return PHUB_DROP_BAD_HYPER;
 		memcpy(&x, p + PHUB_WIRE_HDR_LEN, sizeof(x));
-		out->hyper_lr = wire_bits_float(wire_ld32(&x.lr));
-		out->hyper_weight_decay = wire_bits_float(wire_ld32(&x.weight_decay));
+		out->hyper_lr = phub_f32_from_bits(wire_ld32(&x.lr));
+		out->hyper_weight_decay = phub_f32_from_bits(wire_ld32(&x.weight_decay));
 	}
 	/* The trailer (and a handshake's key) after any other extension must fit the header. */
 	if ((h.flags & PHUB_WIRE_F_AUTH) &&

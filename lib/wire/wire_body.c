@@ -104,7 +104,7 @@ phub_wire_join_parse(const void *body, size_t len, struct phub_wire_join_seg *ou
 			/* Finite and >= 0, see hyper_ok(). */
 			if (!hyper_ok(bits))
 				return PHUB_DROP_JOIN_HYPER;
-			*hf[i] = wire_bits_float(bits);
+			*hf[i] = phub_f32_from_bits(bits);
 		}
 	}
 	/* A chunk is whole elements (0 asks for the PBox's default). */
@@ -153,12 +153,12 @@ join_fixed_store(uint8_t *buf, const struct phub_wire_join *j, uint32_t total_ke
 	b.dtype = j->dtype;
 	b.optimizer = j->optimizer;
 	wire_st16(&b.join_flags, j->join_flags);
-	wire_st32(&b.lr, wire_float_bits(j->hyper.lr));
-	wire_st32(&b.momentum, wire_float_bits(j->hyper.momentum));
-	wire_st32(&b.weight_decay, wire_float_bits(j->hyper.weight_decay));
-	wire_st32(&b.beta1, wire_float_bits(j->hyper.beta1));
-	wire_st32(&b.beta2, wire_float_bits(j->hyper.beta2));
-	wire_st32(&b.eps, wire_float_bits(j->hyper.eps));
+	wire_st32(&b.lr, phub_f32_bits(j->hyper.lr));
+	wire_st32(&b.momentum, phub_f32_bits(j->hyper.momentum));
+	wire_st32(&b.weight_decay, phub_f32_bits(j->hyper.weight_decay));
+	wire_st32(&b.beta1, phub_f32_bits(j->hyper.beta1));
+	wire_st32(&b.beta2, phub_f32_bits(j->hyper.beta2));
+	wire_st32(&b.eps, phub_f32_bits(j->hyper.eps));
 	wire_st32(&b.chunk_bytes, j->chunk_bytes);
 	wire_st32(&b.total_keys, total_keys);
 	wire_st32(&b.first_key, first_key);
@@ -187,6 +187,48 @@ phub_wire_join_seg_encode(void *buf, size_t cap, const struct phub_wire_join_seg
 	return (int)len;
 }
 
+/*
+ * A JOIN's key table and a JOIN_ACK's chunk map are split over datagrams the same way: per
+ * entries in each, the last one short. These three are that split; each message adds its body.
+ */
+
+/* Datagrams that carry total entries at per a datagram (per < 0 is passed on), or -EINVAL when
+ * seg_count could not say it. */
+static int
+segment_count(uint64_t total, int per)
+{
+	uint64_t segs;
+
+	if (per < 0)
+		return per;
+	segs = (total + (unsigned int)per - 1) / (unsigned int)per;
+	if (segs > UINT16_MAX)
+		return -EINVAL;
+	return (int)segs;
+}
+
+/* The entries of segment seg_index: its first into *first, the count returned. */
+static uint32_t
+segment_entries(uint32_t total, int per, uint16_t seg_index, uint32_t *first)
+{
+	*first = (uint32_t)seg_index * (uint32_t)per;
+	return total - *first < (uint32_t)per ? total - *first : (uint32_t)per;
+}
+
+/* Encode segment seg_index of segs around the body written at buf's payload: F_LAST on the last
+ * one only, whatever the caller's flags said. */
+static int
+segment_encode(void *buf, size_t cap, struct phub_wire_msg *msg, uint8_t flags,
+		uint16_t seg_index, int segs, size_t body_len)
+{
+	msg->seg_index = seg_index;
+	msg->seg_count = (uint16_t)segs;
+	msg->flags = (flags & ~PHUB_WIRE_F_LAST) | (seg_index == segs - 1 ? PHUB_WIRE_F_LAST : 0);
+	msg->payload = (uint8_t *)buf + PHUB_WIRE_HDR_LEN;
+	msg->payload_len = (uint16_t)body_len;
+	return phub_wire_encode(buf, cap, msg);
+}
+
 int
 phub_wire_join_keys_per_datagram(unsigned int mtu)
 {
@@ -203,16 +245,12 @@ int
 phub_wire_join_segments(const struct phub_wire_join_params *p, unsigned int mtu)
 {
 	int per = phub_wire_join_keys_per_datagram(mtu);
-	uint64_t segs;
 
 	if (per < 0)
 		return per;
 	if (p == NULL || p->key_count == 0 || p->keys == NULL)
 		return -EINVAL;
-	segs = ((uint64_t)p->key_count + (unsigned int)per - 1) / (unsigned int)per;
-	if (segs > UINT16_MAX)
-		return -EINVAL;
-	return (int)segs;
+	return segment_count(p->key_count, per);
 }
 
 int
@@ -224,15 +262,13 @@ phub_wire_join_write(void *buf, size_t cap, const struct phub_wire_join_params *
 	struct phub_wire_msg msg;
 	uint32_t first, count;
 	size_t len;
-	int per;
 
 	if (segs < 0)
 		return segs;
 	if (buf == NULL || seg_index >= segs)
 		return -EINVAL;
-	per = phub_wire_join_keys_per_datagram(mtu);
-	first = (uint32_t)seg_index * (uint32_t)per;
-	count = p->key_count - first < (uint32_t)per ? p->key_count - first : (uint32_t)per;
+	count = segment_entries(p->key_count, phub_wire_join_keys_per_datagram(mtu), seg_index,
+			&first);
 	len = JOIN_FIXED + (size_t)count * KEY_ENTRY;
 	if (cap < PHUB_WIRE_HDR_LEN + len)
 		return -ENOSPC;
@@ -245,13 +281,7 @@ phub_wire_join_write(void *buf, size_t cap, const struct phub_wire_join_params *
 	phub_wire_msg_init(&msg, PHUB_WIRE_OP_JOIN);
 	msg.worker_rank = p->join.rank;
 	msg.priority = p->priority;
-	msg.seg_index = seg_index;
-	msg.seg_count = (uint16_t)segs;
-	msg.flags = (p->flags & ~PHUB_WIRE_F_LAST) |
-		(seg_index == segs - 1 ? PHUB_WIRE_F_LAST : 0);
-	msg.payload = body;
-	msg.payload_len = (uint16_t)len;
-	return phub_wire_encode(buf, cap, &msg);
+	return segment_encode(buf, cap, &msg, p->flags, seg_index, segs, len);
 }
 
 static bool
@@ -261,12 +291,12 @@ join_equal(const struct phub_wire_join *a, const struct phub_wire_join *b)
 		a->join_flags == b->join_flags && a->dtype == b->dtype &&
 		a->optimizer == b->optimizer && a->chunk_bytes == b->chunk_bytes &&
 		memcmp(a->name, b->name, sizeof(a->name)) == 0 &&
-		wire_float_bits(a->hyper.lr) == wire_float_bits(b->hyper.lr) &&
-		wire_float_bits(a->hyper.momentum) == wire_float_bits(b->hyper.momentum) &&
-		wire_float_bits(a->hyper.weight_decay) == wire_float_bits(b->hyper.weight_decay) &&
-		wire_float_bits(a->hyper.beta1) == wire_float_bits(b->hyper.beta1) &&
-		wire_float_bits(a->hyper.beta2) == wire_float_bits(b->hyper.beta2) &&
-		wire_float_bits(a->hyper.eps) == wire_float_bits(b->hyper.eps);
+		phub_f32_bits(a->hyper.lr) == phub_f32_bits(b->hyper.lr) &&
+		phub_f32_bits(a->hyper.momentum) == phub_f32_bits(b->hyper.momentum) &&
+		phub_f32_bits(a->hyper.weight_decay) == phub_f32_bits(b->hyper.weight_decay) &&
+		phub_f32_bits(a->hyper.beta1) == phub_f32_bits(b->hyper.beta1) &&
+		phub_f32_bits(a->hyper.beta2) == phub_f32_bits(b->hyper.beta2) &&
+		phub_f32_bits(a->hyper.eps) == phub_f32_bits(b->hyper.eps);
 }
 
 void
@@ -454,19 +484,10 @@ join_ack_chunks_per_datagram(const struct phub_wire_join_ack_params *p, unsigned
 int
 phub_wire_join_ack_segments(const struct phub_wire_join_ack_params *p, unsigned int mtu)
 {
-	uint64_t segs;
-	int per;
-
 	if (p == NULL || p->total_chunks == 0 || p->endpoint_count == 0 ||
 	    p->endpoints == NULL || p->chunk_endpoints == NULL)
 		return -EINVAL;
-	per = join_ack_chunks_per_datagram(p, mtu);
-	if (per < 0)
-		return per;
-	segs = ((uint64_t)p->total_chunks + (unsigned int)per - 1) / (unsigned int)per;
-	if (segs > UINT16_MAX)
-		return -EINVAL;
-	return (int)segs;
+	return segment_count(p->total_chunks, join_ack_chunks_per_datagram(p, mtu));
 }
 
 int
@@ -479,15 +500,13 @@ phub_wire_join_ack_write(void *buf, size_t cap, const struct phub_wire_join_ack_
 	uint32_t first, count;
 	size_t ep_len, len;
 	uint8_t *map;
-	int per;
 
 	if (segs < 0)
 		return segs;
 	if (buf == NULL || seg_index >= segs)
 		return -EINVAL;
-	per = join_ack_chunks_per_datagram(p, mtu);
-	first = (uint32_t)seg_index * (uint32_t)per;
-	count = p->total_chunks - first < (uint32_t)per ? p->total_chunks - first : (uint32_t)per;
+	count = segment_entries(p->total_chunks, join_ack_chunks_per_datagram(p, mtu), seg_index,
+			&first);
 	ep_len = (size_t)p->endpoint_count * EP_ENTRY;
 	len = ACK_FIXED + ep_len + (size_t)count * 2;
 	if (cap < PHUB_WIRE_HDR_LEN + len)
@@ -508,13 +527,7 @@ phub_wire_join_ack_write(void *buf, size_t cap, const struct phub_wire_join_ack_
 	msg.job_id = p->ack.job_id;
 	msg.session_token = p->session_token;
 	msg.worker_rank = p->rank;
-	msg.seg_index = seg_index;
-	msg.seg_count = (uint16_t)segs;
-	msg.flags = (p->flags & ~PHUB_WIRE_F_LAST) |
-		(seg_index == segs - 1 ? PHUB_WIRE_F_LAST : 0);
-	msg.payload = body;
-	msg.payload_len = (uint16_t)len;
-	return phub_wire_encode(buf, cap, &msg);
+	return segment_encode(buf, cap, &msg, p->flags, seg_index, segs, len);
 }
 
 void

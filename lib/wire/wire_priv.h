@@ -61,22 +61,4 @@ wire_st64(void *p, uint64_t v)
 	memcpy(p, &v, sizeof(v));
 }
 
-static inline uint32_t
-wire_float_bits(float f)
-{
-	uint32_t v;
-
-	memcpy(&v, &f, sizeof(v));
-	return v;
-}
-
-static inline float
-wire_bits_float(uint32_t v)
-{
-	float f;
-
-	memcpy(&f, &v, sizeof(f));
-	return f;
-}
-
 #endif /* PHUB_WIRE_PRIV_H */

@@ -211,7 +211,7 @@ def test_no_steering(rack):
     # to another lcore's UDP port (a stale map) must reach the owner of its chunk all the
     # same: handed off, none lost, none added twice. The workers' run checks the sums; then
     # phub-hostile sends a job's whole initial round to the wrong lcore's port on purpose
-    # and gets every MODEL back, so the hand-off is seen in every run, not by chance.
+    # and gets every MODEL back, whichever lcore the flow hash gives it.
     rack.up(3, pbox_args=["--no-steering"])
     r = rack.bench(3, "--layout", layout(rack, MIXED), "--iterations", 6)
     expect(r, *EXACT)
@@ -226,11 +226,10 @@ def test_no_steering(rack):
     assert all(port["steering"] == "none" for port in out["/phub/ports"].values())
     assert mis["models"] == mis["segments"] > 0
     assert mis["wrong_port"] != mis["right_port"]
-    # Nothing else runs now. Each misdirected PUSH is handed off once (it reached the lcore of
-    # the port it was sent to, which hands it to the chunk's) or twice (the flow hash put it
-    # on the chunk's own lcore, which first hands it to the port's lcore, which hands it
-    # back).
-    assert mis["misdirected"] <= handed <= 2 * mis["misdirected"]
+    # Nothing else runs now. Ownership is checked once, from the chunk: each misdirected PUSH
+    # is handed off once (the flow hash put it on another lcore than the chunk's) or not at
+    # all (it landed on the chunk's own lcore, whatever port it named).
+    assert handed <= mis["misdirected"]
     assert s["drops"].get("wrong_lcore", 0) == s["handed_off"]
     assert set(s["drops"]) <= {"wrong_lcore", "not_for_us"}
 

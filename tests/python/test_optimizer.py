@@ -10,7 +10,7 @@ import torch
 
 import phub
 import phub.torch as pt
-from conftest import run_ranks
+from conftest import run_ranks, train_rank
 
 torch.set_num_threads(1)
 
@@ -75,19 +75,7 @@ def distributed(soft_pbox, job, kind, data, lr, world=2, groups=None, sched=None
         net = nets[r]
         params = groups(net) if groups else net
         opt = pt.DistributedOptimizer(params, kind, lr=lr, rank=r, **hyper)
-        s = sched(opt) if sched else None
-        out = []
-        for x, y in data:
-            shard = slice(r * len(x) // world, (r + 1) * len(x) // world)
-            opt.zero_grad()
-            # The mean over the shard; the PBox averages the shards' means: the global mean.
-            torch.nn.functional.cross_entropy(net(x[shard]), y[shard]).backward()
-            opt.step()
-            if s:
-                s.step()
-            out.append([p.detach().clone() for p in net.parameters()])
-        opt.close()
-        return out
+        return train_rank(net, opt, data, r, world, sched=sched(opt) if sched else None)
 
     return run_ranks(world, rank)
 
@@ -247,16 +235,7 @@ def test_none_returns_the_mean_gradient_and_runs_a_local_optimizer(soft_pbox, jo
     def rank(r):
         net = nets[r]
         local = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-        opt = pt.DistributedOptimizer(net, local, rank=r)
-        out = []
-        for x, y in data:
-            shard = slice(r * 4, r * 4 + 4)
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(net(x[shard]), y[shard]).backward()
-            opt.step()
-            out.append([p.detach().clone() for p in net.parameters()])
-        opt.close()
-        return out
+        return train_rank(net, pt.DistributedOptimizer(net, local, rank=r), data, r, 2)
 
     ranks = run_ranks(2, rank)
     for step, want in enumerate(ref):
@@ -303,18 +282,13 @@ def test_synchronize_then_clip_then_step(soft_pbox, job):
     def rank(r):
         net = nets[r]
         opt = pt.DistributedOptimizer(net, torch.optim.SGD(net.parameters(), lr=0.5), rank=r)
-        out = []
-        for x, y in data:
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(net(x[r * 4:r * 4 + 4]),
-                                              y[r * 4:r * 4 + 4]).backward()
+
+        def clip():
             opt.synchronize()
             norm = torch.nn.utils.clip_grad_norm_(net.parameters(), 0.05)
             assert norm > 0.05                  # the clip bites: the test can tell
-            opt.step()
-            out.append([p.detach().clone() for p in net.parameters()])
-        opt.close()
-        return out
+
+        return train_rank(net, opt, data, r, 2, before_step=clip)
 
     ranks = run_ranks(2, rank)
     for step, want in enumerate(ref):

@@ -9,7 +9,7 @@ import torch
 
 import phub
 import phub.torch as pt
-from conftest import run_ranks
+from conftest import run_ranks, train_rank
 from test_optimizer import Net, make_data
 
 torch.set_num_threads(1)
@@ -39,16 +39,7 @@ def train(soft_pbox, job, kind, data, world=2, **kw):
             opt = pt.DistributedOptimizer(groups(net), kind, lr=0.1, momentum=0.5, rank=r, **kw)
         sched = torch.optim.lr_scheduler.StepLR(opt._local or opt, step_size=2, gamma=0.5)
         staged = opt._staging is not None
-        out = []
-        for x, y in data:
-            shard = slice(r * len(x) // world, (r + 1) * len(x) // world)
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(net(x[shard]), y[shard]).backward()
-            opt.step()
-            sched.step()
-            out.append([p.detach().clone() for p in net.parameters()])
-        opt.close()
-        return staged, out
+        return staged, train_rank(net, opt, data, r, world, sched=sched)
 
     return run_ranks(world, rank)
 

@@ -12,6 +12,8 @@
 #include "engine_sim.h"
 #include "engine_test.h"
 #include "kernels/phub_kernels.h"
+#include "phub_mix.h"
+#include "test_rand.h"
 
 enum { MAX_W = PHUB_SIM_MAX_WORLD, ITERATIONS = PHUB_SIM_ITERATIONS, MAX_MSGS = 4096 };
 
@@ -48,20 +50,7 @@ struct sim {
 static uint32_t
 sim_rand(struct sim *s)
 {
-	s->rng ^= s->rng << 13;
-	s->rng ^= s->rng >> 7;
-	s->rng ^= s->rng << 17;
-	return (uint32_t)(s->rng >> 11);
-}
-
-static uint64_t
-mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= UINT64_C(0xbf58476d1ce4e5b9);
-	x ^= x >> 27;
-	x *= UINT64_C(0x94d049bb133111eb);
-	return x ^ (x >> 31);
+	return (uint32_t)(phub_test_rand(&s->rng) >> 11);
 }
 
 static float
@@ -75,7 +64,7 @@ gradient(bool random, uint16_t rank, uint32_t iteration, uint64_t elem)
 	if (!random)
 		return (float)((int)((elem * 7 + rank * 13 + iteration * 3) % 17) - 8);
 	/* Uniform in (-4, 4) with every bit of the significand used: sums round. */
-	h = mix64(((uint64_t)rank << 48) ^ ((uint64_t)iteration << 32) ^ elem);
+	h = phub_mix64(((uint64_t)rank << 48) ^ ((uint64_t)iteration << 32) ^ elem);
 	return (float)(((double)(h >> 11) * 0x1p-53 - 0.5) * 8.0);
 }
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The engine tests' peers, JOINs and requests (engine_test.h). */
+/* The engine tests' layout, jobs, peers, JOINs and requests (engine_test.h). */
 
 #include <string.h>
 
@@ -12,6 +12,31 @@ phub_test_peer(uint16_t rank)
 {
 	struct phub_engine_peer p = { .ipv4 = PHUB_TEST_PEER_IP(rank),
 		.udp_port = PHUB_TEST_PEER_PORT };
+
+	return p;
+}
+
+const struct phub_layout_key phub_test_keys[PHUB_TEST_N_KEYS] = {
+	{ .key_id = 10, .n_elems = 7 },
+	{ .key_id = 11, .n_elems = 300 },
+	{ .key_id = 12, .n_elems = 1000 },
+};
+
+struct phub_engine_job_params
+phub_test_job_params(const char *name, uint64_t nonce, uint16_t world, enum phub_dtype dtype,
+		struct phub_optimizer_params optimizer)
+{
+	struct phub_engine_job_params p = {
+		.name = name,
+		.nonce = nonce,
+		.world_size = world,
+		.dtype = dtype,
+		.optimizer = optimizer,
+		.keys = phub_test_keys,
+		.n_keys = PHUB_TEST_N_KEYS,
+		.chunk_bytes = PHUB_TEST_CHUNK_BYTES,
+		.segment_elems = PHUB_TEST_SEG_ELEMS,
+	};
 
 	return p;
 }

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The soft PBox: a socket adapter over the appliance's own control plane (lib/control: JOIN,
- * job policy, LEAVE, PING, timeouts) and engine (lib/engine: PUSH, PULL), one control socket and
- * one socket per "lcore", all in one thread, with optional seeded loss injection.
+ * The soft PBox's data path: kernel UDP sockets (one control socket, one per "lcore", all read
+ * by one thread, with optional seeded loss) around the appliance's own adapter core
+ * (lib/dataplane: requests, ownership, ACK/ACKV/MODEL headers, fan-out), engine (lib/engine) and
+ * control plane (lib/control). Its life and test controls are in soft_pbox_api.c.
  */
 
 #include <arpa/inet.h>
@@ -11,86 +12,15 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "control/phub_control.h"
-#include "engine/phub_ackv.h"
-#include "engine/phub_engine.h"
-#include "engine/phub_engine_auth.h"
+#include "soft_pbox_priv.h"
 
-#include "soft_pbox.h"
-
-enum {
-	BATCH = 32,
-	RX_BATCHES = 8,			/* per socket and wake-up, so that no port starves */
-	POLL_MS = 100,			/* the control plane's timers, at least this often */
-	SOCKET_BUFFER = 8 << 20,
-	LOG_CAP_DEFAULT = 65536,
-	MAX_DGRAM = 65536,
-	ACKV_MTU = 1500,		/* entries per ACKV: what a 1500-byte path holds */
-	ACKV_MAX_BYTES = 1416,		/* phub_wire_max_payload(ACKV_MTU) */
-};
-
-struct soft_pbox {
-	struct soft_pbox_params p;
-	struct in_addr bind_ip;
-	int fds[1 + SOFT_PBOX_MAX_LCORES];	/* 0: control, 1 + k: lcore k */
-	uint16_t ports[1 + SOFT_PBOX_MAX_LCORES];
-	unsigned int n_fds;
-	int wake_fd;
-	pthread_t thread;
-	bool thread_started;
-	struct phub_engine *engine;
-	struct phub_control *ctl;
-	struct phub_layout_server servers[SOFT_PBOX_MAX_LCORES];
-	struct phub_wire_endpoint endpoints[SOFT_PBOX_MAX_LCORES];
-	uint64_t rng;
-	size_t max_dgram;
-
-	/* Receive batch. */
-	struct mmsghdr rmsg[BATCH];
-	struct iovec riov[BATCH];
-	struct sockaddr_in rsrc[BATCH];
-	uint8_t *rbuf;
-
-	/* Data-path send batch: our header, the payload by reference into the engine. */
-	struct mmsghdr tmsg[BATCH];
-	struct iovec tiov[BATCH][2];
-	struct sockaddr_in tdst[BATCH];
-	uint8_t thdr[BATCH][PHUB_WIRE_HDR_LEN_MAX + PHUB_WIRE_AUTH_TRAILER_LEN];
-	unsigned int tn;
-	int tfd;
-	/* The ACKs a receive batch owes to ranks that take ACKV; their bodies by send slot. */
-	struct phub_ackv_batch ackv;
-	uint8_t tackv[BATCH][ACKV_MAX_BYTES];
-	uint8_t *cbuf;			/* one control datagram */
-
-	struct phub_engine_stats estats;
-	struct soft_pbox_stats stats;
-	uint32_t elastic_epoch[PHUB_ENGINE_MAX_JOBS];	/* phub_engine_elastic_poll()'s */
-
-	/* Shared with the API, under lock. */
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool stop;
-	bool paused;
-	bool paused_seen;
-	unsigned int steps;		/* passes over the sockets allowed while paused */
-	struct soft_pbox_stats pub;
-	struct soft_pbox_arrival *log;
-	size_t log_n;
-	size_t log_cap;
-};
-
-static uint64_t
-now_ns(void *ctx)
+uint64_t
+soft_pbox_now_ns(void *ctx)
 {
 	struct timespec ts;
 
@@ -117,9 +47,6 @@ lose(struct soft_pbox *sp)
 
 /* ---- sending ---- */
 
-static void stats_publish(struct soft_pbox *sp);
-static int restore_dir(struct soft_pbox *sp);
-
 /*
  * Counters are published before every send: a test that has seen an answer sees the counts
  * of everything that led to it.
@@ -128,7 +55,7 @@ static void
 stats_publish_locked(struct soft_pbox *sp)
 {
 	pthread_mutex_lock(&sp->lock);
-	stats_publish(sp);
+	soft_pbox_stats_publish(sp);
 	pthread_mutex_unlock(&sp->lock);
 }
 
@@ -167,13 +94,16 @@ data_flush(struct soft_pbox *sp)
 	sp->tn = 0;
 }
 
-/* A datagram of job's rank from data port lane (1 + lcore): sealed when the job authenticates. */
+/*
+ * A datagram from the socket of lcore sock - 1 to dst; sealed on that server's lane (for the
+ * engine's local rank) when the core set AUTH.
+ */
 static void
-data_send(struct soft_pbox *sp, unsigned int lane, const struct sockaddr_in *dst,
-		struct phub_engine_job *job, struct phub_wire_msg *msg, const void *payload,
-		uint32_t payload_crc)
+data_send(struct soft_pbox *sp, unsigned int sock, const struct phub_engine_peer *dst,
+		struct phub_engine_job *job, uint16_t rank, const struct phub_wire_msg *msg,
+		const void *payload, uint32_t payload_crc)
 {
-	int fd = sp->fds[lane];
+	int fd = sp->fds[sock];
 	unsigned int i;
 	int hdr_len;
 
@@ -185,16 +115,16 @@ data_send(struct soft_pbox *sp, unsigned int lane, const struct sockaddr_in *dst
 		data_flush(sp);
 	sp->tfd = fd;
 	i = sp->tn;
-	if (phub_engine_job_auth(job))
-		msg->flags = (uint8_t)((msg->flags | PHUB_WIRE_F_AUTH) & ~PHUB_WIRE_F_CSUM);
 	hdr_len = phub_wire_hdr_encode(sp->thdr[i], sizeof(sp->thdr[i]), msg, payload_crc);
 	if (hdr_len < 0)
 		return;
 	if ((msg->flags & PHUB_WIRE_F_AUTH) &&
-	    !phub_engine_auth_tx(job, msg->worker_rank, lane, lane, sp->thdr[i], (size_t)hdr_len,
+	    !phub_engine_auth_tx(job, rank, phub_dataplane_lane(sock - 1),
+			(uint16_t)phub_dataplane_lane(sock - 1), sp->thdr[i], (size_t)hdr_len,
 			payload, msg->payload_len))
 		return;
-	sp->tdst[i] = *dst;
+	sp->tdst[i] = (struct sockaddr_in){ .sin_family = AF_INET,
+		.sin_addr.s_addr = htonl(dst->ipv4), .sin_port = htons(dst->udp_port) };
 	sp->tiov[i][0].iov_base = sp->thdr[i];
 	sp->tiov[i][0].iov_len = (size_t)hdr_len;
 	sp->tiov[i][1].iov_base = (void *)(uintptr_t)payload;
@@ -233,35 +163,13 @@ control_log_line(void *ctx, enum phub_control_log_level level, const char *text)
 		fprintf(stderr, "phub-soft-pbox: %s\n", text);
 }
 
-static const struct phub_control_ops control_ops = {
-	.now_ns = now_ns,
+const struct phub_control_ops soft_pbox_control_ops = {
+	.now_ns = soft_pbox_now_ns,
 	.send = control_send,
 	.log = control_log_line,
 };
 
 /* ---- PUSH, PULL ---- */
-
-/* Whether rank asked in its JOIN for CSUM on what the PBox sends it (as the appliance reads it). */
-static bool
-rank_wants_csum(const struct phub_engine_job *job, uint16_t rank)
-{
-	struct phub_engine_peer peer;
-	uint64_t token;
-
-	return phub_engine_job_rank(job, rank, &peer, &token) &&
-		(peer.flags & PHUB_ENGINE_PEER_F_CSUM) != 0;
-}
-
-/* Whether rank asked in its JOIN for ACKV instead of one ACK per PUSH. */
-static bool
-rank_wants_ackv(const struct phub_engine_job *job, uint16_t rank)
-{
-	struct phub_engine_peer peer;
-	uint64_t token;
-
-	return phub_engine_job_rank(job, rank, &peer, &token) &&
-		(peer.flags & PHUB_ENGINE_PEER_F_ACKV) != 0;
-}
 
 /* One ACKV (phub_ackv_flush()'s send), from the socket of the lcore that took the PUSHes. */
 static void
@@ -269,31 +177,21 @@ ackv_send(void *arg, const struct phub_ackv_pending *to, const struct phub_wire_
 		unsigned int n)
 {
 	struct soft_pbox *sp = arg;
-	struct sockaddr_in dst = { .sin_family = AF_INET };
 	struct phub_engine_peer peer;
 	struct phub_wire_msg m;
-	uint64_t token;
 	int fd = sp->fds[to->port];
+	uint16_t rank;
 
-	if (!phub_engine_job_rank(to->job, to->rank, &peer, &token))
+	if (!phub_dataplane_ackv_hdr(to, n, &m, &peer, &rank))
 		return;
-	dst.sin_addr.s_addr = htonl(peer.ipv4);
-	dst.sin_port = htons(peer.udp_port);
-	phub_wire_msg_init(&m, PHUB_WIRE_OP_ACKV);
-	m.job_id = to->job_id;
-	m.session_token = token;
-	m.worker_rank = to->rank;
-	m.payload_len = (uint16_t)(n * PHUB_WIRE_ACKV_ENTRY_LEN);
 	/* The body lives in the send slot data_send() will take, until the batch is sent. */
 	if (sp->tn != 0 && sp->tfd != fd)
 		data_flush(sp);
 	phub_wire_ackv_put(sp->tackv[sp->tn], e, n);
 	m.payload = sp->tackv[sp->tn];
-	if (peer.flags & PHUB_ENGINE_PEER_F_CSUM)
-		m.flags |= PHUB_WIRE_F_CSUM;
 	sp->stats.ackv_sent++;
 	sp->stats.ackv_entries += n;
-	data_send(sp, to->port, &dst, to->job, &m, m.payload,
+	data_send(sp, to->port, &peer, to->job, rank, &m, m.payload,
 			(m.flags & PHUB_WIRE_F_CSUM) ? phub_wire_csum_payload(m.payload,
 					m.payload_len) : 0);
 }
@@ -305,96 +203,25 @@ ackv_flush(struct soft_pbox *sp)
 	phub_ackv_flush(&sp->ackv, phub_wire_ackv_max_entries(ACKV_MTU), ackv_send, sp);
 }
 
-/* The ACK of msg's PUSH, owed until the batch's end (or made unneeded by its MODEL). */
+/*
+ * A MODEL to every joined rank (all) or the answer from kept state to msg's sender, from the
+ * socket of lcore sock - 1 (the core's fan-out: headers, CSUM, ACKs a MODEL stands for).
+ */
 static void
-ackv_owe(struct soft_pbox *sp, struct phub_engine_job *job, unsigned int sock,
-		const struct phub_wire_msg *msg)
+send_models(struct soft_pbox *sp, unsigned int sock, struct phub_engine_job *job,
+		const struct phub_wire_msg *msg, const struct phub_engine_reply *reply, bool all)
 {
-	struct phub_wire_ackv_entry e = {
-		.chunk_id = msg->chunk_id,
-		.seg_index = msg->seg_index,
-		.flags = msg->seg_index + 1 == msg->seg_count ? PHUB_WIRE_F_LAST : 0,
-		.iteration = msg->iteration,
-		.aux = msg->aux,
+	const struct phub_dataplane_ackv owed = {
+		.batch = &sp->ackv, .max_entries = phub_wire_ackv_max_entries(ACKV_MTU),
+		.send = ackv_send, .arg = sp,
 	};
+	struct phub_dataplane_fanout fan;
 
-	if (phub_ackv_full(&sp->ackv))
-		ackv_flush(sp);
-	phub_ackv_add(&sp->ackv, job, msg->job_id, msg->worker_rank, (uint16_t)sock, &e);
-}
-
-static void
-reply_header(struct phub_wire_msg *out, uint8_t opcode, const struct phub_wire_msg *in)
-{
-	phub_wire_msg_init(out, opcode);
-	out->job_id = in->job_id;
-	out->session_token = in->session_token;
-	out->worker_rank = in->worker_rank;
-	out->chunk_id = in->chunk_id;
-	out->iteration = in->iteration;
-	out->elem_offset = in->elem_offset;
-	out->elem_count = in->elem_count;
-	out->seg_index = in->seg_index;
-	out->seg_count = in->seg_count;
-	out->priority = in->priority;
-	out->flags = in->seg_index + 1 == in->seg_count ? PHUB_WIRE_F_LAST : 0;
-}
-
-static void
-send_models(struct soft_pbox *sp, unsigned int lane, const struct sockaddr_in *src,
-		struct phub_engine_job *job, const struct phub_wire_msg *in,
-		const struct phub_engine_reply *reply)
-{
-	struct phub_wire_msg m;
-	bool crc_done = false;
-	uint32_t crc = 0;
-
-	reply_header(&m, PHUB_WIRE_OP_MODEL, in);
-	m.dtype = (uint8_t)phub_engine_job_dtype(job);
-	m.iteration = reply->iteration;
-	m.payload_len = (uint16_t)reply->model_bytes;
-	if (reply->actions & PHUB_ENGINE_MODEL_ONE) {
-		/* An answer from kept state to the asker: its stamp goes back for its RTT. */
-		m.aux = in->aux;
-		m.flags |= PHUB_WIRE_F_REPLAY;
-		if (rank_wants_csum(job, in->worker_rank)) {
-			m.flags |= PHUB_WIRE_F_CSUM;
-			crc = phub_wire_csum_payload(reply->model, reply->model_bytes);
-		}
-		data_send(sp, lane, src, job, &m, reply->model, crc);
-		return;
-	}
-	for (uint16_t r = 0; r < phub_engine_job_world_size(job); r++) {
-		struct phub_engine_peer peer;
-		struct sockaddr_in dst = { .sin_family = AF_INET };
-		uint64_t token;
-
-		if (!phub_engine_job_rank(job, r, &peer, &token))
-			continue;
-		dst.sin_addr.s_addr = htonl(peer.ipv4);
-		dst.sin_port = htons(peer.udp_port);
-		m.worker_rank = r;
-		m.session_token = token;
-		/* An ACK this batch owes r for the segment: the MODEL is it, with the stamp. */
-		m.aux = 0;
-		if ((peer.flags & PHUB_ENGINE_PEER_F_ACKV) &&
-		    phub_ackv_take(&sp->ackv, m.job_id, r, m.chunk_id, m.seg_index, m.iteration,
-				&m.aux))
-			sp->stats.acks_in_model++;
-		/* Its other ACKs of the batch first: never an answer to a later PUSH ahead. */
-		if (m.aux != 0)
-			phub_ackv_flush_rank(&sp->ackv, m.job_id, r,
-					phub_wire_ackv_max_entries(ACKV_MTU), ackv_send, sp);
-		m.flags &= (uint8_t)~PHUB_WIRE_F_CSUM;
-		if (peer.flags & PHUB_ENGINE_PEER_F_CSUM) {
-			/* The payload's CRC once, finished with each rank's header. */
-			if (!crc_done)
-				crc = phub_wire_csum_payload(reply->model, reply->model_bytes);
-			crc_done = true;
-			m.flags |= PHUB_WIRE_F_CSUM;
-		}
-		data_send(sp, lane, &dst, job, &m, reply->model, crc);
-	}
+	phub_dataplane_fanout_init(&fan, job, msg, reply, all, &owed);
+	while (phub_dataplane_fanout_next(&fan))
+		data_send(sp, sock, &fan.peer, job, fan.rank, &fan.hdr,
+				reply->model, fan.payload_crc);
+	sp->stats.acks_in_model += fan.acks_in_model;
 }
 
 static void
@@ -414,72 +241,58 @@ log_arrival(struct soft_pbox *sp, const struct phub_wire_msg *msg)
 	pthread_mutex_unlock(&sp->lock);
 }
 
+/*
+ * A PUSH or PULL on the socket of lcore sock - 1, as the appliance's lcores take it: a chunk
+ * another lcore owns is handled by its owner (here the same thread), counted as wrong_lcore.
+ */
 static void
 on_data(struct soft_pbox *sp, unsigned int sock, const struct sockaddr_in *src,
 		const uint8_t *dgram, const struct phub_wire_msg *msg)
 {
-	struct phub_engine_job *job = phub_engine_job_lookup(sp->engine, msg->job_id);
+	struct phub_engine_peer from = {
+		.ipv4 = ntohl(src->sin_addr.s_addr), .udp_port = ntohs(src->sin_port),
+	};
 	struct phub_engine_request req;
 	struct phub_engine_reply reply;
+	struct phub_engine_job *job;
 	enum phub_drop_reason why;
 	uint32_t server;
 
-	/* As the appliance's data path: a datagram of an unknown job is dropped, unanswered. */
-	if (job == NULL) {
-		sp->estats.drops[PHUB_DROP_UNKNOWN_JOB]++;
-		return;
-	}
-	/* An authenticated job's MAC and replay window, before anything reads the datagram. */
-	why = phub_engine_auth_rx(job, msg->worker_rank, sock, sock, msg->flags, dgram,
-			msg->hdr_len, msg->payload, msg->payload_len);
+	why = phub_dataplane_route(sp->engine, msg, &job, &server);
+	if (why == PHUB_DROP_OK && server != sock - 1)
+		sp->estats.drops[PHUB_DROP_WRONG_LCORE]++;
+	if (why == PHUB_DROP_OK)
+		why = phub_dataplane_auth_rx(job, msg, dgram, server);
 	if (why != PHUB_DROP_OK) {
 		sp->estats.drops[why]++;
 		return;
 	}
-	/* The chunk map says which port serves a chunk; another port is a worker's bug. */
-	if (phub_layout_chunk_server(phub_engine_job_layout(job), msg->chunk_id, &server) == 0 &&
-	    server != sock - 1) {
-		sp->estats.drops[PHUB_DROP_WRONG_LCORE]++;
-		return;
-	}
-	memset(&req, 0, sizeof(req));
-	req.session_token = msg->session_token;
-	req.chunk_id = msg->chunk_id;
-	req.iteration = msg->iteration;
-	req.elem_offset = msg->elem_offset;
-	req.elem_count = msg->elem_count;
-	req.rank = msg->worker_rank;
-	req.seg_index = msg->seg_index;
-	req.seg_count = msg->seg_count;
-	req.dtype = msg->dtype;
-	req.retransmit = (msg->flags & PHUB_WIRE_F_RETRANSMIT) != 0;
-	req.src_ipv4 = ntohl(src->sin_addr.s_addr);
-	req.src_udp_port = ntohs(src->sin_port);
-	req.payload = msg->payload;
-	req.payload_len = msg->payload_len;
-	req.has_hyper = (msg->flags & PHUB_WIRE_F_HYPER) != 0;
-	req.hyper_lr = msg->hyper_lr;
-	req.hyper_weight_decay = msg->hyper_weight_decay;
+	phub_dataplane_request(msg, from.ipv4, from.udp_port, soft_pbox_now_ns(NULL), &req);
 	if (msg->opcode == PHUB_WIRE_OP_PUSH) {
 		log_arrival(sp, msg);
 		phub_engine_push(job, &req, &reply, &sp->estats);
 	} else {
 		phub_engine_pull(job, &req, &reply, &sp->estats);
 	}
-	if ((reply.actions & PHUB_ENGINE_ACK) && rank_wants_ackv(job, msg->worker_rank)) {
-		ackv_owe(sp, job, sock, msg);
+	if ((reply.actions & PHUB_ENGINE_ACK) &&
+	    phub_dataplane_rank_wants(job, msg->worker_rank, PHUB_ENGINE_PEER_F_ACKV)) {
+		struct phub_wire_ackv_entry e;
+
+		phub_dataplane_ackv_entry(msg, &e);
+		if (phub_ackv_full(&sp->ackv))
+			ackv_flush(sp);
+		phub_ackv_add(&sp->ackv, job, msg->job_id, msg->worker_rank, (uint16_t)sock, &e);
 	} else if (reply.actions & PHUB_ENGINE_ACK) {
 		struct phub_wire_msg ack;
+		uint16_t rank = 0;
 
-		reply_header(&ack, PHUB_WIRE_OP_ACK, msg);
-		ack.aux = msg->aux;
-		if (rank_wants_csum(job, msg->worker_rank))
-			ack.flags |= PHUB_WIRE_F_CSUM;
+		phub_dataplane_ack(job, msg, &ack, &rank);
 		sp->stats.acks++;
-		data_send(sp, sock, src, job, &ack, NULL, 0);
+		data_send(sp, sock, &from, job, rank, &ack, NULL, 0);
 	}
 	if (reply.actions & (PHUB_ENGINE_MODEL_ONE | PHUB_ENGINE_MODEL_ALL))
-		send_models(sp, sock, src, job, msg, &reply);
+		send_models(sp, 1 + server, job, msg, &reply,
+				(reply.actions & PHUB_ENGINE_MODEL_ALL) != 0);
 }
 
 /* ---- the loop ---- */
@@ -505,15 +318,9 @@ elastic_done(void *arg, const struct phub_engine_segment_done *what)
 	struct phub_wire_msg about;
 	uint32_t server = 0;
 
-	phub_wire_msg_init(&about, PHUB_WIRE_OP_MODEL);
-	about.job_id = phub_engine_job_id(c->job);
-	about.chunk_id = what->chunk_id;
-	about.elem_offset = what->elem_offset;
-	about.elem_count = what->reply.elem_count;
-	about.seg_index = what->seg_index;
-	about.seg_count = what->seg_count;
+	phub_dataplane_elastic_about(c->job, what, &about);
 	phub_layout_chunk_server(phub_engine_job_layout(c->job), what->chunk_id, &server);
-	send_models(c->sp, 1 + server, NULL, c->job, &about, &what->reply);
+	send_models(c->sp, 1 + server, c->job, &about, &what->reply, true);
 }
 
 /* As the appliance's data lcores do each millisecond: segments that waited on a removed rank. */
@@ -601,30 +408,8 @@ sock_drain(struct soft_pbox *sp, unsigned int sock)
 	}
 }
 
-static void
-stats_publish(struct soft_pbox *sp)
-{
-	struct soft_pbox_stats *s = &sp->stats;
-	struct phub_control_stats cs;
-
-	phub_control_get_stats(sp->ctl, &cs);
-	s->joins = cs.joins;
-	s->errors_sent = cs.errors_sent;
-	s->pings = cs.pings;
-	s->leaves = cs.leaves;
-	s->pushes = sp->estats.pushes;
-	s->duplicates = sp->estats.duplicates;
-	s->retransmits_seen = sp->estats.retransmits_seen;
-	s->models_resent = sp->estats.models_resent;
-	s->pulls = sp->estats.pulls;
-	for (unsigned int i = 0; i < PHUB_DROP_REASON_MAX; i++)
-		s->drops[i] = sp->estats.drops[i] + cs.drops[i];
-	s->jobs = phub_control_job_count(sp->ctl);
-	sp->pub = *s;
-}
-
-static void *
-pbox_main(void *arg)
+void *
+soft_pbox_thread(void *arg)
 {
 	struct soft_pbox *sp = arg;
 	struct pollfd pfd[2 + SOFT_PBOX_MAX_LCORES];
@@ -645,7 +430,7 @@ pbox_main(void *arg)
 		if (sp->paused && sp->steps > 0)
 			sp->steps--;
 		sp->paused_seen = sp->paused;
-		stats_publish(sp);
+		soft_pbox_stats_publish(sp);
 		pthread_cond_broadcast(&sp->cond);
 		pthread_mutex_unlock(&sp->lock);
 
@@ -667,291 +452,4 @@ pbox_main(void *arg)
 				sock_drain(sp, i - 1);
 	}
 	return NULL;
-}
-
-static int
-sock_open(struct soft_pbox *sp, unsigned int i, uint16_t port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr = sp->bind_ip };
-	socklen_t alen = sizeof(a);
-	int size = SOCKET_BUFFER;
-	int fd;
-
-	fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	sp->fds[i] = fd;
-	/* Several workers' windows arrive at once: room for all of them. */
-	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
-	a.sin_port = htons(port);
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
-		return -errno;
-	if (getsockname(fd, (struct sockaddr *)&a, &alen) != 0)
-		return -errno;
-	sp->ports[i] = ntohs(a.sin_port);
-	return 0;
-}
-
-/* The control plane over the engine; ports and endpoints are set once the sockets are bound. */
-static struct phub_control *
-control_create(struct soft_pbox *sp)
-{
-	struct phub_control_params cp;
-
-	if (sp->engine == NULL)
-		return NULL;
-	for (unsigned int k = 0; k < sp->p.n_lcores; k++)
-		sp->servers[k] = (struct phub_layout_server){
-			.lcore = k, .port = 0, .port_numa = PHUB_LAYOUT_NUMA_ANY, .lcore_numa = 0,
-		};
-	memset(&cp, 0, sizeof(cp));
-	cp.engine = sp->engine;
-	cp.ops = &control_ops;
-	cp.ctx = sp;
-	cp.servers = sp->servers;
-	cp.endpoints = sp->endpoints;
-	cp.n_servers = sp->p.n_lcores;
-	cp.mtu = (uint16_t)sp->p.mtu;
-	cp.chunk_bytes = sp->p.chunk_bytes;
-	cp.worker_dead_ms = sp->p.worker_dead_ms;
-	cp.declared = sp->p.declared;
-	cp.n_declared = sp->p.n_declared;
-	return phub_control_create(&cp);
-}
-
-void
-soft_pbox_stop(struct soft_pbox *sp)
-{
-	if (sp == NULL)
-		return;
-	if (sp->thread_started) {
-		uint64_t one = 1;
-
-		pthread_mutex_lock(&sp->lock);
-		sp->stop = true;
-		pthread_mutex_unlock(&sp->lock);
-		if (write(sp->wake_fd, &one, sizeof(one)) < 0)
-			abort();
-		pthread_join(sp->thread, NULL);
-	}
-	phub_control_free(sp->ctl);
-	if (sp->engine != NULL) {
-		struct phub_engine_job *job;
-
-		while ((job = phub_engine_job_next(sp->engine, NULL)) != NULL) {
-			phub_engine_job_unpublish(sp->engine, job);
-			phub_engine_job_free(job);
-		}
-	}
-	phub_engine_free(sp->engine);
-	for (unsigned int i = 0; i < sp->n_fds; i++)
-		if (sp->fds[i] >= 0)
-			close(sp->fds[i]);
-	if (sp->wake_fd >= 0)
-		close(sp->wake_fd);
-	free(sp->rbuf);
-	free(sp->cbuf);
-	free(sp->log);
-	pthread_cond_destroy(&sp->cond);
-	pthread_mutex_destroy(&sp->lock);
-	free(sp);
-}
-
-struct soft_pbox *
-soft_pbox_start(const struct soft_pbox_params *params)
-{
-	struct soft_pbox *sp;
-	int rc = 0;
-
-	sp = calloc(1, sizeof(*sp));
-	if (sp == NULL)
-		return NULL;
-	pthread_mutex_init(&sp->lock, NULL);
-	pthread_cond_init(&sp->cond, NULL);
-	sp->wake_fd = -1;
-	if (params != NULL)
-		sp->p = *params;
-	if (sp->p.n_lcores == 0)
-		sp->p.n_lcores = 1;
-	if (sp->p.mtu == 0)
-		sp->p.mtu = 1500;
-	if (sp->p.chunk_bytes == 0)
-		sp->p.chunk_bytes = PHUB_LAYOUT_CHUNK_BYTES_DEFAULT;
-	if (sp->p.log_cap == 0)
-		sp->p.log_cap = LOG_CAP_DEFAULT;
-	sp->rng = sp->p.seed != 0 ? sp->p.seed : 1;
-	if (sp->p.n_lcores > SOFT_PBOX_MAX_LCORES || sp->p.mtu < PHUB_WIRE_MIN_MTU ||
-	    sp->p.loss < 0.0 || sp->p.loss >= 1.0 ||
-	    (sp->p.port != 0 && sp->p.port + sp->p.n_lcores > UINT16_MAX) ||
-	    inet_pton(AF_INET, sp->p.bind_addr != NULL ? sp->p.bind_addr : "127.0.0.1",
-		    &sp->bind_ip) != 1) {
-		rc = -EINVAL;
-		goto fail;
-	}
-	sp->n_fds = 1u + sp->p.n_lcores;
-	for (unsigned int i = 0; i < sp->n_fds; i++)
-		sp->fds[i] = -1;
-	sp->max_dgram = sp->p.mtu - PHUB_WIRE_IPV4_UDP_OVERHEAD;
-	if (sp->max_dgram < 2048)
-		sp->max_dgram = 2048;
-	sp->engine = phub_engine_create();
-	sp->ctl = control_create(sp);
-	sp->rbuf = malloc(BATCH * sp->max_dgram);
-	sp->cbuf = malloc(sp->max_dgram);
-	sp->log_cap = sp->p.log_cap;
-	sp->log = calloc(sp->log_cap, sizeof(*sp->log));
-	sp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (sp->engine == NULL || sp->ctl == NULL || sp->rbuf == NULL || sp->cbuf == NULL ||
-	    sp->log == NULL || sp->wake_fd < 0) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	for (unsigned int i = 0; i < BATCH; i++) {
-		sp->riov[i].iov_base = sp->rbuf + (size_t)i * sp->max_dgram;
-		sp->riov[i].iov_len = sp->max_dgram;
-		sp->rmsg[i].msg_hdr.msg_name = &sp->rsrc[i];
-		sp->rmsg[i].msg_hdr.msg_iov = &sp->riov[i];
-		sp->rmsg[i].msg_hdr.msg_iovlen = 1;
-	}
-	for (unsigned int i = 0; i < sp->n_fds && rc == 0; i++)
-		rc = sock_open(sp, i, sp->p.port != 0 ? (uint16_t)(sp->p.port + i) : 0);
-	/* Address 0: the JOIN_ACK's source, the address the worker reached us on. */
-	for (unsigned int k = 0; rc == 0 && k < sp->p.n_lcores; k++)
-		sp->endpoints[k] = (struct phub_wire_endpoint){ .ipv4 = 0,
-			.udp_port = sp->ports[1 + k] };
-	if (rc == 0 && sp->p.checkpoint_dir != NULL)
-		rc = restore_dir(sp);
-	if (rc != 0)
-		goto fail;
-	rc = -pthread_create(&sp->thread, NULL, pbox_main, sp);
-	if (rc != 0)
-		goto fail;
-	sp->thread_started = true;
-	return sp;
-
-fail:
-	soft_pbox_stop(sp);
-	errno = -rc;
-	return NULL;
-}
-
-/* ---- checkpoints ---- */
-
-/*
- * Every job of the directory back (lib/control's restore, the appliance's): newest file first,
- * a damaged one set aside and the one before it tried. A directory that is not there is none.
- */
-static int
-restore_dir(struct soft_pbox *sp)
-{
-	struct phub_engine_ckpt_restore_params rp;
-	struct phub_control_ckpt_dir dir;
-	int rc;
-
-	rc = phub_control_ckpt_open(&dir, sp->p.checkpoint_dir);
-	if (rc != 0)
-		return rc;
-	memset(&rp, 0, sizeof(rp));
-	rp.servers = sp->servers;
-	rp.n_servers = sp->p.n_lcores;
-	phub_control_ckpt_restore(&dir, sp->ctl, &rp, NULL, NULL);
-	phub_control_ckpt_close(&dir);
-	return 0;
-}
-
-int
-soft_pbox_checkpoint(struct soft_pbox *sp)
-{
-	struct phub_control_ckpt_dir dir;
-	struct phub_engine_job *job;
-	int saved = 0, rc;
-
-	if (sp->p.checkpoint_dir == NULL)
-		return -EINVAL;
-	rc = phub_control_ckpt_open(&dir, sp->p.checkpoint_dir);
-	if (rc != 0)
-		return rc;
-	soft_pbox_pause(sp, true);
-	for (job = phub_engine_job_next(sp->engine, NULL); job != NULL && rc == 0;
-	     job = phub_engine_job_next(sp->engine, job)) {
-		struct phub_engine_job_info info;
-
-		phub_engine_job_get_info(job, &info);
-		if (info.iteration_min != info.iteration_max)
-			rc = -EAGAIN;
-	}
-	for (job = phub_engine_job_next(sp->engine, NULL); job != NULL && rc == 0;
-	     job = phub_engine_job_next(sp->engine, job)) {
-		struct phub_control_ckpt_write w = { .job = job, .src = PHUB_ENGINE_CKPT_LIVE };
-		struct phub_engine_job_info info;
-
-		phub_engine_job_get_info(job, &info);
-		w.iteration = info.iteration_min;
-		phub_control_ckpt_write(&dir, &w);
-		rc = w.rc;
-		if (rc == 0)
-			saved++;
-	}
-	soft_pbox_pause(sp, false);
-	phub_control_ckpt_close(&dir);
-	return rc != 0 ? rc : saved;
-}
-
-uint16_t
-soft_pbox_port(const struct soft_pbox *sp)
-{
-	return sp->ports[0];
-}
-
-uint16_t
-soft_pbox_data_port(const struct soft_pbox *sp, unsigned int lcore)
-{
-	return lcore < sp->p.n_lcores ? sp->ports[1 + lcore] : 0;
-}
-
-void
-soft_pbox_step(struct soft_pbox *sp)
-{
-	uint64_t one = 1;
-
-	pthread_mutex_lock(&sp->lock);
-	sp->steps++;
-	if (write(sp->wake_fd, &one, sizeof(one)) < 0)
-		abort();
-	pthread_mutex_unlock(&sp->lock);
-}
-
-void
-soft_pbox_pause(struct soft_pbox *sp, bool paused)
-{
-	uint64_t one = 1;
-
-	pthread_mutex_lock(&sp->lock);
-	sp->paused = paused;
-	if (write(sp->wake_fd, &one, sizeof(one)) < 0)
-		abort();
-	while (sp->paused_seen != paused)
-		pthread_cond_wait(&sp->cond, &sp->lock);
-	pthread_mutex_unlock(&sp->lock);
-}
-
-size_t
-soft_pbox_arrivals(struct soft_pbox *sp, struct soft_pbox_arrival *out, size_t cap)
-{
-	size_t n;
-
-	pthread_mutex_lock(&sp->lock);
-	n = sp->log_n;
-	memcpy(out, sp->log, (cap < n ? cap : n) * sizeof(*out));
-	pthread_mutex_unlock(&sp->lock);
-	return n;
-}
-
-void
-soft_pbox_get_stats(struct soft_pbox *sp, struct soft_pbox_stats *stats)
-{
-	pthread_mutex_lock(&sp->lock);
-	*stats = sp->pub;
-	pthread_mutex_unlock(&sp->lock);
 }

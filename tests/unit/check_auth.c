@@ -7,6 +7,9 @@
 #include <string.h>
 
 #include <check.h>
+
+#include "unit_suite.h"
+#include "test_rand.h"
 #include <sodium.h>
 
 #include "phub_auth.h"
@@ -393,9 +396,7 @@ START_TEST(test_the_window_matches_a_model_that_remembers_everything)
 		uint64_t c;
 		bool want, got;
 
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
+		phub_test_rand(&x);
 		/* Mostly near the top, sometimes far behind, sometimes a jump ahead. */
 		if (x % 100 < 90) {
 			uint64_t back = (x >> 16) % 3000;
@@ -425,30 +426,26 @@ Suite *
 phub_auth_suite(void)
 {
 	Suite *s = suite_create("auth");
-	TCase *tc;
 
-	tc = tcase_create("keys");
-	tcase_add_test(tc, test_both_sides_derive_the_same_keys_per_direction);
-	tcase_add_test(tc, test_keys_need_the_psk_and_an_ephemeral_secret);
-	tcase_add_test(tc, test_a_low_order_public_key_is_refused);
-	tcase_add_test(tc, test_the_ring_proof_depends_on_the_psk_and_is_not_the_nonce);
-	tcase_add_test(tc, test_ring_neighbours_derive_the_same_link_keys);
-	tcase_add_test(tc, test_a_handshake_sealed_at_a_number_opens_with_it);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "keys",
+		test_both_sides_derive_the_same_keys_per_direction,
+		test_keys_need_the_psk_and_an_ephemeral_secret,
+		test_a_low_order_public_key_is_refused,
+		test_the_ring_proof_depends_on_the_psk_and_is_not_the_nonce,
+		test_ring_neighbours_derive_the_same_link_keys,
+		test_a_handshake_sealed_at_a_number_opens_with_it);
 
-	tc = tcase_create("mac");
-	tcase_add_test(tc, test_the_datagram_mac_is_gmac_of_header_and_payload);
-	tcase_add_test(tc, test_the_datagram_mac_agrees_with_libsodium_aes256gcm);
-	tcase_add_test(tc, test_a_rekeyed_mac_state_is_the_new_keys);
-	tcase_add_test(tc, test_a_sealed_datagram_opens_once_under_its_key);
-	tcase_add_test(tc, test_every_single_bit_flip_fails_the_mac);
-	tcase_add_test(tc, test_a_tag_moved_to_another_sequence_number_fails);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "mac",
+		test_the_datagram_mac_is_gmac_of_header_and_payload,
+		test_the_datagram_mac_agrees_with_libsodium_aes256gcm,
+		test_a_rekeyed_mac_state_is_the_new_keys,
+		test_a_sealed_datagram_opens_once_under_its_key,
+		test_every_single_bit_flip_fails_the_mac,
+		test_a_tag_moved_to_another_sequence_number_fails);
 
-	tc = tcase_create("window");
-	tcase_add_test(tc, test_the_window_takes_each_number_once);
-	tcase_add_test(tc, test_the_window_does_not_alias_a_lap_behind);
-	tcase_add_test(tc, test_the_window_matches_a_model_that_remembers_everything);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "window",
+		test_the_window_takes_each_number_once,
+		test_the_window_does_not_alias_a_lap_behind,
+		test_the_window_matches_a_model_that_remembers_everything);
 	return s;
 }

@@ -10,6 +10,8 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "phub_bench.h"
 
 /* ---- presets ---- */
@@ -840,15 +842,6 @@ START_TEST(test_digest_is_fnv1a_and_the_report_shows_one_when_all_agree)
 }
 END_TEST
 
-static TCase *
-tcase(const char *name, const TTest *test)
-{
-	TCase *tc = tcase_create(name);
-
-	tcase_add_test(tc, test);
-	return tc;
-}
-
 Suite *
 phub_bench_suite(void)
 {
@@ -859,46 +852,46 @@ phub_bench_suite(void)
 	tcase_add_loop_test(tc, test_preset_has_torchvision_key_count_and_parameter_total, 0,
 		sizeof(preset_totals) / sizeof(preset_totals[0]));
 	suite_add_tcase(s, tc);
-	suite_add_tcase(s, tcase("preset_order",
-		test_preset_keys_follow_torchvision_parameter_order));
-	suite_add_tcase(s, tcase("preset_unknown", test_unknown_preset_is_enoent));
-	suite_add_tcase(s, tcase("model_names", test_model_names_are_phub_plans_in_any_case));
-	suite_add_tcase(s, tcase("layout_file", test_layout_file_lists_key_sizes_in_order));
-	suite_add_tcase(s, tcase("layout_errors",
-		test_layout_file_errors_name_file_line_and_path));
-	suite_add_tcase(s, tcase("layout_synthetic", test_synthetic_layout_has_equal_keys));
-	suite_add_tcase(s, tcase("pattern_exact",
-		test_pattern_values_are_exact_small_integers_in_every_dtype));
-	suite_add_tcase(s, tcase("grad_offsets", test_gradients_depend_on_rank_iteration_and_key));
+	PHUB_TCASE(s, "preset_order",
+		test_preset_keys_follow_torchvision_parameter_order);
+	PHUB_TCASE(s, "preset_unknown", test_unknown_preset_is_enoent);
+	PHUB_TCASE(s, "model_names", test_model_names_are_phub_plans_in_any_case);
+	PHUB_TCASE(s, "layout_file", test_layout_file_lists_key_sizes_in_order);
+	PHUB_TCASE(s, "layout_errors",
+		test_layout_file_errors_name_file_line_and_path);
+	PHUB_TCASE(s, "layout_synthetic", test_synthetic_layout_has_equal_keys);
+	PHUB_TCASE(s, "pattern_exact",
+		test_pattern_values_are_exact_small_integers_in_every_dtype);
+	PHUB_TCASE(s, "grad_offsets", test_gradients_depend_on_rank_iteration_and_key);
 	tc = tcase_create("sum_order");
 	tcase_add_loop_test(tc, test_gradient_sums_are_the_same_bits_in_any_order, 0, 2);
 	suite_add_tcase(s, tc);
-	suite_add_tcase(s, tcase("reference_sgd",
-		test_reference_sgd_is_initial_minus_lr_times_mean_gradient));
-	suite_add_tcase(s, tcase("reference_initial",
-		test_reference_with_no_iteration_is_the_initial_weights));
-	suite_add_tcase(s, tcase("reference_blocks",
-		test_reference_of_a_large_key_matches_one_pass_over_the_whole_key));
-	suite_add_tcase(s, tcase("verify_accepts",
-		test_verify_accepts_the_reference_and_counts_every_element));
-	suite_add_tcase(s, tcase("verify_exact", test_verify_sgd_rejects_a_one_ulp_difference));
-	suite_add_tcase(s, tcase("verify_tolerance",
-		test_verify_adam_tolerates_rounding_but_not_errors_or_nan));
-	suite_add_tcase(s, tcase("tolerances", test_verify_tolerance_is_one_ulp_of_the_dtype));
-	suite_add_tcase(s, tcase("verifier_params", test_verifier_rejects_bad_parameters));
-	suite_add_tcase(s, tcase("quantile", test_quantile_is_nearest_rank));
-	suite_add_tcase(s, tcase("summary",
-		test_summary_adds_worker_rates_and_pools_exchange_times));
-	suite_add_tcase(s, tcase("report_json", test_report_json_has_the_documented_fields));
-	suite_add_tcase(s, tcase("dtype_names", test_dtype_names_round_trip));
-	suite_add_tcase(s, tcase("racks_parse",
-		test_racks_parse_in_ring_order_with_contiguous_ranks));
-	suite_add_tcase(s, tcase("racks_refused",
-		test_racks_parse_refuses_what_is_not_ip_colon_ranks));
-	suite_add_tcase(s, tcase("racks_netns", test_netns_names_per_rack));
-	suite_add_tcase(s, tcase("racks_exact",
-		test_order_dependence_and_exact_runs_across_racks));
-	suite_add_tcase(s, tcase("digest",
-		test_digest_is_fnv1a_and_the_report_shows_one_when_all_agree));
+	PHUB_TCASE(s, "reference_sgd",
+		test_reference_sgd_is_initial_minus_lr_times_mean_gradient);
+	PHUB_TCASE(s, "reference_initial",
+		test_reference_with_no_iteration_is_the_initial_weights);
+	PHUB_TCASE(s, "reference_blocks",
+		test_reference_of_a_large_key_matches_one_pass_over_the_whole_key);
+	PHUB_TCASE(s, "verify_accepts",
+		test_verify_accepts_the_reference_and_counts_every_element);
+	PHUB_TCASE(s, "verify_exact", test_verify_sgd_rejects_a_one_ulp_difference);
+	PHUB_TCASE(s, "verify_tolerance",
+		test_verify_adam_tolerates_rounding_but_not_errors_or_nan);
+	PHUB_TCASE(s, "tolerances", test_verify_tolerance_is_one_ulp_of_the_dtype);
+	PHUB_TCASE(s, "verifier_params", test_verifier_rejects_bad_parameters);
+	PHUB_TCASE(s, "quantile", test_quantile_is_nearest_rank);
+	PHUB_TCASE(s, "summary",
+		test_summary_adds_worker_rates_and_pools_exchange_times);
+	PHUB_TCASE(s, "report_json", test_report_json_has_the_documented_fields);
+	PHUB_TCASE(s, "dtype_names", test_dtype_names_round_trip);
+	PHUB_TCASE(s, "racks_parse",
+		test_racks_parse_in_ring_order_with_contiguous_ranks);
+	PHUB_TCASE(s, "racks_refused",
+		test_racks_parse_refuses_what_is_not_ip_colon_ranks);
+	PHUB_TCASE(s, "racks_netns", test_netns_names_per_rack);
+	PHUB_TCASE(s, "racks_exact",
+		test_order_dependence_and_exact_runs_across_racks);
+	PHUB_TCASE(s, "digest",
+		test_digest_is_fnv1a_and_the_report_shows_one_when_all_agree);
 	return s;
 }

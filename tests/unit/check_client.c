@@ -19,6 +19,8 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "auth/phub_auth.h"
 #include "client/phub.h"
 #include "client_priv.h"
@@ -369,6 +371,18 @@ pbox_start(uint16_t n_lcores, double loss)
 	return pbox;
 }
 
+/* The job on a soft PBox of its own (n_lcores, loss) gives every worker the reference model. */
+static void
+job_matches_reference(const struct job_cfg *c, uint16_t n_lcores, double loss)
+{
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = pbox_start(n_lcores, loss);
+
+	job_run(c, sp, w);
+	workers_check(c, w);
+	soft_pbox_stop(sp);
+}
+
 /*
  * Tiny keys, a key of eight chunks (chunks of 704 elements at 4 KiB), and sizes that are not
  * multiples of a segment (352 fp32) or of a chunk.
@@ -535,34 +549,24 @@ END_TEST
 START_TEST(test_fp16_job_matches_reference)
 {
 	struct job_cfg c = mixed_job("fp16", 2);
-	struct worker w[MAX_WORKERS];
-	struct soft_pbox *sp = pbox_start(2, 0.0);
 
 	c.dtype = PHUB_DTYPE_FP16;
-	job_run(&c, sp, w);
-	workers_check(&c, w);
-	soft_pbox_stop(sp);
+	job_matches_reference(&c, 2, 0.0);
 }
 END_TEST
 
 START_TEST(test_bf16_job_matches_reference)
 {
 	struct job_cfg c = mixed_job("bf16", 3);
-	struct worker w[MAX_WORKERS];
-	struct soft_pbox *sp = pbox_start(2, 0.0);
 
 	c.dtype = PHUB_DTYPE_BF16;
-	job_run(&c, sp, w);
-	workers_check(&c, w);
-	soft_pbox_stop(sp);
+	job_matches_reference(&c, 2, 0.0);
 }
 END_TEST
 
 START_TEST(test_nesterov_job_matches_reference_within_1e_6)
 {
 	struct job_cfg c = mixed_job("nesterov", 2);
-	struct worker w[MAX_WORKERS];
-	struct soft_pbox *sp = pbox_start(2, 0.0);
 
 	c.optimizer = "nesterov";
 	c.opt = PHUB_OPT_NESTEROV;
@@ -570,25 +574,19 @@ START_TEST(test_nesterov_job_matches_reference_within_1e_6)
 	c.momentum = 0.9f;
 	c.weight_decay = 0.01f;
 	c.tol = 1e-6;
-	job_run(&c, sp, w);
-	workers_check(&c, w);
-	soft_pbox_stop(sp);
+	job_matches_reference(&c, 2, 0.0);
 }
 END_TEST
 
 START_TEST(test_adam_job_matches_reference_within_1e_6)
 {
 	struct job_cfg c = mixed_job("adam", 3);
-	struct worker w[MAX_WORKERS];
-	struct soft_pbox *sp = pbox_start(2, 0.0);
 
 	c.optimizer = "adam";
 	c.opt = PHUB_OPT_ADAM;
 	c.lr = 0.01f;
 	c.tol = 1e-6;
-	job_run(&c, sp, w);
-	workers_check(&c, w);
-	soft_pbox_stop(sp);
+	job_matches_reference(&c, 2, 0.0);
 }
 END_TEST
 
@@ -2317,86 +2315,74 @@ phub_client_suite(void)
 	Suite *s = suite_create("client");
 	TCase *tc;
 
-	tc = tcase_create("exchange");
+	tc = PHUB_TCASE(s, "exchange",
+		test_push_then_pull_equals_pushpull,
+		test_large_layout_splits_join_and_join_ack,
+		test_keys_progress_independently);
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_every_worker_gets_the_reference_model, 1, MAX_WORKERS + 1);
-	tcase_add_test(tc, test_push_then_pull_equals_pushpull);
-	tcase_add_test(tc, test_large_layout_splits_join_and_join_ack);
-	tcase_add_test(tc, test_keys_progress_independently);
 	tcase_add_loop_test(tc, test_ackv_and_per_push_acks_give_the_same_models, 0, 3);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("dtypes_and_optimizers");
+	tc = PHUB_TCASE(s, "dtypes_and_optimizers",
+		test_fp16_job_matches_reference,
+		test_bf16_job_matches_reference,
+		test_nesterov_job_matches_reference_within_1e_6,
+		test_adam_job_matches_reference_within_1e_6,
+		test_checksummed_job_matches_reference,
+		test_job_without_csum_sends_and_takes_no_checksum);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_fp16_job_matches_reference);
-	tcase_add_test(tc, test_bf16_job_matches_reference);
-	tcase_add_test(tc, test_nesterov_job_matches_reference_within_1e_6);
-	tcase_add_test(tc, test_adam_job_matches_reference_within_1e_6);
-	tcase_add_test(tc, test_checksummed_job_matches_reference);
-	tcase_add_test(tc, test_job_without_csum_sends_and_takes_no_checksum);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("offload");
+	tc = PHUB_TCASE(s, "offload",
+		test_gso_sends_runs_and_falls_back_when_refused,
+		test_gso_off_sends_one_datagram_per_message,
+		test_gro_split_gives_back_the_datagrams,
+		test_gro_size_reads_the_control_message,
+		test_job_uses_gso_and_matches_without);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_gso_sends_runs_and_falls_back_when_refused);
-	tcase_add_test(tc, test_gso_off_sends_one_datagram_per_message);
-	tcase_add_test(tc, test_gro_split_gives_back_the_datagrams);
-	tcase_add_test(tc, test_gro_size_reads_the_control_message);
-	tcase_add_test(tc, test_job_uses_gso_and_matches_without);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("auth");
+	tc = PHUB_TCASE(s, "auth",
+		test_joins_without_the_right_auth_are_dropped_and_counted,
+		test_forged_datagrams_to_a_live_authenticated_session_are_dropped,
+		test_a_join_cannot_displace_a_live_authenticated_session);
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_authenticated_job_matches_reference_with_every_datagram_macd,
 			0, 2);
-	tcase_add_test(tc, test_joins_without_the_right_auth_are_dropped_and_counted);
-	tcase_add_test(tc, test_forged_datagrams_to_a_live_authenticated_session_are_dropped);
-	tcase_add_test(tc, test_a_join_cannot_displace_a_live_authenticated_session);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("loss");
+	tc = PHUB_TCASE(s, "loss",
+		test_ten_percent_loss_still_exact_and_retransmits,
+		test_ten_percent_loss_exact_without_ackv,
+		test_models_out_of_push_order_are_not_taken_for_lost);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_ten_percent_loss_still_exact_and_retransmits);
-	tcase_add_test(tc, test_ten_percent_loss_exact_without_ackv);
-	tcase_add_test(tc, test_models_out_of_push_order_are_not_taken_for_lost);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("priority");
+	tc = PHUB_TCASE(s, "priority", test_urgent_key_overtakes_queued_segments);
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_urgent_key_overtakes_queued_segments);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("failures");
+	tc = PHUB_TCASE(s, "failures",
+		test_pbox_gone_fails_wait_within_dead_time,
+		test_restarted_pbox_ends_the_session_with_its_error,
+		test_join_with_wrong_nonce_is_refused_with_the_pbox_text,
+		test_join_with_other_layout_is_refused,
+		test_unreachable_pbox_times_out_naming_the_address,
+		test_bad_arguments_are_refused,
+		test_slow_initial_round_that_moves_is_not_failed,
+		test_silent_initial_round_fails_after_the_bound);
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_pbox_gone_fails_wait_within_dead_time);
-	tcase_add_test(tc, test_restarted_pbox_ends_the_session_with_its_error);
-	tcase_add_test(tc, test_join_with_wrong_nonce_is_refused_with_the_pbox_text);
-	tcase_add_test(tc, test_join_with_other_layout_is_refused);
-	tcase_add_test(tc, test_unreachable_pbox_times_out_naming_the_address);
-	tcase_add_test(tc, test_bad_arguments_are_refused);
-	tcase_add_test(tc, test_slow_initial_round_that_moves_is_not_failed);
-	tcase_add_test(tc, test_silent_initial_round_fails_after_the_bound);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("elastic");
+	tc = PHUB_TCASE(s, "elastic",
+		test_elastic_job_goes_on_without_a_rank_that_left_with_the_others_mean);
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_elastic_job_goes_on_without_a_rank_that_left_with_the_others_mean);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("restart");
+	tc = PHUB_TCASE(s, "restart", test_restart_from_an_older_checkpoint_rolls_back_with_estale);
 	tcase_set_timeout(tc, 60);
 	tcase_add_unchecked_fixture(tc, restart_setup, restart_teardown);
 	tcase_add_loop_test(tc, test_restart_from_a_checkpoint_at_the_boundary_is_transparent, 0,
 			2);
-	tcase_add_test(tc, test_restart_from_an_older_checkpoint_rolls_back_with_estale);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("tickets");
+	tc = PHUB_TCASE(s, "tickets",
+		test_callback_runs_once_before_wait_returns,
+		test_key_hyper_sets_the_lr_of_later_pushes,
+		test_key_hyper_fits_a_jumbo_pbox_without_an_mtu_setting,
+		test_close_cancels_pending_tickets);
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_callback_runs_once_before_wait_returns);
-	tcase_add_test(tc, test_key_hyper_sets_the_lr_of_later_pushes);
-	tcase_add_test(tc, test_key_hyper_fits_a_jumbo_pbox_without_an_mtu_setting);
-	tcase_add_test(tc, test_close_cancels_pending_tickets);
-	suite_add_tcase(s, tc);
 	return s;
 }

@@ -13,6 +13,9 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+#include "test_rand.h"
+
 #include "config_priv.h"
 #include "phub_config.h"
 #include "model/phub_model.h"
@@ -775,11 +778,9 @@ START_TEST(test_random_nonces_pass_and_placeholders_fail)
 	for (size_t i = 0; i < sizeof(weak) / sizeof(weak[0]); i++)
 		ck_assert_msg(cfg_nonce_weakness(weak[i]) != NULL, "0x%016llx passed",
 			      (unsigned long long)weak[i]);
-	/* xorshift64: a fixed stream of well-mixed values, none of which should be refused. */
+	/* A fixed stream of well-mixed values, none of which should be refused. */
 	for (unsigned int i = 0; i < 100000; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
+		phub_test_rand(&x);
 		ck_assert_msg(cfg_nonce_weakness(x) == NULL, "0x%016llx refused: %s",
 			      (unsigned long long)x, cfg_nonce_weakness(x));
 	}
@@ -963,11 +964,9 @@ phub_config_suite(void)
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		TCase *tc = tcase_create(cases[i].name);
+		TCase *tc = PHUB_TCASE(s, cases[i].name, cases[i].test);
 
 		tcase_add_checked_fixture(tc, NULL, teardown);
-		tcase_add_test(tc, cases[i].test);
-		suite_add_tcase(s, tc);
 	}
 	return s;
 }

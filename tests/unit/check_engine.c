@@ -9,36 +9,19 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "engine/phub_engine.h"
 #include "engine_sim.h"
 #include "engine_test.h"
 
-#define SEG_ELEMS 64u
-#define CHUNK_BYTES 1024u	/* 256 fp32 elements: 4 segments a chunk */
-
-static const struct phub_layout_key test_keys[] = {
-	{ .key_id = 10, .n_elems = 7 },		/* smaller than a segment */
-	{ .key_id = 11, .n_elems = 300 },	/* one chunk and a bit, odd tail */
-	{ .key_id = 12, .n_elems = 1000 },	/* several chunks */
-};
-#define N_TEST_KEYS (sizeof(test_keys) / sizeof(test_keys[0]))
-
 static struct phub_engine_job_params
 test_params(uint16_t world, enum phub_dtype dtype, enum phub_opt_type opt)
 {
-	struct phub_engine_job_params p = {
-		.name = "job",
-		.nonce = 0x1122334455667788ull,
-		.world_size = world,
-		.dtype = dtype,
-		.optimizer = { .type = opt, .lr = 0.5f, .momentum = 0.5f, .beta1 = 0.9f,
-			.beta2 = 0.999f, .eps = 1e-8f },
-		.keys = test_keys,
-		.n_keys = N_TEST_KEYS,
-		.chunk_bytes = CHUNK_BYTES,
-		.segment_elems = SEG_ELEMS,
-	};
-	return p;
+	struct phub_optimizer_params o = { .type = opt, .lr = 0.5f, .momentum = 0.5f,
+		.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
+
+	return phub_test_job_params("job", 0x1122334455667788ull, world, dtype, o);
 }
 
 static uint64_t
@@ -193,7 +176,7 @@ START_TEST(test_push_drops_each_bad_request_for_its_reason)
 	struct phub_engine_stats stats;
 	struct phub_engine_reply reply;
 	struct phub_engine_request r;
-	float payload[SEG_ELEMS] = { 0 };
+	float payload[PHUB_TEST_SEG_ELEMS] = { 0 };
 	uint64_t token = join(job, 0);
 
 	memset(&stats, 0, sizeof(stats));
@@ -441,7 +424,7 @@ push_all(struct phub_engine_job *job, uint16_t rank, uint64_t token, uint32_t it
 		struct phub_engine_stats *stats)
 {
 	const struct phub_layout *layout = phub_engine_job_layout(job);
-	static const float zeros[SEG_ELEMS];
+	static const float zeros[PHUB_TEST_SEG_ELEMS];
 	struct phub_engine_reply reply;
 
 	for (uint32_t c = 0; c < phub_layout_chunk_count(layout); c++) {
@@ -610,7 +593,7 @@ START_TEST(test_rank_status_tells_when_each_rank_was_last_heard)
 	struct phub_engine_reply reply;
 	struct phub_engine_request r;
 	struct phub_engine_job *job;
-	float zeros[SEG_ELEMS] = { 0 };
+	float zeros[PHUB_TEST_SEG_ELEMS] = { 0 };
 	uint32_t on_second = UINT32_MAX, server;
 	uint64_t t0, t1;
 
@@ -679,7 +662,7 @@ START_TEST(test_push_and_pull_take_the_callers_time)
 	struct phub_engine_reply reply;
 	struct phub_engine_request r;
 	struct phub_engine_job *job;
-	float zeros[SEG_ELEMS] = { 0 };
+	float zeros[PHUB_TEST_SEG_ELEMS] = { 0 };
 	uint64_t t0, t1;
 
 	memset(&stats, 0, sizeof(stats));
@@ -784,7 +767,7 @@ START_TEST(test_control_reads_race_the_data_path_cleanly)
 {
 	struct phub_engine *engine = phub_engine_create();
 	struct phub_engine_job_params p = test_params(RACE_RANKS, PHUB_DTYPE_FP32, PHUB_OPT_SGD);
-	static const float zeros[SEG_ELEMS];
+	static const float zeros[PHUB_TEST_SEG_ELEMS];
 	struct phub_engine_job_info info;
 	pthread_t data, control;
 	struct race *x = calloc(1, sizeof(*x));
@@ -833,7 +816,7 @@ START_TEST(test_waiting_on_names_the_ranks_the_oldest_iteration_lacks)
 	struct phub_engine_stats stats;
 	struct phub_engine_reply reply;
 	struct phub_engine_request r;
-	float zeros[SEG_ELEMS] = { 0 };
+	float zeros[PHUB_TEST_SEG_ELEMS] = { 0 };
 	uint64_t t[3];
 	uint32_t it;
 
@@ -867,47 +850,39 @@ phub_engine_suite(void)
 	Suite *s = suite_create("engine");
 	TCase *tc;
 
-	tc = tcase_create("jobs");
-	tcase_add_test(tc, test_job_table_creates_finds_and_frees_jobs);
-	tcase_add_test(tc, test_job_refuses_memory_beyond_its_limit);
-	tcase_add_test(tc, test_job_table_refuses_bad_parameters);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "jobs",
+		test_job_table_creates_finds_and_frees_jobs,
+		test_job_refuses_memory_beyond_its_limit,
+		test_job_table_refuses_bad_parameters);
 
-	tc = tcase_create("sessions");
-	tcase_add_test(tc, test_join_checks_nonce_and_rank_and_is_idempotent);
-	tcase_add_test(tc, test_nonce_matches_only_the_jobs_own_nonce);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "sessions",
+		test_join_checks_nonce_and_rank_and_is_idempotent,
+		test_nonce_matches_only_the_jobs_own_nonce);
 
-	tc = tcase_create("push");
-	tcase_add_test(tc, test_push_drops_each_bad_request_for_its_reason);
-	tcase_add_test(tc, test_push_counts_a_duplicate_once_and_acks_it_again);
-	tcase_add_test(tc, test_step_hyper_parameters_apply_per_iteration_and_must_agree);
-	tcase_add_test(tc, test_fp16_job_keeps_the_model_in_fp32_and_sends_fp16);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "push",
+		test_push_drops_each_bad_request_for_its_reason,
+		test_push_counts_a_duplicate_once_and_acks_it_again,
+		test_step_hyper_parameters_apply_per_iteration_and_must_agree,
+		test_fp16_job_keeps_the_model_in_fp32_and_sends_fp16);
 
-	tc = tcase_create("exchange");
+	tc = PHUB_TCASE(s, "exchange",
+		test_exchange_without_loss_gives_the_reference_model,
+		test_exchange_with_loss_duplication_and_reordering_is_exact);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_exchange_without_loss_gives_the_reference_model);
-	tcase_add_test(tc, test_exchange_with_loss_duplication_and_reordering_is_exact);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("deterministic");
+	tc = PHUB_TCASE(s, "deterministic",
+		test_deterministic_job_sums_in_rank_order_whatever_the_arrival_order,
+		test_deterministic_job_counts_its_staging_buffer_against_the_limit,
+		test_deterministic_job_matches_the_reference_through_a_lossy_network,
+		test_default_job_rounds_random_gradients_in_arrival_order);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_deterministic_job_sums_in_rank_order_whatever_the_arrival_order);
-	tcase_add_test(tc, test_deterministic_job_counts_its_staging_buffer_against_the_limit);
-	tcase_add_test(tc, test_deterministic_job_matches_the_reference_through_a_lossy_network);
-	tcase_add_test(tc, test_default_job_rounds_random_gradients_in_arrival_order);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("liveness");
-	tcase_add_test(tc, test_rank_status_tells_when_each_rank_was_last_heard);
-	tcase_add_test(tc, test_push_and_pull_take_the_callers_time);
-	tcase_add_test(tc, test_waiting_on_names_the_ranks_the_oldest_iteration_lacks);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "liveness",
+		test_rank_status_tells_when_each_rank_was_last_heard,
+		test_push_and_pull_take_the_callers_time,
+		test_waiting_on_names_the_ranks_the_oldest_iteration_lacks);
 
-	tc = tcase_create("races");
+	tc = PHUB_TCASE(s, "races", test_control_reads_race_the_data_path_cleanly);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_control_reads_race_the_data_path_cleanly);
-	suite_add_tcase(s, tc);
 	return s;
 }

@@ -6,6 +6,8 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "engine/phub_ackv.h"
 
 /* What one send call got. */
@@ -225,14 +227,13 @@ Suite *
 phub_engine_ackv_suite(void)
 {
 	Suite *s = suite_create("engine_ackv");
-	TCase *tc = tcase_create("coalescing");
 
-	tcase_add_test(tc, test_one_ackv_per_rank_in_arrival_order);
-	tcase_add_test(tc, test_same_rank_of_two_jobs_gets_two_ackvs);
-	tcase_add_test(tc, test_ackvs_split_at_the_entries_a_datagram_holds);
-	tcase_add_test(tc, test_model_takes_only_its_ranks_acks_of_that_segment);
-	tcase_add_test(tc, test_all_taken_sends_nothing_and_full_refuses);
-	tcase_add_test(tc, test_flush_of_one_rank_leaves_the_others_owed);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "coalescing",
+		test_one_ackv_per_rank_in_arrival_order,
+		test_same_rank_of_two_jobs_gets_two_ackvs,
+		test_ackvs_split_at_the_entries_a_datagram_holds,
+		test_model_takes_only_its_ranks_acks_of_that_segment,
+		test_all_taken_sends_nothing_and_full_refuses,
+		test_flush_of_one_rank_leaves_the_others_owed);
 	return s;
 }

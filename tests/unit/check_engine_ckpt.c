@@ -9,22 +9,14 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "engine/phub_engine.h"
+#include "engine_test.h"
+#include "test_rand.h"
 
-#define SEG_ELEMS 64u
-#define CHUNK_BYTES 1024u	/* 256 fp32 elements: 4 segments a chunk */
 #define NONCE 0x0badc0ffee15900dull
-#define PEER_IP(rank) (0x0a000064u + (rank))
-#define PEER_PORT 40000u
 #define WORLD 2
-
-static const struct phub_layout_key test_keys[] = {
-	{ .key_id = 10, .n_elems = 7 },		/* smaller than a segment */
-	{ .key_id = 11, .n_elems = 300 },	/* one chunk and a bit, odd tail */
-	{ .key_id = 12, .n_elems = 1000 },	/* several chunks */
-};
-#define N_TEST_KEYS (sizeof(test_keys) / sizeof(test_keys[0]))
-#define N_ELEMS 1307u
 
 /* A job with its ranks joined, and where each segment of the layout is. */
 struct tjob {
@@ -41,19 +33,12 @@ struct tjob {
 static struct phub_engine_job_params
 params(enum phub_dtype dtype, enum phub_opt_type opt, bool shadow)
 {
-	struct phub_engine_job_params p = {
-		.name = "resnet/run-7",
-		.nonce = NONCE,
-		.world_size = WORLD,
-		.dtype = dtype,
-		.optimizer = { .type = opt, .lr = 0.125f, .momentum = 0.5f, .weight_decay = 0.01f,
-			.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f },
-		.keys = test_keys,
-		.n_keys = N_TEST_KEYS,
-		.chunk_bytes = CHUNK_BYTES,
-		.segment_elems = SEG_ELEMS,
-		.checkpoint_shadow = shadow,
-	};
+	struct phub_optimizer_params o = { .type = opt, .lr = 0.125f, .momentum = 0.5f,
+		.weight_decay = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
+	struct phub_engine_job_params p = phub_test_job_params("resnet/run-7", NONCE, WORLD, dtype,
+			o);
+
+	p.checkpoint_shadow = shadow;
 	return p;
 }
 
@@ -85,11 +70,8 @@ tjob_index(struct tjob *t)
 static void
 tjob_join(struct tjob *t)
 {
-	for (uint16_t r = 0; r < WORLD; r++) {
-		struct phub_engine_peer peer = { .ipv4 = PEER_IP(r), .udp_port = PEER_PORT };
-
-		ck_assert_int_eq(phub_engine_job_join(t->job, r, NONCE, &peer, &t->token[r]), 0);
-	}
+	for (uint16_t r = 0; r < WORLD; r++)
+		t->token[r] = phub_test_join(t->job, r, NONCE);
 }
 
 static void
@@ -128,12 +110,11 @@ static uint16_t
 to_half(float f)
 {
 	/* The values above are exact in fp16: integers and halves below 8. */
-	uint32_t b;
+	uint32_t b = phub_f32_bits(f);
 	uint16_t sign, exp, man;
 
 	if (f == 0.0f)
 		return 0;
-	memcpy(&b, &f, sizeof(b));
 	sign = (uint16_t)((b >> 16) & 0x8000);
 	exp = (uint16_t)(((b >> 23) & 0xff) - 127 + 15);
 	man = (uint16_t)((b >> 13) & 0x3ff);
@@ -151,19 +132,9 @@ request(struct tjob *t, uint16_t rank, uint32_t seg, uint32_t iteration, void *p
 
 	phub_layout_chunk_get(layout, t->seg_chunk[seg], &c);
 	phub_layout_segment_get(layout, t->seg_chunk[seg], t->seg_index[seg], &s);
-	memset(&r, 0, sizeof(r));
-	r.session_token = t->token[rank];
-	r.chunk_id = t->seg_chunk[seg];
-	r.iteration = iteration;
-	r.elem_offset = s.elem_offset;
-	r.elem_count = s.n_elems;
-	r.rank = rank;
-	r.seg_index = t->seg_index[seg];
-	r.seg_count = (uint16_t)c.n_segments;
+	r = phub_test_request(t->job, rank, t->token[rank], t->seg_chunk[seg], t->seg_index[seg],
+			iteration, payload);
 	r.dtype = (uint8_t)t->dtype;
-	r.src_ipv4 = PEER_IP(rank);
-	r.src_udp_port = PEER_PORT;
-	r.payload = payload;
 	r.payload_len = (size_t)s.n_elems * es;
 	if (payload != NULL) {
 		for (uint32_t i = 0; i < s.n_elems; i++) {
@@ -188,7 +159,7 @@ static void
 complete_segment(struct tjob *t, uint32_t seg, uint32_t iteration)
 {
 	struct phub_engine_reply reply;
-	float payload[SEG_ELEMS];
+	float payload[PHUB_TEST_SEG_ELEMS];
 
 	for (uint16_t r = 0; r < WORLD; r++) {
 		struct phub_engine_request req = request(t, r, seg, iteration, payload);
@@ -235,16 +206,30 @@ restore(struct phub_engine *engine, int fd, char *err, size_t errlen,
 	return phub_engine_ckpt_restore(engine, fd, &rp, info, err, errlen);
 }
 
+/* t is the job of the checkpoint in fd, restored into an engine of its own; not joined. */
+static void
+tjob_restore(struct tjob *t, int fd, enum phub_dtype dtype, struct phub_engine_ckpt_info *info)
+{
+	char err[256] = "";
+
+	memset(t, 0, sizeof(*t));
+	t->engine = phub_engine_create();
+	ck_assert_ptr_nonnull(t->engine);
+	t->dtype = dtype;
+	t->job = restore(t->engine, fd, err, sizeof(err), info);
+	ck_assert_msg(t->job != NULL, "%s", err);
+}
+
 static void
 assert_same_state(const struct phub_engine_job *a, const struct phub_engine_job *b)
 {
-	ck_assert_mem_eq(phub_engine_job_model(a), phub_engine_job_model(b), N_ELEMS * 4);
+	ck_assert_mem_eq(phub_engine_job_model(a), phub_engine_job_model(b), PHUB_TEST_N_ELEMS * 4);
 	for (unsigned int i = 0; i < 2; i++) {
 		ck_assert((phub_engine_job_state(a, i) == NULL) ==
 				(phub_engine_job_state(b, i) == NULL));
 		if (phub_engine_job_state(a, i) != NULL)
 			ck_assert_mem_eq(phub_engine_job_state(a, i), phub_engine_job_state(b, i),
-					N_ELEMS * 4);
+					PHUB_TEST_N_ELEMS * 4);
 	}
 }
 
@@ -258,19 +243,14 @@ round_trip(enum phub_dtype dtype, enum phub_opt_type opt)
 	struct phub_engine_job_info ji;
 	struct phub_engine_reply ra, rb;
 	struct phub_engine_request req;
-	char err[256] = "";
-	float payload[SEG_ELEMS];
+	float payload[PHUB_TEST_SEG_ELEMS];
 	int fd;
 
 	tjob_new(&a, dtype, opt, false);
 	run_iterations(&a, 0, 5);
 	fd = write_to_memfd(a.job, PHUB_ENGINE_CKPT_LIVE);
 
-	memset(&b, 0, sizeof(b));
-	b.engine = phub_engine_create();
-	b.dtype = dtype;
-	b.job = restore(b.engine, fd, err, sizeof(err), &info);
-	ck_assert_msg(b.job != NULL, "%s", err);
+	tjob_restore(&b, fd, dtype, &info);
 	close(fd);
 	ck_assert_str_eq(info.name, "resnet/run-7");
 	ck_assert_uint_eq(info.nonce, NONCE);
@@ -279,8 +259,8 @@ round_trip(enum phub_dtype dtype, enum phub_opt_type opt)
 	ck_assert_int_eq(info.dtype, dtype);
 	ck_assert_int_eq(info.optimizer.type, opt);
 	ck_assert_float_eq(info.optimizer.lr, 0.125f);
-	ck_assert_uint_eq(info.n_keys, N_TEST_KEYS);
-	ck_assert_uint_eq(info.n_elems, N_ELEMS);
+	ck_assert_uint_eq(info.n_keys, PHUB_TEST_N_KEYS);
+	ck_assert_uint_eq(info.n_elems, PHUB_TEST_N_ELEMS);
 	ck_assert_ptr_eq(phub_engine_job_find(b.engine, "resnet/run-7"), b.job);
 	assert_same_state(a.job, b.job);
 
@@ -346,11 +326,11 @@ START_TEST(test_peek_reads_the_header_and_size)
 	ck_assert_int_eq(phub_engine_ckpt_peek(fd, &info, err, sizeof(err)), 0);
 	ck_assert_uint_eq(info.iteration, 2);
 	ck_assert_uint_eq(info.flags, PHUB_ENGINE_CKPT_F_DETERMINISTIC);
-	ck_assert_uint_eq(info.chunk_bytes, CHUNK_BYTES);
-	ck_assert_uint_eq(info.segment_elems, SEG_ELEMS);
+	ck_assert_uint_eq(info.chunk_bytes, PHUB_TEST_CHUNK_BYTES);
+	ck_assert_uint_eq(info.segment_elems, PHUB_TEST_SEG_ELEMS);
 	/* header, 3 keys, model, m and v, CRC */
-	ck_assert_uint_eq(info.file_bytes, PHUB_ENGINE_CKPT_HEADER_BYTES + 3 * 8 + 3 * 4 * N_ELEMS
-			+ 4);
+	ck_assert_uint_eq(info.file_bytes,
+			PHUB_ENGINE_CKPT_HEADER_BYTES + 3 * 8 + 3 * 4 * PHUB_TEST_N_ELEMS + 4);
 	ck_assert_int_eq(lseek(fd, 0, SEEK_END), (off_t)info.file_bytes);
 	close(fd);
 	tjob_free(&a);
@@ -417,7 +397,7 @@ assert_refused(int fd, const char *why)
 
 START_TEST(test_restore_refuses_a_torn_file)
 {
-	static const off_t cuts[] = { 1, 4, 5, 1000, 4 * N_ELEMS };
+	static const off_t cuts[] = { 1, 4, 5, 1000, 4 * PHUB_TEST_N_ELEMS };
 	off_t size;
 	int fd = good_file(&size);
 
@@ -440,7 +420,7 @@ START_TEST(test_restore_refuses_a_corrupted_byte_anywhere)
 	/* In the name, the keys, the model, m, v and the CRC itself. */
 	const off_t where[] = { 20, PHUB_ENGINE_CKPT_HEADER_BYTES + 9,
 		PHUB_ENGINE_CKPT_HEADER_BYTES + 24 + 4 * 600,
-		PHUB_ENGINE_CKPT_HEADER_BYTES + 24 + 4 * (N_ELEMS + 17),
+		PHUB_ENGINE_CKPT_HEADER_BYTES + 24 + 4 * (PHUB_TEST_N_ELEMS + 17),
 		size - 5 - 4 * 3, size - 2 };
 
 	for (unsigned int i = 0; i < sizeof(where) / sizeof(where[0]); i++) {
@@ -494,7 +474,9 @@ END_TEST
 START_TEST(test_restore_refuses_segments_the_ports_no_longer_carry)
 {
 	struct phub_engine *engine = phub_engine_create();
-	struct phub_engine_ckpt_restore_params rp = { .max_segment_elems = SEG_ELEMS / 2 };
+	struct phub_engine_ckpt_restore_params rp = {
+		.max_segment_elems = PHUB_TEST_SEG_ELEMS / 2,
+	};
 	struct phub_engine_ckpt_info info;
 	char err[256] = "";
 	off_t size;
@@ -503,7 +485,7 @@ START_TEST(test_restore_refuses_segments_the_ports_no_longer_carry)
 	ck_assert_ptr_null(phub_engine_ckpt_restore(engine, fd, &rp, &info, err, sizeof(err)));
 	ck_assert_int_eq(errno, E2BIG);
 	ck_assert_ptr_nonnull(strstr(err, "MTU"));
-	rp.max_segment_elems = SEG_ELEMS;
+	rp.max_segment_elems = PHUB_TEST_SEG_ELEMS;
 	ck_assert_msg(phub_engine_ckpt_restore(engine, fd, &rp, &info, err, sizeof(err)) != NULL,
 			"%s", err);
 	/* A second restore of the same job finds it there already. */
@@ -538,16 +520,11 @@ START_TEST(test_restore_refuses_random_damage_without_leaving_anything)
 		char err[256];
 
 		memcpy(bad, good, len);
-		rng ^= rng << 13;
-		rng ^= rng >> 7;
-		rng ^= rng << 17;
-		flips = 1 + (unsigned int)(rng % 3);
+		flips = 1 + (unsigned int)(phub_test_rand(&rng) % 3);
 		for (unsigned int i = 0; i < flips; i++) {
 			size_t at;
 
-			rng ^= rng << 13;
-			rng ^= rng >> 7;
-			rng ^= rng << 17;
+			phub_test_rand(&rng);
 			/* Distinct places: two flips of one byte could cancel out. */
 			at = (rng & 1) ? (size_t)(rng >> 8) % 200 : (size_t)(rng >> 8) % len;
 			at = (at + i * 7) % len;
@@ -590,10 +567,10 @@ START_TEST(test_shadow_counts_against_the_memory_limit)
 	ck_assert_ptr_nonnull(job);
 	phub_engine_job_get_info(job, &with);
 	/* model and m */
-	ck_assert_uint_eq(with.memory_bytes - without.memory_bytes, 2 * 4 * N_ELEMS);
+	ck_assert_uint_eq(with.memory_bytes - without.memory_bytes, 2 * 4 * PHUB_TEST_N_ELEMS);
 	phub_engine_job_unpublish(engine, job);
 	phub_engine_job_free(job);
-	p.memory_limit_bytes = without.memory_bytes + 4 * N_ELEMS;
+	p.memory_limit_bytes = without.memory_bytes + 4 * PHUB_TEST_N_ELEMS;
 	ck_assert_ptr_null(phub_engine_job_create(engine, &p));
 	ck_assert_int_eq(errno, E2BIG);
 	phub_engine_free(engine);
@@ -722,11 +699,7 @@ START_TEST(test_restored_job_snapshots_its_next_iterations)
 	tjob_new(&a, PHUB_DTYPE_FP32, PHUB_OPT_MOMENTUM, true);
 	run_iterations(&a, 0, 2);
 	fd = write_to_memfd(a.job, PHUB_ENGINE_CKPT_LIVE);
-	memset(&b, 0, sizeof(b));
-	b.engine = phub_engine_create();
-	b.dtype = PHUB_DTYPE_FP32;
-	b.job = restore(b.engine, fd, err, sizeof(err), &info);
-	ck_assert_msg(b.job != NULL, "%s", err);
+	tjob_restore(&b, fd, PHUB_DTYPE_FP32, &info);
 	tjob_index(&b);
 	tjob_join(&b);
 	ck_assert_int_eq(phub_engine_job_ckpt_collect(b.job, 4), 0);
@@ -756,27 +729,23 @@ Suite *
 phub_engine_ckpt_suite(void)
 {
 	Suite *s = suite_create("engine_ckpt");
-	TCase *tc;
 
-	tc = tcase_create("file");
-	tcase_add_test(tc, test_round_trip_restores_every_bit_and_training_goes_on_the_same);
-	tcase_add_test(tc, test_peek_reads_the_header_and_size);
-	tcase_add_test(tc, test_live_write_refuses_a_job_in_the_middle_of_an_iteration);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "file",
+		test_round_trip_restores_every_bit_and_training_goes_on_the_same,
+		test_peek_reads_the_header_and_size,
+		test_live_write_refuses_a_job_in_the_middle_of_an_iteration);
 
-	tc = tcase_create("damage");
-	tcase_add_test(tc, test_restore_refuses_a_torn_file);
-	tcase_add_test(tc, test_restore_refuses_a_corrupted_byte_anywhere);
-	tcase_add_test(tc, test_restore_refuses_a_file_that_is_not_a_checkpoint);
-	tcase_add_test(tc, test_restore_refuses_segments_the_ports_no_longer_carry);
-	tcase_add_test(tc, test_restore_refuses_random_damage_without_leaving_anything);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "damage",
+		test_restore_refuses_a_torn_file,
+		test_restore_refuses_a_corrupted_byte_anywhere,
+		test_restore_refuses_a_file_that_is_not_a_checkpoint,
+		test_restore_refuses_segments_the_ports_no_longer_carry,
+		test_restore_refuses_random_damage_without_leaving_anything);
 
-	tc = tcase_create("shadow");
-	tcase_add_test(tc, test_shadow_counts_against_the_memory_limit);
-	tcase_add_test(tc, test_shadow_holds_the_model_at_its_iteration_while_segments_go_on);
-	tcase_add_test(tc, test_collection_a_segment_raced_past_is_reported_missed);
-	tcase_add_test(tc, test_restored_job_snapshots_its_next_iterations);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "shadow",
+		test_shadow_counts_against_the_memory_limit,
+		test_shadow_holds_the_model_at_its_iteration_while_segments_go_on,
+		test_collection_a_segment_raced_past_is_reported_missed,
+		test_restored_job_snapshots_its_next_iterations);
 	return s;
 }

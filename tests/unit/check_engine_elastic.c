@@ -11,42 +11,27 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "engine/phub_engine.h"
 #include "engine_test.h"
 #include "kernels/phub_kernels.h"
 
-#define SEG_ELEMS 64u
-#define CHUNK_BYTES 1024u	/* 256 fp32 elements: 4 segments a chunk */
 #define NONCE 0x1122334455667788ull
 #define WORLD 4u
 #define DEAD 2u			/* the rank that dies */
 #define DIES_AT 3u		/* the iteration it pushes only chunk 0 of */
 #define ITERATIONS 6u
 
-static const struct phub_layout_key test_keys[] = {
-	{ .key_id = 10, .n_elems = 7 },
-	{ .key_id = 11, .n_elems = 300 },
-	{ .key_id = 12, .n_elems = 1000 },
-};
-#define N_TEST_KEYS (sizeof(test_keys) / sizeof(test_keys[0]))
-#define N_ELEMS 1307u
-
 static struct phub_engine_job_params
 test_params(bool deterministic, bool elastic)
 {
-	struct phub_engine_job_params p = {
-		.name = "elastic",
-		.nonce = NONCE,
-		.world_size = WORLD,
-		.dtype = PHUB_DTYPE_FP32,
-		.optimizer = { .type = PHUB_OPT_SGD, .lr = 0.5f },
-		.keys = test_keys,
-		.n_keys = N_TEST_KEYS,
-		.chunk_bytes = CHUNK_BYTES,
-		.segment_elems = SEG_ELEMS,
-		.deterministic = deterministic,
-		.elastic = elastic,
-	};
+	struct phub_optimizer_params sgd = { .type = PHUB_OPT_SGD, .lr = 0.5f };
+	struct phub_engine_job_params p = phub_test_job_params("elastic", NONCE, WORLD,
+			PHUB_DTYPE_FP32, sgd);
+
+	p.deterministic = deterministic;
+	p.elastic = elastic;
 	return p;
 }
 
@@ -66,7 +51,7 @@ grad(uint16_t r, uint32_t t, uint32_t e)
 static void
 fill(float *g, uint16_t r, uint32_t t)
 {
-	for (uint32_t e = 0; e < N_ELEMS; e++)
+	for (uint32_t e = 0; e < PHUB_TEST_N_ELEMS; e++)
 		g[e] = grad(r, t, e);
 }
 
@@ -99,7 +84,7 @@ push_rank(struct phub_engine_job *job, uint16_t rank, uint64_t token, uint32_t i
 		bool chunk0_only, struct phub_engine_stats *stats)
 {
 	const struct phub_layout *layout = phub_engine_job_layout(job);
-	static float g[N_ELEMS];
+	static float g[PHUB_TEST_N_ELEMS];
 	unsigned int models = 0;
 
 	fill(g, rank, it);
@@ -128,7 +113,7 @@ reference(float *w, uint32_t from, uint32_t to, unsigned int (*members)(uint32_t
 	struct phub_optimizer_params opt = test_params(true, true).optimizer;
 
 	for (uint32_t t = from; t <= to; t++) {
-		for (uint32_t e = 0; e < N_ELEMS; e++) {
+		for (uint32_t e = 0; e < PHUB_TEST_N_ELEMS; e++) {
 			float g[WORLD], acc;
 			const void *srcs[WORLD];
 			unsigned int m = members(t, e), n = 0;
@@ -260,7 +245,7 @@ run_history(bool deterministic, bool reverse)
 
 	/* Its PUSHes are refused from now on. */
 	{
-		static float g[N_ELEMS];
+		static float g[PHUB_TEST_N_ELEMS];
 
 		ck_assert_uint_eq(push(job, DEAD, tok[DEAD], 0, 0, DIES_AT + 1, g, &stats),
 				PHUB_ENGINE_DROP);
@@ -278,15 +263,15 @@ run_history(bool deterministic, bool reverse)
 		}
 		ck_assert_uint_eq(m, info.n_segments);
 	}
-	model = malloc(N_ELEMS * sizeof(float));
-	memcpy(model, phub_engine_job_model(job), N_ELEMS * sizeof(float));
+	model = malloc(PHUB_TEST_N_ELEMS * sizeof(float));
+	memcpy(model, phub_engine_job_model(job), PHUB_TEST_N_ELEMS * sizeof(float));
 	phub_engine_free(engine);
 	return model;
 }
 
 START_TEST(test_removed_rank_leaves_the_model_a_reference_of_the_others_computes)
 {
-	float *want = malloc(N_ELEMS * sizeof(float));
+	float *want = malloc(PHUB_TEST_N_ELEMS * sizeof(float));
 	float *got;
 
 	/* Rank 0's initial weights, then the membership history: four ranks, three after. */
@@ -295,11 +280,11 @@ START_TEST(test_removed_rank_leaves_the_model_a_reference_of_the_others_computes
 	reference(want, 1, ITERATIONS, members_history);
 	/* Rank order and arrival order alike when the ranks arrive in rank order. */
 	got = run_history(false, false);
-	ck_assert_mem_eq(got, want, N_ELEMS * sizeof(float));
+	ck_assert_mem_eq(got, want, PHUB_TEST_N_ELEMS * sizeof(float));
 	free(got);
 	/* Rank order whatever the arrival order in a deterministic job. */
 	got = run_history(true, true);
-	ck_assert_mem_eq(got, want, N_ELEMS * sizeof(float));
+	ck_assert_mem_eq(got, want, PHUB_TEST_N_ELEMS * sizeof(float));
 	free(got);
 	free(want);
 }
@@ -315,16 +300,16 @@ members_all(uint32_t t, uint32_t e)
 
 START_TEST(test_the_reference_tells_the_membership_apart)
 {
-	float *all = malloc(N_ELEMS * sizeof(float));
+	float *all = malloc(PHUB_TEST_N_ELEMS * sizeof(float));
 	float *got = run_history(true, false);
 	unsigned int differ = 0;
 
 	/* The comparison above can fail: four ranks throughout is another model. */
 	fill(all, 0, 0);
 	reference(all, 1, ITERATIONS, members_all);
-	for (uint32_t e = 0; e < N_ELEMS; e++)
+	for (uint32_t e = 0; e < PHUB_TEST_N_ELEMS; e++)
 		differ += memcmp(&got[e], &all[e], sizeof(float)) != 0;
-	ck_assert_uint_gt(differ, N_ELEMS / 2);
+	ck_assert_uint_gt(differ, PHUB_TEST_N_ELEMS / 2);
 	free(got);
 	free(all);
 }
@@ -335,7 +320,7 @@ START_TEST(test_deterministic_elastic_job_is_bit_identical_across_runs_of_a_hist
 	float *a = run_history(true, false);
 	float *b = run_history(true, true);
 
-	ck_assert_mem_eq(a, b, N_ELEMS * sizeof(float));
+	ck_assert_mem_eq(a, b, PHUB_TEST_N_ELEMS * sizeof(float));
 	free(a);
 	free(b);
 }
@@ -398,14 +383,14 @@ START_TEST(test_readmitted_rank_counts_again_from_its_boundary)
 	struct phub_engine *engine = phub_engine_create();
 	struct phub_engine_job_params p = test_params(true, true);
 	struct phub_engine_job *job = phub_engine_job_create(engine, &p);
-	float *want = malloc(N_ELEMS * sizeof(float));
+	float *want = malloc(PHUB_TEST_N_ELEMS * sizeof(float));
 	struct phub_engine_stats stats;
 	struct phub_engine_job_info info;
 	struct phub_layout_chunk c0;
 	uint64_t tok[WORLD];
 	uint32_t from, epoch = 0, it;
 	unsigned int done = 0;
-	static float g[N_ELEMS];
+	static float g[PHUB_TEST_N_ELEMS];
 
 	memset(&stats, 0, sizeof(stats));
 	phub_layout_chunk_get(phub_engine_job_layout(job), 0, &c0);
@@ -457,7 +442,7 @@ START_TEST(test_readmitted_rank_counts_again_from_its_boundary)
 	}
 	fill(want, 0, 0);
 	reference(want, 1, REJOIN_LAST, members_rejoin);
-	ck_assert_mem_eq(phub_engine_job_model(job), want, N_ELEMS * sizeof(float));
+	ck_assert_mem_eq(phub_engine_job_model(job), want, PHUB_TEST_N_ELEMS * sizeof(float));
 	/* Gone again: removed from its boundary at the earliest, the others go on. */
 	ck_assert_int_eq(phub_engine_job_rank_remove(job, DEAD, &from), 0);
 	ck_assert_uint_eq(from, REJOIN_LAST + 1);
@@ -530,7 +515,7 @@ race_data(void *arg)
 {
 	struct race *x = arg;
 	const struct phub_layout *layout = phub_engine_job_layout(x->job);
-	static float g[N_ELEMS];
+	static float g[PHUB_TEST_N_ELEMS];
 	struct phub_engine_stats stats;
 	struct phub_engine_job_info info;
 	uint32_t epoch = 0;
@@ -598,19 +583,16 @@ phub_engine_elastic_suite(void)
 	Suite *s = suite_create("engine_elastic");
 	TCase *tc;
 
-	tc = tcase_create("removal");
+	tc = PHUB_TCASE(s, "removal",
+		test_removed_rank_leaves_the_model_a_reference_of_the_others_computes,
+		test_the_reference_tells_the_membership_apart,
+		test_deterministic_elastic_job_is_bit_identical_across_runs_of_a_history,
+		test_remove_refuses_what_it_cannot_do,
+		test_readmitted_rank_counts_again_from_its_boundary,
+		test_checkpoint_keeps_the_job_elastic);
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_removed_rank_leaves_the_model_a_reference_of_the_others_computes);
-	tcase_add_test(tc, test_the_reference_tells_the_membership_apart);
-	tcase_add_test(tc, test_deterministic_elastic_job_is_bit_identical_across_runs_of_a_history);
-	tcase_add_test(tc, test_remove_refuses_what_it_cannot_do);
-	tcase_add_test(tc, test_readmitted_rank_counts_again_from_its_boundary);
-	tcase_add_test(tc, test_checkpoint_keeps_the_job_elastic);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("races");
+	tc = PHUB_TCASE(s, "races", test_removal_races_the_data_thread_cleanly);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_removal_races_the_data_thread_cleanly);
-	suite_add_tcase(s, tc);
 	return s;
 }

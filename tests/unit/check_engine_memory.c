@@ -8,6 +8,8 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "engine/phub_engine.h"
 
 /* ResNet-50 as phub-bench lays it out: 25 557 032 parameters. */
@@ -227,13 +229,12 @@ Suite *
 phub_engine_memory_suite(void)
 {
 	Suite *s = suite_create("engine_memory");
-	TCase *tc = tcase_create("memory");
 
-	tcase_add_test(tc, test_resnet50_parts_are_what_each_buffer_holds);
-	tcase_add_test(tc, test_deterministic_bf16_adam_counts_staging_and_the_wire_copy);
-	tcase_add_test(tc, test_ring_job_counts_its_four_ring_buffers);
-	tcase_add_test(tc, test_created_jobs_are_charged_what_the_computation_says);
-	tcase_add_test(tc, test_a_placing_allocator_is_asked_to_place_every_per_element_buffer);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "memory",
+		test_resnet50_parts_are_what_each_buffer_holds,
+		test_deterministic_bf16_adam_counts_staging_and_the_wire_copy,
+		test_ring_job_counts_its_four_ring_buffers,
+		test_created_jobs_are_charged_what_the_computation_says,
+		test_a_placing_allocator_is_asked_to_place_every_per_element_buffer);
 	return s;
 }

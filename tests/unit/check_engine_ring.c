@@ -12,6 +12,9 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+#include "test_rand.h"
+
 #include "engine/phub_engine.h"
 #include "engine/phub_ring.h"
 
@@ -83,8 +86,7 @@ struct sim {
 static unsigned int
 rnd(struct sim *s)
 {
-	s->seed = s->seed * 1103515245u + 12345u;
-	return (s->seed >> 8) & 0xffffff;
+	return phub_test_lcg(&s->seed);
 }
 
 static uint32_t
@@ -116,12 +118,8 @@ to_dtype(enum phub_dtype dtype, const float *src, void *dst, size_t n)
 static void
 post(struct sim *s, const struct msg *m)
 {
-	unsigned int copies = 1;
+	unsigned int copies = phub_test_copies(&s->seed, s->loss_pct, s->dup_pct);
 
-	if (rnd(s) % 100 < s->loss_pct)
-		return;
-	if (rnd(s) % 100 < s->dup_pct)
-		copies = 2;
 	while (copies-- > 0) {
 		if (s->queued == s->cap) {
 			s->cap = s->cap != 0 ? 2 * s->cap : 256;
@@ -952,18 +950,18 @@ Suite *
 phub_engine_ring_suite(void)
 {
 	Suite *s = suite_create("engine_ring");
-	TCase *tc = tcase_create("ring");
+	TCase *tc;
 
+	tc = PHUB_TCASE(s, "ring",
+		test_whole_segments_take_r_times_fewer_datagrams,
+		test_hostile_ring_ackv_is_counted_and_harmless,
+		test_deterministic_ring_is_bit_reproducible,
+		test_hostile_ring_traffic_is_counted_by_reason,
+		test_one_rack_job_refuses_ring_datagrams,
+		test_ring_job_maps_global_ranks_to_its_rack,
+		test_ring_poll_with_a_budget_serves_every_segment_in_turn,
+		test_ring_steps_wait_for_the_link);
 	tcase_add_loop_test(tc, test_ring_of_racks_matches_one_pbox_with_every_worker, 0,
-			    2 * (int)(sizeof(cases) / sizeof(cases[0])));
-	tcase_add_test(tc, test_whole_segments_take_r_times_fewer_datagrams);
-	tcase_add_test(tc, test_hostile_ring_ackv_is_counted_and_harmless);
-	tcase_add_test(tc, test_deterministic_ring_is_bit_reproducible);
-	tcase_add_test(tc, test_hostile_ring_traffic_is_counted_by_reason);
-	tcase_add_test(tc, test_one_rack_job_refuses_ring_datagrams);
-	tcase_add_test(tc, test_ring_job_maps_global_ranks_to_its_rack);
-	tcase_add_test(tc, test_ring_poll_with_a_budget_serves_every_segment_in_turn);
-	tcase_add_test(tc, test_ring_steps_wait_for_the_link);
-	suite_add_tcase(s, tc);
+			2 * (int)(sizeof(cases) / sizeof(cases[0])));
 	return s;
 }

@@ -9,6 +9,8 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "phub_kernels.h"
 
 /* Longest segment every test walks through, element by element. */
@@ -62,29 +64,11 @@ rng_wide(void)
 	return ldexpf((rng_u32() & 1) ? -m : m, (int)(rng_u32() % 41) - 20);
 }
 
-static uint32_t
-bits_of(float f)
-{
-	uint32_t u;
-
-	memcpy(&u, &f, sizeof(u));
-	return u;
-}
-
-static float
-float_of(uint32_t u)
-{
-	float f;
-
-	memcpy(&f, &u, sizeof(f));
-	return f;
-}
-
 /* Same bits, or both NaN: C leaves an arithmetic NaN's payload to the hardware's operand order. */
 static bool
 same_float(float a, float b)
 {
-	return bits_of(a) == bits_of(b) || (isnan(a) && isnan(b));
+	return phub_f32_bits(a) == phub_f32_bits(b) || (isnan(a) && isnan(b));
 }
 
 /* The first index where two fp32 arrays differ, or -1. */
@@ -393,7 +377,7 @@ START_TEST(test_scalar_conversion_rounds_to_nearest_even_on_edge_values)
 	float f;
 
 	for (i = 0; i < N_CONV_CASES; i++) {
-		f = float_of(conv_cases[i].f32);
+		f = phub_f32_from_bits(conv_cases[i].f32);
 		k->to_wire(&h, PHUB_DTYPE_FP16, &f, 1);
 		EXPECT(h == conv_cases[i].fp16, "fp16 of %08x: %04x, expected %04x",
 		       conv_cases[i].f32, h, conv_cases[i].fp16);
@@ -422,10 +406,10 @@ START_TEST(test_scalar_widening_is_exact_for_every_16_bit_pattern)
 		e = (x >> 10) & 0x1f;
 		m = x & 0x3ff;
 		if (e == 0x1f && m != 0) {
-			EXPECT(isnan(f) && (bits_of(f) & 0x400000) != 0 &&
-			       ((bits_of(f) >> 13) & 0x1ff) == (m & 0x1ff) &&
+			EXPECT(isnan(f) && (phub_f32_bits(f) & 0x400000) != 0 &&
+			       ((phub_f32_bits(f) >> 13) & 0x1ff) == (m & 0x1ff) &&
 			       !!signbit(f) == ((x & 0x8000) != 0),
-			       "fp16 NaN %04x widened to %08x", x, bits_of(f));
+			       "fp16 NaN %04x widened to %08x", x, phub_f32_bits(f));
 		} else {
 			want = e == 0x1f ? INFINITY :
 			       e == 0	 ? ldexp((double)m, -24) :
@@ -439,7 +423,8 @@ START_TEST(test_scalar_widening_is_exact_for_every_16_bit_pattern)
 			EXPECT(back == h, "fp16 %04x came back as %04x", x, back);
 		}
 		k->first(&f, &h, PHUB_DTYPE_BF16, 1);
-		EXPECT(bits_of(f) == x << 16, "bf16 %04x widened to %08x", x, bits_of(f));
+		EXPECT(phub_f32_bits(f) == x << 16, "bf16 %04x widened to %08x", x,
+		       phub_f32_bits(f));
 	}
 }
 END_TEST
@@ -457,11 +442,12 @@ START_TEST(test_scalar_fp16_rounding_agrees_with_the_compiler)
 	rng_seed(11);
 	for (i = 0; i < 1000000; i++) {
 		/* Exponents around the half range, where every rounding path lives. */
-		f = float_of((rng_u32() & 0x807fffff) | ((uint32_t)(96 + rng_u32() % 60) << 23));
+		f = phub_f32_from_bits((rng_u32() & 0x807fffff) |
+				       ((uint32_t)(96 + rng_u32() % 60) << 23));
 		want = (_Float16)f;
 		memcpy(&w, &want, sizeof(w));
 		k->to_wire(&h, PHUB_DTYPE_FP16, &f, 1);
-		EXPECT(h == w, "fp16 of %08x: %04x, compiler says %04x", bits_of(f), h, w);
+		EXPECT(h == w, "fp16 of %08x: %04x, compiler says %04x", phub_f32_bits(f), h, w);
 	}
 }
 END_TEST
@@ -502,8 +488,8 @@ START_TEST(test_simd_conversions_match_scalar_bit_for_bit)
 	/* Edge values repeated at every position of a vector, then random bit patterns. */
 	rng_seed(3);
 	for (i = 0; i < MAX_LEN + 4; i++)
-		src[i] = i < 4 * N_CONV_CASES ? float_of(conv_cases[i % N_CONV_CASES].f32) :
-						float_of(rng_u32());
+		src[i] = phub_f32_from_bits(i < 4 * N_CONV_CASES ?
+					    conv_cases[i % N_CONV_CASES].f32 : rng_u32());
 	for (i = 0; i <= 0xffff; i++)
 		pat[i] = (uint16_t)i;
 	for (v = 0; v < nsimd; v++) {
@@ -516,10 +502,10 @@ START_TEST(test_simd_conversions_match_scalar_bit_for_bit)
 			ref->first(wide_ref, pat, dt, 1 << 16);
 			simd[v]->first(wide_simd, pat, dt, 1 << 16);
 			for (i = 0; i <= 0xffff; i++)
-				EXPECT(bits_of(wide_ref[i]) == bits_of(wide_simd[i]),
+				EXPECT(phub_f32_bits(wide_ref[i]) == phub_f32_bits(wide_simd[i]),
 				       "%s widen dtype %d %04zx: %08x, scalar %08x",
 				       phub_kernels_isa_name(simd[v]->isa), dt, i,
-				       bits_of(wide_simd[i]), bits_of(wide_ref[i]));
+				       phub_f32_bits(wide_simd[i]), phub_f32_bits(wide_ref[i]));
 			memcpy(odd + 1, pat + 7, 2 * MAX_LEN);
 			simd[v]->first(wide_simd, odd + 1, dt, MAX_LEN);
 			ck_assert_int_eq(first_float_diff(wide_simd, wide_ref + 7, MAX_LEN), -1);
@@ -528,7 +514,7 @@ START_TEST(test_simd_conversions_match_scalar_bit_for_bit)
 		rng_seed(5);
 		for (round = 0; round < 16; round++) {
 			for (i = 0; i < (1u << 16); i++)
-				wide_ref[i] = float_of(rng_u32());
+				wide_ref[i] = phub_f32_from_bits(rng_u32());
 			for (dt = PHUB_DTYPE_FP16; dt <= PHUB_DTYPE_BF16; dt++) {
 				ref->to_wire(narrow_ref, dt, wide_ref, 1 << 16);
 				simd[v]->to_wire(wide_simd, dt, wide_ref, 1 << 16);
@@ -551,7 +537,7 @@ fill_wire(void *dst, enum phub_dtype dt, size_t n)
 	for (i = 0; i < n; i++) {
 		tmp[i] = rng_wide();
 		if (rng_u32() % 61 == 0)
-			tmp[i] = float_of(conv_cases[rng_u32() % N_CONV_CASES].f32);
+			tmp[i] = phub_f32_from_bits(conv_cases[rng_u32() % N_CONV_CASES].f32);
 	}
 	scalar()->to_wire(dst, dt, tmp, n);
 }
@@ -902,7 +888,7 @@ seg_run_check_guards(const struct seg_run *r, enum phub_dtype gdt, int odt, size
 static bool
 within_ulps(float a, float b, unsigned int ulps)
 {
-	int64_t ia = (int32_t)bits_of(a), ib = (int32_t)bits_of(b);
+	int64_t ia = (int32_t)phub_f32_bits(a), ib = (int32_t)phub_f32_bits(b);
 
 	if (isnan(a) || isnan(b))
 		return isnan(a) && isnan(b);
@@ -1134,42 +1120,35 @@ phub_kernels_suite(void)
 	Suite *s = suite_create("kernels");
 	TCase *tc;
 
-	tc = tcase_create("dtype");
-	tcase_add_test(tc, test_dtype_values_and_sizes_match_the_wire);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "dtype", test_dtype_values_and_sizes_match_the_wire);
 
-	tc = tcase_create("dispatch");
-	tcase_add_test(tc, test_get_returns_the_best_supported_isa);
-	tcase_add_test(tc, test_select_forces_an_isa_and_rejects_unknown_ones);
-	tcase_add_test(tc, test_names_of_isas_and_optimizers_round_trip);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "dispatch",
+		test_get_returns_the_best_supported_isa,
+		test_select_forces_an_isa_and_rejects_unknown_ones,
+		test_names_of_isas_and_optimizers_round_trip);
 
-	tc = tcase_create("params");
-	tcase_add_test(tc, test_params_check_rejects_out_of_range_hyperparameters);
-	tcase_add_test(tc, test_step_init_computes_scale_and_bias_corrections);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "params",
+		test_params_check_rejects_out_of_range_hyperparameters,
+		test_step_init_computes_scale_and_bias_corrections);
 
-	tc = tcase_create("conversion");
+	tc = PHUB_TCASE(s, "conversion",
+		test_scalar_conversion_rounds_to_nearest_even_on_edge_values,
+		test_scalar_widening_is_exact_for_every_16_bit_pattern,
+		test_simd_conversions_match_scalar_bit_for_bit);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_scalar_conversion_rounds_to_nearest_even_on_edge_values);
-	tcase_add_test(tc, test_scalar_widening_is_exact_for_every_16_bit_pattern);
 #ifdef __FLT16_MAX__
 	tcase_add_test(tc, test_scalar_fp16_rounding_agrees_with_the_compiler);
 #endif
-	tcase_add_test(tc, test_simd_conversions_match_scalar_bit_for_bit);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("sum");
+	tc = PHUB_TCASE(s, "sum",
+		test_simd_first_arrival_matches_scalar_for_every_length_and_offset,
+		test_simd_later_arrival_matches_scalar_for_every_length_and_offset,
+		test_sum_of_k_equals_one_arrival_at_a_time);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_simd_first_arrival_matches_scalar_for_every_length_and_offset);
-	tcase_add_test(tc, test_simd_later_arrival_matches_scalar_for_every_length_and_offset);
-	tcase_add_test(tc, test_sum_of_k_equals_one_arrival_at_a_time);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("empty");
-	tcase_add_test(tc, test_every_kernel_accepts_an_empty_segment_with_null_pointers);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "empty", test_every_kernel_accepts_an_empty_segment_with_null_pointers);
 
+	/* Loop tests only: one run per optimizer. */
 	tc = tcase_create("last");
 	tcase_set_timeout(tc, 240);
 	tcase_add_loop_test(tc, test_simd_last_arrival_matches_scalar_for_every_optimizer,

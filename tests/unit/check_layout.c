@@ -9,6 +9,8 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "phub_layout.h"
 
 /* 32 KB chunks and an MTU of 1500: (1500 - 20 - 8 - 56) / 4 = 354, rounded down to 16s. */
@@ -997,12 +999,7 @@ phub_layout_suite(void)
 	Suite *s = suite_create("layout");
 	TCase *tc;
 
-#define ADD(name, fn) do { \
-		tc = tcase_create(name); \
-		tcase_set_timeout(tc, 60); \
-		tcase_add_test(tc, fn); \
-		suite_add_tcase(s, tc); \
-	} while (0)
+#define ADD(name, fn) tcase_set_timeout(PHUB_TCASE(s, name, fn), 60)
 	ADD("cut_geometry", test_cut_counts_chunk_bytes_in_fp32_elements_rounded_to_segments);
 	ADD("cut_large_key",
 		test_cut_splits_a_large_key_into_whole_segment_chunks_and_a_short_tail);

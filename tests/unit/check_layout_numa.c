@@ -6,6 +6,8 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "layout/phub_layout.h"
 
 /*
@@ -181,12 +183,11 @@ Suite *
 phub_layout_numa_suite(void)
 {
 	Suite *s = suite_create("layout_numa");
-	TCase *tc = tcase_create("numa");
 
-	tcase_add_test(tc, test_every_chunk_belongs_on_its_lcores_node_and_both_nodes_are_used);
-	tcase_add_test(tc, test_a_server_without_an_lcore_node_takes_its_ports);
-	tcase_add_test(tc, test_pages_of_aligned_chunks_follow_their_chunk_exactly);
-	tcase_add_test(tc, test_a_shared_page_goes_to_the_node_of_most_of_its_bytes);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "numa",
+		test_every_chunk_belongs_on_its_lcores_node_and_both_nodes_are_used,
+		test_a_server_without_an_lcore_node_takes_its_ports,
+		test_pages_of_aligned_chunks_follow_their_chunk_exactly,
+		test_a_shared_page_goes_to_the_node_of_most_of_its_bytes);
 	return s;
 }

@@ -11,6 +11,9 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+#include "test_rand.h"
+
 #include "phub_net.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -18,10 +21,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint8_t
 next_byte(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint8_t)(rng >> 24);
+	return (uint8_t)(phub_test_rand(&rng) >> 24);
 }
 
 START_TEST(test_fast_sum_equals_dpdk_sum_for_every_length_and_offset)
@@ -250,19 +250,18 @@ Suite *
 phub_net_suite(void)
 {
 	Suite *s = suite_create("net");
-	TCase *tc = tcase_create("raw sum");
 
-	tcase_add_test(tc, test_fast_sum_equals_dpdk_sum_for_every_length_and_offset);
-	tcase_add_test(tc, test_fast_sum_equals_dpdk_sum_on_jumbo_datagrams);
-	tcase_add_test(tc, test_fast_sum_of_largest_all_ones_datagram);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("incremental");
-	tcase_add_test(tc, test_incremental_update_equals_full_recompute);
-	tcase_add_test(tc, test_udp_phdr_sum_equals_dpdk);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("frames");
-	tcase_add_test(tc, test_udp_build_equals_dpdk_headers_and_checksum);
-	tcase_add_test(tc, test_extref_stack_gives_every_reference_back);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "raw sum",
+		test_fast_sum_equals_dpdk_sum_for_every_length_and_offset,
+		test_fast_sum_equals_dpdk_sum_on_jumbo_datagrams,
+		test_fast_sum_of_largest_all_ones_datagram);
+
+	PHUB_TCASE(s, "incremental",
+		test_incremental_update_equals_full_recompute,
+		test_udp_phdr_sum_equals_dpdk);
+
+	PHUB_TCASE(s, "frames",
+		test_udp_build_equals_dpdk_headers_and_checksum,
+		test_extref_stack_gives_every_reference_back);
 	return s;
 }

@@ -10,6 +10,9 @@
 #include <string.h>
 
 #include <check.h>
+
+#include "unit_suite.h"
+#include "test_rand.h"
 #include <rte_ether.h>
 #include <rte_ip.h>
 #include <rte_udp.h>
@@ -21,10 +24,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint8_t
 next_byte(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint8_t)(rng >> 24);
+	return (uint8_t)(phub_test_rand(&rng) >> 24);
 }
 
 static uint32_t
@@ -241,10 +241,9 @@ Suite *
 phub_pbox_csum_suite(void)
 {
 	Suite *s = suite_create("pbox_csum");
-	TCase *tc = tcase_create("templates");
 
-	tcase_add_test(tc, test_ack_rewrite_equals_general_path);
-	tcase_add_test(tc, test_retarget_equals_full_build);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "templates",
+		test_ack_rewrite_equals_general_path,
+		test_retarget_equals_full_build);
 	return s;
 }

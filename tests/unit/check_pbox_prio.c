@@ -9,6 +9,8 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "prio.h"
 #include "wire/phub_wire.h"
 
@@ -236,19 +238,18 @@ Suite *
 phub_pbox_prio_suite(void)
 {
 	Suite *s = suite_create("pbox_prio");
-	TCase *tc = tcase_create("service order");
 
-	tcase_add_test(tc, test_priority_byte_of_a_push_frame);
-	tcase_add_test(tc, test_other_frames_are_served_first);
-	tcase_add_test(tc, test_burst_order_by_priority_ties_in_arrival_order);
-	tcase_add_test(tc, test_full_burst_reversed_comes_out_sorted);
-	tcase_add_test(tc, test_burst_of_one_priority_is_left_alone);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("hold across bursts");
-	tcase_add_test(tc, test_hold_serves_most_urgent_first_ties_in_arrival_order);
-	tcase_add_test(tc, test_hold_serves_a_frame_past_its_age_first);
-	tcase_add_test(tc, test_hold_refuses_when_full_and_reuses_its_slots);
-	tcase_add_test(tc, test_hold_agrees_with_a_plain_search);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "service order",
+		test_priority_byte_of_a_push_frame,
+		test_other_frames_are_served_first,
+		test_burst_order_by_priority_ties_in_arrival_order,
+		test_full_burst_reversed_comes_out_sorted,
+		test_burst_of_one_priority_is_left_alone);
+
+	PHUB_TCASE(s, "hold across bursts",
+		test_hold_serves_most_urgent_first_ties_in_arrival_order,
+		test_hold_serves_a_frame_past_its_age_first,
+		test_hold_refuses_when_full_and_reuses_its_slots,
+		test_hold_agrees_with_a_plain_search);
 	return s;
 }

@@ -6,6 +6,9 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+#include "test_rand.h"
+
 #include "config/phub_config.h"
 #include "rss.h"
 
@@ -52,10 +55,7 @@ END_TEST
 static uint32_t
 rnd32(uint64_t *s)
 {
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return (uint32_t)(*s >> 11);
+	return (uint32_t)(phub_test_rand(s) >> 11);
 }
 
 START_TEST(test_dport_key_keeps_the_source_out_of_the_hash)
@@ -237,22 +237,12 @@ Suite *
 phub_pbox_rss_suite(void)
 {
 	Suite *s = suite_create("pbox_rss");
-	struct {
-		const char *name;
-		const TTest *test;
-	} cases[] = {
-		{ "microsoft vectors", test_softrss_matches_the_microsoft_vectors },
-		{ "dport key", test_dport_key_keeps_the_source_out_of_the_hash },
-		{ "ports land", test_every_lcore_port_lands_on_its_queue },
-		{ "reta fill", test_reta_entries_no_port_uses_go_to_queue_zero_and_collisions_count },
-		{ "flow rules", test_flow_rules_and_rss_fit_every_real_nic_profile },
-	};
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		TCase *tc = tcase_create(cases[i].name);
-
-		tcase_add_test(tc, cases[i].test);
-		suite_add_tcase(s, tc);
-	}
+	PHUB_TCASE(s, "microsoft vectors", test_softrss_matches_the_microsoft_vectors);
+	PHUB_TCASE(s, "dport key", test_dport_key_keeps_the_source_out_of_the_hash);
+	PHUB_TCASE(s, "ports land", test_every_lcore_port_lands_on_its_queue);
+	PHUB_TCASE(s, "reta fill",
+		test_reta_entries_no_port_uses_go_to_queue_zero_and_collisions_count);
+	PHUB_TCASE(s, "flow rules", test_flow_rules_and_rss_fit_every_real_nic_profile);
 	return s;
 }

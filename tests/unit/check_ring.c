@@ -12,6 +12,9 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+#include "test_rand.h"
+
 #include "engine/phub_ring.h"
 
 #define MAX_ELEMS 1000u
@@ -229,8 +232,7 @@ struct sim {
 static unsigned int
 rnd(struct sim *s)
 {
-	s->seed = s->seed * 1103515245u + 12345u;
-	return (s->seed >> 8) & 0xffffff;
+	return phub_test_lcg(&s->seed);
 }
 
 /* Rack r's sum of iteration it: values whose sums depend on the order they are added in. */
@@ -248,12 +250,8 @@ rack_value(unsigned int r, uint32_t it, uint32_t e)
 static void
 post(struct sim *s, const struct msg *m)
 {
-	unsigned int copies = 1;
+	unsigned int copies = phub_test_copies(&s->seed, s->loss_pct, s->dup_pct);
 
-	if (rnd(s) % 100 < s->loss_pct)
-		return;
-	if (rnd(s) % 100 < s->dup_pct)
-		copies = 2;
 	while (copies-- > 0) {
 		if (s->queued == s->cap) {
 			s->cap = s->cap ? 2 * s->cap : 64;
@@ -719,28 +717,24 @@ phub_ring_suite(void)
 	Suite *s = suite_create("ring");
 	TCase *tc = tcase_create("schedule");
 
+	/* Loop tests only: one run per number of racks. */
 	tcase_add_loop_test(tc, test_each_step_forwards_the_part_the_previous_step_brought, 2,
 			    PHUB_RING_MAX_RACKS + 1);
 	tcase_add_loop_test(tc, test_parts_tile_the_segment_in_even_shares, 2,
 			    PHUB_RING_MAX_RACKS + 1);
 	suite_add_tcase(s, tc);
 
-	tc = tcase_create("verdicts");
-	tcase_add_test(tc, test_hostile_and_repeated_segments_get_their_verdicts);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "verdicts", test_hostile_and_repeated_segments_get_their_verdicts);
 
-	tc = tcase_create("network");
+	tc = PHUB_TCASE(s, "network", test_small_segment_skips_empty_parts);
 	tcase_add_loop_test(tc, test_loss_free_ring_sends_two_r_minus_one_parts_once_each, 2, 9);
 	tcase_add_loop_test(tc, test_lossy_duplicating_reordering_ring_gives_the_fixed_order_sum, 2,
 			    9);
-	tcase_add_test(tc, test_small_segment_skips_empty_parts);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("window");
-	tcase_add_test(tc, test_window_holds_steps_until_an_ack_opens_it);
-	tcase_add_test(tc, test_window_grows_and_halves_within_its_bounds);
-	tcase_add_test(tc, test_step_overtaken_by_acked_later_ones_is_resent_before_timeout);
-	tcase_add_test(tc, test_whole_mtu_steps_are_found_lost_by_ack_order);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "window",
+		test_window_holds_steps_until_an_ack_opens_it,
+		test_window_grows_and_halves_within_its_bounds,
+		test_step_overtaken_by_acked_later_ones_is_resent_before_timeout,
+		test_whole_mtu_steps_are_found_lost_by_ack_order);
 	return s;
 }

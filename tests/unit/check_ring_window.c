@@ -13,6 +13,8 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "engine/phub_engine.h"
 #include "engine/phub_ring.h"
 
@@ -554,12 +556,11 @@ Suite *
 phub_ring_window_suite(void)
 {
 	Suite *s = suite_create("ring_window");
-	TCase *tc = tcase_create("window");
+	TCase *tc;
 
+	tc = PHUB_TCASE(s, "window", test_window_ceiling_is_honoured);
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_window_keeps_a_deep_queue_from_overflowing, 0, 4);
 	tcase_add_loop_test(tc, test_window_adapts_to_a_shallow_queue, 0, 2);
-	tcase_add_test(tc, test_window_ceiling_is_honoured);
-	suite_add_tcase(s, tc);
 	return s;
 }

@@ -11,6 +11,8 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "phub_wire.h"
 
 #define BUF_SIZE 65536
@@ -1711,66 +1713,56 @@ phub_wire_suite(void)
 	Suite *s = suite_create("wire");
 	TCase *tc;
 
-	tc = tcase_create("names");
-	tcase_add_test(tc, test_every_drop_reason_has_a_distinct_name);
-	tcase_add_test(tc, test_opcode_dtype_error_and_optimizer_names_follow_their_lists);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "names",
+		test_every_drop_reason_has_a_distinct_name,
+		test_opcode_dtype_error_and_optimizer_names_follow_their_lists);
 
-	tc = tcase_create("sizes");
-	tcase_add_test(tc, test_max_payload_subtracts_ip_udp_and_header);
-	tcase_add_test(tc, test_max_elems_rounds_down_to_sixteen);
-	tcase_add_test(tc, test_max_elems_leave_room_for_the_longest_header);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "sizes",
+		test_max_payload_subtracts_ip_udp_and_header,
+		test_max_elems_rounds_down_to_sixteen,
+		test_max_elems_leave_room_for_the_longest_header);
 
-	tc = tcase_create("round_trip");
+	tc = PHUB_TCASE(s, "round_trip",
+		test_push_fields_and_payload_are_read_back_in_host_order,
+		test_receiver_skips_a_longer_header,
+		test_header_only_encode_matches_full_encode_for_shared_payload,
+		test_encoder_refuses_invalid_message_and_small_buffer,
+		test_body_encoders_reproduce_parsed_bodies,
+		test_ackv_entries_round_trip_and_fit_the_mtu,
+		test_join_flag_ackv_is_taken_and_the_next_bit_refused,
+		test_error_text_is_cut_at_a_character_boundary);
 	tcase_add_loop_test(tc, test_every_opcode_survives_encode_parse_encode, 0, N_OPCODES);
 	tcase_add_loop_test(tc, test_every_opcode_survives_round_trip_with_checksum, 0, N_OPCODES);
 	tcase_add_loop_test(tc, test_fields_an_opcode_does_not_use_must_be_zero, 0, N_OPCODES);
-	tcase_add_test(tc, test_push_fields_and_payload_are_read_back_in_host_order);
-	tcase_add_test(tc, test_receiver_skips_a_longer_header);
-	tcase_add_test(tc, test_header_only_encode_matches_full_encode_for_shared_payload);
-	tcase_add_test(tc, test_encoder_refuses_invalid_message_and_small_buffer);
-	tcase_add_test(tc, test_body_encoders_reproduce_parsed_bodies);
-	tcase_add_test(tc, test_ackv_entries_round_trip_and_fit_the_mtu);
-	tcase_add_test(tc, test_join_flag_ackv_is_taken_and_the_next_bit_refused);
-	tcase_add_test(tc, test_error_text_is_cut_at_a_character_boundary);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("drop_reasons");
+	tc = PHUB_TCASE(s, "drop_reasons",
+		test_every_wire_reason_has_a_defect_case,
+		test_every_defect_case_starts_from_a_valid_packet,
+		test_push_with_hyper_round_trips_and_bad_values_are_refused,
+		test_auth_extension_lengths_round_trip_and_exclude_csum);
 	tcase_add_loop_test(tc, test_packet_with_one_defect_is_dropped_for_that_reason, 0,
 			N_DEFECTS);
-	tcase_add_test(tc, test_every_wire_reason_has_a_defect_case);
-	tcase_add_test(tc, test_every_defect_case_starts_from_a_valid_packet);
-	tcase_add_test(tc, test_push_with_hyper_round_trips_and_bad_values_are_refused);
-	tcase_add_test(tc, test_auth_extension_lengths_round_trip_and_exclude_csum);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("truncation");
+	tc = PHUB_TCASE(s, "truncation",
+		test_body_parsers_refuse_every_truncated_body,
+		test_ring_hello_round_trips_and_refuses_every_cut,
+		test_ring_hello_state_trailer_round_trips);
 	tcase_add_loop_test(tc, test_truncation_at_every_length_is_a_length_drop, 0, N_OPCODES);
-	tcase_add_test(tc, test_body_parsers_refuse_every_truncated_body);
-	tcase_add_test(tc, test_ring_hello_round_trips_and_refuses_every_cut);
-	tcase_add_test(tc, test_ring_hello_state_trailer_round_trips);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("crc32c");
-	tcase_add_test(tc, test_crc32c_matches_known_vectors);
-	tcase_add_test(tc, test_crc32c_software_and_sse42_agree_at_every_length_and_alignment);
-	tcase_add_test(tc, test_crc32c_chains_like_one_pass);
-	tcase_add_test(tc, test_sse42_is_used_on_this_cpu_when_present);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "crc32c",
+		test_crc32c_matches_known_vectors,
+		test_crc32c_software_and_sse42_agree_at_every_length_and_alignment,
+		test_crc32c_chains_like_one_pass,
+		test_sse42_is_used_on_this_cpu_when_present);
 
-	tc = tcase_create("split_merge");
-	tcase_add_test(tc, test_join_of_500_keys_splits_and_merges_at_mtu_1500);
-	tcase_add_test(tc, test_join_of_500_keys_fits_one_datagram_at_mtu_9000);
-	tcase_add_test(tc, test_ring_ackv_round_trips_and_refuses_every_cut);
-	tcase_add_test(tc, test_join_merge_refuses_a_contradicting_segment);
-	tcase_add_test(tc, test_join_ack_of_5000_chunks_splits_and_merges_at_mtu_1500);
-	tcase_add_test(tc, test_join_ack_of_5000_chunks_splits_and_merges_at_mtu_9000);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "split_merge",
+		test_join_of_500_keys_splits_and_merges_at_mtu_1500,
+		test_join_of_500_keys_fits_one_datagram_at_mtu_9000,
+		test_ring_ackv_round_trips_and_refuses_every_cut,
+		test_join_merge_refuses_a_contradicting_segment,
+		test_join_ack_of_5000_chunks_splits_and_merges_at_mtu_1500,
+		test_join_ack_of_5000_chunks_splits_and_merges_at_mtu_9000);
 
-	tc = tcase_create("iteration");
-	tcase_add_test(tc, test_iteration_comparison_survives_the_wrap);
-	suite_add_tcase(s, tc);
-
+	PHUB_TCASE(s, "iteration", test_iteration_comparison_survives_the_wrap);
 	return s;
 }
