@@ -37,8 +37,11 @@ reply_in_place(struct pbox_lcore *lc, struct rx_frame *f, uint16_t tx_port,
 		wire_drop(lc, m, PHUB_DROP_NO_BUFFER);
 		return;
 	}
-	if (auth != NULL && !phub_engine_auth_tx(auth->job, auth->rank, auth->lane, auth->lane,
-			phub, hl, phub + hl, answer->payload_len)) {
+	if (auth != NULL && !(auth->rank == PBOX_AUTH_RING_PREV ?
+			phub_engine_ring_auth_tx(auth->job, PHUB_ENGINE_RING_PREV, auth->lane, phub,
+				hl, phub + hl, answer->payload_len) :
+			phub_engine_auth_tx(auth->job, auth->rank, auth->lane, auth->lane,
+				phub, hl, phub + hl, answer->payload_len))) {
 		wire_drop(lc, m, PHUB_DROP_NOT_JOINED);
 		return;
 	}

@@ -30,6 +30,7 @@ static const char LABEL_PSK[] = "PHub auth v1 psk";
 static const char LABEL_KEYS[] = "PHub auth v1 session keys";
 static const char LABEL_CONFIRM[] = "PHub auth v1 confirm";
 static const char LABEL_RING[] = "PHub auth v1 ring hello";
+static const char LABEL_RING_PSK[] = "PHub auth v1 ring psk";
 
 int
 phub_auth_init(void)
@@ -84,6 +85,23 @@ phub_auth_ring_proof(const uint8_t psk[PHUB_AUTH_KEY_LEN])
 	crypto_generichash(out, sizeof(out), (const uint8_t *)LABEL_RING, sizeof(LABEL_RING), psk,
 			PHUB_AUTH_KEY_LEN);
 	return ld64_be(out);
+}
+
+void
+phub_auth_ring_psk(uint8_t ring_psk[PHUB_AUTH_KEY_LEN], const uint8_t psk[PHUB_AUTH_KEY_LEN])
+{
+	crypto_generichash(ring_psk, PHUB_AUTH_KEY_LEN, (const uint8_t *)LABEL_RING_PSK,
+			sizeof(LABEL_RING_PSK), psk, PHUB_AUTH_KEY_LEN);
+}
+
+int
+phub_auth_ring_keys(struct phub_auth_keys *keys, const uint8_t ring_psk[PHUB_AUTH_KEY_LEN],
+		const uint8_t my_sk[PHUB_AUTH_SK_LEN], const uint8_t my_pk[PHUB_AUTH_PK_LEN],
+		const uint8_t peer_pk[PHUB_AUTH_PK_LEN], bool lower)
+{
+	/* Both ends offer a HELLO: the ring's order, not who spoke first, names the roles. */
+	return phub_auth_session_keys(keys, ring_psk, my_sk, peer_pk, lower ? my_pk : peer_pk,
+			lower ? peer_pk : my_pk, lower);
 }
 
 void

@@ -58,9 +58,16 @@ void phub_auth_psk(uint8_t psk[PHUB_AUTH_KEY_LEN], const char *job_name, uint64_
 /*
  * What an authenticated ring job's RING_HELLO carries in its nonce field: 64 bits of keyed
  * BLAKE2b of the PSK, which PBoxes that hold the job's nonce compare, and from which the nonce
- * does not follow (RING_HELLO is not otherwise authenticated yet).
+ * does not follow; the HELLO's MAC is keyed with phub_auth_ring_psk()'s key.
  */
 uint64_t phub_auth_ring_proof(const uint8_t psk[PHUB_AUTH_KEY_LEN]);
+
+/*
+ * The ring's own PSK, from the job's: RING_HELLO's MAC and the ring links' key exchange use it,
+ * so that no MAC or key of the ring's can stand for one of a worker's session (keyed BLAKE2b
+ * under its own label).
+ */
+void phub_auth_ring_psk(uint8_t ring_psk[PHUB_AUTH_KEY_LEN], const uint8_t psk[PHUB_AUTH_KEY_LEN]);
 
 /* A fresh ephemeral X25519 key pair (one per JOIN, per RING_HELLO generation). */
 void phub_auth_keypair(uint8_t pk[PHUB_AUTH_PK_LEN], uint8_t sk[PHUB_AUTH_SK_LEN]);
@@ -87,6 +94,16 @@ int phub_auth_session_keys(struct phub_auth_keys *keys, const uint8_t psk[PHUB_A
 		const uint8_t my_sk[PHUB_AUTH_SK_LEN], const uint8_t peer_pk[PHUB_AUTH_PK_LEN],
 		const uint8_t initiator_pk[PHUB_AUTH_PK_LEN],
 		const uint8_t responder_pk[PHUB_AUTH_PK_LEN], bool initiator);
+
+/*
+ * The keys of one ring link (two neighbouring PBoxes), the same on both sides: the
+ * phub_auth_session_keys() of my_sk and peer_pk under ring_psk with the lower ring position
+ * as the initiator (lower: mine is lower than the peer's). keys->tx seals what I send to the
+ * peer, keys->rx opens what it sends me. -EINVAL on a low-order peer key.
+ */
+int phub_auth_ring_keys(struct phub_auth_keys *keys, const uint8_t ring_psk[PHUB_AUTH_KEY_LEN],
+		const uint8_t my_sk[PHUB_AUTH_SK_LEN], const uint8_t my_pk[PHUB_AUTH_PK_LEN],
+		const uint8_t peer_pk[PHUB_AUTH_PK_LEN], bool lower);
 
 /*
  * The per-datagram MAC of every datagram after the handshake: AES-256-GCM as a MAC (GMAC:
@@ -171,5 +188,9 @@ phub_auth_wire_pk(uint8_t *dgram, size_t hdr_len)
  */
 int phub_auth_wire_seal_hs(uint8_t *dgram, size_t len, size_t cap,
 		const uint8_t pk[PHUB_AUTH_PK_LEN], const uint8_t key[PHUB_AUTH_KEY_LEN]);
+/* The same at sequence number seq (RING_HELLO's: a sender's handshakes are numbered). */
+int phub_auth_wire_seal_hs_seq(uint8_t *dgram, size_t len, size_t cap,
+		const uint8_t pk[PHUB_AUTH_PK_LEN], const uint8_t key[PHUB_AUTH_KEY_LEN],
+		uint64_t seq);
 
 #endif /* PHUB_AUTH_H */

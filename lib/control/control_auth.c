@@ -185,6 +185,14 @@ control_auth_in(struct phub_control *ctl, const uint8_t *dgram, const struct phu
 	job = phub_engine_job_lookup(ctl->p.engine, msg->job_id);
 	if (job == NULL || !phub_engine_job_local_rank(job, msg->worker_rank, &rank)) {
 		/*
+		 * A PING for a job id gone from here: a ring job this PBox replaced by its
+		 * checkpoint's restore when a ring neighbour restarted. As for a rank without
+		 * keys below, the plain ERROR that names no session goes back, and the worker
+		 * JOINs again (authenticated) instead of waiting for a PBox that is there.
+		 */
+		if (job == NULL && msg->opcode == PHUB_WIRE_OP_PING)
+			return true;
+		/*
 		 * No job or rank to hold keys (a LEAVE sent again after the job ended): AUTH
 		 * here is unverifiable and dropped; plain goes its usual way.
 		 */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of lib/auth: key agreement, datagram MACs under every bit flip, the replay window. */
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include <sodium.h>
 
 #include "phub_auth.h"
+#include "wire/phub_wire.h"
 
 enum { HDR = 80, PAYLOAD = 1408 };
 
@@ -103,6 +105,73 @@ START_TEST(test_the_ring_proof_depends_on_the_psk_and_is_not_the_nonce)
 	ck_assert_uint_eq(phub_auth_ring_proof(a), phub_auth_ring_proof(a));
 	ck_assert_uint_ne(phub_auth_ring_proof(a), phub_auth_ring_proof(b));
 	ck_assert_uint_ne(phub_auth_ring_proof(a), 0x1234);
+}
+END_TEST
+
+/* Two neighbours derive one link's keys whoever computes first; they are no worker's keys. */
+START_TEST(test_ring_neighbours_derive_the_same_link_keys)
+{
+	uint8_t psk[PHUB_AUTH_KEY_LEN], rpsk[PHUB_AUTH_KEY_LEN], rpsk2[PHUB_AUTH_KEY_LEN];
+	uint8_t apk[PHUB_AUTH_PK_LEN], ask[PHUB_AUTH_SK_LEN];
+	uint8_t bpk[PHUB_AUTH_PK_LEN], bsk[PHUB_AUTH_SK_LEN];
+	uint8_t cpk[PHUB_AUTH_PK_LEN], csk[PHUB_AUTH_SK_LEN];
+	struct phub_auth_keys a, b, c, w;
+
+	ck_assert_int_eq(phub_auth_init(), 0);
+	phub_auth_psk(psk, "ring", 0x77);
+	phub_auth_ring_psk(rpsk, psk);
+	ck_assert(!phub_auth_key_equal(rpsk, psk));
+	phub_auth_psk(psk, "ring", 0x78);
+	phub_auth_ring_psk(rpsk2, psk);
+	ck_assert(!phub_auth_key_equal(rpsk, rpsk2));
+	phub_auth_keypair(apk, ask);
+	phub_auth_keypair(bpk, bsk);
+	/* a is position 0 (lower), b position 1. */
+	ck_assert_int_eq(phub_auth_ring_keys(&a, rpsk, ask, apk, bpk, true), 0);
+	ck_assert_int_eq(phub_auth_ring_keys(&b, rpsk, bsk, bpk, apk, false), 0);
+	ck_assert(phub_auth_key_equal(a.tx, b.rx));
+	ck_assert(phub_auth_key_equal(a.rx, b.tx));
+	ck_assert(!phub_auth_key_equal(a.tx, a.rx));
+	/* Both claiming the lower position: the keys do not pair up, nothing verifies. */
+	ck_assert_int_eq(phub_auth_ring_keys(&c, rpsk, bsk, bpk, apk, true), 0);
+	ck_assert(!phub_auth_key_equal(a.tx, c.rx));
+	/* Another job's ring PSK, or a fresh key of the neighbour (it restarted): new keys. */
+	ck_assert_int_eq(phub_auth_ring_keys(&c, rpsk2, bsk, bpk, apk, false), 0);
+	ck_assert(!phub_auth_key_equal(a.tx, c.rx));
+	phub_auth_keypair(cpk, csk);
+	ck_assert_int_eq(phub_auth_ring_keys(&c, rpsk, ask, apk, cpk, true), 0);
+	ck_assert(!phub_auth_key_equal(a.tx, c.tx));
+	/* The job's PSK itself, as a worker's session would use it: other keys. */
+	ck_assert_int_eq(phub_auth_session_keys(&w, psk, ask, bpk, apk, bpk, true), 0);
+	ck_assert(!phub_auth_key_equal(a.tx, w.tx));
+	/* A low-order key from the spine is refused. */
+	memset(cpk, 0, sizeof(cpk));
+	ck_assert_int_lt(phub_auth_ring_keys(&c, rpsk, ask, apk, cpk, true), 0);
+}
+END_TEST
+
+/* A RING_HELLO's handshake MAC at a sequence number: it opens there and says the number. */
+START_TEST(test_a_handshake_sealed_at_a_number_opens_with_it)
+{
+	uint8_t key[PHUB_AUTH_KEY_LEN] = { 9 }, pk[PHUB_AUTH_PK_LEN] = { 1, 2, 3 };
+	uint8_t buf[256] = { 0 };
+	uint64_t seq = 0;
+	int n, len = PHUB_WIRE_HDR_LEN + 88;
+	size_t hl;
+
+	/* What phub_auth_wire_extend() reads of a header: opcode, flags, hdr_len. */
+	buf[offsetof(struct phub_wire_hdr, opcode)] = PHUB_WIRE_OP_RING_HELLO;
+	buf[offsetof(struct phub_wire_hdr, hdr_len)] = PHUB_WIRE_HDR_LEN;
+	fill(buf + PHUB_WIRE_HDR_LEN, 88, 5);
+	n = phub_auth_wire_seal_hs_seq(buf, (size_t)len, sizeof(buf), pk, key,
+			phub_auth_seq(0, 12345));
+	ck_assert_int_eq(n, len + PHUB_AUTH_PK_LEN + PHUB_AUTH_TRAILER_LEN);
+	hl = buf[5];
+	ck_assert(memcmp(phub_auth_wire_pk(buf, hl), pk, sizeof(pk)) == 0);
+	ck_assert(phub_auth_hs_open(key, buf, hl, buf + hl, (size_t)n - hl, &seq));
+	ck_assert_uint_eq(seq, phub_auth_seq(0, 12345));
+	buf[hl - PHUB_AUTH_TRAILER_LEN + 7] ^= 1;	/* another number: the tag fails */
+	ck_assert(!phub_auth_hs_open(key, buf, hl, buf + hl, (size_t)n - hl, &seq));
 }
 END_TEST
 
@@ -362,7 +431,9 @@ phub_auth_suite(void)
 		test_both_sides_derive_the_same_keys_per_direction,
 		test_keys_need_the_psk_and_an_ephemeral_secret,
 		test_a_low_order_public_key_is_refused,
-		test_the_ring_proof_depends_on_the_psk_and_is_not_the_nonce);
+		test_the_ring_proof_depends_on_the_psk_and_is_not_the_nonce,
+		test_ring_neighbours_derive_the_same_link_keys,
+		test_a_handshake_sealed_at_a_number_opens_with_it);
 
 	PHUB_TCASE(s, "mac",
 		test_the_datagram_mac_is_gmac_of_header_and_payload,
