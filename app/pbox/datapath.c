@@ -454,8 +454,10 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 		memcpy(dst, pl->data, hdr->payload_len);
 	}
 	if (!copied) {
-		phub_net_udp_csum_finish(m, (uint16_t)(sizeof(struct rte_udp_hdr) + hl),
-				payload_sum);
+		/* An authenticated frame's MAC replaces the checksum: UDP's "none", 0. */
+		if (auth == NULL)
+			phub_net_udp_csum_finish(m, (uint16_t)(sizeof(struct rte_udp_hdr) + hl),
+					payload_sum);
 		/*
 		 * The next ranks' frames start from this one's headers, kept as built: a copy of
 		 * a copy would read back the narrow stores of its retargeting.
@@ -566,8 +568,15 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 		hdr.flags |= PHUB_WIRE_F_REPLAY;
 		hdr.aux = about->aux;
 	}
-	payload_sum = phub_net_raw_cksum(reply->model, reply->model_bytes);
-	if (unlikely(phub_engine_job_auth(job))) {
+	/*
+	 * An authenticated job's frames go with UDP checksum 0 ("none"): their MAC covers all the
+	 * checksum would, a payload changed under a frame still out included, so the payload is
+	 * not summed for it.
+	 */
+	payload_sum = 0;
+	if (likely(!phub_engine_job_auth(job))) {
+		payload_sum = phub_net_raw_cksum(reply->model, reply->model_bytes);
+	} else {
 		auth.job = job;
 		auth.lane = auth_lane(job, about->chunk_id);
 		hdr.flags |= PHUB_WIRE_F_AUTH;
