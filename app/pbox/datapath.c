@@ -259,7 +259,9 @@ ackv_send(void *arg, const struct phub_ackv_pending *to, const struct phub_wire_
 {
 	struct pbox_lcore *lc = arg;
 	const struct phub_engine_job *job = to->job;
-	uint16_t len = (uint16_t)(PHUB_WIRE_HDR_LEN + n * PHUB_WIRE_ACKV_ENTRY_LEN);
+	struct auth_to auth = { .job = NULL };
+	uint16_t hl = PHUB_WIRE_HDR_LEN;
+	uint16_t len;
 	struct phub_engine_peer peer;
 	struct phub_wire_msg hdr;
 	struct rte_mbuf *m;
@@ -271,6 +273,17 @@ ackv_send(void *arg, const struct phub_ackv_pending *to, const struct phub_wire_
 	if (!phub_engine_job_local_rank(job, to->rank, &rank) ||
 	    !phub_engine_job_rank(job, rank, &peer, &token))
 		return;
+	/* An authenticated rank's ACKV is sealed on the lane of this lcore's server on the port. */
+	if (unlikely(phub_engine_job_auth(job))) {
+		auth.job = (struct phub_engine_job *)(uintptr_t)job;
+		auth.rank = rank;
+		for (uint32_t s = 0; s < pbox.n_servers; s++)
+			if (pbox.servers[s].port == to->port &&
+			    pbox.server_lcore_index[s] == lc->data_index)
+				auth.lane = (uint16_t)PHUB_ENGINE_AUTH_LANE_DATA(s);
+		hl = (uint16_t)(hl + PHUB_WIRE_AUTH_TRAILER_LEN);
+	}
+	len = (uint16_t)(hl + n * PHUB_WIRE_ACKV_ENTRY_LEN);
 	m = rte_pktmbuf_alloc(lc->pool);
 	if (unlikely(m == NULL)) {
 		lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
@@ -287,14 +300,21 @@ ackv_send(void *arg, const struct phub_ackv_pending *to, const struct phub_wire_
 	hdr.session_token = token;
 	hdr.worker_rank = to->rank;
 	hdr.payload_len = (uint16_t)(n * PHUB_WIRE_ACKV_ENTRY_LEN);
-	hdr.payload = p + L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN;
-	if (peer.flags & PHUB_ENGINE_PEER_F_CSUM)
+	hdr.payload = p + L2_L3_L4_LEN + hl;
+	if (auth.job != NULL)
+		hdr.flags |= PHUB_WIRE_F_AUTH;	/* the MAC replaces the CRC */
+	else if (peer.flags & PHUB_ENGINE_PEER_F_CSUM)
 		hdr.flags |= PHUB_WIRE_F_CSUM;	/* phub_wire_encode() computes it */
-	phub_wire_ackv_put(p + L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN, e, n);
+	phub_wire_ackv_put(p + L2_L3_L4_LEN + hl, e, n);
 	phub_net_udp_build(m, &pbox.ports[to->port].mac, (const struct rte_ether_addr *)peer.mac,
 			pbox.ports[to->port].ipv4, peer.ipv4, lc->udp_port, peer.udp_port, len);
 	if (unlikely(phub_wire_encode(p + L2_L3_L4_LEN, len, &hdr) < 0)) {
 		lc->stats.encode_errors++;
+		rte_pktmbuf_free(m);
+		return;
+	}
+	if (auth.job != NULL && !phub_engine_auth_tx(auth.job, auth.rank, auth.lane, auth.lane,
+			p + L2_L3_L4_LEN, hl, hdr.payload, hdr.payload_len)) {
 		rte_pktmbuf_free(m);
 		return;
 	}
