@@ -27,6 +27,7 @@ static_assert(PHUB_AUTH_WINDOW % 64 == 0, "the window is whole words");
 
 /* Domain separation: every hash of this file starts with its own label. */
 static const char LABEL_PSK[] = "PHub auth v1 psk";
+static const char LABEL_PSK_KEY[] = "PHub auth v1 psk from key";
 static const char LABEL_KEYS[] = "PHub auth v1 session keys";
 static const char LABEL_CONFIRM[] = "PHub auth v1 confirm";
 static const char LABEL_RING[] = "PHub auth v1 ring hello";
@@ -74,6 +75,51 @@ phub_auth_psk(uint8_t psk[PHUB_AUTH_KEY_LEN], const char *job_name, uint64_t non
 	crypto_generichash_final(&st, psk, PHUB_AUTH_KEY_LEN);
 	sodium_memzero(n, sizeof(n));
 	sodium_memzero(&st, sizeof(st));
+}
+
+void
+phub_auth_psk_key(uint8_t psk[PHUB_AUTH_KEY_LEN], const char *job_name,
+		const uint8_t key[PHUB_AUTH_KEY_LEN])
+{
+	crypto_generichash_state st;
+	uint8_t name[64] = { 0 };
+
+	/* Keyed with the secret; the name bound in, so two jobs that share a key differ. */
+	strncpy((char *)name, job_name, sizeof(name) - 1);
+	crypto_generichash_init(&st, key, PHUB_AUTH_KEY_LEN, PHUB_AUTH_KEY_LEN);
+	crypto_generichash_update(&st, (const uint8_t *)LABEL_PSK_KEY, sizeof(LABEL_PSK_KEY));
+	crypto_generichash_update(&st, name, sizeof(name));
+	crypto_generichash_final(&st, psk, PHUB_AUTH_KEY_LEN);
+	sodium_memzero(&st, sizeof(st));
+}
+
+void
+phub_auth_job_psk(uint8_t psk[PHUB_AUTH_KEY_LEN], const char *job_name, uint64_t nonce,
+		const uint8_t *key)
+{
+	if (key != NULL)
+		phub_auth_psk_key(psk, job_name, key);
+	else
+		phub_auth_psk(psk, job_name, nonce);
+}
+
+int
+phub_auth_key_parse(uint8_t key[PHUB_AUTH_KEY_LEN], const char *hex)
+{
+	uint8_t k[PHUB_AUTH_KEY_LEN];
+	size_t len;
+
+	if (hex == NULL || strlen(hex) != 2 * PHUB_AUTH_KEY_LEN)
+		return -EINVAL;
+	/* libsodium's decoder runs in constant time: the key's digits leak nothing. */
+	if (sodium_hex2bin(k, sizeof(k), hex, 2 * PHUB_AUTH_KEY_LEN, NULL, &len, NULL) != 0 ||
+	    len != PHUB_AUTH_KEY_LEN) {
+		sodium_memzero(k, sizeof(k));
+		return -EINVAL;
+	}
+	memcpy(key, k, sizeof(k));
+	sodium_memzero(k, sizeof(k));
+	return 0;
 }
 
 uint64_t

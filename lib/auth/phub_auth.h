@@ -56,6 +56,23 @@ int phub_auth_init(void);
 void phub_auth_psk(uint8_t psk[PHUB_AUTH_KEY_LEN], const char *job_name, uint64_t nonce);
 
 /*
+ * The PSK from the job's name and a 256-bit secret of its own (jobs[].key, PHUB_KEY): what a
+ * host that saw a JOIN must search offline is then 2^256, not the nonce's 2^64.
+ */
+void phub_auth_psk_key(uint8_t psk[PHUB_AUTH_KEY_LEN], const char *job_name,
+		const uint8_t key[PHUB_AUTH_KEY_LEN]);
+
+/* The job's PSK: from its key when it has one (key != NULL), else from its nonce. */
+void phub_auth_job_psk(uint8_t psk[PHUB_AUTH_KEY_LEN], const char *job_name, uint64_t nonce,
+		const uint8_t *key);
+
+/*
+ * A 256-bit key written as exactly 64 hex digits (either case), as jobs[].key and PHUB_KEY
+ * give it: 0, or -EINVAL (key untouched) for anything else.
+ */
+int phub_auth_key_parse(uint8_t key[PHUB_AUTH_KEY_LEN], const char *hex);
+
+/*
  * What an authenticated ring job's RING_HELLO carries in its nonce field: 64 bits of keyed
  * BLAKE2b of the PSK, which PBoxes that hold the job's nonce compare, and from which the nonce
  * does not follow (RING_HELLO is not otherwise authenticated yet).

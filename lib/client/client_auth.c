@@ -27,14 +27,19 @@ lanes_free(struct phub *h)
 int
 client_auth_init(struct phub *h, const struct phub_connect_params *p)
 {
-	uint8_t psk[PHUB_AUTH_KEY_LEN];
+	const char *hex = p->key != NULL ? p->key : getenv("PHUB_KEY");
+	uint8_t psk[PHUB_AUTH_KEY_LEN], key[PHUB_AUTH_KEY_LEN];
+	bool have_key = hex != NULL && hex[0] != '\0';
 
 	if (!(p->flags & PHUB_CONNECT_F_AUTH))
 		return 0;
 	if (phub_auth_init() != 0)
 		return -EIO;
+	if (have_key && phub_auth_key_parse(key, hex) != 0)
+		return -EINVAL;
 	h->auth = true;
-	phub_auth_psk(psk, p->job, p->nonce);
+	phub_auth_job_psk(psk, p->job, p->nonce, have_key ? key : NULL);
+	phub_auth_wipe(key, sizeof(key));
 	phub_auth_initiator_init(&h->auth_join, psk);
 	phub_auth_wipe(psk, sizeof(psk));
 	return 0;

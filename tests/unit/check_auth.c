@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of lib/auth: key agreement, datagram MACs under every bit flip, the replay window. */
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,6 +353,46 @@ START_TEST(test_the_window_matches_a_model_that_remembers_everything)
 }
 END_TEST
 
+START_TEST(test_a_job_key_gives_a_psk_of_its_own_and_parses_only_64_hex_digits)
+{
+	static const char hex[] =
+		"00112233445566778899aabbccddeeffF0E1D2C3B4A5968778695A4B3C2D1E0f";
+	uint8_t key[PHUB_AUTH_KEY_LEN], k2[PHUB_AUTH_KEY_LEN];
+	uint8_t a[PHUB_AUTH_KEY_LEN], b[PHUB_AUTH_KEY_LEN];
+	char bad[80];
+
+	ck_assert_int_eq(phub_auth_init(), 0);
+	ck_assert_int_eq(phub_auth_key_parse(key, hex), 0);
+	ck_assert_uint_eq(key[0], 0x00);
+	ck_assert_uint_eq(key[15], 0xff);
+	ck_assert_uint_eq(key[16], 0xf0);
+	ck_assert_uint_eq(key[31], 0x0f);
+	memcpy(k2, key, sizeof(k2));
+	/* Too short, too long, not hex, nothing: refused, the key untouched. */
+	snprintf(bad, sizeof(bad), "%.63s", hex);
+	ck_assert_int_eq(phub_auth_key_parse(k2, bad), -EINVAL);
+	snprintf(bad, sizeof(bad), "%s0", hex);
+	ck_assert_int_eq(phub_auth_key_parse(k2, bad), -EINVAL);
+	snprintf(bad, sizeof(bad), "%.63sx", hex);
+	ck_assert_int_eq(phub_auth_key_parse(k2, bad), -EINVAL);
+	ck_assert_int_eq(phub_auth_key_parse(k2, NULL), -EINVAL);
+	ck_assert_mem_eq(k2, key, sizeof(key));
+	/* The key's PSK: its own, bound to the name and the key, not the nonce's. */
+	phub_auth_job_psk(a, "job", 0x1234, key);
+	phub_auth_psk_key(b, "job", key);
+	ck_assert_mem_eq(a, b, sizeof(a));
+	phub_auth_job_psk(b, "job", 0x1234, NULL);
+	phub_auth_psk(k2, "job", 0x1234);
+	ck_assert_mem_eq(b, k2, sizeof(b));
+	ck_assert(!phub_auth_key_equal(a, b));
+	phub_auth_psk_key(b, "jo", key);
+	ck_assert(!phub_auth_key_equal(a, b));
+	key[31] ^= 1;
+	phub_auth_psk_key(b, "job", key);
+	ck_assert(!phub_auth_key_equal(a, b));
+}
+END_TEST
+
 /* An answer as the PBox's control plane makes it: its key, then the MAC under confirm. */
 static void
 answer_make(uint8_t *d, size_t hl, const uint8_t pbox_pk[PHUB_AUTH_PK_LEN],
@@ -452,6 +493,7 @@ phub_auth_suite(void)
 	tcase_add_test(tc, test_keys_need_the_psk_and_an_ephemeral_secret);
 	tcase_add_test(tc, test_a_low_order_public_key_is_refused);
 	tcase_add_test(tc, test_the_ring_proof_depends_on_the_psk_and_is_not_the_nonce);
+	tcase_add_test(tc, test_a_job_key_gives_a_psk_of_its_own_and_parses_only_64_hex_digits);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("mac");
