@@ -55,7 +55,7 @@ control_auth_join_in(struct phub_control *ctl, const struct phub_control_peer *f
 				"PHUB_AUTH=1 or the auth option", d->name);
 		return false;
 	}
-	phub_auth_psk(psk, d->name, d->nonce);
+	phub_auth_job_psk(psk, d->name, d->nonce, d->key);
 	ok = phub_auth_hs_open(psk, dgram, msg->hdr_len, dgram + msg->hdr_len, msg->payload_len,
 			&seq);
 	phub_auth_wipe(psk, sizeof(psk));
@@ -228,7 +228,7 @@ control_auth_ring_nonce(const struct phub_control_declared_job *d)
 
 	if (!d->auth)
 		return d->nonce;
-	phub_auth_psk(psk, d->name, d->nonce);
+	phub_auth_job_psk(psk, d->name, d->nonce, d->key);
 	proof = phub_auth_ring_proof(psk);
 	phub_auth_wipe(psk, sizeof(psk));
 	return proof;

@@ -29,7 +29,7 @@ control_ring_auth_start(struct cring *r)
 	memset(a, 0, sizeof(*a));
 	if (!r->decl->auth || phub_auth_init() != 0)
 		return;
-	phub_auth_psk(psk, r->decl->name, r->decl->nonce);
+	phub_auth_job_psk(psk, r->decl->name, r->decl->nonce, r->decl->key);
 	phub_auth_ring_psk(a->ring_psk, psk);
 	phub_auth_wipe(psk, sizeof(psk));
 	/* Fresh for every ring session of the job here: a restart never meets its old keys. */
