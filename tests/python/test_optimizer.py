@@ -236,10 +236,7 @@ def test_none_returns_the_mean_gradient_and_runs_a_local_optimizer(soft_pbox, jo
     data = make_data(3)
     ref = reference("momentum", data, 0.05, momentum=0.9)
 
-    nets = []
-    for r in range(2):
-        torch.manual_seed(1 if r == 0 else 5)
-        nets.append(Net())
+    nets = nets_for(2)
 
     def rank(r):
         net = nets[r]
@@ -280,10 +277,7 @@ def test_synchronize_then_clip_then_step(soft_pbox, job):
         torch.nn.utils.clip_grad_norm_(ref_net.parameters(), 0.05)
         ref_opt.step()
         ref.append([p.detach().clone() for p in ref_net.parameters()])
-    nets = []
-    for r in range(2):
-        torch.manual_seed(1 if r == 0 else 9)
-        nets.append(Net())
+    nets = nets_for(2)
 
     def rank(r):
         net = nets[r]
