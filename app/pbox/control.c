@@ -262,6 +262,7 @@ pbox_control_init(struct pbox *pb)
 			.dtype = (enum phub_dtype)j->dtype, .deterministic = j->deterministic,
 			.elastic = j->on_worker_dead == PHUB_CONFIG_ON_DEAD_CONTINUE,
 			.auth = j->auth == PHUB_CONFIG_AUTH_REQUIRED,
+			.key = j->has_key ? j->key : NULL,
 			.optimizer = {
 				.type = (enum phub_opt_type)j->optimizer.type,
 				.lr = (float)j->optimizer.lr,

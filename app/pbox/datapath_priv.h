@@ -83,7 +83,8 @@ tx_any(struct pbox_lcore *lc, uint16_t port_index, struct rte_mbuf *m)
 /* An authenticated job's datagram to one of its ranks, sealed on the lane that sends it. */
 struct auth_to {
 	struct phub_engine_job *job;	/* NULL: not authenticated */
-	uint16_t rank;			/* the engine's (local) rank */
+	uint16_t rank;			/* the engine's (local) rank; or: */
+#define PBOX_AUTH_RING_PREV UINT16_MAX	/* a RING_ACKV to the previous PBox (lane: lcore's) */
 	uint16_t lane;			/* PHUB_ENGINE_AUTH_LANE_DATA(server) */
 };
 

@@ -45,9 +45,12 @@ ring_tx_port(uint32_t ipv4)
 /* One ring step's part of a segment, as a RING_REDUCE or RING_GATHER frame to the next PBox. */
 static struct rte_mbuf *
 ring_frame(struct pbox_lcore *lc, uint16_t port, const struct phub_engine_ring_link *next,
-		const struct phub_wire_msg *hdr, const float *payload)
+		const struct phub_wire_msg *hdr, const float *payload, struct phub_engine_job *auth)
 {
-	uint16_t head = (uint16_t)(L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN);
+	/* An authenticated ring's (auth: its job): the AUTH trailer, sealed on this lane. */
+	uint16_t hl = (uint16_t)(PHUB_WIRE_HDR_LEN +
+			(auth != NULL ? PHUB_WIRE_AUTH_TRAILER_LEN : 0));
+	uint16_t head = (uint16_t)(L2_L3_L4_LEN + hl);
 	struct rte_mbuf *m = rte_pktmbuf_alloc(lc->pool);
 	uint8_t *p;
 
@@ -59,13 +62,18 @@ ring_frame(struct pbox_lcore *lc, uint16_t port, const struct phub_engine_ring_l
 	phub_net_udp_build(m, &pbox.ports[port].mac,
 			(const struct rte_ether_addr *)next->peer.mac, pbox.ports[port].ipv4,
 			next->peer.ipv4, pbox_ring_udp_port(&pbox, port), next->peer.udp_port,
-			(uint16_t)(PHUB_WIRE_HDR_LEN + hdr->payload_len));
-	if (unlikely(phub_wire_hdr_encode(p + L2_L3_L4_LEN, PHUB_WIRE_HDR_LEN, hdr, 0) < 0)) {
+			(uint16_t)(hl + hdr->payload_len));
+	if (unlikely(phub_wire_hdr_encode(p + L2_L3_L4_LEN, hl, hdr, 0) < 0)) {
 		lc->stats.encode_errors++;
 		goto err;
 	}
 	memcpy(p + head, payload, hdr->payload_len);
-	phub_net_udp_csum_finish(m, (uint16_t)(sizeof(struct rte_udp_hdr) + PHUB_WIRE_HDR_LEN),
+	if (auth != NULL && !phub_engine_ring_auth_tx(auth, PHUB_ENGINE_RING_NEXT, lc->data_index,
+			p + L2_L3_L4_LEN, hl, p + head, hdr->payload_len)) {
+		lc->engine_stats.drops[PHUB_DROP_NOT_JOINED]++;
+		goto err;
+	}
+	phub_net_udp_csum_finish(m, (uint16_t)(sizeof(struct rte_udp_hdr) + hl),
 			phub_net_raw_cksum(payload, hdr->payload_len));
 	return m;
 err:
@@ -99,6 +107,8 @@ send_ring(struct pbox_lcore *lc, struct phub_engine_job *job,
 	hdr.chunk_id = what->chunk_id;
 	hdr.iteration = what->iteration;
 	hdr.dtype = PHUB_DTYPE_FP32;
+	if (unlikely(phub_engine_job_ring_auth(job)))
+		hdr.flags |= PHUB_WIRE_F_AUTH;
 	for (unsigned int step = 0; step < phub_ring_steps(rp.racks); step++) {
 		uint32_t off, count;
 		struct rte_mbuf *m;
@@ -116,7 +126,8 @@ send_ring(struct pbox_lcore *lc, struct phub_engine_job *job,
 		hdr.aux = step;
 		hdr.payload_len = (uint16_t)(count * sizeof(float));
 		hdr.payload = (const uint8_t *)(what->sum + off);
-		m = ring_frame(lc, port, &next, &hdr, what->sum + off);
+		m = ring_frame(lc, port, &next, &hdr, what->sum + off,
+				(hdr.flags & PHUB_WIRE_F_AUTH) ? job : NULL);
 		if (unlikely(m == NULL)) {
 			lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
 			continue;
@@ -216,7 +227,15 @@ ring_ackv_flush(struct pbox_lcore *lc)
 	ack.payload = a->body;
 	ack.payload_len = (uint16_t)(a->n * sizeof(struct phub_wire_ring_ack_entry));
 	lc->stats.ring_acks_out++;
-	reply_in_place(lc, &a->f, a->f.port_index, &ack, NULL);	/* ring: no MAC yet */
+	if (unlikely(phub_engine_job_ring_auth(a->job))) {
+		struct auth_to auth = { .job = a->job, .rank = PBOX_AUTH_RING_PREV,
+			.lane = lc->data_index };
+
+		ack.flags |= PHUB_WIRE_F_AUTH;
+		reply_in_place(lc, &a->f, a->f.port_index, &ack, &auth);
+	} else {
+		reply_in_place(lc, &a->f, a->f.port_index, &ack, NULL);
+	}
 	a->f.m = NULL;
 	a->job = NULL;
 }
@@ -233,7 +252,8 @@ ring_ackv_add(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job 
 			       a->f.msg.session_token != f->msg.session_token || a->n == a->max))
 		ring_ackv_flush(lc);
 	if (a->f.m == NULL) {
-		int room = phub_wire_max_payload(pbox.ports[f->port_index].mtu);
+		int room = phub_wire_max_payload(pbox.ports[f->port_index].mtu) -
+			(phub_engine_job_ring_auth(job) ? PHUB_WIRE_AUTH_TRAILER_LEN : 0);
 
 		a->f = *f;
 		a->job = job;
@@ -263,6 +283,18 @@ handle_ring(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *j
 	struct phub_engine_ring_request req;
 	struct phub_engine_reply reply;
 
+	/* An authenticated ring's MAC and replay window, before the engine reads anything. */
+	if (unlikely(phub_engine_job_ring_auth(job) || (f->msg.flags & PHUB_WIRE_F_AUTH))) {
+		enum phub_drop_reason why = phub_engine_ring_auth_rx(job,
+				f->msg.opcode == PHUB_WIRE_OP_RING_ACK ? PHUB_ENGINE_RING_NEXT :
+				PHUB_ENGINE_RING_PREV, lc->data_index, f->msg.flags, f->udp_payload,
+				f->msg.hdr_len, f->msg.payload, f->msg.payload_len);
+
+		if (why != PHUB_DROP_OK) {
+			wire_drop(lc, f->m, why);
+			return;
+		}
+	}
 	memset(&req, 0, sizeof(req));
 	req.session_token = f->msg.session_token;
 	req.chunk_id = f->msg.chunk_id;
@@ -355,6 +387,18 @@ handle_ring_ackv(struct pbox_lcore *lc, struct rx_frame *f, bool handed)
 	if (job == NULL) {
 		wire_drop(lc, f->m, PHUB_DROP_UNKNOWN_JOB);
 		return;
+	}
+	/* Checked once, where it arrived: a copy handed here was (and its window moved there). */
+	if (unlikely(!handed &&
+		     (phub_engine_job_ring_auth(job) || (f->msg.flags & PHUB_WIRE_F_AUTH)))) {
+		enum phub_drop_reason why = phub_engine_ring_auth_rx(job, PHUB_ENGINE_RING_NEXT,
+				lc->data_index, f->msg.flags, f->udp_payload, f->msg.hdr_len,
+				f->msg.payload, f->msg.payload_len);
+
+		if (why != PHUB_DROP_OK) {
+			wire_drop(lc, f->m, why);
+			return;
+		}
 	}
 	memset(&req, 0, sizeof(req));
 	req.session_token = f->msg.session_token;

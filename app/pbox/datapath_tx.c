@@ -37,8 +37,11 @@ reply_in_place(struct pbox_lcore *lc, struct rx_frame *f, uint16_t tx_port,
 		wire_drop(lc, m, PHUB_DROP_NO_BUFFER);
 		return;
 	}
-	if (auth != NULL && !phub_engine_auth_tx(auth->job, auth->rank, auth->lane, auth->lane,
-			phub, hl, phub + hl, answer->payload_len)) {
+	if (auth != NULL && !(auth->rank == PBOX_AUTH_RING_PREV ?
+			phub_engine_ring_auth_tx(auth->job, PHUB_ENGINE_RING_PREV, auth->lane, phub,
+				hl, phub + hl, answer->payload_len) :
+			phub_engine_auth_tx(auth->job, auth->rank, auth->lane, auth->lane,
+				phub, hl, phub + hl, answer->payload_len))) {
 		wire_drop(lc, m, PHUB_DROP_NOT_JOINED);
 		return;
 	}
@@ -282,8 +285,10 @@ model_frame(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_pe
 		memcpy(dst, pl->data, hdr->payload_len);
 	}
 	if (!copied) {
-		phub_net_udp_csum_finish(m, (uint16_t)(sizeof(struct rte_udp_hdr) + hl),
-				payload_sum);
+		/* An authenticated frame's MAC replaces the checksum: UDP's "none", 0. */
+		if (auth == NULL)
+			phub_net_udp_csum_finish(m, (uint16_t)(sizeof(struct rte_udp_hdr) + hl),
+					payload_sum);
 		/*
 		 * The next ranks' frames start from this one's headers, kept as built: a copy of
 		 * a copy would read back the narrow stores of its retargeting.
@@ -375,8 +380,15 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 	struct auth_to auth = { .job = NULL };
 
 	phub_dataplane_fanout_init(&fan, job, about, reply, all, &owed);
-	payload_sum = phub_net_raw_cksum(reply->model, reply->model_bytes);
-	if (unlikely(fan.hdr.flags & PHUB_WIRE_F_AUTH)) {
+	/*
+	 * An authenticated job's frames go with UDP checksum 0 ("none"): their MAC covers all the
+	 * checksum would, a payload changed under a frame still out included, so the payload is
+	 * not summed for it.
+	 */
+	payload_sum = 0;
+	if (likely((fan.hdr.flags & PHUB_WIRE_F_AUTH) == 0)) {
+		payload_sum = phub_net_raw_cksum(reply->model, reply->model_bytes);
+	} else {
 		auth.job = job;
 		auth.lane = auth_lane(job, about->chunk_id);
 	}

@@ -12,6 +12,7 @@
 #include <rte_cycles.h>
 #include <rte_telemetry.h>
 
+#include "engine/phub_engine_auth.h"
 #include "pbox.h"
 
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
@@ -505,7 +506,7 @@ cmd_ring_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 		struct phub_engine_job_info info;
 		struct phub_engine_ring_window win;
 		struct rte_tel_data *j, *p;
-		uint64_t prev_ns, next_ns, srtt_ns, rttvar_ns, rto_ns;
+		uint64_t prev_ns, next_ns, srtt_ns, rttvar_ns, rto_ns, auth_sealed, auth_opened;
 		char id[16];
 
 		if (!phub_engine_job_ring(job, &ring, &prev, &next))
@@ -520,6 +521,11 @@ cmd_ring_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 		rte_tel_data_add_dict_u64(j, "position", ring.pos);
 		rte_tel_data_add_dict_u64(j, "racks", ring.racks);
 		rte_tel_data_add_dict_u64(j, "linked", prev.token != 0 && next.token != 0);
+		/* An authenticated ring: datagrams sealed, and taken after their MAC matched. */
+		phub_engine_ring_auth_stats(job, &auth_sealed, &auth_opened);
+		rte_tel_data_add_dict_u64(j, "auth", phub_engine_job_ring_auth(job));
+		rte_tel_data_add_dict_u64(j, "auth_sealed", auth_sealed);
+		rte_tel_data_add_dict_u64(j, "auth_opened", auth_opened);
 		phub_engine_job_ring_rtt(job, &srtt_ns, &rttvar_ns, &rto_ns);
 		rte_tel_data_add_dict_u64(j, "rtt_us", srtt_ns / 1000);
 		rte_tel_data_add_dict_u64(j, "rttvar_us", rttvar_ns / 1000);

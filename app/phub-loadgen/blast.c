@@ -101,7 +101,7 @@ lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 			uint16_t dst_udp, len;
 
 			/* Its IPv4 and UDP headers; a frame shorter than a PUSH is --reflect-acks'. */
-			d = lg_frame_udp_payload(pkts[i], &dst_ip, &dst_udp, &len);
+			d = lg_frame_udp_payload(pkts[i], &dst_ip, &dst_udp, NULL, &len);
 			if (pkts[i]->pkt_len < frame_len) {
 				lg->stats.acks++;
 				continue;

@@ -89,22 +89,30 @@ lg_frame_control(struct lg *lg, const struct lg_worker *w, const void *datagram,
  * way the generator does not write 8 KB per datagram, so it stays ahead of what it measures.
  */
 struct rte_mbuf *
-lg_frame_push(struct lg *lg, const struct lg_worker *w, const struct lg_segment *s,
+lg_frame_push(struct lg *lg, struct lg_worker *w, const struct lg_segment *s,
 		const struct phub_wire_msg *hdr)
 {
 	uint16_t bytes = hdr->payload_len;
+	uint16_t hl = (uint16_t)((hdr->flags & PHUB_WIRE_F_AUTH) ?
+			LG_HEAD_LEN_AUTH - LG_L2_L4_LEN : PHUB_WIRE_HDR_LEN);
 	struct rte_mbuf *m;
 	uint8_t *p;
 
 	m = rte_pktmbuf_alloc(lg->chained_tx ? lg->hdr_pool : lg->pool);
 	if (unlikely(m == NULL))
 		return NULL;
-	p = (uint8_t *)rte_pktmbuf_append(m, LG_HEAD_LEN);
+	p = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(LG_L2_L4_LEN + hl));
 	if (unlikely(p == NULL))
 		goto err;
 	phub_net_udp_build(m, &w->mac, &lg->pbox_mac, w->ipv4, lg->opt.pbox_ipv4, w->udp,
-			s->dst_udp, (uint16_t)(PHUB_WIRE_HDR_LEN + bytes));
-	if (unlikely(phub_wire_hdr_encode(p + LG_L2_L4_LEN, PHUB_WIRE_HDR_LEN, hdr, 0) < 0))
+			s->dst_udp, (uint16_t)(hl + bytes));
+	if (unlikely(phub_wire_hdr_encode(p + LG_L2_L4_LEN, hl, hdr, 0) < 0))
+		goto err;
+	/* The MAC over the header and the shared gradient, where it lies: no copy for it. */
+	if ((hdr->flags & PHUB_WIRE_F_AUTH) &&
+	    unlikely(s->lane >= w->n_lanes ||
+		     !phub_auth_lane_seal(&w->lanes[s->lane], s->lane, p + LG_L2_L4_LEN, hl,
+				     hdr->payload, bytes)))
 		goto err;
 	if (bytes > 0 && lg->chained_tx) {
 		struct rte_mbuf *mi = phub_net_extref_get(lg->refs, lg->indirect_pool,
@@ -125,7 +133,7 @@ lg_frame_push(struct lg *lg, const struct lg_worker *w, const struct lg_segment 
 		memcpy(dst, rte_pktmbuf_mtod(lg->payload, void *), bytes);
 	}
 	if (lg->opt.udp_csum)
-		phub_net_udp_csum_finish(m, sizeof(struct rte_udp_hdr) + PHUB_WIRE_HDR_LEN,
+		phub_net_udp_csum_finish(m, (uint16_t)(sizeof(struct rte_udp_hdr) + hl),
 				bytes > 0 ? s->payload_sum : 0);
 	return m;
 err:
@@ -134,7 +142,8 @@ err:
 }
 
 const uint8_t *
-lg_frame_udp_payload(struct rte_mbuf *m, uint32_t *dst_ip, uint16_t *dst_udp, uint16_t *len)
+lg_frame_udp_payload(struct rte_mbuf *m, uint32_t *dst_ip, uint16_t *dst_udp, uint16_t *src_udp,
+		uint16_t *len)
 {
 	const struct rte_ether_hdr *eth = rte_pktmbuf_mtod(m, const struct rte_ether_hdr *);
 	const struct rte_ipv4_hdr *ip;
@@ -157,6 +166,8 @@ lg_frame_udp_payload(struct rte_mbuf *m, uint32_t *dst_ip, uint16_t *dst_udp, ui
 		return NULL;
 	*dst_ip = rte_be_to_cpu_32(ip->dst_addr);
 	*dst_udp = rte_be_to_cpu_16(udp->dst_port);
+	if (src_udp != NULL)
+		*src_udp = rte_be_to_cpu_16(udp->src_port);
 	*len = (uint16_t)(udp_len - sizeof(*udp));
 	return (const uint8_t *)(udp + 1);
 }

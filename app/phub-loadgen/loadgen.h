@@ -12,6 +12,7 @@
 #include <rte_log.h>
 #include <rte_mbuf.h>
 
+#include "auth/phub_auth.h"
 #include "layout/phub_layout.h"
 #include "net/phub_net.h"
 #include "wire/phub_wire.h"
@@ -26,6 +27,8 @@
 #define LG_L2_L4_LEN (RTE_ETHER_HDR_LEN + 20 + 8)
 /* Ethernet + IPv4 + UDP + the PHub header: the head mbuf of a PUSH. */
 #define LG_HEAD_LEN (LG_L2_L4_LEN + PHUB_WIRE_HDR_LEN)
+/* The same with the AUTH extension (--auth): the MAC's sequence number and tag. */
+#define LG_HEAD_LEN_AUTH (LG_HEAD_LEN + PHUB_WIRE_AUTH_TRAILER_LEN)
 /*
  * --blast: with nothing back for this long while frames are out, they are taken as lost and the
  * window reopens. Long enough that a forwarder preempted on a shared CPU is not taken for lossy.
@@ -38,7 +41,8 @@ extern int lg_logtype;
 
 struct lg_options {
 	char job[PHUB_WIRE_JOB_NAME_LEN];
-	uint64_t nonce;
+	uint64_t nonce[LG_MAX_RUNS_W];	/* run r's is nonce[r % n_nonces] */
+	uint16_t n_nonces;
 	double duration_s;		/* run time when iterations is 0 */
 	uint64_t iterations;		/* exchanges after the initial round; 0: use time */
 	uint32_t pbox_ipv4;		/* host order */
@@ -65,6 +69,7 @@ struct lg_options {
 	bool reflect_acks;		/* and ACK-sized frames, W - 1 per W frames of a worker */
 	bool reflect_ackv;		/* and one ACKV-sized frame per worker and burst, as ACKV */
 	bool no_ackv;			/* workers ask for one ACK per PUSH, not ACKV */
+	bool auth;			/* authenticated sessions (lib/auth), as libphub's */
 	uint8_t priority;		/* every PUSH's priority (with --p3: plus the key) */
 	/* --bulk-workers: a second job beside this one, on the same port (struct lg.bulk). */
 	uint16_t bulk_workers;
@@ -81,6 +86,7 @@ struct lg_segment {
 	uint16_t seg_index;
 	uint16_t seg_count;
 	uint16_t dst_udp;		/* the data lcore that owns the chunk */
+	uint16_t lane;			/* --auth: its stream, 1 + the JOIN_ACK's endpoint */
 	uint8_t priority;
 	uint32_t key;			/* index of its key in the layout */
 };
@@ -113,6 +119,13 @@ struct lg_worker {
 	struct phub_wire_endpoint endpoints[LG_MAX_ENDPOINTS];
 	uint16_t n_endpoints;
 	struct phub_wire_join_ack_merge ack_merge;
+	/*
+	 * --auth: the JOIN's key exchange (lib/auth, as libphub's) and the session's lanes:
+	 * 0 the control port, 1 + k endpoint k, the PBox's numbering.
+	 */
+	struct phub_auth_initiator *auth_join;
+	struct phub_auth_lane *lanes;
+	uint16_t n_lanes;
 };
 
 struct lg_stats {
@@ -133,6 +146,7 @@ struct lg_stats {
 					 * --blast: frames that came back not as a PUSH */
 	uint64_t errors;		/* ERROR datagrams */
 	uint64_t other;			/* none of the above; --blast: frames lost */
+	uint64_t auth_failed;		/* --auth: answers whose MAC or number failed, dropped */
 	uint64_t tx_full;		/* bursts the port took only partly */
 	uint64_t exchanges;		/* whole-model iterations after the initial round */
 	uint64_t busy_tsc;		/* TSC of the loop turns that received or sent frames */
@@ -208,14 +222,17 @@ extern volatile bool lg_quit;
 /* frame.c: Ethernet/IPv4/UDP around PHub datagrams, and the way out. */
 int lg_frame_control(struct lg *lg, const struct lg_worker *w, const void *datagram,
 		uint16_t len);
-struct rte_mbuf *lg_frame_push(struct lg *lg, const struct lg_worker *w,
+struct rte_mbuf *lg_frame_push(struct lg *lg, struct lg_worker *w,
 		const struct lg_segment *s, const struct phub_wire_msg *hdr);
 void lg_tx(struct lg *lg, struct rte_mbuf *m);
 void lg_tx_flush(struct lg *lg);
 int lg_resolve_pbox(struct lg *lg, double timeout_s);
-/* The UDP payload of a received IPv4/UDP frame, with the destination; NULL when not one. */
+/*
+ * The UDP payload of a received IPv4/UDP frame, with the destination and the source port
+ * (src_udp may be NULL); NULL when not one.
+ */
 const uint8_t *lg_frame_udp_payload(struct rte_mbuf *m, uint32_t *dst_ip, uint16_t *dst_udp,
-		uint16_t *len);
+		uint16_t *src_udp, uint16_t *len);
 
 /* session.c: the workers, JOIN, iterations, LEAVE. */
 int lg_workers_init(struct lg *lg, uint16_t max_workers);

@@ -70,7 +70,8 @@ usage(FILE *f, const char *prog)
 		"                         takes); --window: the deprecated spelling\n"
 		"      --rto-us U         retransmission timeout (default 20000)\n"
 		"      --job NAME         job name prefix, run r joins NAME-r (default loadgen)\n"
-		"      --nonce HEX        job nonce (default 0x9b51e4c07a2d3f86)\n"
+		"      --nonce HEX[,HEX..]  job nonce (default 0x9b51e4c07a2d3f86); a list:\n"
+		"                         run r uses entry r modulo its length (one job each)\n"
 		"      --optimizer NAME   none, sgd, momentum, nesterov, adam, adamw (sgd)\n"
 		"      --chunk-bytes B    chunk size asked for in JOIN (default 0: the PBox's)\n"
 		"      --no-udp-csum      send UDP checksum 0 instead of a full checksum\n"
@@ -87,6 +88,10 @@ usage(FILE *f, const char *prog)
 		"                         (the PBox's ACKV: a completed segment's MODELs answer)\n"
 		"      --no-ackv          workers ask for one ACK per PUSH, not ACKV (as\n"
 		"                         PHUB_ACKV=0 in the environment)\n"
+		"      --auth             authenticated sessions, as libphub's PHUB_CONNECT_F_AUTH:\n"
+		"                         the JOIN's key exchange, a MAC on every datagram both\n"
+		"                         ways (for jobs with \"auth\": \"required\"; PSK from\n"
+		"                         each run's job name and --nonce)\n"
 		"      --p3               PUSH priority = key index (P3: first layer first), keys\n"
 		"                         pushed last first (backprop's order); reports per key\n"
 		"                         the median time to its last MODEL at every worker\n"
@@ -146,31 +151,54 @@ parse_optimizer(const char *s, uint8_t *out)
 	return 0;
 }
 
-/* "2,4,8": the worker counts of the runs. */
+/* "a,b,c": at most LG_MAX_RUNS_W numbers in [min, max] into out; how many, or -EINVAL. */
 static int
-parse_workers(const char *s, struct lg_options *o)
+parse_list(const char *s, uint64_t min, uint64_t max, uint64_t out[LG_MAX_RUNS_W])
 {
-	char buf[128], *save = NULL, *tok;
-	uint64_t v;
+	char buf[LG_MAX_RUNS_W * 24], *save = NULL, *tok;
+	int n = 0;
 
 	if (strlen(s) >= sizeof(buf))
 		return -EINVAL;
 	snprintf(buf, sizeof(buf), "%s", s);
-	o->n_workers_list = 0;
-	for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
-		if (o->n_workers_list == LG_MAX_RUNS_W ||
-		    parse_u64(tok, 1, LG_MAX_WORKERS, &v) != 0)
+	for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save))
+		if (n == LG_MAX_RUNS_W || parse_u64(tok, min, max, &out[n++]) != 0)
 			return -EINVAL;
-		o->workers[o->n_workers_list++] = (uint16_t)v;
-	}
-	return o->n_workers_list > 0 ? 0 : -EINVAL;
+	return n > 0 ? n : -EINVAL;
+}
+
+/* "2,4,8": the worker counts of the runs. */
+static int
+parse_workers(const char *s, struct lg_options *o)
+{
+	uint64_t v[LG_MAX_RUNS_W];
+	int n = parse_list(s, 1, LG_MAX_WORKERS, v);
+
+	if (n < 0)
+		return n;
+	for (int i = 0; i < n; i++)
+		o->workers[i] = (uint16_t)v[i];
+	o->n_workers_list = (uint16_t)n;
+	return 0;
+}
+
+/* --nonce N[,N..]: run r joins with entry r modulo the list's length. */
+static int
+parse_nonces(const char *s, struct lg_options *o)
+{
+	int n = parse_list(s, 1, UINT64_MAX, o->nonce);
+
+	if (n < 0)
+		return n;
+	o->n_nonces = (uint16_t)n;
+	return 0;
 }
 
 enum {
 	OPT_KEYS = 256, OPT_KEY_ELEMS, OPT_BLAST, OPT_PAYLOAD, OPT_PBOX_IP, OPT_WORKER_IP,
 	OPT_BASE_PORT, OPT_WORKER_PORT, OPT_MTU, OPT_WINDOW, OPT_RTO, OPT_JOB, OPT_NONCE,
 	OPT_OPTIMIZER, OPT_CHUNK, OPT_NO_CSUM, OPT_DPDK_PORT, OPT_JSON, OPT_P3, OPT_REPEAT,
-	OPT_REFLECT, OPT_REFLECT_ACKS, OPT_REFLECT_ACKV, OPT_NO_ACKV,
+	OPT_REFLECT, OPT_REFLECT_ACKS, OPT_REFLECT_ACKV, OPT_NO_ACKV, OPT_AUTH,
 	OPT_PRIORITY, OPT_BULK_WORKERS, OPT_BULK_PRIORITY, OPT_BULK_WINDOW, OPT_VERSION,
 };
 
@@ -226,6 +254,7 @@ parse_args(int argc, char **argv, struct lg_options *o)
 		{ "reflect-acks", no_argument, NULL, OPT_REFLECT_ACKS },
 		{ "reflect-ackv", no_argument, NULL, OPT_REFLECT_ACKV },
 		{ "no-ackv", no_argument, NULL, OPT_NO_ACKV },
+		{ "auth", no_argument, NULL, OPT_AUTH },
 		{ "priority", required_argument, NULL, OPT_PRIORITY },
 		{ "bulk-workers", required_argument, NULL, OPT_BULK_WORKERS },
 		{ "bulk-priority", required_argument, NULL, OPT_BULK_PRIORITY },
@@ -241,7 +270,8 @@ parse_args(int argc, char **argv, struct lg_options *o)
 
 	memset(o, 0, sizeof(*o));
 	snprintf(o->job, sizeof(o->job), "loadgen");
-	o->nonce = UINT64_C(0x9b51e4c07a2d3f86);
+	o->nonce[0] = UINT64_C(0x9b51e4c07a2d3f86);
+	o->n_nonces = 1;
 	o->duration_s = 5.0;
 	o->pbox_ipv4 = RTE_IPV4(10, 77, 0, 1);
 	o->worker_ipv4 = RTE_IPV4(10, 77, 0, 101);
@@ -338,7 +368,7 @@ parse_args(int argc, char **argv, struct lg_options *o)
 			snprintf(o->job, sizeof(o->job), "%s", optarg);
 			break;
 		case OPT_NONCE:
-			rc = parse_u64(optarg, 1, UINT64_MAX, &o->nonce);
+			rc = parse_nonces(optarg, o);
 			break;
 		case OPT_OPTIMIZER:
 			rc = parse_optimizer(optarg, &o->optimizer);
@@ -362,6 +392,9 @@ parse_args(int argc, char **argv, struct lg_options *o)
 			break;
 		case OPT_NO_ACKV:
 			o->no_ackv = true;
+			break;
+		case OPT_AUTH:
+			o->auth = true;
 			break;
 		case OPT_REFLECT_ACKV:
 			o->reflect_ackv = true;
@@ -408,6 +441,15 @@ parse_args(int argc, char **argv, struct lg_options *o)
 	if (rc == 0 && optind != argc) {
 		fprintf(stderr, "phub-loadgen: unexpected argument '%s'\n", argv[optind]);
 		rc = -EINVAL;
+	}
+	if (rc == 0 && o->auth && (o->blast || o->reflect)) {
+		fprintf(stderr, "phub-loadgen: --auth authenticates sessions: not with --blast or "
+				"--reflect\n");
+		rc = -EINVAL;
+	}
+	if (rc == 0 && o->auth && phub_auth_init() != 0) {
+		fprintf(stderr, "phub-loadgen: --auth: libsodium cannot start (no randomness)\n");
+		rc = -EIO;
 	}
 	if (rc == 0 && o->bulk_workers > 0 && o->blast) {
 		fprintf(stderr, "phub-loadgen: --bulk-workers runs a second job: not with --blast\n");
@@ -626,7 +668,7 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 {
 	const struct lg_options *o = &lg->opt;
 	uint32_t seg_bytes = o->blast ? o->payload_bytes : lg->seg_elems * (uint32_t)sizeof(float);
-	uint32_t frame = LG_HEAD_LEN + seg_bytes;
+	uint32_t frame = (o->auth ? LG_HEAD_LEN_AUTH : LG_HEAD_LEN) + seg_bytes;
 	double d = sec > 0 ? sec : 1e-9;
 	/* The generator's own load: near 1.0, it may be what limits the server it measures. */
 	double busy = (double)s->busy_tsc / (double)lg->tsc_hz / d;
@@ -648,7 +690,8 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 			"\"retransmits\":%" PRIu64 ","
 			"\"pulls\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"stale\":%" PRIu64 ","
 			"\"errors\":%" PRIu64 ",\"other\":%" PRIu64 ",\"tx_ring_full\":%" PRIu64 ","
-			"\"window\":%u,\"generator_busy\":%.3f",
+			"\"window\":%u,\"generator_busy\":%.3f,\"auth\":%s,"
+			"\"auth_failed\":%" PRIu64,
 			o->blast ? "blast" : "session", lg->run, lg->n_workers, o->keys,
 			o->key_elems,
 			lg->n_segments, seg_bytes, frame, o->udp_csum ? "true" : "false", sec,
@@ -658,15 +701,16 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 			s->rx_pkts, (double)s->rx_pkts / d, (double)s->rx_bytes * 8 / d / 1e9,
 			s->acks, s->ackv, s->models, s->retransmits, s->pulls, s->replays, s->stale,
 			s->errors, s->other, s->tx_full, o->window == UINT32_MAX ? 0 : o->window,
-			busy);
+			busy, o->auth ? "true" : "false", s->auth_failed);
 		report_p3(lg, true);
 		report_bulk(lg, sec);
 		printf("}\n");
 		return;
 	}
 	printf("phub-loadgen %s: %u workers, %u-byte segments (%u-byte PUSH frames), UDP "
-			"checksum %s, %.2f s measured\n", o->blast ? "blast" : "session",
-			lg->n_workers, seg_bytes, frame, o->udp_csum ? "on" : "off", sec);
+			"checksum %s,%s %.2f s measured\n", o->blast ? "blast" : "session",
+			lg->n_workers, seg_bytes, frame, o->udp_csum ? "on" : "off",
+			o->auth ? " authenticated," : "", sec);
 	if (!o->blast)
 		printf("  model      %u keys x %u fp32 = %u segments; %" PRIu64 " exchanges, "
 				"%.2f/s, iteration p50 %.3f ms p99 %.3f ms\n", o->keys,
@@ -688,6 +732,9 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 				"%" PRIu64 " PULL, %" PRIu64 " replays, %" PRIu64 " stale, %" PRIu64
 				" ERROR, %" PRIu64 " other\n", s->acks, s->models, s->retransmits,
 				s->pulls, s->replays, s->stale, s->errors, s->other);
+	if (o->auth)
+		printf("  auth       %" PRIu64 " answers failed their MAC or number, dropped\n",
+				s->auth_failed);
 	report_p3(lg, false);
 	report_bulk(lg, sec);
 }

@@ -44,7 +44,7 @@ join_params(const struct lg *lg, const struct phub_wire_key *keys,
 	memset(p, 0, sizeof(*p));
 	/* One job per run: a run's job is gone (LEAVE) or at least not in the way of the next. */
 	snprintf(p->join.name, sizeof(p->join.name), "%.50s-%u", lg->opt.job, lg->run);
-	p->join.nonce = lg->opt.nonce;
+	p->join.nonce = lg->opt.nonce[lg->run % lg->opt.n_nonces];
 	p->join.world_size = lg->n_workers;
 	p->join.dtype = PHUB_DTYPE_FP32;
 	p->join.optimizer = lg->opt.optimizer;
@@ -79,16 +79,21 @@ join_params(const struct lg *lg, const struct phub_wire_key *keys,
 static int
 join_send(struct lg *lg, struct lg_worker *w, struct phub_wire_join_params *p, uint8_t *buf)
 {
+	/* --auth: each datagram's key and MAC must still fit the MTU. */
+	unsigned int mtu = lg->opt.auth ?
+		lg->opt.mtu - PHUB_WIRE_AUTH_PK_LEN - PHUB_WIRE_AUTH_TRAILER_LEN : lg->opt.mtu;
 	int segs;
 
 	p->join.rank = w->rank;
-	segs = phub_wire_join_segments(p, lg->opt.mtu);
+	segs = phub_wire_join_segments(p, mtu);
 	if (segs < 0)
 		return segs;
 	for (int i = 0; i < segs; i++) {
-		int len = phub_wire_join_write(buf, PHUB_WIRE_MAX_DATAGRAM, p, lg->opt.mtu,
-				(uint16_t)i);
+		int len = phub_wire_join_write(buf, PHUB_WIRE_MAX_DATAGRAM, p, mtu, (uint16_t)i);
 
+		if (len > 0 && lg->opt.auth)
+			len = phub_auth_initiator_seal(w->auth_join, buf, (size_t)len,
+					PHUB_WIRE_MAX_DATAGRAM);
 		if (len < 0)
 			return len;
 		if (lg_frame_control(lg, w, buf, (uint16_t)len) != 0)
@@ -97,9 +102,37 @@ join_send(struct lg *lg, struct lg_worker *w, struct phub_wire_join_params *p, u
 	return 0;
 }
 
-/* Take a JOIN_ACK or ERROR for a worker that has not joined yet; -EPROTO on ERROR. */
+/* --auth: the session's lanes, keyed by the JOIN_ACK's exchange. */
 static int
-join_rx(struct lg_worker *w, const struct phub_wire_msg *msg)
+lanes_start(struct lg_worker *w)
+{
+	uint16_t n = (uint16_t)(1 + w->n_endpoints);
+
+	w->lanes = calloc(n, sizeof(*w->lanes));
+	if (w->lanes == NULL)
+		return -ENOMEM;
+	for (w->n_lanes = 0; w->n_lanes < n; w->n_lanes++)
+		if (phub_auth_lane_init(&w->lanes[w->n_lanes], &w->auth_join->next) != 0)
+			return -ENOMEM;
+	return 0;
+}
+
+static void
+lanes_end(struct lg_worker *w)
+{
+	for (uint16_t i = 0; i < w->n_lanes; i++)
+		phub_auth_lane_fini(&w->lanes[i]);
+	free(w->lanes);
+	w->lanes = NULL;
+	w->n_lanes = 0;
+}
+
+/*
+ * Take a JOIN_ACK or ERROR (datagram d) for a worker that has not joined yet; -EPROTO on
+ * ERROR. --auth: a JOIN_ACK counts only when it proves the PBox holds the job's PSK.
+ */
+static int
+join_rx(struct lg *lg, struct lg_worker *w, const uint8_t *d, const struct phub_wire_msg *msg)
 {
 	if (msg->opcode == PHUB_WIRE_OP_ERROR) {
 		struct phub_wire_error_msg err;
@@ -114,11 +147,19 @@ join_rx(struct lg_worker *w, const struct phub_wire_msg *msg)
 
 		if (phub_wire_join_ack_parse(msg->payload, msg->payload_len, &seg) != PHUB_DROP_OK)
 			return 0;
+		if (lg->opt.auth && (!(msg->flags & PHUB_WIRE_F_AUTH) ||
+				!phub_auth_initiator_answer(w->auth_join, d, msg->hdr_len,
+					msg->payload, msg->payload_len))) {
+			lg->stats.auth_failed++;
+			return 0;
+		}
 		if (phub_wire_join_ack_merge_add(&w->ack_merge, msg, &seg) == 1) {
 			w->joined = true;
 			w->token = msg->session_token;
 			w->job_id = msg->job_id;
 			w->n_endpoints = w->ack_merge.endpoint_count;
+			if (lg->opt.auth)
+				return lanes_start(w);
 		}
 	}
 	return 0;
@@ -147,6 +188,17 @@ join_all(struct lg *lg)
 		keys[k].elem_count = lg->opt.key_elems;
 	}
 	join_params(lg, keys, &p);
+	if (lg->opt.auth) {
+		uint8_t psk[PHUB_AUTH_KEY_LEN];
+
+		/* The run's job name and the nonce: libphub's PSK (client_auth.c). */
+		phub_auth_psk(psk, p.join.name, p.join.nonce);
+		for (uint16_t i = 0; i < lg->n_workers; i++) {
+			phub_auth_initiator_init(lg->workers[i].auth_join, psk);
+			phub_auth_initiator_start(lg->workers[i].auth_join);
+		}
+		phub_auth_wipe(psk, sizeof(psk));
+	}
 	while (joined < lg->n_workers) {
 		struct rte_mbuf *pkts[LG_BURST];
 		uint16_t n;
@@ -183,13 +235,13 @@ join_all(struct lg *lg)
 
 			lg->stats.rx_pkts++;
 			lg->stats.rx_bytes += pkts[i]->pkt_len;
-			d = lg_frame_udp_payload(pkts[i], &dst_ip, &dst_udp, &len);
+			d = lg_frame_udp_payload(pkts[i], &dst_ip, &dst_udp, NULL, &len);
 			w = d != NULL ? worker_of(lg, dst_ip, dst_udp) : NULL;
 			if (w != NULL && phub_wire_parse(d, len, &msg) == PHUB_DROP_OK) {
 				bool was = w->joined;
 
 				if (rc == 0)
-					rc = join_rx(w, &msg);
+					rc = join_rx(lg, w, d, &msg);
 				joined = (uint16_t)(joined + (!was && w->joined));
 			} else {
 				lg->stats.other++;
@@ -283,6 +335,7 @@ layout_build(struct lg *lg)
 			seg->seg_index = (uint16_t)s;
 			seg->seg_count = (uint16_t)ci.n_segments;
 			seg->dst_udp = ep->udp_port;
+			seg->lane = (uint16_t)(1 + a->chunk_endpoints[c]);
 			seg->key = ci.key_index;
 			/* P3: the first layer is needed first in the next forward pass. */
 			seg->priority = (uint8_t)RTE_MIN((uint32_t)lg->opt.priority +
@@ -347,6 +400,8 @@ send_segment(struct lg *lg, struct lg_worker *w, uint32_t si, bool pull, bool ag
 	hdr.flags = (uint8_t)(s->seg_index + 1 == s->seg_count ? PHUB_WIRE_F_LAST : 0);
 	if (again)
 		hdr.flags |= PHUB_WIRE_F_RETRANSMIT;
+	if (lg->opt.auth)
+		hdr.flags |= PHUB_WIRE_F_AUTH;
 	if (!pull) {
 		hdr.dtype = PHUB_DTYPE_FP32;
 		hdr.payload_len = (uint16_t)(s->elem_count * sizeof(float));
@@ -409,6 +464,27 @@ ackv_rx(struct lg *lg, struct lg_worker *w, const struct phub_wire_msg *msg)
 		phub_wire_ackv_get(msg->payload, i, &e);
 		ack_rx(lg, w, e.chunk_id, e.seg_index, e.iteration);
 	}
+}
+
+/*
+ * --auth: an answer's MAC and number on the lane of the port it came from, before anything
+ * reads it, as libphub checks them (client_auth.c).
+ */
+static bool
+answer_authentic(struct lg *lg, struct lg_worker *w, uint16_t src_udp, const uint8_t *d,
+		const struct phub_wire_msg *msg)
+{
+	uint16_t lane = 0;
+
+	if (!(msg->flags & PHUB_WIRE_F_AUTH))
+		return false;
+	if (src_udp != lg->opt.base_port) {
+		while (lane < w->n_endpoints && w->endpoints[lane].udp_port != src_udp)
+			lane++;
+		lane++;
+	}
+	return lane < w->n_lanes && phub_auth_lane_open(&w->lanes[lane], lane, d, msg->hdr_len,
+			msg->payload, msg->payload_len);
 }
 
 /* An ACK, ACKV or MODEL for one of our workers. */
@@ -484,20 +560,23 @@ rx_poll(struct lg *lg)
 		struct lg *job;
 		const uint8_t *d;
 		uint32_t dst_ip;
-		uint16_t dst_udp, len;
+		uint16_t dst_udp, src_udp, len;
 
 		lg->stats.rx_pkts++;
 		lg->stats.rx_bytes += pkts[i]->pkt_len;
-		d = lg_frame_udp_payload(pkts[i], &dst_ip, &dst_udp, &len);
+		d = lg_frame_udp_payload(pkts[i], &dst_ip, &dst_udp, &src_udp, &len);
 		job = lg;
 		w = d != NULL ? worker_of(lg, dst_ip, dst_udp) : NULL;
 		if (w == NULL && d != NULL && lg->bulk != NULL) {
 			job = lg->bulk;
 			w = worker_of(job, dst_ip, dst_udp);
 		}
-		if (w != NULL && phub_wire_parse(d, len, &msg) == PHUB_DROP_OK)
-			answer_rx(job, w, &msg);
-		else
+		if (w != NULL && phub_wire_parse(d, len, &msg) == PHUB_DROP_OK) {
+			if (job->opt.auth && !answer_authentic(job, w, src_udp, d, &msg))
+				job->stats.auth_failed++;
+			else
+				answer_rx(job, w, &msg);
+		} else
 			lg->stats.other++;
 	}
 	rte_pktmbuf_free_bulk(pkts, n);
@@ -681,7 +760,7 @@ static void
 leave_all(struct lg *lg)
 {
 	uint64_t deadline = rte_rdtsc() + ms_to_tsc(lg, LEAVE_WAIT_MS);
-	uint8_t buf[PHUB_WIRE_HDR_LEN];
+	uint8_t buf[PHUB_WIRE_HDR_LEN + PHUB_WIRE_AUTH_TRAILER_LEN];
 
 	for (uint16_t i = 0; i < lg->n_workers; i++) {
 		struct lg_worker *w = &lg->workers[i];
@@ -695,7 +774,13 @@ leave_all(struct lg *lg)
 		msg.session_token = w->token;
 		msg.worker_rank = w->rank;
 		msg.iteration = lg->iteration - 1;
+		if (lg->opt.auth)
+			msg.flags |= PHUB_WIRE_F_AUTH;
 		len = phub_wire_encode(buf, sizeof(buf), &msg);
+		if (len > 0 && lg->opt.auth &&
+		    (w->n_lanes == 0 || !phub_auth_lane_seal(&w->lanes[0], 0, buf, (size_t)len,
+				NULL, 0)))
+			len = -EINVAL;
 		if (len > 0)
 			lg_frame_control(lg, w, buf, (uint16_t)len);
 	}
@@ -832,6 +917,7 @@ lg_session_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 	measured->stale = at_end.stale - base.stale;
 	measured->errors = at_end.errors - base.errors;
 	measured->other = at_end.other - base.other;
+	measured->auth_failed = at_end.auth_failed - base.auth_failed;
 	measured->tx_full = at_end.tx_full - base.tx_full;
 	measured->exchanges = at_end.exchanges - base.exchanges;
 	measured->busy_tsc = at_end.busy_tsc - base.busy_tsc;
@@ -874,6 +960,11 @@ lg_workers_init(struct lg *lg, uint16_t max_workers)
 		w->rank = i;
 		if (lg->opt.blast)
 			continue;
+		if (lg->opt.auth) {
+			w->auth_join = calloc(1, sizeof(*w->auth_join));
+			if (w->auth_join == NULL)
+				return -ENOMEM;
+		}
 		w->endpoint_of_chunk = calloc(chunks_cap, sizeof(*w->endpoint_of_chunk));
 		if (w->endpoint_of_chunk == NULL)
 			return -ENOMEM;
@@ -886,6 +977,7 @@ static void
 run_state_free(struct lg *lg)
 {
 	for (uint16_t i = 0; lg->workers != NULL && i < lg->max_workers; i++) {
+		lanes_end(&lg->workers[i]);
 		free(lg->workers[i].state);
 		free(lg->workers[i].sent_tsc);
 		lg->workers[i].state = NULL;
@@ -942,8 +1034,12 @@ void
 lg_workers_free(struct lg *lg)
 {
 	run_state_free(lg);
-	for (uint16_t i = 0; lg->workers != NULL && i < lg->max_workers; i++)
+	for (uint16_t i = 0; lg->workers != NULL && i < lg->max_workers; i++) {
 		free(lg->workers[i].endpoint_of_chunk);
+		if (lg->workers[i].auth_join != NULL)
+			phub_auth_initiator_wipe(lg->workers[i].auth_join);
+		free(lg->workers[i].auth_join);
+	}
 	free(lg->workers);
 	lg->workers = NULL;
 	free(lg->iter_ns);

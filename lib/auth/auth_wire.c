@@ -40,6 +40,14 @@ int
 phub_auth_wire_seal_hs(uint8_t *dgram, size_t len, size_t cap,
 		const uint8_t pk[PHUB_AUTH_PK_LEN], const uint8_t key[PHUB_AUTH_KEY_LEN])
 {
+	return phub_auth_wire_seal_hs_seq(dgram, len, cap, pk, key, 0);
+}
+
+int
+phub_auth_wire_seal_hs_seq(uint8_t *dgram, size_t len, size_t cap,
+		const uint8_t pk[PHUB_AUTH_PK_LEN], const uint8_t key[PHUB_AUTH_KEY_LEN],
+		uint64_t seq)
+{
 	int n = phub_auth_wire_extend(dgram, len, cap);
 	size_t hdr_len;
 
@@ -47,6 +55,6 @@ phub_auth_wire_seal_hs(uint8_t *dgram, size_t len, size_t cap,
 		return n;
 	hdr_len = dgram[offsetof(struct phub_wire_hdr, hdr_len)];
 	memcpy(phub_auth_wire_pk(dgram, hdr_len), pk, PHUB_AUTH_PK_LEN);
-	phub_auth_hs_seal(key, 0, dgram, hdr_len, dgram + hdr_len, (size_t)n - hdr_len);
+	phub_auth_hs_seal(key, seq, dgram, hdr_len, dgram + hdr_len, (size_t)n - hdr_len);
 	return n;
 }

@@ -56,11 +56,35 @@ int phub_auth_init(void);
 void phub_auth_psk(uint8_t psk[PHUB_AUTH_KEY_LEN], const char *job_name, uint64_t nonce);
 
 /*
+ * The PSK from the job's name and a 256-bit secret of its own (jobs[].key, PHUB_KEY): what a
+ * host that saw a JOIN must search offline is then 2^256, not the nonce's 2^64.
+ */
+void phub_auth_psk_key(uint8_t psk[PHUB_AUTH_KEY_LEN], const char *job_name,
+		const uint8_t key[PHUB_AUTH_KEY_LEN]);
+
+/* The job's PSK: from its key when it has one (key != NULL), else from its nonce. */
+void phub_auth_job_psk(uint8_t psk[PHUB_AUTH_KEY_LEN], const char *job_name, uint64_t nonce,
+		const uint8_t *key);
+
+/*
+ * A 256-bit key written as exactly 64 hex digits (either case), as jobs[].key and PHUB_KEY
+ * give it: 0, or -EINVAL (key untouched) for anything else.
+ */
+int phub_auth_key_parse(uint8_t key[PHUB_AUTH_KEY_LEN], const char *hex);
+
+/*
  * What an authenticated ring job's RING_HELLO carries in its nonce field: 64 bits of keyed
  * BLAKE2b of the PSK, which PBoxes that hold the job's nonce compare, and from which the nonce
- * does not follow (RING_HELLO is not otherwise authenticated yet).
+ * does not follow; the HELLO's MAC is keyed with phub_auth_ring_psk()'s key.
  */
 uint64_t phub_auth_ring_proof(const uint8_t psk[PHUB_AUTH_KEY_LEN]);
+
+/*
+ * The ring's own PSK, from the job's: RING_HELLO's MAC and the ring links' key exchange use it,
+ * so that no MAC or key of the ring's can stand for one of a worker's session (keyed BLAKE2b
+ * under its own label).
+ */
+void phub_auth_ring_psk(uint8_t ring_psk[PHUB_AUTH_KEY_LEN], const uint8_t psk[PHUB_AUTH_KEY_LEN]);
 
 /* A fresh ephemeral X25519 key pair (one per JOIN, per RING_HELLO generation). */
 void phub_auth_keypair(uint8_t pk[PHUB_AUTH_PK_LEN], uint8_t sk[PHUB_AUTH_SK_LEN]);
@@ -87,6 +111,16 @@ int phub_auth_session_keys(struct phub_auth_keys *keys, const uint8_t psk[PHUB_A
 		const uint8_t my_sk[PHUB_AUTH_SK_LEN], const uint8_t peer_pk[PHUB_AUTH_PK_LEN],
 		const uint8_t initiator_pk[PHUB_AUTH_PK_LEN],
 		const uint8_t responder_pk[PHUB_AUTH_PK_LEN], bool initiator);
+
+/*
+ * The keys of one ring link (two neighbouring PBoxes), the same on both sides: the
+ * phub_auth_session_keys() of my_sk and peer_pk under ring_psk with the lower ring position
+ * as the initiator (lower: mine is lower than the peer's). keys->tx seals what I send to the
+ * peer, keys->rx opens what it sends me. -EINVAL on a low-order peer key.
+ */
+int phub_auth_ring_keys(struct phub_auth_keys *keys, const uint8_t ring_psk[PHUB_AUTH_KEY_LEN],
+		const uint8_t my_sk[PHUB_AUTH_SK_LEN], const uint8_t my_pk[PHUB_AUTH_PK_LEN],
+		const uint8_t peer_pk[PHUB_AUTH_PK_LEN], bool lower);
 
 /*
  * The per-datagram MAC of every datagram after the handshake: AES-256-GCM as a MAC (GMAC:
@@ -171,5 +205,65 @@ phub_auth_wire_pk(uint8_t *dgram, size_t hdr_len)
  */
 int phub_auth_wire_seal_hs(uint8_t *dgram, size_t len, size_t cap,
 		const uint8_t pk[PHUB_AUTH_PK_LEN], const uint8_t key[PHUB_AUTH_KEY_LEN]);
+/* The same at sequence number seq (RING_HELLO's: a sender's handshakes are numbered). */
+int phub_auth_wire_seal_hs_seq(uint8_t *dgram, size_t len, size_t cap,
+		const uint8_t pk[PHUB_AUTH_PK_LEN], const uint8_t key[PHUB_AUTH_KEY_LEN],
+		uint64_t seq);
+
+/* ---- one side's sessions (auth_session.c): what libphub and phub-loadgen share ---- */
+
+/*
+ * The initiator of a JOIN handshake (a worker): its ephemeral key pair, made once and kept for
+ * every JOIN it sends again, and the keys of the answer it is checking. The PBox answers each
+ * JOIN datagram with one JOIN_ACK per datagram, all under one PBox key.
+ */
+struct phub_auth_initiator {
+	struct phub_auth_keys next;	/* of the answering PBox key, once next_ok */
+	uint8_t psk[PHUB_AUTH_KEY_LEN];
+	uint8_t pk[PHUB_AUTH_PK_LEN];
+	uint8_t sk[PHUB_AUTH_SK_LEN];
+	uint8_t ppk[PHUB_AUTH_PK_LEN];	/* the answering PBox key */
+	bool have_pk;
+	bool next_ok;
+};
+
+/* Ready with the job's PSK; the key pair comes at the first start. */
+void phub_auth_initiator_init(struct phub_auth_initiator *in,
+		const uint8_t psk[PHUB_AUTH_KEY_LEN]);
+/* A JOIN exchange begins: the key pair made if it is the first, no answer taken yet. */
+void phub_auth_initiator_start(struct phub_auth_initiator *in);
+/* A JOIN datagram (len bytes of cap) sealed with the key and the PSK's MAC: length or < 0. */
+int phub_auth_initiator_seal(const struct phub_auth_initiator *in, uint8_t *dgram, size_t len,
+		size_t cap);
+/*
+ * An answer (JOIN_ACK; flag AUTH, header hdr_len bytes): true when it proves the PBox holds the
+ * PSK and the secret of the key it carries. Its keys are then in->next.
+ */
+bool phub_auth_initiator_answer(struct phub_auth_initiator *in, const uint8_t *dgram,
+		size_t hdr_len, const void *payload, size_t payload_len);
+/* Wipe every secret. */
+void phub_auth_initiator_wipe(struct phub_auth_initiator *in);
+
+/*
+ * One stream of a session both ways between one of our sockets and one peer port (libphub's
+ * lanes: the control port, each PBox endpoint): its key schedules, the next sequence number
+ * to send and the window of those received. Numbers carry the channel both sides agreed.
+ */
+struct phub_auth_lane {
+	uint64_t tx_next;
+	struct phub_auth_mac *tx_mac;
+	struct phub_auth_mac *rx_mac;
+	struct phub_auth_window win;
+};
+
+/* Keys tx/rx of a session scheduled, counters from 0: 0 or -ENOMEM (nothing held then). */
+int phub_auth_lane_init(struct phub_auth_lane *l, const struct phub_auth_keys *keys);
+void phub_auth_lane_fini(struct phub_auth_lane *l);
+/* Seal a datagram with the next number on channel; false when the numbers are spent. */
+bool phub_auth_lane_seal(struct phub_auth_lane *l, uint16_t channel, void *hdr, size_t hdr_len,
+		const void *payload, size_t payload_len);
+/* True when the MAC matches, the number is of channel and was never taken (then it is). */
+bool phub_auth_lane_open(struct phub_auth_lane *l, uint16_t channel, const void *hdr,
+		size_t hdr_len, const void *payload, size_t payload_len);
 
 #endif /* PHUB_AUTH_H */

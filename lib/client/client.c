@@ -682,7 +682,10 @@ phub_connect(const struct phub_connect_params *p, char *err, size_t errlen)
 	snprintf(h->job_name, sizeof(h->job_name), "%s", p->job);
 
 	rc = client_auth_init(h, p);
-	if (rc != 0)
+	if (rc == -EINVAL)
+		client_set_err(err, errlen, "the job's key (%s) is not 64 hex digits (a 256-bit "
+				"key, as jobs[].key)", p->key != NULL ? "the key option" : "PHUB_KEY");
+	else if (rc != 0)
 		client_set_err(err, errlen, "libsodium: no source of randomness");
 	if (rc == 0)
 		rc = socket_open(h, p, err, errlen);

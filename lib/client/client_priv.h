@@ -243,16 +243,10 @@ struct phub {
 	struct client_join *join;	/* the JOIN, kept to send it again after a PBox restart */
 	/* PHUB_CONNECT_F_AUTH (client_auth.c); the progress thread's once connected. */
 	bool auth;
-	bool auth_next_ok;		/* auth_next holds the keys of the JOIN_ACK's PBox key */
-	bool auth_have_pk;		/* auth_pk/auth_sk made (once per handle) */
 	uint32_t n_auth_lanes;
-	struct client_auth_lane *auth_lanes;	/* 1 + n_endpoints */
+	struct phub_auth_lane *auth_lanes;	/* 1 + n_endpoints */
 	struct phub_auth_keys auth_keys;	/* the session's */
-	struct phub_auth_keys auth_next;	/* of the JOIN exchange under way */
-	uint8_t auth_psk[PHUB_AUTH_KEY_LEN];
-	uint8_t auth_pk[PHUB_AUTH_PK_LEN];
-	uint8_t auth_sk[PHUB_AUTH_SK_LEN];
-	uint8_t auth_ppk[PHUB_AUTH_PK_LEN];
+	struct phub_auth_initiator auth_join;	/* the JOIN exchange (one key pair per handle) */
 
 	/* Shared between the API and the progress thread, under lock. */
 	pthread_mutex_t lock;
@@ -346,7 +340,6 @@ void client_node_free(struct phub *h);
 void *client_node_main(void *arg);
 
 /* client_auth.c: PHUB_CONNECT_F_AUTH. */
-struct client_auth_lane;
 int client_auth_init(struct phub *h, const struct phub_connect_params *p);
 void client_auth_free(struct phub *h);
 /* A JOIN exchange begins: a fresh ephemeral key. */

@@ -146,6 +146,12 @@ struct phub_connect_params {
 	unsigned int flags;		/* PHUB_CONNECT_F_* */
 	phub_connect_progress_fn progress;	/* NULL: none */
 	void *progress_arg;		/* passed to progress */
+	/*
+	 * PHUB_CONNECT_F_AUTH: the job's 256-bit key as 64 hex digits (jobs[].key); NULL: the
+	 * environment's PHUB_KEY, and without it the PSK comes from the nonce. New fields go
+	 * here, at the end: a caller that zeroes the struct gets their defaults.
+	 */
+	const char *key;
 };
 
 /* Counters of one session since phub_connect(), for monitoring and tests. */

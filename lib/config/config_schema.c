@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth/phub_auth.h"
 #include "config_priv.h"
 #include "model/phub_model.h"
 
@@ -677,6 +678,68 @@ parse_job_model(struct cfg_ctx *ctx, const json_t *v, void *target)
 	return 0;
 }
 
+/* jobs[].key: 64 hex digits, the secret an authenticated job's PSK comes from. */
+static int
+job_key_set(struct cfg_ctx *ctx, struct phub_config_job *job, const char *hex, const char *what)
+{
+	if (job->has_key)
+		return cfg_error(ctx, CFG_AT_KEY, "give \"key\" or \"key_file\", not both");
+	if (phub_auth_key_parse(job->key, hex) != 0)
+		return cfg_error(ctx, CFG_AT_VALUE, "%s is not 64 hex digits (a 256-bit key, e.g. "
+				 "from 'openssl rand -hex 32')", what);
+	job->has_key = true;
+	return 0;
+}
+
+static int
+parse_job_key(struct cfg_ctx *ctx, const json_t *v, void *target)
+{
+	if (!json_is_string(v))
+		return cfg_error(ctx, CFG_AT_VALUE, "expected a string of 64 hex digits, got %s",
+				 cfg_json_type(v));
+	/* The key itself is never quoted back in a message. */
+	return job_key_set(ctx, target, json_string_value(v), "the key");
+}
+
+/* jobs[].key_file: an absolute path to a file holding the key's 64 hex digits (and a newline). */
+static int
+parse_job_key_file(struct cfg_ctx *ctx, const json_t *v, void *target)
+{
+	struct phub_config_job *job = target;
+	char buf[2 * 32 + 3], shown[PHUB_CONFIG_PATH_MAX + 8];
+	const char *path;
+	size_t n;
+	FILE *f;
+	int rc = 0;
+
+	if (!json_is_string(v))
+		return cfg_error(ctx, CFG_AT_VALUE, "expected a path string, got %s",
+				 cfg_json_type(v));
+	path = json_string_value(v);
+	cfg_quote(shown, sizeof(shown), path, json_string_length(v));
+	if (job->has_key)
+		return cfg_error(ctx, CFG_AT_KEY, "give \"key\" or \"key_file\", not both");
+	if (path[0] != '/')
+		return cfg_error(ctx, CFG_AT_VALUE, "%s must be an absolute path: the daemon's "
+				 "working directory is /", shown);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return cfg_error(ctx, CFG_AT_VALUE, "%s: %s", shown, strerror(errno));
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	/* One trailing newline (as echo and openssl write it) is taken; nothing else is. */
+	if (n > 0 && buf[n - 1] == '\n')
+		buf[--n] = '\0';
+	if (phub_auth_key_parse(job->key, buf) == 0)
+		job->has_key = true;
+	else
+		rc = cfg_error(ctx, CFG_AT_VALUE, "%s does not hold 64 hex digits (a 256-bit key, "
+			       "e.g. 'openssl rand -hex 32 > file')", shown);
+	phub_auth_wipe(buf, sizeof(buf));
+	return rc;
+}
+
 /* deterministic and optimizer are custom so that their defaults (set by parse_jobs) stay. */
 static const struct cfg_field job_fields[] = {
 	F_STR("name", struct phub_config_job, name, 1, PHUB_CONFIG_JOB_NAME_MAX - 1,
@@ -690,6 +753,8 @@ static const struct cfg_field job_fields[] = {
 	F_ENUM("on_worker_dead", struct phub_config_job, on_worker_dead, on_dead_names,
 	       PHUB_CONFIG_ON_DEAD_FAIL, 0),
 	F_ENUM("auth", struct phub_config_job, auth, auth_names, PHUB_CONFIG_AUTH_OFF, 0),
+	F_CUSTOM("key", 0, parse_job_key, 0),
+	F_CUSTOM("key_file", 0, parse_job_key_file, 0),
 	F_CUSTOM("racks", 0, parse_racks, 0),
 	F_CUSTOM("model", 0, parse_job_model, 0),
 	F_INT("parameters", struct phub_config_job, parameters, 1, INT64_C(1) << 42, 0, 0),
@@ -727,6 +792,13 @@ parse_jobs(struct cfg_ctx *ctx, const json_t *arr, void *target)
 		    json_object_get(v, "parameters") != NULL) {
 			cfg_push_key(ctx, "parameters");
 			rc = cfg_error(ctx, CFG_AT_KEY, "give \"model\" or \"parameters\", not both");
+			cfg_pop(ctx);
+		}
+		/* A key is the secret of authenticated JOINs: a job without them never uses it. */
+		if (rc == 0 && job->has_key && job->auth != PHUB_CONFIG_AUTH_REQUIRED) {
+			cfg_push_key(ctx, json_object_get(v, "key") != NULL ? "key" : "key_file");
+			rc = cfg_error(ctx, CFG_AT_KEY, "a key is for a job with \"auth\": "
+				       "\"required\" (its JOINs carry the nonce in clear otherwise)");
 			cfg_pop(ctx);
 		}
 		cfg_pop(ctx);

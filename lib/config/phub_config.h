@@ -233,6 +233,9 @@ struct phub_config_job {
 	bool deterministic;
 	enum phub_config_on_worker_dead on_worker_dead;
 	enum phub_config_auth auth;
+	/* jobs[].key or jobs[].key_file: the PSK's 256-bit secret (auth "required" only). */
+	uint8_t key[32];
+	bool has_key;
 	struct phub_config_optimizer optimizer;
 	/*
 	 * What it trains, when the file says: "parameters" (a count) or "model" (a Table 3 name

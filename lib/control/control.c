@@ -55,7 +55,7 @@ phub_control_input(struct phub_control *ctl, const struct phub_control_peer *fro
 		break;
 	case PHUB_WIRE_OP_RING_HELLO:
 	case PHUB_WIRE_OP_RING_HELLO_ACK:
-		control_ring_input(ctl, from, &msg);
+		control_ring_input(ctl, from, dgram, &msg);
 		break;
 	default:
 		ctl->stats.drops[PHUB_DROP_UNEXPECTED_OPCODE]++;

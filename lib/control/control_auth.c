@@ -55,7 +55,7 @@ control_auth_join_in(struct phub_control *ctl, const struct phub_control_peer *f
 				"PHUB_AUTH=1 or the auth option", d->name);
 		return false;
 	}
-	phub_auth_psk(psk, d->name, d->nonce);
+	phub_auth_job_psk(psk, d->name, d->nonce, d->key);
 	ok = phub_auth_hs_open(psk, dgram, msg->hdr_len, dgram + msg->hdr_len, msg->payload_len,
 			&seq);
 	phub_auth_wipe(psk, sizeof(psk));
@@ -185,6 +185,14 @@ control_auth_in(struct phub_control *ctl, const uint8_t *dgram, const struct phu
 	job = phub_engine_job_lookup(ctl->p.engine, msg->job_id);
 	if (job == NULL || !phub_engine_job_local_rank(job, msg->worker_rank, &rank)) {
 		/*
+		 * A PING for a job id gone from here: a ring job this PBox replaced by its
+		 * checkpoint's restore when a ring neighbour restarted. As for a rank without
+		 * keys below, the plain ERROR that names no session goes back, and the worker
+		 * JOINs again (authenticated) instead of waiting for a PBox that is there.
+		 */
+		if (job == NULL && msg->opcode == PHUB_WIRE_OP_PING)
+			return true;
+		/*
 		 * No job or rank to hold keys (a LEAVE sent again after the job ended): AUTH
 		 * here is unverifiable and dropped; plain goes its usual way.
 		 */
@@ -220,7 +228,7 @@ control_auth_ring_nonce(const struct phub_control_declared_job *d)
 
 	if (!d->auth)
 		return d->nonce;
-	phub_auth_psk(psk, d->name, d->nonce);
+	phub_auth_job_psk(psk, d->name, d->nonce, d->key);
 	proof = phub_auth_ring_proof(psk);
 	phub_auth_wipe(psk, sizeof(psk));
 	return proof;

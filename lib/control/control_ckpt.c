@@ -449,7 +449,7 @@ restore_one(const struct phub_control_ckpt_dir *dir, struct phub_control *ctl,
 	rp.max_segment_elems = phub_control_segment_elems(ctl, info->dtype);
 	/* A job the config declares with auth comes back with it, its segments cut for it. */
 	if (d != NULL && d->auth) {
-		phub_auth_psk(psk, d->name, d->nonce);
+		phub_auth_job_psk(psk, d->name, d->nonce, d->key);
 		rp.auth_psk = psk;
 		rp.auth_lanes = 1 + p->n_servers;
 		rp.max_segment_elems = control_auth_segment_elems(ctl, info->dtype);

@@ -169,6 +169,7 @@ job_end(struct phub_control *ctl, struct phub_engine_job *job, bool replace)
 	phub_engine_job_get_info(job, &info);
 	ctl->memory_bytes -= cj->memory_bytes < ctl->memory_bytes ? cj->memory_bytes :
 		ctl->memory_bytes;
+	control_ring_auth_end(&cj->ring);	/* its keys wiped */
 	memset(cj, 0, sizeof(*cj));
 	ctl->stats.jobs_ended++;
 	if (replace) {

@@ -365,7 +365,8 @@ job_create(struct phub_control *ctl, const struct phub_control_peer *to,
 		}
 		p.optimizer = declared->optimizer;
 		if (declared->auth) {
-			phub_auth_psk(psk, declared->name, declared->nonce);
+			phub_auth_job_psk(psk, declared->name, declared->nonce,
+					declared->key);
 			p.auth_psk = psk;
 			p.auth_lanes = 1 + ctl->p.n_servers;
 		}

@@ -196,6 +196,22 @@ struct cring_link {
 	uint32_t newest_ckpt;
 };
 
+/*
+ * An authenticated ring job's handshake state (control_ring_auth.c): the ring's PSK, our
+ * ephemeral key pair per neighbour (slot: PHUB_ENGINE_RING_PREV or _NEXT; one in a ring of
+ * two), the number of our newest HELLO, and per neighbour its key and newest HELLO taken.
+ */
+struct cring_auth {
+	bool on;
+	uint8_t ring_psk[PHUB_AUTH_KEY_LEN];
+	uint8_t pk[2][PHUB_AUTH_PK_LEN];
+	uint8_t sk[2][PHUB_AUTH_SK_LEN];
+	uint64_t hello_seq;
+	bool keyed[2];
+	uint8_t peer_pk[2][PHUB_AUTH_PK_LEN];
+	uint64_t hello_top[2];
+};
+
 /* A ring job's control state (zero for other jobs). */
 struct cring {
 	const struct phub_control_declared_job *decl;	/* NULL: not a ring job */
@@ -214,6 +230,7 @@ struct cring {
 	bool restored;
 	uint32_t generation;
 	uint32_t base;
+	struct cring_auth auth;
 };
 
 /* Membership changes an elastic job keeps (WORLD's change counts them in 16 bits). */
@@ -385,7 +402,7 @@ bool control_ring_rank_refused(struct phub_control *ctl, const struct phub_contr
 		const struct phub_wire_msg *msg, const struct phub_wire_join *join);
 /* RING_HELLO and RING_HELLO_ACK. */
 void control_ring_input(struct phub_control *ctl, const struct phub_control_peer *from,
-		const struct phub_wire_msg *msg);
+		const uint8_t *dgram, const struct phub_wire_msg *msg);
 /* Every poll: the HELLOs that are due. */
 void control_ring_poll(struct phub_control *ctl, uint64_t now);
 /*
@@ -426,5 +443,23 @@ enum control_ring_verdict control_ring_restore_hello(struct phub_control *ctl, s
 /* control_ring.c: the job ends, with an ERROR naming the neighbour l to every worker. */
 void control_ring_fail(struct phub_control *ctl, struct cjob *cj, const struct cring_link *l,
 		const char *why);
+
+/* control_ring_auth.c: an authenticated ring's RING_HELLO (docs/protocol.md section 12). */
+/* At the ring job's start: its keys' material when the job requires auth. */
+void control_ring_auth_start(struct cring *r);
+void control_ring_auth_end(struct cring *r);
+/* Our HELLO (len bytes in buf, cap of room) to link l sealed: the new length, or < 0. */
+int control_ring_auth_seal(struct cring *r, const struct cring_link *l, uint8_t *buf,
+		size_t len, size_t cap);
+/*
+ * A HELLO from the neighbour of link l, before anything of the job changes: PHUB_DROP_OK, or
+ * why it is dropped (counted by the caller, never answered).
+ */
+enum phub_drop_reason control_ring_auth_check(const struct cring *r, const struct cring_link *l,
+		const uint8_t *dgram, const struct phub_wire_msg *msg,
+		const struct phub_wire_ring_hello *h);
+/* The HELLO was taken for link l: its key, and the link's keys in the engine if new. */
+int control_ring_auth_take(struct phub_control *ctl, struct cjob *cj, const struct cring_link *l,
+		const uint8_t *dgram, const struct phub_wire_msg *msg);
 
 #endif /* PHUB_CONTROL_PRIV_H */

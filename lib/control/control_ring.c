@@ -123,6 +123,7 @@ control_ring_start(struct phub_control *ctl, struct cjob *cj,
 	r->token = new_token(ctl);
 	link_init(&r->prev, d, (uint16_t)((r->pos + racks - 1u) % racks), now);
 	link_init(&r->next, d, (uint16_t)((r->pos + 1u) % racks), now);
+	control_ring_auth_start(r);
 }
 
 bool
@@ -174,7 +175,7 @@ hello_fill(const struct phub_control *ctl, const struct cjob *cj, uint16_t port,
 	h->racks = r->decl->n_racks;
 	h->pos = r->pos;
 	/* The ring this version runs: whole-segment datagrams, acknowledged by RING_ACKV. */
-	h->caps = PHUB_WIRE_RING_CAP_ALL;
+	h->caps = PHUB_WIRE_RING_CAP_ALL | (r->auth.on ? PHUB_WIRE_RING_CAP_AUTH : 0);
 	h->endpoint_count = 1;
 	if (ctl->p.n_ring_endpoints != 0)
 		h->endpoints[0] = ctl->p.ring_endpoints[port < ctl->p.n_ring_endpoints ? port : 0];
@@ -184,7 +185,7 @@ hello_fill(const struct phub_control *ctl, const struct cjob *cj, uint16_t port,
 }
 
 static void
-hello_send(struct phub_control *ctl, const struct cjob *cj, uint8_t opcode,
+hello_send(struct phub_control *ctl, struct cjob *cj, const struct cring_link *l, uint8_t opcode,
 		const struct phub_control_peer *to)
 {
 	struct phub_wire_ring_hello h;
@@ -192,6 +193,10 @@ hello_send(struct phub_control *ctl, const struct cjob *cj, uint8_t opcode,
 
 	hello_fill(ctl, cj, to->port, &h);
 	len = phub_wire_ring_hello_write(ctl->buf, sizeof(ctl->buf), opcode, &h);
+	/* An authenticated ring's: our key for the link and the MAC under the ring's PSK. */
+	if (len > 0)
+		len = control_ring_auth_seal(&cj->ring, l, ctl->buf, (size_t)len,
+				sizeof(ctl->buf));
 	if (len > 0) {
 		control_send(ctl, to, ctl->buf, (size_t)len);
 		ctl->stats.ring_hellos_sent++;
@@ -293,13 +298,14 @@ link_take(struct phub_control *ctl, struct cjob *cj, struct cring_link *l,
 
 void
 control_ring_input(struct phub_control *ctl, const struct phub_control_peer *from,
-		const struct phub_wire_msg *msg)
+		const uint8_t *dgram, const struct phub_wire_msg *msg)
 {
 	const struct phub_control_declared_job *d;
 	struct phub_wire_ring_hello h;
 	struct phub_engine_job *job;
 	struct cring_link *links[2];
 	unsigned int n = 0;
+	enum phub_drop_reason why;
 	struct cring *r;
 	struct cjob *cj;
 	char addr[16];
@@ -334,9 +340,9 @@ control_ring_input(struct phub_control *ctl, const struct phub_control_peer *fro
 		return;
 	}
 	/* A segment's parts are the whole ring's choice: every PBox of it must cut them alike. */
-	if (h.caps != PHUB_WIRE_RING_CAP_ALL) {
+	if ((h.caps & PHUB_WIRE_RING_CAP_ALL) != PHUB_WIRE_RING_CAP_ALL) {
 		hello_refuse(ctl, from, &h, "ring format 0x%x; ours is 0x%x (another version)",
-				h.caps, PHUB_WIRE_RING_CAP_ALL);
+				h.caps & PHUB_WIRE_RING_CAP_ALL, PHUB_WIRE_RING_CAP_ALL);
 		return;
 	}
 	if (r->prev.pos == h.pos)
@@ -355,15 +361,29 @@ control_ring_input(struct phub_control *ctl, const struct phub_control_peer *fro
 				ctl->p.ring_peers[links[0]->peer].name, addr);
 		return;
 	}
+	/*
+	 * An authenticated ring's HELLO: its MAC and number before anything changes; one that
+	 * fails is counted, not answered. A neighbour that does not authenticate is refused.
+	 */
+	why = control_ring_auth_check(r, links[0], dgram, msg, &h);
+	if (why == PHUB_DROP_AUTH_MISSING || why == PHUB_DROP_AUTH_UNEXPECTED)
+		hello_refuse(ctl, from, &h, why == PHUB_DROP_AUTH_MISSING ? "the job requires an "
+				"authenticated ring (jobs[].auth); the neighbour's is not" :
+				"an authenticated ring; the job here does not require auth");
+	if (why != PHUB_DROP_OK) {
+		ctl->stats.drops[why]++;
+		return;
+	}
 	/* A neighbour or this PBox restored from a checkpoint: the ring may have to go back. */
 	if (control_ring_restore_hello(ctl, cj, links[0], &h) != CONTROL_RING_LINK)
 		return;
 	for (unsigned int i = 0; i < n; i++)
-		if (!link_take(ctl, cj, links[i], from, &h))
+		if (!link_take(ctl, cj, links[i], from, &h) ||
+		    control_ring_auth_take(ctl, cj, links[i], dgram, msg) != 0)
 			return;
 	ctl->stats.ring_hellos_taken++;
 	if (msg->opcode == PHUB_WIRE_OP_RING_HELLO)
-		hello_send(ctl, cj, PHUB_WIRE_OP_RING_HELLO_ACK, from);
+		hello_send(ctl, cj, links[0], PHUB_WIRE_OP_RING_HELLO_ACK, from);
 	ring_link_engine(ctl, cj);
 }
 
@@ -381,7 +401,7 @@ link_hello(struct phub_control *ctl, struct cjob *cj, struct cring_link *l, uint
 	to.udp_port = peer->udp_port;
 	to.port = peer->port;
 	memcpy(to.mac, l->mac, sizeof(to.mac));
-	hello_send(ctl, cj, PHUB_WIRE_OP_RING_HELLO, &to);
+	hello_send(ctl, cj, l, PHUB_WIRE_OP_RING_HELLO, &to);
 	l->next_hello_ns = now + (l->known ? (uint64_t)ctl->p.worker_dead_ms * 1000000u / 4 :
 			HELLO_RETRY_NS);
 }

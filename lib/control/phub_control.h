@@ -104,6 +104,8 @@ struct phub_control_declared_job {
 	bool deterministic;
 	bool elastic;			/* on_worker_dead "continue" (docs/config.md) */
 	bool auth;			/* jobs[].auth "required": every datagram has a MAC */
+	/* jobs[].key: the 256-bit secret its PSK comes from (PHUB_AUTH_KEY_LEN); NULL: the nonce. */
+	const uint8_t *key;
 	/* A job across racks (docs/hierarchy.md): 2 .. 16 racks, this PBox among them; 0: none. */
 	uint16_t n_racks;
 	const struct phub_control_rack *racks;

@@ -158,6 +158,7 @@ struct engine_ckpt {
 };
 
 struct engine_auth;
+struct engine_ring_auth;
 
 struct phub_engine_job {
 	/* Read by the data path on every packet. */
@@ -240,6 +241,8 @@ struct phub_engine_job {
 		_Atomic uint64_t rttvar_ns;
 	} ring_prev, ring_next;
 	struct phub_ring_window ring_win;	/* the send window of the link to next */
+	/* An authenticated ring's link keys, made at the first HELLO (engine_ring_auth.c). */
+	struct engine_ring_auth *_Atomic ring_auth;
 	uint64_t ring_window_max;		/* 0: default; PHUB_ENGINE_RING_NO_WINDOW: none */
 	bool ring_split;			/* segments cut in R parts (split_segments) */
 };
@@ -260,6 +263,8 @@ engine_job_now_ns(const struct phub_engine_job *job)
 uint64_t engine_ring_bookkeeping(const struct phub_engine_job *job);
 int engine_ring_setup(struct phub_engine_job *job, void *(*alloc)(struct phub_engine_job *, size_t));
 void engine_ring_release(struct phub_engine_job *job, void (*release)(struct phub_engine_job *, void *));
+/* engine_ring_auth.c: an authenticated ring's keys and windows, if any were made. */
+void engine_ring_auth_release(struct phub_engine_job *job);
 /*
  * engine_ring_node.c: a ring job's last local PUSH of a segment: the rack sum is in agg (or,
  * in the initial round, rank 0's weights in the model) and goes into the ring.

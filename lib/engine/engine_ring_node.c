@@ -112,6 +112,7 @@ engine_ring_release(struct phub_engine_job *job, void (*release)(struct phub_eng
 	release(job, job->ring_bufs);
 	release(job, job->ring_segs);
 	release(job, job->ring_active);
+	engine_ring_auth_release(job);
 }
 
 static inline uint64_t

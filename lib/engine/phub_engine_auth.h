@@ -60,4 +60,39 @@ bool phub_engine_auth_tx(struct phub_engine_job *job, uint16_t rank, unsigned in
 		uint16_t channel, void *hdr, size_t hdr_len, const void *payload,
 		size_t payload_len);
 
+/*
+ * An authenticated ring job (engine_ring_auth.c; docs/protocol.md section 12): the keys of its
+ * links to the previous and the next PBox (PHUB_ENGINE_RING_PREV, _NEXT; one neighbour in a
+ * ring of two, one set of keys), from the RING_HELLO exchange; every ring datagram is sealed
+ * and checked on a data lane: lane is the data lcore's index (< PHUB_ENGINE_RING_AUTH_LANES),
+ * the sequence number's channel 1 + the sending lane, one replay window per (link, lane,
+ * sending channel).
+ */
+#define PHUB_ENGINE_RING_PREV		0u
+#define PHUB_ENGINE_RING_NEXT		1u
+#define PHUB_ENGINE_RING_AUTH_LANES	16u
+
+/* Whether the job's ring datagrams carry the MAC: an authenticated job with a ring. */
+bool phub_engine_job_ring_auth(const struct phub_engine_job *job);
+/*
+ * Control thread: the link's keys (tx seals what goes to the neighbour, rx opens what comes);
+ * the same keys again change nothing. 0, -EINVAL (no authenticated ring), -ENOMEM.
+ */
+int phub_engine_job_ring_auth_keys(struct phub_engine_job *job, unsigned int link,
+		const uint8_t tx[PHUB_AUTH_KEY_LEN], const uint8_t rx[PHUB_AUTH_KEY_LEN]);
+/*
+ * Data lane: check a ring datagram from the link's neighbour before anything reads it:
+ * PHUB_DROP_OK, or the reason (auth_missing, auth_unexpected, auth_bad_tag, auth_replay,
+ * auth_wrong_channel; not_joined before the link has keys).
+ */
+enum phub_drop_reason phub_engine_ring_auth_rx(struct phub_engine_job *job, unsigned int link,
+		unsigned int lane, uint8_t flags, const void *hdr, size_t hdr_len,
+		const void *payload, size_t payload_len);
+/* Data lane: seal a ring datagram to the link's neighbour; false without keys (do not send). */
+bool phub_engine_ring_auth_tx(struct phub_engine_job *job, unsigned int link, unsigned int lane,
+		void *hdr, size_t hdr_len, const void *payload, size_t payload_len);
+/* Ring datagrams sealed and opened (MAC matched, not a replay) so far, every lane's. */
+void phub_engine_ring_auth_stats(const struct phub_engine_job *job, uint64_t *sealed,
+		uint64_t *opened);
+
 #endif /* PHUB_ENGINE_AUTH_H */

@@ -1073,6 +1073,8 @@ struct __attribute__((packed)) phub_wire_ring_hello_body {
 #define PHUB_WIRE_RING_CAP_ACKV		0x0002
 #define PHUB_WIRE_RING_CAP_ALL		(PHUB_WIRE_RING_CAP_WHOLE | PHUB_WIRE_RING_CAP_ACKV)
 #define PHUB_WIRE_RING_CAP_STATE	0x0004u
+/* The sender's job authenticates its ring (flag AUTH on every ring datagram; docs/protocol.md). */
+#define PHUB_WIRE_RING_CAP_AUTH		0x0008u
 #define PHUB_WIRE_RING_HELLO_STATE_BYTES 12
 #define PHUB_WIRE_RING_HELLO_NONE 0xffffffffu	/* no such iteration */
 
@@ -1087,7 +1089,7 @@ struct phub_wire_ring_hello {
 	uint16_t racks;
 	uint16_t pos;
 	uint16_t endpoint_count;
-	uint16_t caps;			/* PHUB_WIRE_RING_CAP_WHOLE | _ACKV bits */
+	uint16_t caps;			/* PHUB_WIRE_RING_CAP_WHOLE | _ACKV | _AUTH bits */
 	struct phub_wire_endpoint endpoints[PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS];
 	/* The state trailer: state false, the rest 0, when the flag is not set. */
 	bool state;

@@ -756,7 +756,7 @@ phub_wire_ring_hello_parse(const void *body, size_t len, struct phub_wire_ring_h
 	out->pos = wire_ld16(&b.pos);
 	out->endpoint_count = wire_ld16(&b.endpoint_count);
 	flags = wire_ld16(&b.caps);
-	out->caps = flags & PHUB_WIRE_RING_CAP_ALL;
+	out->caps = flags & (PHUB_WIRE_RING_CAP_ALL | PHUB_WIRE_RING_CAP_AUTH);
 	trailer = (flags & PHUB_WIRE_RING_CAP_STATE) != 0 ?
 		PHUB_WIRE_RING_HELLO_STATE_BYTES : 0;
 	/*
@@ -765,7 +765,8 @@ phub_wire_ring_hello_parse(const void *body, size_t len, struct phub_wire_ring_h
 	 */
 	if (out->racks < 2 || out->racks > PHUB_WIRE_RING_MAX_RACKS || out->pos >= out->racks ||
 	    out->token == 0 ||
-	    (flags & ~(PHUB_WIRE_RING_CAP_ALL | PHUB_WIRE_RING_CAP_STATE)) != 0 ||
+	    (flags & ~(PHUB_WIRE_RING_CAP_ALL | PHUB_WIRE_RING_CAP_STATE |
+		       PHUB_WIRE_RING_CAP_AUTH)) != 0 ||
 	    out->endpoint_count == 0 || out->endpoint_count > PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS ||
 	    len != HELLO_FIXED + (size_t)out->endpoint_count * ENDPOINT_SIZE + trailer)
 		return PHUB_DROP_RING_HELLO_FIELDS;
@@ -802,7 +803,7 @@ phub_wire_ring_hello_write(void *buf, size_t cap, uint8_t opcode,
 	if (buf == NULL || h == NULL ||
 	    (opcode != PHUB_WIRE_OP_RING_HELLO && opcode != PHUB_WIRE_OP_RING_HELLO_ACK) ||
 	    h->endpoint_count > PHUB_WIRE_RING_HELLO_MAX_ENDPOINTS ||
-	    (h->caps & ~PHUB_WIRE_RING_CAP_ALL) != 0)
+	    (h->caps & ~(PHUB_WIRE_RING_CAP_ALL | PHUB_WIRE_RING_CAP_AUTH)) != 0)
 		return -EINVAL;
 	len = HELLO_FIXED + (size_t)h->endpoint_count * ENDPOINT_SIZE +
 		(h->state ? PHUB_WIRE_RING_HELLO_STATE_BYTES : 0);

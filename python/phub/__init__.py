@@ -127,7 +127,7 @@ class Session:
                  dtype="fp32", optimizer="sgd", lr=0.0, momentum=0.0, weight_decay=0.0,
                  betas=(0.0, 0.0), eps=0.0, initial=None, chunk_bytes=0, mtu=0,
                  window_bytes=0, rto_min_ms=0, rto_max_ms=0, dead_ms=0, connect_timeout_ms=0,
-                 deterministic=False, checksum=False, elastic=False, auth=None):
+                 deterministic=False, checksum=False, elastic=False, auth=None, key=None):
         self._lib = library()
         self._h = None
         if dtype not in _lib.DTYPES:
@@ -177,6 +177,11 @@ class Session:
                    # An authenticated session (jobs[].auth "required"); None: PHUB_AUTH=1.
                    (_lib.CONNECT_F_AUTH if (os.environ.get("PHUB_AUTH") == "1"
                                             if auth is None else auth) else 0))
+        # auth: the job's 256-bit key (jobs[].key) as 64 hex digits; None: PHUB_KEY, if set.
+        if key is not None:
+            if isinstance(key, (bytes, bytearray)) and len(key) == 32:
+                key = bytes(key).hex()
+            p.key = key.encode() if isinstance(key, str) else bytes(key)
         err = ctypes.create_string_buffer(256)
         # ctypes drops the GIL for the call: the JOIN and the initial round (a barrier over
         # every rank, bounded by connect_timeout_ms) do not stall the interpreter's threads.

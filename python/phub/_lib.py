@@ -56,6 +56,7 @@ class ConnectParams(ctypes.Structure):
         ("flags", ctypes.c_uint),
         ("progress", ctypes.c_void_p),      # phub_connect()'s callback: not used from Python
         ("progress_arg", ctypes.c_void_p),
+        ("key", ctypes.c_char_p),           # auth: the job's key, 64 hex digits; None: PHUB_KEY
         _SPARE,
     ]
 

@@ -8,6 +8,9 @@ GET (a service on the namespace's loopback).
                          it sent
   hello HOST PORT        connect, send "hello", print the answer
   get URL                print the body of an HTTP GET (5 s), exit 1 when it fails
+  udp-echo HOST PORT     send back every UDP datagram to HOST:PORT until 5 s pass without one
+  udp-count HOST PORT N  send N numbered datagrams of 1 KB to HOST:PORT (an echo), print how
+                         many distinct ones came back
 """
 
 import os
@@ -56,6 +59,37 @@ def hello(host, port):
     return c.recv(64).decode()
 
 
+def udp_echo(host, port, idle=5.0):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((host, port))
+    s.settimeout(idle)
+    try:
+        while True:
+            data, peer = s.recvfrom(2048)
+            s.sendto(data, peer)
+    except socket.timeout:
+        pass
+
+
+def udp_count(host, port, n):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    seen = set()
+
+    def drain(wait):
+        s.settimeout(wait)
+        try:
+            while True:
+                seen.add(s.recv(2048).split(b".")[0])
+        except socket.timeout:
+            pass
+    for i in range(n):
+        s.settimeout(None)  # a full send buffer waits; only the receive is bounded
+        s.sendto(b"%d" % i + b"." * 1000, (host, port))
+        drain(0.005)
+    drain(1.0)
+    return len(seen)
+
+
 def main(argv):
     if len(argv) >= 2 and argv[0] == "ping":
         print("%d echo replies" % ping(argv[1], int(argv[2]) if len(argv) > 2 else 3))
@@ -69,6 +103,10 @@ def main(argv):
         except OSError as e:
             sys.stderr.write("%s: %s\n" % (argv[1], e))
             return 1
+    elif len(argv) == 3 and argv[0] == "udp-echo":
+        udp_echo(argv[1], int(argv[2]))
+    elif len(argv) == 4 and argv[0] == "udp-count":
+        print(udp_count(argv[1], int(argv[2]), int(argv[3])))
     else:
         sys.stderr.write(__doc__)
         return 2

@@ -9,6 +9,7 @@ telemetry and log. close() undoes everything it made, whatever state the scenari
 
 import glob
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -21,6 +22,9 @@ from . import config, report, telemetry
 
 PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATE_ROOT = os.environ.get("PHUB_VRACK_STATE_DIR", "/run/phub-vrack")
+# A layout of keys that are not multiples of a segment (352 fp32 at MTU 1500) or of a chunk
+# (8096 elements): tiny keys, a key of many chunks, odd sizes.
+MIXED = [1, 3, 7, 351, 353, 1000, 8096, 8097, 50000, 17]
 
 
 class RackError(AssertionError):
@@ -40,6 +44,25 @@ def can_run():
     if not os.path.exists("/dev/net/tun"):
         return "no /dev/net/tun for net_tap"
     return None
+
+
+def wait_until(cond, timeout, step=0.05):
+    """cond() until it is true or TIMEOUT seconds have passed; its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(step)
+
+
+def rss_kb(pid):
+    """The resident set of process PID in kB (VmRSS)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RackError("process %d has no VmRSS" % pid)
 
 
 def _tail(path, n=5):
@@ -117,14 +140,19 @@ class Rack:
         return subprocess.run([self.vrack] + [str(a) for a in args], capture_output=True, text=True,
                               timeout=timeout)
 
-    def up(self, workers, *options, config_edit=None, pbox_args=()):
-        """virtual-rack up with WORKERS workers and OPTIONS, the config edited (Python
-        statements on the dict c, docs/config.md), then the PBox started."""
+    def plumb(self, workers, *options):
+        """virtual-rack up with WORKERS workers and OPTIONS: the namespaces and links, the
+        PBox's config written, no PBox started."""
         self._vrack("down", "--name", self.name)
         p = self._vrack("up", "--name", self.name, "--id", str(self.id), "--workers",
                         workers, *options, timeout=300)
         if p.returncode != 0:
             raise RackError("the rack did not come up:\n" + p.stdout + p.stderr)
+
+    def up(self, workers, *options, config_edit=None, pbox_args=()):
+        """The rack (plumb), the config edited (Python statements on the dict c,
+        docs/config.md), then the PBox started."""
+        self.plumb(workers, *options)
         if config_edit:
             config.edit(os.path.join(self.state_dir, "pbox.json"), config_edit)
         self.pbox_args = list(pbox_args)
@@ -149,12 +177,12 @@ class Rack:
 
     def pbox_kill(self):
         """SIGKILL to the PBox, back once it is gone."""
-        with open(os.path.join(self.state_dir, "pbox.pid")) as f:
-            pid = int(f.read())
-        os.kill(pid, signal.SIGKILL)
-        while os.path.exists("/proc/%d" % pid) and not _zombie(pid):
-            time.sleep(0.05)
+        _kill_and_wait(self.pbox_pid())
         self.started = False
+
+    def pbox_pid(self):
+        with open(os.path.join(self.state_dir, "pbox.pid")) as f:
+            return int(f.read())
 
     def log_path(self):
         return os.path.join(self.state_dir, "pbox.log")
@@ -163,14 +191,19 @@ class Rack:
         with open(self.log_path(), errors="replace") as f:
             return f.read()
 
+    def log_tail(self, n=20):
+        """The end of the PBox's log without its lcores' serving lines, for a failure."""
+        if not os.path.exists(self.log_path()):
+            return ""
+        return "\nthe PBox's log ends with:\n" + _log_tail(self.log(), n)
+
     def stop_check(self):
         """The PBox stops on SIGTERM and logs its clean stop (every scenario's last check)."""
         stopped = self.pbox_stop()
         log = self.log()
-        tail = "\nthe PBox's log ends with:\n" + "\n".join(
-            [line for line in log.splitlines() if "serving" not in line][-20:])
-        assert stopped, "the PBox did not stop on SIGTERM" + tail
-        assert "phub.pbox: stopped:" in log, "the PBox did not log its clean stop" + tail
+        assert stopped, "the PBox did not stop on SIGTERM" + self.log_tail()
+        assert "phub.pbox: stopped:" in log, "the PBox did not log its clean stop" + \
+            self.log_tail()
 
     def close(self):
         """Kill what the scenario left running, remove the namespace aliases, bring the rack
@@ -280,32 +313,44 @@ class Rack:
     def path(self, name):
         return os.path.join(self.tmp, name)
 
-    def bench_cmd(self, workers, *args, prefix=None, timeout=120):
-        return [self.bench_bin, "--server", self.server, "--workers", str(workers),
+    def layout(self, keys, name="mixed"):
+        """A --layout file of KEYS (element counts) in the scratch dir, written once: ranks
+        started one after another read the same file."""
+        path = self.path(name + ".json")
+        if not os.path.exists(path):
+            with open(path + ".tmp", "w") as f:
+                json.dump(keys, f)
+            os.replace(path + ".tmp", path)
+        return path
+
+    def bench_cmd(self, workers, *args, prefix=None, timeout=120, server=None):
+        return [self.bench_bin, "--server", server or self.server, "--workers", str(workers),
                 "--netns-prefix", prefix or self.ns("w"), "--json", "--quiet",
                 "--timeout", str(timeout)] + [str(a) for a in args]
 
     def start(self, cmd, name, what=None, out_suffix=".json", **kw):
         """CMD in the background, stdout in tmp/NAME.json (or NAME + out_suffix), stderr in
         tmp/NAME.err; kw: Popen's (cwd, env)."""
+        cmd = [str(c) for c in cmd]
         out, err = self.path(name + out_suffix), self.path(name + ".err")
         with open(out, "w") as o, open(err, "w") as e:
-            proc = subprocess.Popen([str(c) for c in cmd], stdout=o, stderr=e,
+            proc = subprocess.Popen(cmd, stdout=o, stderr=e,
                                     stdin=subprocess.DEVNULL, **kw)
         run = Run(proc, out, err, what or "phub-bench %s" % " ".join(cmd[1:]))
         self._runs.append(run)
         return run
 
-    def bench_bg(self, workers, *args, name="r", prefix=None, bench_timeout=120):
+    def bench_bg(self, workers, *args, name="r", prefix=None, bench_timeout=120, server=None):
         """phub-bench's WORKERS ranks in the workers' namespaces, in the background
-        (bench_timeout: its --timeout)."""
-        return self.start(self.bench_cmd(workers, *args, prefix=prefix, timeout=bench_timeout),
-                          name)
+        (bench_timeout: its --timeout; server: another PBox than the rack's)."""
+        return self.start(self.bench_cmd(workers, *args, prefix=prefix, timeout=bench_timeout,
+                                         server=server), name)
 
-    def bench(self, workers, *args, name="r", prefix=None, timeout=240, bench_timeout=120):
+    def bench(self, workers, *args, name="r", prefix=None, timeout=240, bench_timeout=120,
+              server=None):
         """phub-bench in the foreground: its report, or RackError with its stderr."""
         run = self.bench_bg(workers, *args, name=name, prefix=prefix,
-                            bench_timeout=bench_timeout)
+                            bench_timeout=bench_timeout, server=server)
         run.wait(timeout)
         return run.report()
 
@@ -314,6 +359,131 @@ class Rack:
         that it alone can be stopped or killed."""
         return self.start(self.bench_cmd(workers, "--rank", rank, *args), name,
                           "rank %d" % rank)
+
+
+class MultiRack(Rack):
+    """Multi-rack NAME of base id ID (scripts/virtual-rack up --racks, python/phubrack's
+    multirack.py for its plan): racks NAME.0 .. NAME.(R-1), rack q of id ID+q with its PBox at
+    10.(ID+q).0.1, and the spine NAME-spine on 10.(ID+R).0.0/24. Its PBoxes are started and
+    stopped one by one (rack=q); servers is phub-bench's --servers for every worker of every
+    rack, ring_cmd a phub-bench of every rank across the racks."""
+
+    def __init__(self, name, base_id, vrack, pbox_bin, bench_bin, hostile_bin=None):
+        super().__init__(name, base_id, vrack, pbox_bin, bench_bin, hostile_bin)
+        self.racks, self.servers = 0, ""
+        self._serving = set()
+
+    def up(self, racks, workers, *options, lcores=1, memory_mb=512):
+        """virtual-rack up --racks RACKS --workers WORKERS (one count, or one per rack: "1,2,3")
+        with OPTIONS; the PBoxes are not started (edit_configs first, then pbox_start)."""
+        self._vrack("down", "--name", self.name)
+        p = self._vrack("up", "--name", self.name, "--racks", racks, "--id", self.id,
+                        "--workers", workers, "--lcores", lcores, "--memory-mb", memory_mb,
+                        *options, timeout=300)
+        if p.returncode != 0:
+            raise RackError("the multi-rack did not come up:\n" + p.stdout + p.stderr)
+        counts = str(workers).split(",")
+        self.racks = racks
+        self.servers = ",".join("10.%d.0.1:%s" % (self.id + q, counts[q if len(counts) > 1 else 0])
+                                for q in range(racks))
+        print("multi-rack %s up: %d racks, --servers %s" % (self.name, racks, self.servers))
+
+    def rack_dir(self, q):
+        return os.path.join(STATE_ROOT, "%s.%d" % (self.name, q))
+
+    def config_path(self, q):
+        return os.path.join(self.rack_dir(q), "pbox.json")
+
+    def edit_configs(self, statements):
+        """Python statements on every rack's PBox config c (docs/config.md)."""
+        for q in range(self.racks):
+            config.edit(self.config_path(q), statements)
+
+    def pbox_start(self, rack=None):
+        """Rack RACK's PBox on its config (every rack's when RACK is None)."""
+        for q in range(self.racks) if rack is None else [rack]:
+            p = self._vrack("pbox-start", "--name", self.name, "--rack", q, "--bin",
+                            self.pbox_bin)
+            if p.returncode != 0:
+                raise RackError("rack %d's PBox did not start on its config:\n%s%s"
+                                % (q, p.stdout, p.stderr))
+            self._serving.add(q)
+        self.started = True
+
+    def pbox_stop(self, rack=0):
+        """SIGTERM to rack RACK's PBox: True when it stopped with status 0."""
+        self._serving.discard(rack)
+        self.started = bool(self._serving)
+        return self._vrack("pbox-stop", "--name", self.name, "--rack", rack).returncode == 0
+
+    def pbox_pid(self, rack=0):
+        with open(os.path.join(self.rack_dir(rack), "pbox.pid")) as f:
+            return int(f.read())
+
+    def pbox_kill(self, rack=0):
+        """SIGKILL to rack RACK's PBox, back once it is gone."""
+        _kill_and_wait(self.pbox_pid(rack))
+        self._serving.discard(rack)
+        self.started = bool(self._serving)
+
+    def log_path(self, rack=0):
+        return os.path.join(self.rack_dir(rack), "pbox.log")
+
+    def log(self, rack=0):
+        with open(self.log_path(rack), errors="replace") as f:
+            return f.read()
+
+    def log_tail(self, n=15):
+        return "".join("\n--- rack %d's PBox's log ends with:\n%s" % (q, _log_tail(self.log(q), n))
+                       for q in range(self.racks) if os.path.exists(self.log_path(q)))
+
+    def stop_check(self):
+        """Every PBox still serving stops on SIGTERM and logs its clean stop."""
+        bad = []
+        for q in sorted(self._serving):
+            if not self.pbox_stop(q):
+                bad.append("rack %d's PBox did not stop on SIGTERM" % q)
+            if "phub.pbox: stopped:" not in self.log(q):
+                bad.append("rack %d's PBox did not log its clean stop" % q)
+        assert not bad, "; ".join(bad) + self.log_tail()
+
+    def ns(self, who, rack=0):
+        """The namespace of "spine", or of "pbox", "tor" or worker i (an int) of rack RACK."""
+        if who == "spine":
+            return self.name + "-spine"
+        return "%s.%d-%s" % (self.name, rack, "w%d" % who if isinstance(who, int) else who)
+
+    def exec(self, who, *cmd, rack=0, **kw):
+        kw.setdefault("capture_output", True)
+        kw.setdefault("text", True)
+        return subprocess.run(["ip", "netns", "exec", self.ns(who, rack)] + list(cmd), **kw)
+
+    def telemetry(self, *commands, rack=0):
+        """Rack RACK's PBox's answers to telemetry COMMANDS as one dict."""
+        return telemetry.query("phub-%s.%d" % (self.name, rack), commands)
+
+    def ring_cmd(self, *args, timeout=60, servers_opt="--servers", quiet=True):
+        """phub-bench with every rank of every rack, each in its rack's worker namespace
+        (servers_opt: "--racks", its other spelling; quiet=False: progress on stderr)."""
+        return [self.bench_bin, servers_opt, self.servers, "--netns-prefix",
+                self.name + ".%r-w", "--json"] + (["--quiet"] if quiet else []) + \
+            ["--timeout", str(timeout)] + [str(a) for a in args]
+
+
+def _log_tail(log, n):
+    return "\n".join([line for line in log.splitlines() if "serving" not in line][-n:])
+
+
+def _kill_and_wait(pid, timeout=10):
+    """SIGKILL to PID, back once it is gone. A zombie is waited for too, for a while: the
+    leader of a process whose other threads (the DPDK lcores) still exit shows as a zombie
+    while they hold its memory and file locks, which a PBox started again on the same file
+    prefix would meet."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while os.path.exists("/proc/%d" % pid) and not (_zombie(pid) and
+                                                     time.monotonic() > deadline):
+        time.sleep(0.05)
 
 
 def _zombie(pid):

@@ -21,6 +21,15 @@ DRIVERS = ("tap", "af_packet", "af_xdp")
 UPLINK_PORT = "uplink"
 
 
+def key_segments(elems, seg_elems=352, chunk_segments=23):
+    """The segments of a key of ELEMS elements (docs/layout.md): chunks of CHUNK_SEGMENTS
+    segments of SEG_ELEMS elements, the last segment of each chunk short. The defaults are
+    the rack's fp32 at MTU 1500: 352 elements a segment, 23 segments (8096 elements) in a
+    chunk of CHUNK_BYTES."""
+    chunk = seg_elems * chunk_segments
+    return sum(-(-min(chunk, elems - o) // seg_elems) for o in range(0, elems, chunk))
+
+
 class RackConfigError(ValueError):
     """A rack the config writer refuses; str() says why."""
 

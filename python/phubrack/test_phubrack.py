@@ -11,7 +11,7 @@ import tempfile
 import threading
 import unittest
 
-from phubrack import config, multirack, netem, rackconfig, report, telemetry
+from phubrack import config, multirack, netem, rack, rackconfig, report, telemetry
 
 PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -238,6 +238,58 @@ class RackConfigTest(unittest.TestCase):
                      ("r", 1, 2, 1, 9000, "af_packet", 2048, "/c", 0)]:
             with self.assertRaises(rackconfig.RackConfigError):
                 rackconfig.pbox_config(*args)
+
+
+class KeySegmentsTest(unittest.TestCase):
+    def test_segments_of_keys_that_end_inside_a_segment_or_a_chunk(self):
+        self.assertEqual(rackconfig.key_segments(1), 1)
+        self.assertEqual(rackconfig.key_segments(352), 1)
+        self.assertEqual(rackconfig.key_segments(353), 2)
+        # a whole chunk, then one element in a chunk of its own
+        self.assertEqual(rackconfig.key_segments(8096), 23)
+        self.assertEqual(rackconfig.key_segments(8097), 24)
+        # 20,000: chunks of 8096, 8096 and 3808 elements (23 + 23 + 11 segments)
+        self.assertEqual(rackconfig.key_segments(20000), 57)
+        self.assertEqual(rackconfig.key_segments(0), 0)
+        self.assertEqual(rackconfig.key_segments(10, seg_elems=4, chunk_segments=2), 3)
+
+
+class MultiRackDriverTest(unittest.TestCase):
+    """rack.MultiRack's names and phub-bench's --servers, with a virtual-rack that does
+    nothing (/bin/true)."""
+
+    def setUp(self):
+        self.mr = rack.MultiRack("m", 40, "/bin/true", "pbox", "bench")
+
+    def tearDown(self):
+        self.mr.close()
+
+    def test_servers_one_count_per_rack_or_one_for_all(self):
+        self.mr.up(3, "1,2,3")
+        self.assertEqual(self.mr.servers, "10.40.0.1:1,10.41.0.1:2,10.42.0.1:3")
+        self.mr.up(2, 2)
+        self.assertEqual(self.mr.servers, "10.40.0.1:2,10.41.0.1:2")
+        self.assertEqual(self.mr.racks, 2)
+
+    def test_namespaces_and_ring_command(self):
+        self.assertEqual(self.mr.ns("spine"), "m-spine")
+        self.assertEqual(self.mr.ns(2, 1), "m.1-w2")
+        self.assertEqual(self.mr.ns("pbox"), "m.0-pbox")
+        self.mr.up(2, 1)
+        cmd = self.mr.ring_cmd("--keys", 4, servers_opt="--racks", quiet=False)
+        self.assertEqual(cmd[:4], ["bench", "--racks", "10.40.0.1:1,10.41.0.1:1",
+                                   "--netns-prefix"])
+        self.assertEqual(cmd[4], "m.%r-w")
+        self.assertNotIn("--quiet", cmd)
+        self.assertEqual(cmd[-2:], ["--keys", "4"])
+
+    def test_stop_check_only_for_pboxes_serving(self):
+        self.mr.up(2, 1)
+        self.assertFalse(self.mr.started)
+        self.mr.pbox_start(1)
+        self.assertTrue(self.mr.started)
+        self.assertTrue(self.mr.pbox_stop(1))
+        self.assertFalse(self.mr.started)
 
 
 class MultiRackTest(unittest.TestCase):

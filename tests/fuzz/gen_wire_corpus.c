@@ -10,6 +10,7 @@
  */
 
 #include <endian.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,6 +246,19 @@ main(int argc, char **argv)
 		save("body_ring_hello.bin", buf + PHUB_WIRE_HDR_LEN, len - PHUB_WIRE_HDR_LEN);
 		save("ring_hello_ack.bin", buf, phub_wire_ring_hello_write(buf, sizeof(buf),
 				PHUB_WIRE_OP_RING_HELLO_ACK, &h));
+		/*
+		 * An authenticated ring's HELLO: cap AUTH, flag AUTH and the handshake extension
+		 * (key, number, tag; the parser checks its place, lib/control its MAC).
+		 */
+		h.caps |= PHUB_WIRE_RING_CAP_AUTH;
+		len = phub_wire_ring_hello_write(buf, sizeof(buf), PHUB_WIRE_OP_RING_HELLO, &h);
+		memmove(buf + PHUB_WIRE_HDR_LEN + 56, buf + PHUB_WIRE_HDR_LEN,
+				(size_t)len - PHUB_WIRE_HDR_LEN);
+		for (unsigned int i = 0; i < 56; i++)
+			buf[PHUB_WIRE_HDR_LEN + i] = (uint8_t)(0x40 + i);
+		buf[offsetof(struct phub_wire_hdr, flags)] |= PHUB_WIRE_F_AUTH;
+		buf[offsetof(struct phub_wire_hdr, hdr_len)] = PHUB_WIRE_HDR_LEN + 56;
+		save("ring_hello_auth.bin", buf, len + 56);
 	}
 
 	/* RING_ACKV of five entries, and the bare body. */

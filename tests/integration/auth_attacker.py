@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-3-Clause
-"""The on-path host of auth_rack.sh: it sees every frame of an authenticated job on the ToR
+"""The on-path host of test_auth_rack.py: it sees every frame of an authenticated job on the ToR
 (a bridge that floods), records them, then replays, reorders, flips bits, forges with the
 tokens it saw and JOINs with what it saw. Prints a JSON report of what it sent, by the drop
 reason each attempt must be counted under at the PBox.

@@ -9,8 +9,9 @@ PHUB_HOSTILE. By hand, as root, from the source tree after `ninja -C build`:
   python3 -m pytest tests/integration/test_pbox_rack.py -k telemetry
 
 (the programs default to build/'s). The rack's name and id come from the scenario's name, as
-they always did (pt<id>, 10.<id>.0.0/24); PHUB_RACK_NAME and PHUB_RACK_ID choose others, to
-run beside racks of the same names.
+they always did (pt<id>, 10.<id>.0.0/24), or from its rack_name mark; PHUB_RACK_NAME and
+PHUB_RACK_ID choose others, to run beside racks of the same names. The multirack fixture is
+the same for a virtual multi-rack (its racks and spine take ids id .. id+R).
 """
 
 import os
@@ -51,26 +52,46 @@ def pytest_runtest_makereport(item, call):
     setattr(item, "rep_" + rep.when, rep)
 
 
-@pytest.fixture
-def rack(request):
+def pytest_configure(config):
+    config.addinivalue_line("markers", "rack_name(name, id): the scenario's rack has this "
+                            "fixed name and id (a rack other tests and docs know by name)")
+
+
+def _rack(request, cls):
     why = rack_mod.can_run()
     if why:
         pytest.skip(why)
     scenario = scenario_name(request.node)
-    rack_id = int(os.environ.get("PHUB_RACK_ID") or rack_mod.seed_id(scenario))
-    # A test module's racks are named RACK_PREFIX<id> (default pt<id>).
+    fixed = request.node.get_closest_marker("rack_name")
+    # A module's racks are named RACK_PREFIX<id> (default pt<id>), the id from the scenario's
+    # name in RACK_IDS (first, count; default 100 .. 249).
+    lo, span = getattr(request.module, "RACK_IDS", (100, 150))
+    rack_id = int(os.environ.get("PHUB_RACK_ID") or (fixed.args[1] if fixed else
+                                                     rack_mod.seed_id(scenario, lo, span)))
     prefix = getattr(request.module, "RACK_PREFIX", "pt")
-    name = os.environ.get("PHUB_RACK_NAME") or "%s%d" % (prefix, rack_id)
-    r = rack_mod.Rack(name, rack_id, program("PHUB_VRACK"), program("PHUB_PBOX"),
-                      program("PHUB_BENCH"), program("PHUB_HOSTILE"))
+    name = os.environ.get("PHUB_RACK_NAME") or (fixed.args[0] if fixed else
+                                                "%s%d" % (prefix, rack_id))
+    r = cls(name, rack_id, program("PHUB_VRACK"), program("PHUB_PBOX"), program("PHUB_BENCH"),
+            program("PHUB_HOSTILE"))
     try:
         yield r
         call = getattr(request.node, "rep_call", None)
-        if call is not None and call.failed and os.path.exists(r.log_path()):
-            print("\nthe PBox's log ends with:\n" + "\n".join(
-                [line for line in r.log().splitlines() if "serving" not in line][-20:]))
+        if call is not None and call.failed:
+            print(r.log_tail())
         # Every scenario ends the same way: the PBox stops on SIGTERM and says so.
         if r.started:
             r.stop_check()
     finally:
         r.close()
+
+
+@pytest.fixture
+def rack(request):
+    yield from _rack(request, rack_mod.Rack)
+
+
+@pytest.fixture
+def multirack(request):
+    """A virtual multi-rack (rack.MultiRack): up with racks, its PBoxes started by the test;
+    every PBox still serving at the end must stop on SIGTERM."""
+    yield from _rack(request, rack_mod.MultiRack)

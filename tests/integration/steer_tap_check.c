@@ -11,7 +11,7 @@
  * --no-steer it attaches the tap steering program after the port starts. Prints "READY ..."
  * once it receives, runs until SIGINT/SIGTERM or S seconds, then prints one line per non-zero
  * counter and a summary line (see report()). With --api-checks it first checks the steering
- * API's answers to bad requests and detach ("api-check ..." lines). Used by steer_tap.sh and
+ * API's answers to bad requests and detach ("api-check ..." lines). Used by test_steer_tap.py and
  * for the checksum survey.
  */
 #include <errno.h>

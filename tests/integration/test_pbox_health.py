@@ -164,3 +164,50 @@ def test_pbox_health(pbox):
     proc.send_signal(signal.SIGTERM)
     rc = proc.wait(30)
     assert rc == 0, fail_with_log("phub-pbox exit %d after SIGTERM" % rc)
+
+
+def test_pbox_notify(tmp_path):
+    """sd_notify as systemd's Type=notify reads it (meson: pbox-notify): READY=1 once the PBox
+    serves, never before its log says ready, and STOPPING=1 on SIGTERM; no watchdog asked for.
+
+      this test: a unix datagram socket ($NOTIFY_SOCKET) <-- phub-pbox (one net_null port)
+    """
+    config = {
+        "eal": {"lcores": [0, 1], "memory_mb": 512, "no_huge": True, "file_prefix":
+                PREFIX + "-notify", "extra_args": ["--single-file-segments"]},
+        "drivers_dir": os.path.join(ROOT, "drivers-cfg"),
+        "ports": [{"name": "n0", "device": "net_null0", "driver": "null",
+                   "ipv4": "10.99.0.1/24", "mtu": 1500, "lcores": [1]}],
+        "idle": {"policy": "adaptive"},
+        "checkpoint": {"dir": str(tmp_path / "ckpt")},
+        "telemetry": {"enabled": False},
+    }
+    (tmp_path / "pbox.json").write_text(json.dumps(config))
+    notify = Notify(str(tmp_path / "notify.sock"))
+    log = tmp_path / "log"
+    env = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify.sock"))
+    env.pop("WATCHDOG_USEC", None)
+    with open(log, "w") as out:
+        proc = subprocess.Popen([PBOX, "-c", str(tmp_path / "pbox.json")], stdout=out,
+                                stderr=subprocess.STDOUT, env=env)
+    try:
+        for _ in range(300):
+            if notify.has("READY=1") or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert notify.has("READY=1"), "no READY=1 from phub-pbox\n" + log.read_text()
+        # READY comes after the log says ready, never before.
+        assert "phub.pbox: ready:" in log.read_text(), "READY=1 before ready"
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(30)
+        assert rc == 0, "phub-pbox exit %d after SIGTERM\n%s" % (rc, log.read_text())
+        time.sleep(0.2)
+        assert notify.has("STOPPING=1"), "no STOPPING=1: %s\n%s" % (
+            [m for _, m in notify.received], log.read_text())
+        for _, m in notify.received:
+            print("  received:", m)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        notify.close()

@@ -27,38 +27,13 @@ import time
 import pytest
 
 from phubrack import telemetry
-from phubrack.rack import expect
-
-# A layout of keys that are not multiples of a segment (352 fp32 at MTU 1500) or of a chunk
-# (8096 elements): tiny keys, a key of many chunks, odd sizes.
-MIXED = [1, 3, 7, 351, 353, 1000, 8096, 8097, 50000, 17]
+from phubrack.rack import MIXED, expect, wait_until
 
 EXACT = ('r["verified"]', 'r["bitwise"]')
 
 
-def layout(rack, keys, name="mixed"):
-    """A --layout file of KEYS (element counts) in the rack's scratch dir, written once: ranks
-    started one after another read the same file."""
-    path = rack.path(name + ".json")
-    if not os.path.exists(path):
-        with open(path + ".tmp", "w") as f:
-            json.dump(keys, f)
-        os.replace(path + ".tmp", path)
-    return path
-
-
 def timeouts(worker_dead_ms):
     return 'c.setdefault("timeouts", {})["worker_dead_ms"] = %d' % worker_dead_ms
-
-
-def wait_until(cond, timeout, step=0.05):
-    """cond() until it is true or TIMEOUT seconds have passed; its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v or time.monotonic() >= deadline:
-            return v
-        time.sleep(step)
 
 
 def killed_rank(run):
@@ -75,13 +50,13 @@ def killed_rank(run):
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 8], ids=str)
 def test_workers(rack, n):
     rack.up(n)
-    r = rack.bench(n, "--layout", layout(rack, MIXED), "--iterations", 4, "--optimizer", "sgd")
+    r = rack.bench(n, "--layout", rack.layout(MIXED), "--iterations", 4, "--optimizer", "sgd")
     expect(r, *EXACT, "r['workers'] == %d" % n)
 
 
 def test_tiny_keys(rack):
     rack.up(2)
-    r = rack.bench(2, "--layout", layout(rack, [1] * 200, "tiny"), "--iterations", 4)
+    r = rack.bench(2, "--layout", rack.layout([1] * 200, "tiny"), "--iterations", 4)
     expect(r, *EXACT, 'r["keys"] == 200')
 
 
@@ -93,7 +68,7 @@ def test_big_key(rack):
 
 def dtype_run(rack, dtype):
     rack.up(3)
-    r = rack.bench(3, "--layout", layout(rack, MIXED), "--iterations", 4, "--dtype", dtype)
+    r = rack.bench(3, "--layout", rack.layout(MIXED), "--iterations", 4, "--dtype", dtype)
     expect(r, *EXACT, "r['dtype'] == %r" % dtype)
 
 
@@ -107,7 +82,7 @@ def test_bf16(rack):
 
 def optimizer_run(rack, optimizer):
     rack.up(3)
-    r = rack.bench(3, "--layout", layout(rack, MIXED), "--iterations", 5, "--optimizer",
+    r = rack.bench(3, "--layout", rack.layout(MIXED), "--iterations", 5, "--optimizer",
                    optimizer, "--lr", 0.05)
     expect(r, 'r["verified"]', "r['optimizer'] == %r" % optimizer)
 
@@ -124,7 +99,7 @@ def two_jobs(rack, config_edit=None):
     """Two jobs with their own nonces at once on one PBox, each exact."""
     rack.up(4, config_edit=config_edit)
     a = rack.bench_bg(2, "--job", "job-a", "--nonce", "0x5ad1c0ffee7e4b31", "--layout",
-                      layout(rack, MIXED), "--iterations", 5, name="a")
+                      rack.layout(MIXED), "--iterations", 5, name="a")
     # job b's ranks on workers 3 and 4
     b = rack.bench_bg(2, "--job", "job-b", "--nonce", "0x7e11d00d2b9a4c63", "--keys", 6,
                       "--key-elems", 3000, "--optimizer", "nesterov", "--iterations", 5,
@@ -147,7 +122,7 @@ def test_priority_hold(rack):
 def test_loss_1pct(rack):
     # 1% loss both ways on worker 1's link: retransmissions and PULLs, still the exact model.
     rack.up(3, "--netem", "w1:loss 1%")
-    r = rack.bench(3, "--layout", layout(rack, MIXED), "--iterations", 8)
+    r = rack.bench(3, "--layout", rack.layout(MIXED), "--iterations", 8)
     expect(r, *EXACT, 'r["retransmits"] + r["pulls"] > 0')
 
 
@@ -155,7 +130,7 @@ def test_deterministic(rack):
     # Gradients whose sums round, 1% loss on worker 1's link: arrivals out of rank order,
     # yet the deterministic job's model is the rank-order reference bit for bit.
     rack.up(3, "--netem", "w1:loss 1%")
-    mixed = layout(rack, MIXED)
+    mixed = rack.layout(MIXED)
     r = rack.bench(3, "--layout", mixed, "--iterations", 8, "--gradients", "random",
                    "--deterministic", "--job", "det")
     expect(r, *EXACT, 'r["deterministic"]', 'r["verify_mode"] == "exact"',
@@ -195,7 +170,7 @@ def test_csum(rack):
     d = telemetry.stats_delta(before, after).get("drops.bad_csum", 0)
     print("PBox: bad_csum +%d" % d)
     assert d == 1, "the damaged PUSH was not counted as bad_csum once (+%d)" % d
-    r = rack.bench(2, "--layout", layout(rack, MIXED), "--iterations", 4, "--csum")
+    r = rack.bench(2, "--layout", rack.layout(MIXED), "--iterations", 4, "--csum")
     expect(r, *EXACT)
     # Every MODEL's CRC right: a MODEL whose headers were copied from another rank's without
     # a new CRC was dropped by the worker, who PULLed it again (1,187 PULLs in this job; 0
@@ -213,7 +188,7 @@ def test_no_steering(rack):
     # phub-hostile sends a job's whole initial round to the wrong lcore's port on purpose
     # and gets every MODEL back, whichever lcore the flow hash gives it.
     rack.up(3, pbox_args=["--no-steering"])
-    r = rack.bench(3, "--layout", layout(rack, MIXED), "--iterations", 6)
+    r = rack.bench(3, "--layout", rack.layout(MIXED), "--iterations", 6)
     expect(r, *EXACT)
     before = rack.telemetry("/phub/stats")["/phub/stats"]
     p = rack.exec(1, rack.hostile_bin, "--server", rack.server, "--misdirect", timeout=120)
@@ -237,7 +212,7 @@ def test_no_steering(rack):
 def test_af_packet(rack):
     # One port per lcore (af_packet, MTU 9000): the other steering layout.
     rack.up(2, "--driver", "af_packet", "--ports", 2, "--lcores", 2, "--mtu", 9000)
-    r = rack.bench(2, "--layout", layout(rack, MIXED), "--iterations", 4)
+    r = rack.bench(2, "--layout", rack.layout(MIXED), "--iterations", 4)
     expect(r, *EXACT)
 
 
@@ -576,7 +551,7 @@ def test_elastic(rack):
     # the model a reference of that membership history computes, bit for bit (rank order).
     rack.up(4, config_edit=elastic_config("elastic", "0x5ad1c0ffee7e4b37"))
     start = time.monotonic()
-    opts = ("--layout", layout(rack, MIXED), "--iterations", 10, "--gradients", "random",
+    opts = ("--layout", rack.layout(MIXED), "--iterations", 10, "--gradients", "random",
             "--deterministic", "--job", "elastic", "--nonce", "0x5ad1c0ffee7e4b37",
             "--optimizer", "sgd", "--lr", 0.01)
     ranks = [rack.start_rank(r, 4, *opts, *(("--die-at", 4) if r == 3 else ()),
@@ -599,7 +574,7 @@ def test_elastic_rejoin(rack):
     # back two iterations ahead of the segments (while the others idle after iteration 6),
     # and the four finish 12 iterations with the model of that history, bit for bit.
     rack.up(4, config_edit=elastic_config("rejoin", "0x5ad1c0ffee7e4b38"))
-    opts = ("--layout", layout(rack, MIXED), "--iterations", 12, "--gradients", "random",
+    opts = ("--layout", rack.layout(MIXED), "--iterations", 12, "--gradients", "random",
             "--deterministic", "--job", "rejoin", "--nonce", "0x5ad1c0ffee7e4b38",
             "--optimizer", "sgd", "--lr", 0.01)
     ranks = [rack.start_rank(r, 4, *opts, *(("--die-at", 4) if r == 3 else
@@ -621,7 +596,7 @@ def test_worker_timeout(rack):
     # Rank 2 is killed (SIGKILL) and never comes back: after timeouts.worker_dead_ms the
     # PBox tells ranks 0 and 1 (ERROR worker_timeout, which they report) and frees the job.
     rack.up(3, config_edit=timeouts(1500))
-    mixed = layout(rack, MIXED)
+    mixed = rack.layout(MIXED)
     ranks = [rack.start_rank(r, 3, "--layout", mixed, "--iterations", 100000, "--job",
                              "doomed", name="t%d" % r) for r in range(3)]
     rack.wait_job_iterations("doomed", 3)

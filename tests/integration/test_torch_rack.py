@@ -22,6 +22,16 @@ training against the soft PBox on loopback (4 ranks, deterministic: bit for bit)
   R-w1 (10.I.0.101): node 0, ranks 0 1, torchrun's rendezvous (master)
   R-w2 (10.I.0.102): node 1, ranks 2 3
   the host: phub-soft-pbox on loopback, the reference run
+
+test_ddp_hook_auth: DDP with phub.torch.allreduce_hook and auth=True, on a job the PBox's
+config declares with "auth": "required" (the nonce never leaves the workers, every datagram
+carries a MAC). One rank in each worker namespace, DDP's process group over gloo between them;
+each rank trains the same model first with gloo's allreduce (the reference), then with the
+hook through the PBox: every parameter and loss must be bitwise equal, no datagram may fail
+its MAC, and a JOIN of the job without auth must be refused with the reason.
+
+  R-pbox: phub-pbox, jobs[0] = ddpauth-ddp, auth "required", optimizer none
+  R-w1 (10.I.0.101): rank 0, gloo's rendezvous     R-w2 (10.I.0.102): rank 1
 """
 
 import importlib.util
@@ -211,3 +221,104 @@ c.setdefault("timeouts", {})["worker_dead_ms"] = 60000""" % (JOB, NONCE))
         acc * 100, len(ranks[0]["epochs"]))
     print("2 nodes x 2 processes under torchrun, test accuracy %.1f%%; all %d steps' global "
           "losses equal to the loopback run's" % (acc * 100, len(ref)))
+
+
+# -- DDP with the hook on an authenticated job --------------------------------------------------
+
+AUTH_JOB, AUTH_NONCE = "ddpauth", "0x25c0ffee9a7b3d41"
+DDP_AUTH = """import json, sys
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import phub, phub.torch as pt
+
+rank, world, master, server, job, nonce, out = sys.argv[1:]
+rank, world = int(rank), int(world)
+torch.set_num_threads(1)
+torch.use_deterministic_algorithms(True)
+dist.init_process_group("gloo", init_method="tcp://%s:29531" % master, rank=rank,
+                        world_size=world)
+
+
+def model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                               torch.nn.Linear(256, 256), torch.nn.Tanh(),
+                               torch.nn.Linear(256, 10))
+
+
+def train(ddp, steps=30):
+    g = torch.Generator().manual_seed(1)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(32, 64, generator=g)
+        y = torch.randint(0, 10, (32,), generator=g)
+        n = 32 // world
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(ddp(x[rank * n:(rank + 1) * n]),
+                                                 y[rank * n:(rank + 1) * n])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return [p.detach().clone() for p in ddp.parameters()], losses
+
+
+ref, ref_losses = train(DDP(model()))
+pt.init(server=server, port=47000, job=job, nonce=int(nonce, 0), rank=rank, world_size=world,
+        deterministic=True)
+refused = ""
+if rank == 0:
+    # The job requires auth: a JOIN without it is refused, and says why.
+    try:
+        phub.connect(server, job + "-ddp", int(nonce, 0), rank, world, [16], port=47000,
+                     optimizer="none", auth=False, connect_timeout_ms=5000).close()
+    except phub.PhubError as e:
+        refused = str(e)
+hooked = DDP(model())
+state = pt.AllreduceState(auth=True)
+hooked.register_comm_hook(state, pt.allreduce_hook)
+got, got_losses = train(hooked)
+stats = state.session.stats() if state.session is not None else {}
+state.close()
+dist.destroy_process_group()
+json.dump({"params_equal": all(torch.equal(a, b) for a, b in zip(ref, got)),
+           "params": len(ref), "ref_losses": ref_losses, "got_losses": got_losses,
+           "pushes": stats.get("pushes", 0), "ops_completed": stats.get("ops_completed", 0),
+           "rx_auth_failed": stats.get("rx_auth_failed", -1), "refused": refused},
+          open(out, "w"))
+"""
+
+
+def test_ddp_hook_auth(rack):
+    need("torch")
+    rack.up(2, config_edit="""c["jobs"] = [{"name": %r, "nonce": %r, "workers": 2,
+    "dtype": "fp32", "deterministic": True, "auth": "required",
+    "optimizer": {"type": "none"}}]
+c.setdefault("timeouts", {})["worker_dead_ms"] = 60000""" % (AUTH_JOB + "-ddp", AUTH_NONCE))
+    script = rack.path("ddp_auth.py")
+    with open(script, "w") as f:
+        f.write(DDP_AUTH)
+    master = "10.%d.0.101" % rack.id
+    ranks = [rack.start(in_ns(rack, r + 1, "timeout", 170, PYTHON, script, r, 2, master,
+                              rack.server, AUTH_JOB, AUTH_NONCE, rack.path("ddp%d.json" % r),
+                              GLOO_SOCKET_IFNAME="eth0"),
+                        "ddp%d" % r, "rank %d" % r, out_suffix=".out") for r in (0, 1)]
+    for run in ranks:
+        assert run.wait(200) == 0, "%s exited non-zero:\n%s\n%s\nthe PBox's log:\n%s" % (
+            run.what, tail(run.stdout()), tail(run.stderr()), tail(rack.log()))
+    res = [json.load(open(rack.path("ddp%d.json" % r))) for r in (0, 1)]
+    for r, x in enumerate(res):
+        # PHub carried the gradients (DDP's first iterations build its buckets), all sealed.
+        assert x["pushes"] > 0 and x["ops_completed"] > 0, "rank %d: %s" % (r, x)
+        assert x["rx_auth_failed"] == 0, "rank %d: %d datagrams failed their MAC" % (
+            r, x["rx_auth_failed"])
+        assert x["params_equal"], "rank %d: the parameters differ from gloo's" % r
+        assert x["got_losses"] == x["ref_losses"], "rank %d: the losses differ" % r
+    assert res[0]["ref_losses"][0] != res[0]["ref_losses"][-1], "it did not train"
+    assert "authenticated" in res[0]["refused"], "a JOIN without auth was not refused " \
+        "with the reason: %r" % res[0]["refused"]
+    print("DDP with the PHub hook on an authenticated job: %d parameters and %d losses per "
+          "rank bitwise equal to gloo's, %d and %d PUSHes, no MAC failed; without auth: %s" % (
+              res[0]["params"], len(res[0]["got_losses"]), res[0]["pushes"], res[1]["pushes"],
+              res[0]["refused"].splitlines()[0]))

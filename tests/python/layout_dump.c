@@ -39,6 +39,7 @@ main(void)
 	FIELD(phub_connect_params, rto_max_ms); FIELD(phub_connect_params, dead_ms);
 	FIELD(phub_connect_params, connect_timeout_ms); FIELD(phub_connect_params, flags);
 	FIELD(phub_connect_params, progress); FIELD(phub_connect_params, progress_arg);
+	FIELD(phub_connect_params, key);
 	END();
 	BEGIN(phub_stats);
 	FIELD(phub_stats, tx_datagrams); FIELD(phub_stats, tx_bytes);

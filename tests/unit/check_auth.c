@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of lib/auth: key agreement, datagram MACs under every bit flip, the replay window. */
 
+#include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,7 @@
 #include <sodium.h>
 
 #include "phub_auth.h"
+#include "wire/phub_wire.h"
 
 enum { HDR = 80, PAYLOAD = 1408 };
 
@@ -103,6 +106,73 @@ START_TEST(test_the_ring_proof_depends_on_the_psk_and_is_not_the_nonce)
 	ck_assert_uint_eq(phub_auth_ring_proof(a), phub_auth_ring_proof(a));
 	ck_assert_uint_ne(phub_auth_ring_proof(a), phub_auth_ring_proof(b));
 	ck_assert_uint_ne(phub_auth_ring_proof(a), 0x1234);
+}
+END_TEST
+
+/* Two neighbours derive one link's keys whoever computes first; they are no worker's keys. */
+START_TEST(test_ring_neighbours_derive_the_same_link_keys)
+{
+	uint8_t psk[PHUB_AUTH_KEY_LEN], rpsk[PHUB_AUTH_KEY_LEN], rpsk2[PHUB_AUTH_KEY_LEN];
+	uint8_t apk[PHUB_AUTH_PK_LEN], ask[PHUB_AUTH_SK_LEN];
+	uint8_t bpk[PHUB_AUTH_PK_LEN], bsk[PHUB_AUTH_SK_LEN];
+	uint8_t cpk[PHUB_AUTH_PK_LEN], csk[PHUB_AUTH_SK_LEN];
+	struct phub_auth_keys a, b, c, w;
+
+	ck_assert_int_eq(phub_auth_init(), 0);
+	phub_auth_psk(psk, "ring", 0x77);
+	phub_auth_ring_psk(rpsk, psk);
+	ck_assert(!phub_auth_key_equal(rpsk, psk));
+	phub_auth_psk(psk, "ring", 0x78);
+	phub_auth_ring_psk(rpsk2, psk);
+	ck_assert(!phub_auth_key_equal(rpsk, rpsk2));
+	phub_auth_keypair(apk, ask);
+	phub_auth_keypair(bpk, bsk);
+	/* a is position 0 (lower), b position 1. */
+	ck_assert_int_eq(phub_auth_ring_keys(&a, rpsk, ask, apk, bpk, true), 0);
+	ck_assert_int_eq(phub_auth_ring_keys(&b, rpsk, bsk, bpk, apk, false), 0);
+	ck_assert(phub_auth_key_equal(a.tx, b.rx));
+	ck_assert(phub_auth_key_equal(a.rx, b.tx));
+	ck_assert(!phub_auth_key_equal(a.tx, a.rx));
+	/* Both claiming the lower position: the keys do not pair up, nothing verifies. */
+	ck_assert_int_eq(phub_auth_ring_keys(&c, rpsk, bsk, bpk, apk, true), 0);
+	ck_assert(!phub_auth_key_equal(a.tx, c.rx));
+	/* Another job's ring PSK, or a fresh key of the neighbour (it restarted): new keys. */
+	ck_assert_int_eq(phub_auth_ring_keys(&c, rpsk2, bsk, bpk, apk, false), 0);
+	ck_assert(!phub_auth_key_equal(a.tx, c.rx));
+	phub_auth_keypair(cpk, csk);
+	ck_assert_int_eq(phub_auth_ring_keys(&c, rpsk, ask, apk, cpk, true), 0);
+	ck_assert(!phub_auth_key_equal(a.tx, c.tx));
+	/* The job's PSK itself, as a worker's session would use it: other keys. */
+	ck_assert_int_eq(phub_auth_session_keys(&w, psk, ask, bpk, apk, bpk, true), 0);
+	ck_assert(!phub_auth_key_equal(a.tx, w.tx));
+	/* A low-order key from the spine is refused. */
+	memset(cpk, 0, sizeof(cpk));
+	ck_assert_int_lt(phub_auth_ring_keys(&c, rpsk, ask, apk, cpk, true), 0);
+}
+END_TEST
+
+/* A RING_HELLO's handshake MAC at a sequence number: it opens there and says the number. */
+START_TEST(test_a_handshake_sealed_at_a_number_opens_with_it)
+{
+	uint8_t key[PHUB_AUTH_KEY_LEN] = { 9 }, pk[PHUB_AUTH_PK_LEN] = { 1, 2, 3 };
+	uint8_t buf[256] = { 0 };
+	uint64_t seq = 0;
+	int n, len = PHUB_WIRE_HDR_LEN + 88;
+	size_t hl;
+
+	/* What phub_auth_wire_extend() reads of a header: opcode, flags, hdr_len. */
+	buf[offsetof(struct phub_wire_hdr, opcode)] = PHUB_WIRE_OP_RING_HELLO;
+	buf[offsetof(struct phub_wire_hdr, hdr_len)] = PHUB_WIRE_HDR_LEN;
+	fill(buf + PHUB_WIRE_HDR_LEN, 88, 5);
+	n = phub_auth_wire_seal_hs_seq(buf, (size_t)len, sizeof(buf), pk, key,
+			phub_auth_seq(0, 12345));
+	ck_assert_int_eq(n, len + PHUB_AUTH_PK_LEN + PHUB_AUTH_TRAILER_LEN);
+	hl = buf[5];
+	ck_assert(memcmp(phub_auth_wire_pk(buf, hl), pk, sizeof(pk)) == 0);
+	ck_assert(phub_auth_hs_open(key, buf, hl, buf + hl, (size_t)n - hl, &seq));
+	ck_assert_uint_eq(seq, phub_auth_seq(0, 12345));
+	buf[hl - PHUB_AUTH_TRAILER_LEN + 7] ^= 1;	/* another number: the tag fails */
+	ck_assert(!phub_auth_hs_open(key, buf, hl, buf + hl, (size_t)n - hl, &seq));
 }
 END_TEST
 
@@ -353,6 +423,135 @@ START_TEST(test_the_window_matches_a_model_that_remembers_everything)
 }
 END_TEST
 
+START_TEST(test_a_job_key_gives_a_psk_of_its_own_and_parses_only_64_hex_digits)
+{
+	static const char hex[] =
+		"00112233445566778899aabbccddeeffF0E1D2C3B4A5968778695A4B3C2D1E0f";
+	uint8_t key[PHUB_AUTH_KEY_LEN], k2[PHUB_AUTH_KEY_LEN];
+	uint8_t a[PHUB_AUTH_KEY_LEN], b[PHUB_AUTH_KEY_LEN];
+	char bad[80];
+
+	ck_assert_int_eq(phub_auth_init(), 0);
+	ck_assert_int_eq(phub_auth_key_parse(key, hex), 0);
+	ck_assert_uint_eq(key[0], 0x00);
+	ck_assert_uint_eq(key[15], 0xff);
+	ck_assert_uint_eq(key[16], 0xf0);
+	ck_assert_uint_eq(key[31], 0x0f);
+	memcpy(k2, key, sizeof(k2));
+	/* Too short, too long, not hex, nothing: refused, the key untouched. */
+	snprintf(bad, sizeof(bad), "%.63s", hex);
+	ck_assert_int_eq(phub_auth_key_parse(k2, bad), -EINVAL);
+	snprintf(bad, sizeof(bad), "%s0", hex);
+	ck_assert_int_eq(phub_auth_key_parse(k2, bad), -EINVAL);
+	snprintf(bad, sizeof(bad), "%.63sx", hex);
+	ck_assert_int_eq(phub_auth_key_parse(k2, bad), -EINVAL);
+	ck_assert_int_eq(phub_auth_key_parse(k2, NULL), -EINVAL);
+	ck_assert_mem_eq(k2, key, sizeof(key));
+	/* The key's PSK: its own, bound to the name and the key, not the nonce's. */
+	phub_auth_job_psk(a, "job", 0x1234, key);
+	phub_auth_psk_key(b, "job", key);
+	ck_assert_mem_eq(a, b, sizeof(a));
+	phub_auth_job_psk(b, "job", 0x1234, NULL);
+	phub_auth_psk(k2, "job", 0x1234);
+	ck_assert_mem_eq(b, k2, sizeof(b));
+	ck_assert(!phub_auth_key_equal(a, b));
+	phub_auth_psk_key(b, "jo", key);
+	ck_assert(!phub_auth_key_equal(a, b));
+	key[31] ^= 1;
+	phub_auth_psk_key(b, "job", key);
+	ck_assert(!phub_auth_key_equal(a, b));
+}
+END_TEST
+
+/* An answer as the PBox's control plane makes it: its key, then the MAC under confirm. */
+static void
+answer_make(uint8_t *d, size_t hl, const uint8_t pbox_pk[PHUB_AUTH_PK_LEN],
+		const uint8_t confirm[PHUB_AUTH_KEY_LEN])
+{
+	fill(d, hl + PAYLOAD, 5);
+	memcpy(phub_auth_wire_pk(d, hl), pbox_pk, PHUB_AUTH_PK_LEN);
+	phub_auth_hs_seal(confirm, 0, d, hl, d + hl, PAYLOAD);
+}
+
+START_TEST(test_an_initiator_takes_only_answers_that_prove_the_psk)
+{
+	enum { HL = HDR + PHUB_AUTH_PK_LEN };
+	struct phub_auth_initiator in;
+	uint8_t psk[PHUB_AUTH_KEY_LEN], other[PHUB_AUTH_KEY_LEN];
+	uint8_t rpk[PHUB_AUTH_PK_LEN], rsk[PHUB_AUTH_SK_LEN];
+	uint8_t d[HL + PAYLOAD];
+	struct phub_auth_keys rk, wrong;
+
+	ck_assert_int_eq(phub_auth_init(), 0);
+	phub_auth_psk(psk, "job", 0x5eed5eed1234abcdull);
+	phub_auth_psk(other, "job", 0x5eed5eed1234abceull);
+	phub_auth_initiator_init(&in, psk);
+	/* Nothing to answer before a JOIN began. */
+	ck_assert(!phub_auth_initiator_answer(&in, d, HL, d + HL, PAYLOAD));
+	phub_auth_initiator_start(&in);
+	phub_auth_keypair(rpk, rsk);
+	ck_assert_int_eq(phub_auth_session_keys(&rk, psk, rsk, in.pk, in.pk, rpk, false), 0);
+	ck_assert_int_eq(phub_auth_session_keys(&wrong, other, rsk, in.pk, in.pk, rpk, false), 0);
+
+	/* A PBox with another PSK, then a damaged answer: refused, no keys taken. */
+	answer_make(d, HL, rpk, wrong.confirm);
+	ck_assert(!phub_auth_initiator_answer(&in, d, HL, d + HL, PAYLOAD));
+	ck_assert(!in.next_ok);
+	answer_make(d, HL, rpk, rk.confirm);
+	d[HL + 17] ^= 1;
+	ck_assert(!phub_auth_initiator_answer(&in, d, HL, d + HL, PAYLOAD));
+	ck_assert(!in.next_ok);
+	/* The PBox's answer: the session keys are the PBox's, each direction crossed. */
+	answer_make(d, HL, rpk, rk.confirm);
+	ck_assert(phub_auth_initiator_answer(&in, d, HL, d + HL, PAYLOAD));
+	ck_assert(in.next_ok);
+	ck_assert(phub_auth_key_equal(in.next.tx, rk.rx));
+	ck_assert(phub_auth_key_equal(in.next.rx, rk.tx));
+	/* Its next datagram, under the same key: taken; damaged: not. */
+	ck_assert(phub_auth_initiator_answer(&in, d, HL, d + HL, PAYLOAD));
+	d[3] ^= 0x40;
+	ck_assert(!phub_auth_initiator_answer(&in, d, HL, d + HL, PAYLOAD));
+	/* A JOIN again keeps the key pair (a PBox that kept our session answers the same). */
+	memcpy(rpk, in.pk, sizeof(rpk));
+	phub_auth_initiator_start(&in);
+	ck_assert(!in.next_ok);
+	ck_assert_mem_eq(in.pk, rpk, sizeof(rpk));
+	phub_auth_initiator_wipe(&in);
+	ck_assert(!in.have_pk);
+}
+END_TEST
+
+START_TEST(test_a_lane_opens_what_its_peer_sealed_once_and_on_its_channel)
+{
+	struct phub_auth_lane a, b;
+	uint8_t d[HDR + PAYLOAD];
+	struct pair p;
+
+	pair_make(&p, "lane", 0x1a2b3c4d5e6f7081ull);
+	ck_assert_int_eq(phub_auth_lane_init(&a, &p.ik), 0);
+	ck_assert_int_eq(phub_auth_lane_init(&b, &p.rk), 0);
+	for (unsigned int i = 0; i < 3; i++) {
+		fill(d, sizeof(d), i);
+		ck_assert(phub_auth_lane_seal(&a, 3, d, HDR, d + HDR, PAYLOAD));
+		ck_assert_uint_eq(a.tx_next, i + 1);
+		/* Another channel's lane does not take it, and that does not spend it. */
+		ck_assert(!phub_auth_lane_open(&b, 4, d, HDR, d + HDR, PAYLOAD));
+		ck_assert(phub_auth_lane_open(&b, 3, d, HDR, d + HDR, PAYLOAD));
+		/* Once only. */
+		ck_assert(!phub_auth_lane_open(&b, 3, d, HDR, d + HDR, PAYLOAD));
+	}
+	/* The sealer's own direction key does not open its datagrams. */
+	ck_assert(phub_auth_lane_seal(&a, 3, d, HDR, d + HDR, PAYLOAD));
+	ck_assert(!phub_auth_lane_open(&a, 3, d, HDR, d + HDR, PAYLOAD));
+	/* Spent numbers: nothing more is sealed. */
+	a.tx_next = PHUB_AUTH_COUNTER_MAX + 1;
+	ck_assert(!phub_auth_lane_seal(&a, 3, d, HDR, d + HDR, PAYLOAD));
+	phub_auth_lane_fini(&a);
+	phub_auth_lane_fini(&b);
+	ck_assert_ptr_null(a.tx_mac);
+}
+END_TEST
+
 Suite *
 phub_auth_suite(void)
 {
@@ -362,7 +561,10 @@ phub_auth_suite(void)
 		test_both_sides_derive_the_same_keys_per_direction,
 		test_keys_need_the_psk_and_an_ephemeral_secret,
 		test_a_low_order_public_key_is_refused,
-		test_the_ring_proof_depends_on_the_psk_and_is_not_the_nonce);
+		test_the_ring_proof_depends_on_the_psk_and_is_not_the_nonce,
+		test_ring_neighbours_derive_the_same_link_keys,
+		test_a_handshake_sealed_at_a_number_opens_with_it,
+		test_a_job_key_gives_a_psk_of_its_own_and_parses_only_64_hex_digits);
 
 	PHUB_TCASE(s, "mac",
 		test_the_datagram_mac_is_gmac_of_header_and_payload,
@@ -371,6 +573,10 @@ phub_auth_suite(void)
 		test_a_sealed_datagram_opens_once_under_its_key,
 		test_every_single_bit_flip_fails_the_mac,
 		test_a_tag_moved_to_another_sequence_number_fails);
+
+	PHUB_TCASE(s, "session",
+		test_an_initiator_takes_only_answers_that_prove_the_psk,
+		test_a_lane_opens_what_its_peer_sealed_once_and_on_its_channel);
 
 	PHUB_TCASE(s, "window",
 		test_the_window_takes_each_number_once,

@@ -1050,6 +1050,56 @@ START_TEST(test_joins_without_the_right_auth_are_dropped_and_counted)
 END_TEST
 
 /*
+ * A job with a 256-bit key (jobs[].key): the key, given as the option or as PHUB_KEY, gets in;
+ * the nonce alone (its PSK is another) is dropped unanswered; a key that is not 64 hex digits
+ * fails at once and says which.
+ */
+START_TEST(test_a_job_with_a_key_takes_only_workers_that_hold_it)
+{
+	static const char hex[] =
+		"9c1e04b7f25a6d38e0c7b1a4f95d2e6083b7c1d9a4e5f60718293a4b5c6d7e8f";
+	struct job_cfg c = mixed_job("authkey", 1);
+	struct phub_control_declared_job d;
+	struct phub_connect_params p;
+	struct soft_pbox *sp;
+	uint8_t key[PHUB_AUTH_KEY_LEN];
+	struct soft_pbox_stats st;
+	char err[256];
+	struct phub *h;
+
+	ck_assert_int_eq(phub_auth_key_parse(key, hex), 0);
+	sp = auth_pbox_start(&c, true, 0.0, &d);
+	/* auth_pbox_start() declared the job: give it the key before any JOIN. */
+	d.key = key;
+	unsetenv("PHUB_KEY");
+	h = auth_connect(&c, sp, PHUB_CONNECT_F_AUTH, 0x5eed, 400, err, sizeof(err));
+	ck_assert_ptr_null(h);
+	soft_pbox_get_stats(sp, &st);
+	ck_assert_uint_ge(st.drops[PHUB_DROP_AUTH_BAD_TAG], 1);
+	ck_assert_uint_eq(st.joins, 0);
+	params_fill(&p, &c, soft_pbox_port(sp), 0, 0x5eed);
+	p.flags = PHUB_CONNECT_F_AUTH;
+	p.connect_timeout_ms = 5000;
+	p.key = "9c1e04b7";
+	h = phub_connect(&p, err, sizeof(err));
+	ck_assert_ptr_null(h);
+	ck_assert_msg(strstr(err, "not 64 hex digits") != NULL && strstr(err, "key option"),
+		      "%s", err);
+	p.key = hex;
+	h = phub_connect(&p, err, sizeof(err));
+	ck_assert_msg(h != NULL, "%s", err);
+	phub_close(h);
+	p.key = NULL;
+	setenv("PHUB_KEY", hex, 1);
+	h = phub_connect(&p, err, sizeof(err));
+	unsetenv("PHUB_KEY");
+	ck_assert_msg(h != NULL, "PHUB_KEY: %s", err);
+	phub_close(h);
+	soft_pbox_stop(sp);
+}
+END_TEST
+
+/*
  * A live authenticated session takes no datagram that is not sealed by its worker: a plain
  * PUSH with its very job id and token (as an on-path host would forge one) is dropped as
  * auth_missing, one with flag AUTH and a made-up tag as auth_bad_tag; the session goes on.
@@ -2342,6 +2392,7 @@ phub_client_suite(void)
 
 	tc = PHUB_TCASE(s, "auth",
 		test_joins_without_the_right_auth_are_dropped_and_counted,
+		test_a_job_with_a_key_takes_only_workers_that_hold_it,
 		test_forged_datagrams_to_a_live_authenticated_session_are_dropped,
 		test_a_join_cannot_displace_a_live_authenticated_session);
 	tcase_set_timeout(tc, 120);

@@ -535,6 +535,65 @@ START_TEST(test_declared_job_takes_its_parameters_from_a_model_or_a_count)
 }
 END_TEST
 
+/* An authenticated job's 256-bit key, written in the file or in a file of its own, checked. */
+START_TEST(test_a_job_key_is_64_hex_digits_for_an_authenticated_job)
+{
+	static const char head[] =
+		"{ \"eal\": { \"lcores\": [0, 1], \"no_huge\": true },"
+		"  \"ports\": [ { \"name\": \"p0\", \"device\": \"net_null0\", \"driver\": \"null\","
+		"    \"ipv4\": \"10.1.0.1/24\", \"lcores\": [1] } ],"
+		"  \"jobs\": [ { \"name\": \"a\", \"nonce\": \"0x5be1c2f07a9d3e64\", \"workers\": 2, ";
+	static const char hex[] =
+		"00112233445566778899aabbccddeeffF0E1D2C3B4A5968778695A4B3C2D1E0f";
+	static const struct {
+		const char *job;	/* the rest of jobs[0] */
+		const char *error;	/* NULL: it loads */
+	} cases[] = {
+		{ "\"auth\": \"required\", \"key\": \"%s\"", NULL },
+		{ "\"auth\": \"required\", \"key_file\": \"%s\"", NULL },
+		{ "\"key\": \"%s\"", "jobs[0].key: a key is for a job with \"auth\": \"required\"" },
+		{ "\"auth\": \"required\", \"key\": \"%.62s\"", "jobs[0].key: the key is not 64 hex" },
+		{ "\"auth\": \"required\", \"key\": \"%.63sg\"", "jobs[0].key: the key is not 64 hex" },
+		{ "\"auth\": \"required\", \"key\": 7 %.0s", "jobs[0].key: expected a string" },
+		{ "\"auth\": \"required\", \"key\": \"%s\", \"key_file\": \"/etc/hostname\"",
+		  "jobs[0].key_file: give \"key\" or \"key_file\", not both" },
+		{ "\"auth\": \"required\", \"key_file\": \"/etc/hostname\" %.0s",
+		  "jobs[0].key_file: \"/etc/hostname\" does not hold 64 hex digits" },
+		{ "\"auth\": \"required\", \"key_file\": \"etc/key\" %.0s",
+		  "must be an absolute path" },
+	};
+	char path[] = "/tmp/phub-check-key.XXXXXX";
+	char text[1024], job[256];
+	int fd = mkstemp(path);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, hex, 64), 64);
+	ck_assert_int_eq(write(fd, "\n", 1), 1);
+	close(fd);
+	enter_data_dir();
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(job, sizeof(job), cases[i].job, i == 1 ? path : hex);
+		snprintf(text, sizeof(text), "%s%s } ] }", head, job);
+		if (cases[i].error == NULL) {
+			ck_assert_msg(load_string(text) == 0, "%s: %s", job, err);
+			ck_assert(cfg.jobs[0].has_key);
+			ck_assert_uint_eq(cfg.jobs[0].key[0], 0x00);
+			ck_assert_uint_eq(cfg.jobs[0].key[1], 0x11);
+			ck_assert_uint_eq(cfg.jobs[0].key[16], 0xf0);
+			ck_assert_uint_eq(cfg.jobs[0].key[31], 0x0f);
+		} else {
+			ck_assert_msg(load_string(text) != 0, "%s loaded", job);
+			ck_assert_msg(strstr(err, cases[i].error) != NULL, "%s: %s", job, err);
+			/* The key's digits are never quoted back. */
+			ck_assert_msg(strstr(err, "00112233") == NULL, "%s", err);
+		}
+		phub_config_free(&cfg);
+		memset(&cfg, 0, sizeof(cfg));
+	}
+	unlink(path);
+}
+END_TEST
+
 START_TEST(test_unknown_numa_facts_do_not_fail_the_check)
 {
 	/* A sysfs root with nothing in it: every node is unknown, so nothing is proven wrong. */
@@ -946,6 +1005,7 @@ phub_config_suite(void)
 		  test_baremetal_example_loads_with_its_nics_on_two_numa_nodes },
 		{ "declared job size",
 		  test_declared_job_takes_its_parameters_from_a_model_or_a_count },
+		{ "job key", test_a_job_key_is_64_hex_digits_for_an_authenticated_job },
 		{ "unknown numa", test_unknown_numa_facts_do_not_fail_the_check },
 		{ "sysfs", test_sysfs_readers_return_the_node_or_minus_one },
 		{ "locate", test_locate_finds_values_past_escapes_and_lookalike_strings },

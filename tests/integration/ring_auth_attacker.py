@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""The on-path host of test_ring_auth_rack.py: in the spine's namespace it sees every frame
+between the PBoxes of an authenticated ring job (on each rack's spine port), records them,
+then replays, reorders, flips bits in, forges and strips the MAC of ring datagrams
+(RING_REDUCE, RING_GATHER, RING_ACKV) and RING_HELLOs, and offers HELLOs of a neighbour
+without auth, each sent straight into the PBox it was for. Prints a JSON report of what it
+sent, by the drop reason each attempt must be counted under at the PBoxes (docs/protocol.md
+section 12).
+
+usage: ring_auth_attacker.py SPINE_PREFIX SECONDS REPORT GO_FILE
+Records for SECONDS (at most) until it has ring datagrams and HELLOs, then attacks once the
+file GO_FILE exists (the test makes it when the ring is quiet: every attempt's fate is known).
+"""
+
+import json
+import os
+import random
+import socket
+import struct
+import sys
+import time
+
+ETH_P_ALL = 0x0003
+ETH_P_IP = 0x0800
+PACKET_OUTGOING = 4
+MAGIC = b"PH"
+F_AUTH = 0x20
+OP_RING_REDUCE, OP_RING_GATHER, OP_RING_HELLO, OP_RING_HELLO_ACK = 0x40, 0x41, 0x43, 0x44
+OP_RING_ACKV = 0x45
+CAP_AUTH = 0x8
+HDR = 56
+TRAILER = 24
+HELLO_CAPS = 86         # the caps field in RING_HELLO's body
+
+
+def csum16(data):
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(data) // 2), data))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+class Frame:
+    """One Ethernet frame carrying a PHub datagram over IPv4/UDP, and the port it came in by."""
+
+    def __init__(self, raw, port):
+        self.raw = bytearray(raw)
+        self.port = port
+        ihl = (raw[14] & 0x0F) * 4
+        self.ip = 14
+        self.udp = 14 + ihl
+        self.phub = self.udp + 8
+        self.dst = socket.inet_ntoa(raw[30:34])
+        p = self.phub
+        self.opcode = raw[p + 3]
+        self.flags = raw[p + 4]
+        self.hdr_len = raw[p + 5]
+
+    def copy(self):
+        return Frame(bytes(self.raw), self.port)
+
+    def no_udp_csum(self):
+        """UDP checksum 0 (none, for IPv4): the datagram's own MAC is what must catch it."""
+        self.raw[self.udp + 6:self.udp + 8] = b"\0\0"
+        return self
+
+    def lengths(self):
+        """IP and UDP lengths and the IP checksum after the datagram's size changed."""
+        self.raw[self.ip + 2:self.ip + 4] = struct.pack("!H", len(self.raw) - 14)
+        self.raw[self.ip + 10:self.ip + 12] = b"\0\0"
+        self.raw[self.ip + 10:self.ip + 12] = struct.pack(
+            "!H", csum16(bytes(self.raw[self.ip:self.udp])))
+        self.raw[self.udp + 4:self.udp + 6] = struct.pack("!H", len(self.raw) - self.udp)
+        return self
+
+
+def is_phub(raw):
+    if len(raw) < 14 + 20 + 8 + HDR or struct.unpack("!H", raw[12:14])[0] != ETH_P_IP:
+        return False
+    if raw[23] != socket.IPPROTO_UDP or (raw[20] & 0x3F) or raw[21]:
+        return False
+    ihl = (raw[14] & 0x0F) * 4
+    return raw[14 + ihl + 8:14 + ihl + 10] == MAGIC
+
+
+def record(sock, prefix, seconds, want):
+    """Frames as they enter the spine from a PBox's port (each once), until want() or time."""
+    frames = []
+    end = time.monotonic() + seconds
+    sock.settimeout(0.2)
+    while time.monotonic() < end and not want(frames):
+        try:
+            raw, addr = sock.recvfrom(65535)
+        except socket.timeout:
+            continue
+        if addr[0].startswith(prefix) and addr[2] != PACKET_OUTGOING and is_phub(raw):
+            frames.append(Frame(raw, addr[0]))
+    return frames
+
+
+def main():
+    prefix, seconds, out, go = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
+    rng = random.Random(25)
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    ports = {}              # a PBox's spine address -> the spine port that reaches it
+    since = {}
+
+    def want(frames):
+        for f in frames:
+            ports[socket.inet_ntoa(f.raw[26:30])] = f.port
+        data = sum(1 for f in frames if f.opcode in (OP_RING_REDUCE, OP_RING_GATHER))
+        hellos = sum(1 for f in frames if f.opcode in (OP_RING_HELLO, OP_RING_HELLO_ACK))
+        # Enough; or the test says the ring is quiet now: its data is what there is, and
+        # keep-alive HELLOs come for a few seconds more.
+        if data >= 400 and hellos >= 4:
+            return True
+        if not os.path.exists(go):
+            return False
+        since.setdefault("go", time.monotonic())
+        return data and (hellos >= 4 or (hellos and time.monotonic() - since["go"] > 6))
+
+    frames = record(sock, prefix, seconds, want)
+    want(frames)
+    end = time.monotonic() + seconds
+    while not os.path.exists(go) and time.monotonic() < end:
+        time.sleep(0.05)
+    data = [f for f in frames if f.opcode in (OP_RING_REDUCE, OP_RING_GATHER)]
+    ackvs = [f for f in frames if f.opcode == OP_RING_ACKV]
+    hellos = [f for f in frames if f.opcode in (OP_RING_HELLO, OP_RING_HELLO_ACK)]
+    report = {"recorded": len(frames), "data_seen": len(data), "ackvs_seen": len(ackvs),
+              "hellos_seen": len(hellos),
+              "plain_seen": sum(1 for f in data + ackvs + hellos if not f.flags & F_AUTH),
+              "hellos_without_cap_auth": sum(
+                  1 for f in hellos
+                  if not struct.unpack("!H", f.raw[f.phub + f.hdr_len + HELLO_CAPS:
+                                                   f.phub + f.hdr_len + HELLO_CAPS + 2])[0]
+                  & CAP_AUTH),
+              "expect": {}, "attempts": {}, "sent": 0}
+    if not data or not ackvs or not hellos:
+        json.dump(report, open(out, "w"), indent=1)
+        print("recorded no ring datagram, RING_ACKV or RING_HELLO", file=sys.stderr)
+        return 1
+    # Each goes out of the spine port that reaches its PBox, straight to it (no bridge that
+    # could learn the PBox's MAC on this side).
+    outs = {}
+    for ip, port in ports.items():
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        s.bind((port, 0))
+        outs[ip] = s
+
+    def send(label, reason, batch):
+        batch = [f for f in batch if f.dst in outs]
+        for f in batch:
+            outs[f.dst].send(bytes(f.raw))
+            time.sleep(0.0005)
+        report["expect"][reason] = report["expect"].get(reason, 0) + len(batch)
+        report["attempts"][label] = len(batch)
+        report["sent"] += len(batch)
+
+    n = min(150, len(data))
+    m = min(50, len(ackvs))
+    # Replays: ring datagrams, RING_ACKVs and HELLOs sent again as they were.
+    send("replay-data", "auth_replay", data[-n:])
+    send("replay-ackv", "auth_replay", ackvs[-m:])
+    send("replay-hello", "auth_replay", hellos[-8:])
+    # Reordered: older ones, shuffled (each was taken once already).
+    older = data[:n]
+    rng.shuffle(older)
+    send("reorder-data", "auth_replay", older)
+    # Bit flips: a payload bit of a ring datagram (fp32 sums: nothing parses them), the
+    # iteration in the header, a bit of the tag; the tag of RING_ACKVs and HELLOs, and the
+    # ephemeral key in a HELLO (a key swapped in).
+    flips = []
+    for f in data[-n:]:
+        g = f.copy()
+        at = g.phub + g.hdr_len + rng.randrange(len(g.raw) - g.phub - g.hdr_len)
+        g.raw[at] ^= 1 << rng.randrange(8)
+        flips.append(g.no_udp_csum())
+        g = f.copy()
+        g.raw[g.phub + 39] ^= 1
+        flips.append(g.no_udp_csum())
+    for f in data[-n:] + ackvs[-m:] + hellos[-4:]:
+        g = f.copy()
+        g.raw[g.phub + g.hdr_len - 1] ^= 0x80
+        flips.append(g.no_udp_csum())
+    for f in hellos[-4:]:
+        g = f.copy()
+        k = g.phub + g.hdr_len - TRAILER - 32
+        g.raw[k + rng.randrange(32)] ^= 1 << rng.randrange(8)
+        flips.append(g.no_udp_csum())
+    send("bit-flip", "auth_bad_tag", flips)
+    # Forged with the sniffed job id, position and token: a sequence number far ahead and a
+    # made-up tag; and the same datagram stripped of its extension, as a plain one.
+    forged, plain = [], []
+    for f in data[-n:] + ackvs[-m:]:
+        g = f.copy()
+        t = g.phub + g.hdr_len - TRAILER
+        channel, = struct.unpack("!H", g.raw[t:t + 2])
+        g.raw[t:t + 8] = struct.pack("!Q", (channel << 48) | (1 << 40) | rng.randrange(1 << 20))
+        g.raw[t + 8:t + 24] = bytes(rng.randrange(256) for _ in range(16))
+        forged.append(g.no_udp_csum())
+        g = f.copy()
+        hl = g.hdr_len - TRAILER
+        body = g.raw[g.phub + g.hdr_len:]
+        g.raw[g.phub + 4] &= ~F_AUTH & 0xFF
+        g.raw[g.phub + 5] = hl
+        g.raw = g.raw[:g.phub + hl] + body
+        plain.append(g.lengths().no_udp_csum())
+    send("forged-tag", "auth_bad_tag", forged)
+    send("forged-plain", "auth_missing", plain)
+    # A neighbour that does not authenticate: the HELLO without its extension and cap AUTH
+    # (the nonce's proof still right) is refused.
+    stripped = []
+    for f in hellos[-2:]:
+        g = f.copy()
+        hl = g.hdr_len - TRAILER - 32
+        body = g.raw[g.phub + g.hdr_len:]
+        g.raw[g.phub + 4] &= ~F_AUTH & 0xFF
+        g.raw[g.phub + 5] = hl
+        g.raw = g.raw[:g.phub + hl] + body
+        g.raw[g.phub + hl + HELLO_CAPS + 1] &= ~CAP_AUTH & 0xFF
+        stripped.append(g.lengths().no_udp_csum())
+    send("hello-without-auth", "auth_missing", stripped)
+    json.dump(report, open(out, "w"), indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
