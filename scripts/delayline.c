@@ -34,6 +34,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "phub_parse.h"
+
 /* A tap frame without GSO is at most the largest MTU plus its Ethernet header. */
 #define MAX_FRAME 65550
 #define DEFAULT_LIMIT 1000u
@@ -259,12 +261,9 @@ tap_open(const char *name)
 static int
 parse_u32(const char *what, const char *s, uint32_t max, uint32_t *out)
 {
-	char *end;
-	unsigned long v;
+	uint64_t v;
 
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v > max) {
+	if (phub_parse_u64(s, 0, max, &v) < 0) {
 		fprintf(stderr, "phub-delayline: %s '%s': expected an integer 0..%u\n", what, s, max);
 		return -EINVAL;
 	}

@@ -18,6 +18,7 @@
 
 #include "model/phub_model.h"
 #include "phub.h"
+#include "phub_parse.h"
 #include "bench_priv.h"
 
 #define EXIT_USAGE 2
@@ -145,22 +146,6 @@ usage(FILE *f)
 		"  --version            print the version and exit\n"
 		"Exit status: 0 when every worker's model matched the reference, 1 otherwise,\n"
 		"2 for bad options.\n");
-}
-
-static int
-parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
-{
-	unsigned long long v;
-	char *end;
-
-	if (s[0] == '-' || s[0] == '\0')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno != 0 || *end != '\0' || v < min || v > max)
-		return -EINVAL;
-	*out = v;
-	return 0;
 }
 
 static int
@@ -293,16 +278,16 @@ parse_args(int argc, char **argv, struct options *o)
 			c->server = optarg;
 			break;
 		case OPT_PORT:
-			rc = parse_u64(optarg, 1, UINT16_MAX, &v);
+			rc = phub_parse_u64(optarg, 1, UINT16_MAX, &v);
 			c->port = (uint16_t)v;
 			break;
 		case OPT_WORKERS:
-			rc = parse_u64(optarg, 1, UINT16_MAX, &v);
+			rc = phub_parse_u64(optarg, 1, UINT16_MAX, &v);
 			c->world_size = (uint16_t)v;
 			have_workers = true;
 			break;
 		case OPT_RANK:
-			rc = parse_u64(optarg, 0, UINT16_MAX - 1, &v);
+			rc = phub_parse_u64(optarg, 0, UINT16_MAX - 1, &v);
 			o->rank = (int)v;
 			break;
 		case OPT_NETNS:
@@ -325,19 +310,19 @@ parse_args(int argc, char **argv, struct options *o)
 			o->layout_file = optarg;
 			break;
 		case OPT_KEYS:
-			rc = parse_u64(optarg, 1, UINT32_MAX, &v);
+			rc = phub_parse_u64(optarg, 1, UINT32_MAX, &v);
 			o->keys = (uint32_t)v;
 			break;
 		case OPT_KEY_ELEMS:
-			rc = parse_u64(optarg, 1, UINT32_MAX, &v);
+			rc = phub_parse_u64(optarg, 1, UINT32_MAX, &v);
 			o->key_elems = (uint32_t)v;
 			break;
 		case OPT_ITERATIONS:
-			rc = parse_u64(optarg, 1, UINT32_MAX / 2, &v);
+			rc = phub_parse_u64(optarg, 1, UINT32_MAX / 2, &v);
 			c->iterations = (uint32_t)v;
 			break;
 		case OPT_WARMUP:
-			rc = parse_u64(optarg, 0, UINT32_MAX / 2, &v);
+			rc = phub_parse_u64(optarg, 0, UINT32_MAX / 2, &v);
 			c->warmup = (uint32_t)v;
 			break;
 		case OPT_DTYPE:
@@ -368,21 +353,21 @@ parse_args(int argc, char **argv, struct options *o)
 			c->job = optarg;
 			break;
 		case OPT_NONCE:
-			rc = parse_u64(optarg, 0, UINT64_MAX, &c->nonce);
+			rc = phub_parse_u64(optarg, 0, UINT64_MAX, &c->nonce);
 			break;
 		case OPT_BIND:
 			c->bind_addr = optarg;
 			break;
 		case OPT_MTU:
-			rc = parse_u64(optarg, 576, 65535, &v);
+			rc = phub_parse_u64(optarg, 576, 65535, &v);
 			c->mtu = (uint32_t)v;
 			break;
 		case OPT_WINDOW:
-			rc = parse_u64(optarg, 1, UINT32_MAX, &v);
+			rc = phub_parse_u64(optarg, 1, UINT32_MAX, &v);
 			c->window_bytes = (uint32_t)v;
 			break;
 		case OPT_CHUNK:
-			rc = parse_u64(optarg, 1, UINT32_MAX, &v);
+			rc = phub_parse_u64(optarg, 1, UINT32_MAX, &v);
 			c->chunk_bytes = (uint32_t)v;
 			break;
 		case OPT_CSUM:
@@ -413,19 +398,19 @@ parse_args(int argc, char **argv, struct options *o)
 			c->connect_flags |= PHUB_CONNECT_F_ELASTIC;
 			break;
 		case OPT_DIE_AT:
-			rc = parse_u64(optarg, 1, UINT32_MAX, &v);
+			rc = phub_parse_u64(optarg, 1, UINT32_MAX, &v);
 			c->die_at = (uint32_t)v;
 			break;
 		case OPT_CONNECT_TIMEOUT:
-			rc = parse_u64(optarg, 1, 3600000, &v);
+			rc = phub_parse_u64(optarg, 1, 3600000, &v);
 			c->connect_timeout_ms = (uint32_t)v;
 			break;
 		case OPT_DEAD:
-			rc = parse_u64(optarg, 1, 3600000, &v);
+			rc = phub_parse_u64(optarg, 1, 3600000, &v);
 			c->dead_ms = (uint32_t)v;
 			break;
 		case OPT_TIMEOUT:
-			rc = parse_u64(optarg, 1, 86400, &v);
+			rc = phub_parse_u64(optarg, 1, 86400, &v);
 			o->timeout_s = (unsigned int)v;
 			break;
 		case OPT_PAUSE_AT: {
@@ -435,9 +420,9 @@ parse_args(int argc, char **argv, struct options *o)
 			rc = -EINVAL;
 			if (colon != NULL) {
 				*colon = '\0';
-				rc = parse_u64(optarg, 1, UINT32_MAX, &v);
+				rc = phub_parse_u64(optarg, 1, UINT32_MAX, &v);
 				if (rc == 0)
-					rc = parse_u64(colon + 1, 1, 3600000, &ms);
+					rc = phub_parse_u64(colon + 1, 1, 3600000, &ms);
 				*colon = ':';
 			}
 			c->pause_at = (uint32_t)v;

@@ -73,6 +73,34 @@ expect_array(struct cfg_ctx *ctx, const json_t *v, size_t min, size_t max)
 	return 0;
 }
 
+/* One element of an array: element i is v; arg is the parser's own. */
+typedef int (*cfg_elem_fn)(struct cfg_ctx *ctx, const json_t *v, size_t i, void *arg);
+
+/*
+ * An array of min .. max elements, each given to elem with its index on the error path; the
+ * first error ends it. *count is set once every element parsed.
+ */
+static int
+parse_array(struct cfg_ctx *ctx, const json_t *arr, size_t min, size_t max, cfg_elem_fn elem,
+	    void *arg, uint16_t *count)
+{
+	size_t i;
+	int rc;
+
+	rc = expect_array(ctx, arr, min, max);
+	if (rc != 0)
+		return rc;
+	for (i = 0; i < json_array_size(arr); i++) {
+		cfg_push_index(ctx, i);
+		rc = elem(ctx, json_array_get(arr, i), i, arg);
+		cfg_pop(ctx);
+		if (rc != 0)
+			return rc;
+	}
+	*count = (uint16_t)i;
+	return 0;
+}
+
 /* An lcore: N (on CPU N) or "N@C" (lcore N pinned to CPU C, as EAL's --lcores writes it). */
 static int
 parse_lcore_spec(const json_t *v, uint16_t *lcore, uint16_t *cpu)
@@ -110,46 +138,37 @@ parse_lcore_spec(const json_t *v, uint16_t *lcore, uint16_t *cpu)
 }
 
 static int
+parse_eal_lcore(struct cfg_ctx *ctx, const json_t *v, size_t i, void *arg)
+{
+	struct phub_config_lcore *l = &((struct phub_config_eal *)arg)->lcores[i];
+	int rc;
+
+	rc = parse_lcore_spec(v, &l->id, &l->cpu);
+	if (rc == -ERANGE && json_is_integer(v))
+		return cfg_error(ctx, CFG_AT_VALUE, "lcore %lld is out of bounds [0, %d]",
+				 (long long)json_integer_value(v), PHUB_CONFIG_MAX_LCORES - 1);
+	if (rc == -ERANGE)
+		return cfg_error(ctx, CFG_AT_VALUE,
+				 "\"%s\": lcore ids are 0 to %d, CPU ids 0 to %d",
+				 json_string_value(v), PHUB_CONFIG_MAX_LCORES - 1,
+				 PHUB_CONFIG_MAX_CPUS - 1);
+	if (rc != 0 && json_is_string(v))
+		return cfg_error(ctx, CFG_AT_VALUE, "expected \"lcore@cpu\" such as \"2@1\"");
+	if (rc != 0)
+		return cfg_error(ctx, CFG_AT_VALUE,
+				 "expected an lcore id or \"lcore@cpu\", got %s", cfg_json_type(v));
+	l->numa_node = -1;
+	l->data_index = -1;
+	return 0;
+}
+
+static int
 parse_eal_lcores(struct cfg_ctx *ctx, const json_t *arr, void *target)
 {
 	struct phub_config_eal *eal = target;
-	const json_t *v;
-	size_t i;
-	int rc;
 
-	rc = expect_array(ctx, arr, 1, PHUB_CONFIG_MAX_LCORES);
-	if (rc != 0)
-		return rc;
-	for (i = 0; i < json_array_size(arr); i++) {
-		struct phub_config_lcore *l = &eal->lcores[i];
-
-		v = json_array_get(arr, i);
-		cfg_push_index(ctx, i);
-		rc = parse_lcore_spec(v, &l->id, &l->cpu);
-		if (rc == -ERANGE && json_is_integer(v))
-			rc = cfg_error(ctx, CFG_AT_VALUE, "lcore %lld is out of bounds [0, %d]",
-				       (long long)json_integer_value(v),
-				       PHUB_CONFIG_MAX_LCORES - 1);
-		else if (rc == -ERANGE)
-			rc = cfg_error(ctx, CFG_AT_VALUE,
-				       "\"%s\": lcore ids are 0 to %d, CPU ids 0 to %d",
-				       json_string_value(v), PHUB_CONFIG_MAX_LCORES - 1,
-				       PHUB_CONFIG_MAX_CPUS - 1);
-		else if (rc != 0 && json_is_string(v))
-			rc = cfg_error(ctx, CFG_AT_VALUE,
-				       "expected \"lcore@cpu\" such as \"2@1\"");
-		else if (rc != 0)
-			rc = cfg_error(ctx, CFG_AT_VALUE,
-				       "expected an lcore id or \"lcore@cpu\", got %s",
-				       cfg_json_type(v));
-		cfg_pop(ctx);
-		if (rc != 0)
-			return rc;
-		l->numa_node = -1;
-		l->data_index = -1;
-	}
-	eal->n_lcores = (uint16_t)i;
-	return 0;
+	return parse_array(ctx, arr, 1, PHUB_CONFIG_MAX_LCORES, parse_eal_lcore, eal,
+			   &eal->n_lcores);
 }
 
 static const struct cfg_field extra_arg_field =
@@ -157,26 +176,20 @@ static const struct cfg_field extra_arg_field =
 	      CFG_CS_PATH, NULL, 0);
 
 static int
+parse_extra_arg(struct cfg_ctx *ctx, const json_t *v, size_t i, void *arg)
+{
+	struct phub_config_eal *eal = arg;
+
+	return cfg_parse_string(ctx, v, &extra_arg_field, eal->extra_args[i]);
+}
+
+static int
 parse_extra_args(struct cfg_ctx *ctx, const json_t *arr, void *target)
 {
 	struct phub_config_eal *eal = target;
-	const json_t *v;
-	size_t i;
-	int rc;
 
-	rc = expect_array(ctx, arr, 0, PHUB_CONFIG_MAX_EXTRA_ARGS);
-	if (rc != 0)
-		return rc;
-	for (i = 0; i < json_array_size(arr); i++) {
-		v = json_array_get(arr, i);
-		cfg_push_index(ctx, i);
-		rc = cfg_parse_string(ctx, v, &extra_arg_field, eal->extra_args[i]);
-		cfg_pop(ctx);
-		if (rc != 0)
-			return rc;
-	}
-	eal->n_extra_args = (uint16_t)i;
-	return 0;
+	return parse_array(ctx, arr, 0, PHUB_CONFIG_MAX_EXTRA_ARGS, parse_extra_arg, eal,
+			   &eal->n_extra_args);
 }
 
 static const struct cfg_field eal_fields[] = {
@@ -354,28 +367,25 @@ static const struct cfg_field port_lcore_field = {
 };
 
 static int
+parse_port_lcore(struct cfg_ctx *ctx, const json_t *v, size_t i, void *arg)
+{
+	struct phub_config_port *port = arg;
+	int64_t x;
+	int rc;
+
+	rc = cfg_parse_int(ctx, v, &port_lcore_field, &x);
+	if (rc == 0)
+		port->lcores[i] = (uint16_t)x;
+	return rc;
+}
+
+static int
 parse_port_lcores(struct cfg_ctx *ctx, const json_t *arr, void *target)
 {
 	struct phub_config_port *port = target;
-	const json_t *v;
-	int64_t x;
-	size_t i;
-	int rc;
 
-	rc = expect_array(ctx, arr, 1, PHUB_CONFIG_MAX_PORT_LCORES);
-	if (rc != 0)
-		return rc;
-	for (i = 0; i < json_array_size(arr); i++) {
-		v = json_array_get(arr, i);
-		cfg_push_index(ctx, i);
-		rc = cfg_parse_int(ctx, v, &port_lcore_field, &x);
-		cfg_pop(ctx);
-		if (rc != 0)
-			return rc;
-		port->lcores[i] = (uint16_t)x;
-	}
-	port->n_lcores = (uint16_t)i;
-	return 0;
+	return parse_array(ctx, arr, 1, PHUB_CONFIG_MAX_PORT_LCORES, parse_port_lcore, port,
+			   &port->n_lcores);
 }
 
 static const struct cfg_field port_fields[] = {
@@ -392,30 +402,21 @@ static const struct cfg_field port_fields[] = {
 };
 
 static int
+parse_port(struct cfg_ctx *ctx, const json_t *v, size_t i, void *arg)
+{
+	struct phub_config_port *port = &((struct phub_config *)arg)->ports[i];
+
+	memset(port, 0, sizeof(*port));
+	port->numa_node = -1;
+	return cfg_parse_object(ctx, v, port_fields, port);
+}
+
+static int
 parse_ports(struct cfg_ctx *ctx, const json_t *arr, void *target)
 {
 	struct phub_config *cfg = target;
-	const json_t *v;
-	size_t i;
-	int rc;
 
-	rc = expect_array(ctx, arr, 1, PHUB_CONFIG_MAX_PORTS);
-	if (rc != 0)
-		return rc;
-	for (i = 0; i < json_array_size(arr); i++) {
-		struct phub_config_port *port = &cfg->ports[i];
-
-		v = json_array_get(arr, i);
-		memset(port, 0, sizeof(*port));
-		port->numa_node = -1;
-		cfg_push_index(ctx, i);
-		rc = cfg_parse_object(ctx, v, port_fields, port);
-		cfg_pop(ctx);
-		if (rc != 0)
-			return rc;
-	}
-	cfg->n_ports = (uint16_t)i;
-	return 0;
+	return parse_array(ctx, arr, 1, PHUB_CONFIG_MAX_PORTS, parse_port, cfg, &cfg->n_ports);
 }
 
 /*
@@ -616,26 +617,27 @@ static const struct cfg_field rack_fields[] = {
  * An array of min .. max objects of one table into base[0 .. n) (elements of stride bytes);
  * *count is set once every element parsed.
  */
+struct object_array {
+	const struct cfg_field *fields;
+	void *base;
+	size_t stride;
+};
+
+static int
+parse_array_object(struct cfg_ctx *ctx, const json_t *v, size_t i, void *arg)
+{
+	const struct object_array *a = arg;
+
+	return cfg_parse_object(ctx, v, a->fields, (uint8_t *)a->base + i * a->stride);
+}
+
 static int
 parse_object_array(struct cfg_ctx *ctx, const json_t *arr, size_t min, size_t max,
 		   const struct cfg_field *fields, void *base, size_t stride, uint16_t *count)
 {
-	size_t i;
-	int rc;
+	struct object_array a = { .fields = fields, .base = base, .stride = stride };
 
-	rc = expect_array(ctx, arr, min, max);
-	if (rc != 0)
-		return rc;
-	for (i = 0; i < json_array_size(arr); i++) {
-		cfg_push_index(ctx, i);
-		rc = cfg_parse_object(ctx, json_array_get(arr, i), fields,
-				      (uint8_t *)base + i * stride);
-		cfg_pop(ctx);
-		if (rc != 0)
-			return rc;
-	}
-	*count = (uint16_t)i;
-	return 0;
+	return parse_array(ctx, arr, min, max, parse_array_object, &a, count);
 }
 
 /* A job's ring: 2 .. PHUB_CONFIG_MAX_RACKS racks in ring order; cfg_validate() checks them. */

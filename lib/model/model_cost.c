@@ -30,27 +30,22 @@ phub_model_cost_prices_default(struct phub_model_cost_prices *prices)
 static int
 check_prices(const struct phub_model_cost_prices *pr, char *err, size_t errlen)
 {
-	const struct {
-		double v;
-		const char *name;
-	} usd[] = {
-		{ pr->worker_usd, "worker_usd" },
-		{ pr->gpu_usd, "gpu_usd" },
-		{ pr->pbox_usd, "pbox_usd" },
-		{ pr->switch_usd, "switch_usd" },
-		{ pr->fast_nic_usd, "fast_nic_usd" },
-		{ pr->fast_cable_usd, "fast_cable_usd" },
-		{ pr->slow_nic_usd, "slow_nic_usd" },
-		{ pr->slow_cable_usd, "slow_cable_usd" },
-		{ pr->pbox_port_usd, "pbox_port_usd" },
+	const struct model_num usd[] = {
+		MODEL_NUM(pr, worker_usd),
+		MODEL_NUM(pr, gpu_usd),
+		MODEL_NUM(pr, pbox_usd),
+		MODEL_NUM(pr, switch_usd),
+		MODEL_NUM(pr, fast_nic_usd),
+		MODEL_NUM(pr, fast_cable_usd),
+		MODEL_NUM(pr, slow_nic_usd),
+		MODEL_NUM(pr, slow_cable_usd),
+		MODEL_NUM(pr, pbox_port_usd),
 	};
 	int rc;
 
-	for (size_t i = 0; i < sizeof(usd) / sizeof(usd[0]); i++) {
-		rc = model_check_nonneg(usd[i].v, usd[i].name, err, errlen);
-		if (rc != 0)
-			return rc;
-	}
+	rc = model_check_nums(NULL, 0, usd, MODEL_DIM(usd), err, errlen);
+	if (rc != 0)
+		return rc;
 	if (pr->switch_ports < 2)
 		return phub_err(err, errlen, EINVAL, "switch_ports must be at least 2");
 	if (pr->breakout < 1)

@@ -8,6 +8,18 @@
 #include "phub_model.h"
 #include "model_priv.h"
 
+/* The model's size and the links' rates: positive numbers. */
+static int
+check_sizes(const struct phub_model_hier_params *p, char *err, size_t errlen)
+{
+	const struct model_num pos[] = {
+		MODEL_NUM(p, model_bytes), MODEL_NUM(p, pbox_gbps), MODEL_NUM(p, core_gbps),
+		MODEL_NUM(p, worker_gbps),
+	};
+
+	return model_check_nums(pos, MODEL_DIM(pos), NULL, 0, err, errlen);
+}
+
 int
 phub_model_hierarchy(const struct phub_model_hier_params *p, struct phub_model_hier *out,
 		char *err, size_t errlen)
@@ -17,13 +29,7 @@ phub_model_hierarchy(const struct phub_model_hier_params *p, struct phub_model_h
 
 	if (p == NULL || out == NULL)
 		return phub_err(err, errlen, EINVAL, "missing parameters");
-	rc = model_check_pos(p->model_bytes, "model_bytes", err, errlen);
-	if (rc == 0)
-		rc = model_check_pos(p->pbox_gbps, "pbox_gbps", err, errlen);
-	if (rc == 0)
-		rc = model_check_pos(p->core_gbps, "core_gbps", err, errlen);
-	if (rc == 0)
-		rc = model_check_pos(p->worker_gbps, "worker_gbps", err, errlen);
+	rc = check_sizes(p, err, errlen);
 	if (rc != 0)
 		return rc;
 	if (p->workers_per_rack < 1)

@@ -307,6 +307,21 @@ estimate(const struct phub_model_job *job, const struct phub_model_hw *hw,
 	e->samples_per_s = w * job->batch / e->iteration_s;
 }
 
+/* The hardware's rates (positive) and its costs in time (zero or more). */
+static int
+check_hw_numbers(const struct phub_model_hw *hw, char *err, size_t errlen)
+{
+	const struct model_num pos[] = {
+		MODEL_NUM(hw, worker_gbps), MODEL_NUM(hw, port_gbps), MODEL_NUM(hw, core_gbps),
+		MODEL_NUM(hw, pbox_mem_gbps),
+	};
+	const struct model_num nonneg[] = {
+		MODEL_NUM(hw, per_packet_s), MODEL_NUM(hw, per_chunk_s), MODEL_NUM(hw, rtt_s),
+	};
+
+	return model_check_nums(pos, MODEL_DIM(pos), nonneg, MODEL_DIM(nonneg), err, errlen);
+}
+
 static int
 check_inputs(const struct phub_model_job *job, const struct phub_model_hw *hw, char *err,
 		size_t errlen)
@@ -326,19 +341,7 @@ check_inputs(const struct phub_model_job *job, const struct phub_model_hw *hw, c
 	if (rc == 0 && job->batch < 1)
 		rc = phub_err(err, errlen, EINVAL, "batch must be at least 1");
 	if (rc == 0)
-		rc = model_check_pos(hw->worker_gbps, "worker_gbps", err, errlen);
-	if (rc == 0)
-		rc = model_check_pos(hw->port_gbps, "port_gbps", err, errlen);
-	if (rc == 0)
-		rc = model_check_pos(hw->core_gbps, "core_gbps", err, errlen);
-	if (rc == 0)
-		rc = model_check_pos(hw->pbox_mem_gbps, "pbox_mem_gbps", err, errlen);
-	if (rc == 0)
-		rc = model_check_nonneg(hw->per_packet_s, "per_packet_s", err, errlen);
-	if (rc == 0)
-		rc = model_check_nonneg(hw->per_chunk_s, "per_chunk_s", err, errlen);
-	if (rc == 0)
-		rc = model_check_nonneg(hw->rtt_s, "rtt_s", err, errlen);
+		rc = check_hw_numbers(hw, err, errlen);
 	if (rc == 0 && (hw->pbox_lcores < 1 || hw->pbox_lcores > LCORES_MAX))
 		rc = phub_err(err, errlen, EINVAL, "pbox_lcores must be from 1 to %d",
 				LCORES_MAX);

@@ -13,6 +13,20 @@ int model_check_pos(double v, const char *what, char *err, size_t errlen);
 /* 0 when v is finite and >= 0. */
 int model_check_nonneg(double v, const char *what, char *err, size_t errlen);
 
+/* A number of the parameters to check and its name in the message: MODEL_NUM(hw, rtt_s). */
+struct model_num {
+	double v;
+	const char *name;
+};
+#define MODEL_NUM(s, field) { (s)->field, #field }
+#define MODEL_DIM(a) (sizeof(a) / sizeof((a)[0]))
+/*
+ * model_check_pos() of each of the npos numbers of pos, then model_check_nonneg() of each of
+ * nonneg, in order: 0, or the first failure's -EINVAL and message.
+ */
+int model_check_nums(const struct model_num *pos, size_t npos, const struct model_num *nonneg,
+		size_t nnonneg, char *err, size_t errlen);
+
 #define MODEL_BITS_PER_BYTE 8.0
 #define MODEL_GIGA 1e9
 

@@ -34,6 +34,7 @@
 #include <rte_udp.h>
 
 #include "steer_tap.h"
+#include "util/phub_parse.h"
 
 #define MAX_QUEUES 16
 #define BURST 32
@@ -116,18 +117,6 @@ usage(const char *prog)
 }
 
 static int
-parse_uint(const char *s, unsigned long max, unsigned long *out)
-{
-	char *end;
-
-	errno = 0;
-	*out = strtoul(s, &end, 10);
-	if (errno != 0 || end == s || *end != '\0' || *out > max)
-		return -EINVAL;
-	return 0;
-}
-
-static int
 parse_args(int argc, char **argv, struct check_params *p)
 {
 	static const struct option opts[] = {
@@ -143,18 +132,18 @@ parse_args(int argc, char **argv, struct check_params *p)
 		{ "api-checks", no_argument, NULL, 'A' },
 		{ NULL, 0, NULL, 0 },
 	};
-	unsigned long v;
+	uint64_t v;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'q':
-			if (parse_uint(optarg, MAX_QUEUES, &v) < 0 || v == 0)
+			if (phub_parse_u64(optarg, 1, MAX_QUEUES, &v) < 0)
 				return -EINVAL;
 			p->n_queues = v;
 			break;
 		case 'b':
-			if (parse_uint(optarg, UINT16_MAX - PORT_SPAN, &v) < 0)
+			if (phub_parse_u64(optarg, 0, UINT16_MAX - PORT_SPAN, &v) < 0)
 				return -EINVAL;
 			p->base = v;
 			break;
@@ -168,17 +157,17 @@ parse_args(int argc, char **argv, struct check_params *p)
 			p->bpf_obj = optarg;
 			break;
 		case 'm':
-			if (parse_uint(optarg, 9000, &v) < 0 || v < 576)
+			if (phub_parse_u64(optarg, 576, 9000, &v) < 0)
 				return -EINVAL;
 			p->mtu = v;
 			break;
 		case 'z':
-			if (parse_uint(optarg, UINT16_MAX, &v) < 0 || v < RTE_MBUF_DEFAULT_BUF_SIZE)
+			if (phub_parse_u64(optarg, RTE_MBUF_DEFAULT_BUF_SIZE, UINT16_MAX, &v) < 0)
 				return -EINVAL;
 			p->mbuf_size = v;
 			break;
 		case 's':
-			if (parse_uint(optarg, 3600, &v) < 0 || v == 0)
+			if (phub_parse_u64(optarg, 1, 3600, &v) < 0)
 				return -EINVAL;
 			p->seconds = v;
 			break;

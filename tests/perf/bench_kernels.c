@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "phub_kernels.h"
+#include "phub_parse.h"
 
 /*
  * What a figure means. Bytes are the useful bytes of the operation: every
@@ -698,8 +699,8 @@ main(int argc, char **argv)
 	unsigned int nisa = 0, i;
 	int only = -1, c, e;
 	size_t dram, arr_bytes;
-	char *end;
 	json_t *root;
+	uint64_t v;
 
 	while ((c = getopt_long(argc, argv, "jqi:c:o:nh", longopts, NULL)) != -1) {
 		switch (c) {
@@ -719,25 +720,21 @@ main(int argc, char **argv)
 			}
 			break;
 		case 'c':
-			errno = 0;
-			b.chunk = strtoul(optarg, &end, 0);
-			if (errno != 0 || *end != '\0' || b.chunk < 1024 || b.chunk > CHUNK_BYTES_MAX ||
-			    b.chunk % 64 != 0) {
+			if (phub_parse_u64(optarg, 1024, CHUNK_BYTES_MAX, &v) < 0 || v % 64 != 0) {
 				fprintf(stderr, "phub-bench-kernels: bad --chunk '%s'\n", optarg);
 				return 2;
 			}
+			b.chunk = v;
 			break;
 		case 'o':
-			errno = 0;
-			b.payload_off = strcmp(optarg, "engine") == 0 ?
-						ENGINE_PAYLOAD_OFFSET :
-						strtoul(optarg, &end, 0);
-			if (strcmp(optarg, "engine") != 0 &&
-			    (errno != 0 || *end != '\0' || b.payload_off > 63)) {
+			if (strcmp(optarg, "engine") == 0) {
+				v = ENGINE_PAYLOAD_OFFSET;
+			} else if (phub_parse_u64(optarg, 0, 63, &v) < 0) {
 				fprintf(stderr, "phub-bench-kernels: bad --payload-offset '%s'\n",
 					optarg);
 				return 2;
 			}
+			b.payload_off = v;
 			break;
 		case 'n':
 			b.dram = false;

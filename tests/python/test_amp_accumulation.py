@@ -7,18 +7,10 @@ import torch
 
 import phub.torch as pt
 from conftest import run_ranks
-from test_optimizer import Net, make_data
+from test_optimizer import Net, assert_steps_match, make_data, nets_for
 
 torch.set_num_threads(1)
 CE = torch.nn.functional.cross_entropy
-
-
-def nets_for(world):
-    nets = []
-    for r in range(world):
-        torch.manual_seed(1 if r == 0 else 100 + r)     # only rank 0's weights count
-        nets.append(Net())
-    return nets
 
 
 def start(soft_pbox, job, world):
@@ -66,14 +58,9 @@ def test_accumulation_equals_one_process_with_k_times_the_batch(soft_pbox, job, 
         opt.close()
         return out
 
-    ranks = run_ranks(world, rank)
-    for step, want in enumerate(ref):
-        for r in range(world):
-            for w, g in zip(want, ranks[r][step]):
-                # Sums of 4, then of 3 passes, then of 2 ranks against one sum of 24: the
-                # same numbers in another order, a few ulp apart, grown over 4 steps.
-                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6,
-                                           msg=f"rank {r} step {step}")
+    # Sums of 4, then of 3 passes, then of 2 ranks against one sum of 24: the same numbers in
+    # another order, a few ulp apart, grown over 4 steps.
+    assert_steps_match(ref, run_ranks(world, rank))
 
 
 def test_a_backward_pass_too_many_is_refused(soft_pbox, job):
@@ -137,12 +124,7 @@ def test_bf16_autocast_trains_with_fp32_parameters(soft_pbox, job):
         opt.close()
         return out
 
-    ranks = run_ranks(world, rank)
-    for step, want in enumerate(ref):
-        for r in range(world):
-            for w, g in zip(want, ranks[r][step]):
-                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6,
-                                           msg=f"rank {r} step {step}")
+    assert_steps_match(ref, run_ranks(world, rank))
     # bf16 made a difference beyond the tolerance: the test can tell autocast from fp32.
     fp32 = reference(False)
     assert not all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(fp32[-1], ref[-1]))

@@ -61,15 +61,30 @@ def reference(kind, data, lr, groups=None, sched=None, **hyper):
     return out
 
 
+def nets_for(world):
+    """One Net a rank, built before the rank threads start: torch's generator is one for the
+    process. Only rank 0's weights count (the PBox takes its model), so the others differ."""
+    nets = []
+    for r in range(world):
+        torch.manual_seed(1 if r == 0 else 100 + r)
+        nets.append(Net())
+    return nets
+
+
+def assert_steps_match(ref, ranks, only=None, what=""):
+    """The parameters of each rank (all, or those in only) after every step are the one
+    process's: the same sums in another order, a few ulp apart."""
+    for step, want in enumerate(ref):
+        for r in (range(len(ranks)) if only is None else only):
+            for w, g in zip(want, ranks[r][step]):
+                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6,
+                                           msg=f"{what}rank {r} step {step}")
+
+
 def distributed(soft_pbox, job, kind, data, lr, world=2, groups=None, sched=None, **hyper):
     pt.init(server="127.0.0.1", port=soft_pbox.port, job=job, nonce=7, rank=0,
             world_size=world, deterministic=True)
-
-    # Built here, not in the threads: torch's generator is one for the process.
-    nets = []
-    for r in range(world):
-        torch.manual_seed(1 if r == 0 else 100 + r)     # only rank 0's weights count
-        nets.append(Net())
+    nets = nets_for(world)
 
     def rank(r):
         net = nets[r]
@@ -90,11 +105,7 @@ def test_step_for_step_as_one_process(soft_pbox, job, kind, hyper):
     lr = 0.05
     ref = reference(kind, data, lr, **hyper)
     ranks = distributed(soft_pbox, job, kind, data, lr, **hyper)
-    for step, want in enumerate(ref):
-        for r, got in enumerate(ranks):
-            for w, g in zip(want, got[step]):
-                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6,
-                                           msg=f"{kind}: rank {r} step {step}")
+    assert_steps_match(ref, ranks, what=f"{kind}: ")
     # The ranks agree bit for bit: they received the same models.
     for a, b in zip(ranks[0][-1], ranks[1][-1]):
         assert torch.equal(a, b)
@@ -118,9 +129,7 @@ def test_lr_scheduler_and_two_groups(soft_pbox, job):
     ref = reference("momentum", data, 0.1, groups=groups, sched=sched, momentum=0.5)
     ranks = distributed(soft_pbox, job, "momentum", data, 0.1, groups=groups, sched=sched,
                         momentum=0.5)
-    for step, want in enumerate(ref):
-        for w, g in zip(want, ranks[0][step]):
-            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, msg=f"step {step}")
+    assert_steps_match(ref, ranks, only=[0])
     # Without the schedule and the groups the weights would differ: the test can fail.
     plain = reference("momentum", data, 0.1, momentum=0.5)
     assert not torch.allclose(plain[-1][0], ref[-1][0], rtol=1e-4, atol=1e-5)
@@ -227,20 +236,14 @@ def test_none_returns_the_mean_gradient_and_runs_a_local_optimizer(soft_pbox, jo
     data = make_data(3)
     ref = reference("momentum", data, 0.05, momentum=0.9)
 
-    nets = []
-    for r in range(2):
-        torch.manual_seed(1 if r == 0 else 5)
-        nets.append(Net())
+    nets = nets_for(2)
 
     def rank(r):
         net = nets[r]
         local = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
         return train_rank(net, pt.DistributedOptimizer(net, local, rank=r), data, r, 2)
 
-    ranks = run_ranks(2, rank)
-    for step, want in enumerate(ref):
-        for w, g in zip(want, ranks[1][step]):
-            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    assert_steps_match(ref, run_ranks(2, rank), only=[1])
 
 
 def test_init_from_environment(monkeypatch):
@@ -274,10 +277,7 @@ def test_synchronize_then_clip_then_step(soft_pbox, job):
         torch.nn.utils.clip_grad_norm_(ref_net.parameters(), 0.05)
         ref_opt.step()
         ref.append([p.detach().clone() for p in ref_net.parameters()])
-    nets = []
-    for r in range(2):
-        torch.manual_seed(1 if r == 0 else 9)
-        nets.append(Net())
+    nets = nets_for(2)
 
     def rank(r):
         net = nets[r]
@@ -290,10 +290,7 @@ def test_synchronize_then_clip_then_step(soft_pbox, job):
 
         return train_rank(net, opt, data, r, 2, before_step=clip)
 
-    ranks = run_ranks(2, rank)
-    for step, want in enumerate(ref):
-        for w, g in zip(want, ranks[0][step]):
-            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    assert_steps_match(ref, run_ranks(2, rank), only=[0])
 
 
 def test_pbox_restart_from_an_older_checkpoint_rolls_back(job, tmp_path):

@@ -10,7 +10,7 @@ import torch
 import phub
 import phub.torch as pt
 from conftest import run_ranks, train_rank
-from test_optimizer import Net, make_data
+from test_optimizer import Net, make_data, nets_for
 
 torch.set_num_threads(1)
 
@@ -25,10 +25,7 @@ def groups(net):
 def train(soft_pbox, job, kind, data, world=2, **kw):
     pt.init(server="127.0.0.1", port=soft_pbox.port, job=job, nonce=7, rank=0,
             world_size=world, deterministic=True)
-    nets = []
-    for r in range(world):
-        torch.manual_seed(1 if r == 0 else 100 + r)
-        nets.append(Net())
+    nets = nets_for(world)
 
     def rank(r):
         net = nets[r]

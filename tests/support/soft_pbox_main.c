@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "phub_parse.h"
 #include "soft_pbox.h"
 
 static void
@@ -34,16 +35,6 @@ usage(FILE *f)
 		"Runs until SIGINT or SIGTERM, then prints its counters to stderr.\n");
 }
 
-static int
-parse_u(const char *s, unsigned long max, unsigned long *out)
-{
-	char *end;
-
-	errno = 0;
-	*out = strtoul(s, &end, 0);
-	return errno != 0 || *end != '\0' || *s == '\0' || *out > max ? -1 : 0;
-}
-
 int
 main(int argc, char **argv)
 {
@@ -64,7 +55,7 @@ main(int argc, char **argv)
 	struct soft_pbox_params p = { .port = 47000, .bind_addr = "127.0.0.1" };
 	struct soft_pbox_stats st;
 	struct soft_pbox *sp;
-	unsigned long v;
+	uint64_t v;
 	sigset_t sigs;
 	char *end;
 	int li = 0;
@@ -74,12 +65,12 @@ main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "", opts, &li)) != -1) {
 		switch (c) {
 		case 'p':
-			if (parse_u(optarg, UINT16_MAX, &v) != 0)
+			if (phub_parse_u64(optarg, 0, UINT16_MAX, &v) != 0)
 				goto bad;
 			p.port = (uint16_t)v;
 			break;
 		case 'l':
-			if (parse_u(optarg, SOFT_PBOX_MAX_LCORES, &v) != 0 || v == 0)
+			if (phub_parse_u64(optarg, 1, SOFT_PBOX_MAX_LCORES, &v) != 0)
 				goto bad;
 			p.n_lcores = (uint16_t)v;
 			break;
@@ -87,12 +78,12 @@ main(int argc, char **argv)
 			p.bind_addr = optarg;
 			break;
 		case 'm':
-			if (parse_u(optarg, 65535, &v) != 0)
+			if (phub_parse_u64(optarg, 0, 65535, &v) != 0)
 				goto bad;
 			p.mtu = (uint32_t)v;
 			break;
 		case 'c':
-			if (parse_u(optarg, UINT32_MAX, &v) != 0)
+			if (phub_parse_u64(optarg, 0, UINT32_MAX, &v) != 0)
 				goto bad;
 			p.chunk_bytes = (uint32_t)v;
 			break;
@@ -102,7 +93,7 @@ main(int argc, char **argv)
 				goto bad;
 			break;
 		case 's':
-			if (parse_u(optarg, UINT64_MAX, &v) != 0)
+			if (phub_parse_u64(optarg, 0, UINT64_MAX, &v) != 0)
 				goto bad;
 			p.seed = v;
 			break;
@@ -113,7 +104,7 @@ main(int argc, char **argv)
 			p.log_stderr = true;
 			break;
 		case 'D':
-			if (parse_u(optarg, 3600000, &v) != 0 || v == 0)
+			if (phub_parse_u64(optarg, 1, 3600000, &v) != 0)
 				goto bad;
 			p.worker_dead_ms = (uint32_t)v;
 			break;

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "unit_suite.h"
+
 /* The messages' own decisions (JOIN checks, reassembly, LEAVE, PING) are checked one by one. */
 #include "control/control_priv.h"
 
@@ -32,19 +34,27 @@ static const struct phub_wire_key wkeys[N_KEYS] = {
 static struct phub_engine *engine;
 static struct phub_engine_job *job;
 
-static void
-job_setup(void)
+/* A job of two ranks over lkeys, SGD at learning rate 0.5, made by hand in the engine. */
+static struct phub_engine_job *
+make_job(const char *name)
 {
 	struct phub_engine_job_params p = {
-		.name = "job", .nonce = NONCE, .world_size = 2, .dtype = PHUB_DTYPE_FP32,
+		.name = name, .nonce = NONCE, .world_size = 2, .dtype = PHUB_DTYPE_FP32,
 		.optimizer = { .type = PHUB_OPT_SGD, .lr = 0.5f },
 		.keys = lkeys, .n_keys = N_KEYS, .chunk_bytes = 1024, .segment_elems = 64,
 	};
+	struct phub_engine_job *j = phub_engine_job_create(engine, &p);
 
+	ck_assert_ptr_nonnull(j);
+	return j;
+}
+
+static void
+job_setup(void)
+{
 	engine = phub_engine_create();
 	ck_assert_ptr_nonnull(engine);
-	job = phub_engine_job_create(engine, &p);
-	ck_assert_ptr_nonnull(job);
+	job = make_job("job");
 }
 
 static void
@@ -817,15 +827,9 @@ END_TEST
 
 START_TEST(test_restored_job_nobody_joins_ends_after_worker_dead_ms)
 {
-	struct phub_engine_job_params p = {
-		.name = "restored", .nonce = NONCE, .world_size = 2, .dtype = PHUB_DTYPE_FP32,
-		.optimizer = { .type = PHUB_OPT_SGD, .lr = 0.5f },
-		.keys = lkeys, .n_keys = N_KEYS, .chunk_bytes = 1024, .segment_elems = 64,
-	};
 	struct phub_engine_ckpt_info info = { .optimizer = { .type = PHUB_OPT_SGD } };
 
-	job = phub_engine_job_create(engine, &p);
-	ck_assert_ptr_nonnull(job);
+	job = make_job("restored");
 	phub_control_job_restored(ctl, job, &info);
 	ck_assert_uint_eq(phub_control_job_count(ctl), 1);
 	/* The first check finds it without a rank; the clock starts there. */
@@ -843,14 +847,9 @@ END_TEST
 
 START_TEST(test_restored_job_is_kept_once_a_rank_joins)
 {
-	struct phub_engine_job_params p = {
-		.name = "job", .nonce = NONCE, .world_size = 2, .dtype = PHUB_DTYPE_FP32,
-		.optimizer = { .type = PHUB_OPT_SGD, .lr = 0.5f },
-		.keys = lkeys, .n_keys = N_KEYS, .chunk_bytes = 1024, .segment_elems = 64,
-	};
 	struct phub_engine_ckpt_info info = { .optimizer = { .type = PHUB_OPT_SGD } };
 
-	job = phub_engine_job_create(engine, &p);
+	job = make_job("job");
 	phub_control_job_restored(ctl, job, &info);
 	fk.now += 200ull * 1000000u;
 	phub_control_poll(ctl);
@@ -1090,43 +1089,6 @@ END_TEST
 
 /* ---- checkpoint files ---- */
 
-/* Every segment of iteration 0 of a one-rank job pushed: the job has a model to save. */
-static void
-finish_initial_round(struct phub_engine_job *j, uint64_t token)
-{
-	const struct phub_layout *layout = phub_engine_job_layout(j);
-	static float zeros[1024];
-	struct phub_engine_stats st;
-
-	memset(&st, 0, sizeof(st));
-	for (uint32_t c = 0; c < phub_layout_chunk_count(layout); c++) {
-		struct phub_layout_chunk ci;
-
-		phub_layout_chunk_get(layout, c, &ci);
-		for (uint32_t sg = 0; sg < ci.n_segments; sg++) {
-			struct phub_layout_segment si;
-			struct phub_engine_request req;
-			struct phub_engine_reply reply;
-
-			phub_layout_segment_get(layout, c, sg, &si);
-			memset(&req, 0, sizeof(req));
-			req.session_token = token;
-			req.chunk_id = c;
-			req.elem_offset = si.elem_offset;
-			req.elem_count = si.n_elems;
-			req.seg_index = (uint16_t)sg;
-			req.seg_count = (uint16_t)ci.n_segments;
-			req.dtype = (uint8_t)PHUB_DTYPE_FP32;
-			req.src_ipv4 = worker[0].ipv4;
-			req.src_udp_port = worker[0].udp_port;
-			req.payload = zeros;
-			req.payload_len = si.n_elems * sizeof(float);
-			phub_engine_push(j, &req, &reply, &st);
-			ck_assert_uint_ne(reply.actions, PHUB_ENGINE_DROP);
-		}
-	}
-}
-
 static unsigned int n_restored;
 
 static void
@@ -1158,7 +1120,8 @@ START_TEST(test_checkpoint_written_restored_and_a_damaged_one_set_aside)
 	send_join(0, 1, 0, 0.5f);
 	ack = sent(0);
 	job = phub_engine_job_lookup(engine, ack.job_id);
-	finish_initial_round(job, ack.session_token);
+	/* Iteration 0 pushed whole: the job has a model to save. */
+	push_iteration(job, 0, 0);
 	memset(&w, 0, sizeof(w));
 	w.job = job;
 	w.src = PHUB_ENGINE_CKPT_LIVE;
@@ -1208,86 +1171,38 @@ phub_control_suite(void)
 	Suite *s = suite_create("control");
 	TCase *tc;
 
-	tc = tcase_create("join checks");
+	/* The messages' own decisions, on a job made by hand (job_setup). */
+	tc = PHUB_TCASE(s, "messages",
+		test_join_matching_the_first_rank_passes,
+		test_join_mismatch_names_every_declared_field,
+		test_restored_job_takes_its_declaration_from_the_first_rank_back,
+		test_leave_ends_the_session_then_is_acked_again,
+		test_leave_of_a_session_not_held_is_dropped_with_the_push_reason,
+		test_ping_of_a_lost_session_asks_for_a_new_join,
+		test_rejoin_never_shows_a_torn_endpoint_to_the_data_path);
 	tcase_add_checked_fixture(tc, job_setup, job_teardown);
-	tcase_add_test(tc, test_join_matching_the_first_rank_passes);
-	tcase_add_test(tc, test_join_mismatch_names_every_declared_field);
-	tcase_add_test(tc, test_restored_job_takes_its_declaration_from_the_first_rank_back);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("join reassembly");
-	tcase_add_test(tc, test_split_join_completes_with_its_last_datagram);
-	tcase_add_test(tc, test_join_of_too_many_keys_is_refused_before_any_allocation);
-	tcase_add_test(tc, test_full_table_gives_the_oldest_join_away);
-	suite_add_tcase(s, tc);
+	PHUB_TCASE(s, "join reassembly",
+		test_split_join_completes_with_its_last_datagram,
+		test_join_of_too_many_keys_is_refused_before_any_allocation,
+		test_full_table_gives_the_oldest_join_away,
+		test_incomplete_join_times_out_once_with_its_header);
 
-	tc = tcase_create("join timeout");
-	tcase_add_test(tc, test_incomplete_join_times_out_once_with_its_header);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("leave");
-	tcase_add_checked_fixture(tc, job_setup, job_teardown);
-	tcase_add_test(tc, test_leave_ends_the_session_then_is_acked_again);
-	tcase_add_test(tc, test_leave_of_a_session_not_held_is_dropped_with_the_push_reason);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("ping");
-	tcase_add_checked_fixture(tc, job_setup, job_teardown);
-	tcase_add_test(tc, test_ping_of_a_lost_session_asks_for_a_new_join);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("object join");
+	/* The control object through its API, with captured sends and a fake clock (ctl_setup). */
+	tc = PHUB_TCASE(s, "object",
+		test_first_join_creates_the_job_and_answers_join_ack,
+		test_later_join_with_other_hyper_parameters_gets_layout_mismatch,
+		test_csum_join_gets_csum_on_join_ack_and_in_the_endpoint,
+		test_incomplete_join_is_answered_join_timeout_on_the_fake_clock,
+		test_last_leave_ends_the_job_and_a_repeat_is_acked_again,
+		test_ping_of_a_session_the_pbox_lost_gets_unknown_job,
+		test_job_limits_refuse_with_the_reason,
+		test_restored_job_nobody_joins_ends_after_worker_dead_ms,
+		test_restored_job_is_kept_once_a_rank_joins,
+		test_dead_rank_of_an_elastic_job_is_removed_and_the_others_told,
+		test_dead_rank_of_a_fail_job_ends_it_as_before,
+		test_elastic_flag_must_agree_across_ranks,
+		test_checkpoint_written_restored_and_a_damaged_one_set_aside);
 	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
-	tcase_add_test(tc, test_first_join_creates_the_job_and_answers_join_ack);
-	tcase_add_test(tc, test_later_join_with_other_hyper_parameters_gets_layout_mismatch);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("object csum");
-	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
-	tcase_add_test(tc, test_csum_join_gets_csum_on_join_ack_and_in_the_endpoint);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("object join timeout");
-	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
-	tcase_add_test(tc, test_incomplete_join_is_answered_join_timeout_on_the_fake_clock);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("object leave");
-	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
-	tcase_add_test(tc, test_last_leave_ends_the_job_and_a_repeat_is_acked_again);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("object ping");
-	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
-	tcase_add_test(tc, test_ping_of_a_session_the_pbox_lost_gets_unknown_job);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("object limits");
-	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
-	tcase_add_test(tc, test_job_limits_refuse_with_the_reason);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("object orphans");
-	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
-	tcase_add_test(tc, test_restored_job_nobody_joins_ends_after_worker_dead_ms);
-	tcase_add_test(tc, test_restored_job_is_kept_once_a_rank_joins);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("object elastic");
-	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
-	tcase_add_test(tc, test_dead_rank_of_an_elastic_job_is_removed_and_the_others_told);
-	tcase_add_test(tc, test_dead_rank_of_a_fail_job_ends_it_as_before);
-	tcase_add_test(tc, test_elastic_flag_must_agree_across_ranks);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("checkpoint files");
-	tcase_add_checked_fixture(tc, ctl_setup, ctl_teardown);
-	tcase_add_test(tc, test_checkpoint_written_restored_and_a_damaged_one_set_aside);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("endpoint race");
-	tcase_add_checked_fixture(tc, job_setup, job_teardown);
-	tcase_add_test(tc, test_rejoin_never_shows_a_torn_endpoint_to_the_data_path);
-	suite_add_tcase(s, tc);
 	return s;
 }

@@ -17,6 +17,8 @@
 #include "control/phub_control.h"
 #include "engine/phub_ring.h"
 
+#include "ring_test.h"
+
 #define MAX_RACKS 3
 #define MAX_RANKS 8
 #define NONCE 0x9f3c61d2a7e4b508ull
@@ -395,24 +397,13 @@ ring_send(unsigned int i, const struct phub_engine_ring_send *what)
 		ck_assert_uint_eq(next.peer.ipv4, box_ip(to));
 		ck_assert_uint_eq(next.peer.udp_port, DATA_PORT);
 		d = post();
-		memset(&d->req, 0, sizeof(d->req));
 		d->ring = true;
 		d->to = to;
 		d->job_id = next.job_id;
-		d->req.session_token = next.token;
-		d->req.chunk_id = what->chunk_id;
-		d->req.iteration = what->iteration;
-		d->req.elem_offset = what->elem_offset + off;
-		d->req.elem_count = count;
-		d->req.step = step;
-		d->req.rank = (uint16_t)i;
-		d->req.opcode = phub_ring_step_is_reduce(net.racks, step) ?
-			PHUB_WIRE_OP_RING_REDUCE : PHUB_WIRE_OP_RING_GATHER;
-		d->req.dtype = PHUB_DTYPE_FP32;
+		phub_test_ring_request(&d->req, d->payload, what, next.token, net.racks, i, step,
+				off, count);
 		d->req.src_ipv4 = box_ip(i);
 		d->req.src_udp_port = DATA_PORT;
-		memcpy(d->payload, what->sum + off, count * sizeof(float));
-		d->req.payload_len = count * sizeof(float);
 	}
 }
 

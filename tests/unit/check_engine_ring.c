@@ -18,6 +18,8 @@
 #include "engine/phub_engine.h"
 #include "engine/phub_ring.h"
 
+#include "ring_test.h"
+
 #define MAX_RACKS 4
 #define MAX_RANKS 8		/* over all racks */
 #define ITERATIONS 5		/* the initial round and four steps */
@@ -153,20 +155,10 @@ send_ring(struct sim *s, unsigned int r, const struct phub_engine_ring_send *wha
 		memset(&m, 0, sizeof(m));
 		m.kind = MSG_RING;
 		m.to = (r + 1) % s->racks;
-		m.req.session_token = next.token;
-		m.req.chunk_id = what->chunk_id;
-		m.req.iteration = what->iteration;
-		m.req.elem_offset = what->elem_offset + off;
-		m.req.elem_count = count;
-		m.req.step = step;
-		m.req.rank = (uint16_t)r;
-		m.req.opcode = phub_ring_step_is_reduce(s->racks, step) ? PHUB_WIRE_OP_RING_REDUCE :
-									   PHUB_WIRE_OP_RING_GATHER;
-		m.req.dtype = PHUB_DTYPE_FP32;
+		phub_test_ring_request(&m.req, m.data, what, next.token, s->racks, r, step, off,
+				count);
 		m.req.src_ipv4 = rack_ip(r);
 		m.req.src_udp_port = 47000;
-		memcpy(m.data, what->sum + off, count * sizeof(float));
-		m.req.payload_len = count * sizeof(float);
 		s->ring_datagrams++;
 		post(s, &m);
 	}

@@ -18,6 +18,8 @@
 #include "engine/phub_engine.h"
 #include "engine/phub_ring.h"
 
+#include "ring_test.h"
+
 #define W_RACKS_MAX 3
 #define W_RANKS_MAX 2		/* per rack */
 #define W_SEG 360u		/* elements per segment: a 1500-byte MTU's PUSH */
@@ -142,25 +144,14 @@ w_send(struct wsim *s, unsigned int r, const struct phub_engine_ring_send *what)
 		}
 		d = &l->q[(l->head + l->count) % s->depth];
 		l->count++;
-		memset(&d->req, 0, sizeof(d->req));
 		if (l->last_departure_ns < s->now)
 			l->last_departure_ns = s->now;
 		l->last_departure_ns += (28 + 16 + count * sizeof(float)) * s->ns_per_byte;
 		d->at_ns = l->last_departure_ns;
-		d->req.session_token = next.token;
-		d->req.chunk_id = what->chunk_id;
-		d->req.iteration = what->iteration;
-		d->req.elem_offset = what->elem_offset + off;
-		d->req.elem_count = count;
-		d->req.step = step;
-		d->req.rank = (uint16_t)r;
-		d->req.opcode = phub_ring_step_is_reduce(s->racks, step) ? PHUB_WIRE_OP_RING_REDUCE :
-									   PHUB_WIRE_OP_RING_GATHER;
-		d->req.dtype = PHUB_DTYPE_FP32;
+		phub_test_ring_request(&d->req, d->data, what, next.token, s->racks, r, step, off,
+				count);
 		d->req.src_ipv4 = w_ip(r);
 		d->req.src_udp_port = 47000;
-		memcpy(d->data, what->sum + off, count * sizeof(float));
-		d->req.payload_len = count * sizeof(float);
 	}
 }
 

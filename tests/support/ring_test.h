@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The engine's request of one ring step, as the appliance sends it, for the ring's simulations. */
+
+#ifndef PHUB_TEST_RING_TEST_H
+#define PHUB_TEST_RING_TEST_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "engine/phub_engine.h"
+#include "engine/phub_ring.h"
+
+/*
+ * Fills *req with step `step` of RING_SEND what, sent by the PBox at ring position pos with
+ * the session token of its link to the next: elements off..off+count of the segment (as
+ * phub_ring_seg_part() cut them), copied into payload. The source address and port are the
+ * caller's; everything else is as app/pbox's ring path puts it on the wire.
+ */
+static inline void
+phub_test_ring_request(struct phub_engine_ring_request *req, float *payload,
+		const struct phub_engine_ring_send *what, uint64_t token, unsigned int racks,
+		unsigned int pos, unsigned int step, uint32_t off, uint32_t count)
+{
+	memset(req, 0, sizeof(*req));
+	req->session_token = token;
+	req->chunk_id = what->chunk_id;
+	req->iteration = what->iteration;
+	req->elem_offset = what->elem_offset + off;
+	req->elem_count = count;
+	req->step = step;
+	req->rank = (uint16_t)pos;
+	req->opcode = phub_ring_step_is_reduce(racks, step) ? PHUB_WIRE_OP_RING_REDUCE :
+							       PHUB_WIRE_OP_RING_GATHER;
+	req->dtype = PHUB_DTYPE_FP32;
+	memcpy(payload, what->sum + off, count * sizeof(float));
+	req->payload_len = count * sizeof(float);
+}
+
+#endif /* PHUB_TEST_RING_TEST_H */
