@@ -128,8 +128,11 @@ phub_engine_job_ring_auth_keys(struct phub_engine_job *job, unsigned int link,
 	/* The same keys again (a ring of two sets both links; a HELLO kept alive): nothing new. */
 	if (gen != 0 && key_same(k->tx, tx) && key_same(k->rx, rx))
 		return 0;
+	/*
+	 * A sequence lock without fences (ThreadSanitizer has none): each key word's store is a
+	 * release, so a reader that sees a new word also sees the odd generation stored before it.
+	 */
 	atomic_store_explicit(&k->gen, gen + 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_release);
 	key_put(k->rx, rx);
 	key_put(k->tx, tx);
 	atomic_store_explicit(&k->gen, gen + 2, memory_order_release);
@@ -153,8 +156,8 @@ keys_read(struct ring_keys *k, int dir, uint8_t key[PHUB_AUTH_KEY_LEN], uint64_t
 
 			memcpy(key + 8 * i, &v, sizeof(v));
 		}
-		atomic_thread_fence(memory_order_acquire);
-		if (atomic_load_explicit(&k->gen, memory_order_relaxed) == g) {
+		/* The words' loads are acquires: this second look cannot move before them. */
+		if (atomic_load_explicit(&k->gen, memory_order_acquire) == g) {
 			*gen = g;
 			return true;
 		}
