@@ -249,6 +249,18 @@ phub_auth_mac_rekey(struct phub_auth_mac *m, const uint8_t key[PHUB_AUTH_KEY_LEN
 	return m->gcm != NULL ? 0 : -EIO;
 }
 
+struct phub_auth_mac *
+phub_auth_mac_keyed(struct phub_auth_mac *m, const uint8_t key[PHUB_AUTH_KEY_LEN])
+{
+	if (m == NULL)
+		return phub_auth_mac_new(key);
+	if (phub_auth_mac_rekey(m, key) != 0) {
+		phub_auth_mac_free(m);
+		return NULL;
+	}
+	return m;
+}
+
 void
 phub_auth_mac_free(struct phub_auth_mac *m)
 {

@@ -137,6 +137,9 @@ struct phub_auth_mac;
 struct phub_auth_mac *phub_auth_mac_new(const uint8_t key[PHUB_AUTH_KEY_LEN]);
 int phub_auth_mac_rekey(struct phub_auth_mac *m, const uint8_t key[PHUB_AUTH_KEY_LEN]);
 void phub_auth_mac_free(struct phub_auth_mac *m);
+/* m keyed with key: a new state for NULL, else m rekeyed; NULL (m freed) when that fails. */
+struct phub_auth_mac *phub_auth_mac_keyed(struct phub_auth_mac *m,
+		const uint8_t key[PHUB_AUTH_KEY_LEN]);
 void phub_auth_mac_seal(struct phub_auth_mac *m, uint64_t seq, void *hdr, size_t hdr_len,
 		const void *payload, size_t payload_len);
 bool phub_auth_mac_open(struct phub_auth_mac *m, const void *hdr, size_t hdr_len,

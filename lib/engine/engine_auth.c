@@ -228,12 +228,7 @@ mac_of(struct engine_auth *a, uint16_t rank, unsigned int lane, int dir, struct 
 	if (!keys_read(r, dir == MAC_RX, key, &gen))
 		return NULL;
 	l = lane_of(a, rank, lane, gen);
-	if (l->mac[dir] == NULL)
-		l->mac[dir] = phub_auth_mac_new(key);
-	else if (phub_auth_mac_rekey(l->mac[dir], key) != 0) {
-		phub_auth_mac_free(l->mac[dir]);
-		l->mac[dir] = NULL;
-	}
+	l->mac[dir] = phub_auth_mac_keyed(l->mac[dir], key);
 	phub_auth_wipe(key, sizeof(key));
 	l->mac_gen[dir] = l->mac[dir] != NULL ? gen : 0;
 	*lp = l;

@@ -185,12 +185,7 @@ mac_of(struct engine_ring_auth *ra, unsigned int slot, unsigned int lane, int di
 		for (unsigned int c = 0; c < PHUB_ENGINE_RING_AUTH_LANES; c++)
 			phub_auth_window_reset(&l->win[c]);
 	}
-	if (l->mac[dir] == NULL)
-		l->mac[dir] = phub_auth_mac_new(key);
-	else if (phub_auth_mac_rekey(l->mac[dir], key) != 0) {
-		phub_auth_mac_free(l->mac[dir]);
-		l->mac[dir] = NULL;
-	}
+	l->mac[dir] = phub_auth_mac_keyed(l->mac[dir], key);
 	phub_auth_wipe(key, sizeof(key));
 	l->mac_gen[dir] = l->mac[dir] != NULL ? gen : 0;
 	return l->mac[dir];
