@@ -18,51 +18,9 @@ import struct
 import sys
 import time
 
-ETH_P_ALL = 0x0003
-ETH_P_IP = 0x0800
-MAGIC = b"PH"
-F_AUTH = 0x20
+from phub_frames import ETH_P_ALL, F_AUTH, TRAILER, Frame, is_phub
+
 OP_JOIN, OP_PUSH, OP_PULL = 0x01, 0x10, 0x13
-HDR = 56
-TRAILER = 24
-
-
-class Frame:
-    """One Ethernet frame carrying a PHub datagram over IPv4/UDP."""
-
-    def __init__(self, raw):
-        self.raw = bytearray(raw)
-        ihl = (raw[14] & 0x0F) * 4
-        self.ip = 14
-        self.udp = 14 + ihl
-        self.phub = self.udp + 8
-        self.src = socket.inet_ntoa(raw[26:30])
-        self.dst = socket.inet_ntoa(raw[30:34])
-        self.src_port, self.dst_port = struct.unpack("!HH", raw[self.udp:self.udp + 4])
-        p = self.phub
-        self.opcode = raw[p + 3]
-        self.flags = raw[p + 4]
-        self.hdr_len = raw[p + 5]
-        self.job_id, = struct.unpack("!I", raw[p + 8:p + 12])
-        self.rank, = struct.unpack("!H", raw[p + 12:p + 14])
-        self.token, = struct.unpack("!Q", raw[p + 24:p + 32])
-
-    def copy(self):
-        return Frame(bytes(self.raw))
-
-    def no_udp_csum(self):
-        """UDP checksum 0 (none, for IPv4): the datagram's own MAC is what must catch it."""
-        self.raw[self.udp + 6:self.udp + 8] = b"\0\0"
-        return self
-
-
-def is_phub(raw):
-    if len(raw) < 14 + 20 + 8 + HDR or struct.unpack("!H", raw[12:14])[0] != ETH_P_IP:
-        return False
-    if raw[23] != socket.IPPROTO_UDP or (raw[20] & 0x3F) or raw[21] or (raw[20] & 0x20):
-        return False
-    ihl = (raw[14] & 0x0F) * 4
-    return raw[14 + ihl + 8:14 + ihl + 10] == MAGIC
 
 
 def record(sock, pbox, pushes):
@@ -136,30 +94,8 @@ def main():
     send("bit-flip", "auth_bad_tag", flips)
     # Forged with the sniffed job id, rank and token: a fresh sequence number and a made-up
     # tag; and the same without flag AUTH, its header as a plain datagram.
-    forged, plain = [], []
-    for f in pushes[-n:]:
-        g = f.copy()
-        t = g.phub + g.hdr_len - TRAILER
-        channel, = struct.unpack("!H", g.raw[t:t + 2])
-        g.raw[t:t + 8] = struct.pack("!Q", (channel << 48) | (1 << 40) | rng.randrange(1 << 20))
-        g.raw[t + 8:t + 24] = bytes(rng.randrange(256) for _ in range(16))
-        forged.append(g.no_udp_csum())
-        g = f.copy()
-        hl = g.hdr_len - TRAILER
-        body = g.raw[g.phub + g.hdr_len:]
-        g.raw[g.phub + 4] &= ~F_AUTH & 0xFF
-        g.raw[g.phub + 5] = hl
-        g.raw = g.raw[:g.phub + hl] + body
-        # Shorter by the trailer: the IP and UDP lengths, the IP checksum.
-        ip_len = len(g.raw) - 14
-        g.raw[g.ip + 2:g.ip + 4] = struct.pack("!H", ip_len)
-        g.raw[g.ip + 10:g.ip + 12] = b"\0\0"
-        s = sum(struct.unpack("!%dH" % ((g.udp - g.ip) // 2), bytes(g.raw[g.ip:g.udp])))
-        while s >> 16:
-            s = (s & 0xFFFF) + (s >> 16)
-        g.raw[g.ip + 10:g.ip + 12] = struct.pack("!H", ~s & 0xFFFF)
-        g.raw[g.udp + 4:g.udp + 6] = struct.pack("!H", len(g.raw) - g.udp)
-        plain.append(g.no_udp_csum())
+    forged = [f.forged_tag(rng) for f in pushes[-n:]]
+    plain = [f.stripped() for f in pushes[-n:]]
     send("forged-tag", "auth_bad_tag", forged)
     send("forged-plain", "auth_missing", plain)
     # JOINs with what it saw: the recorded JOIN from this host's own address (the session

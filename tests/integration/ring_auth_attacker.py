@@ -21,69 +21,13 @@ import struct
 import sys
 import time
 
-ETH_P_ALL = 0x0003
-ETH_P_IP = 0x0800
+from phub_frames import ETH_P_ALL, F_AUTH, TRAILER, Frame, is_phub
+
 PACKET_OUTGOING = 4
-MAGIC = b"PH"
-F_AUTH = 0x20
 OP_RING_REDUCE, OP_RING_GATHER, OP_RING_HELLO, OP_RING_HELLO_ACK = 0x40, 0x41, 0x43, 0x44
 OP_RING_ACKV = 0x45
 CAP_AUTH = 0x8
-HDR = 56
-TRAILER = 24
 HELLO_CAPS = 86         # the caps field in RING_HELLO's body
-
-
-def csum16(data):
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack("!%dH" % (len(data) // 2), data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
-class Frame:
-    """One Ethernet frame carrying a PHub datagram over IPv4/UDP, and the port it came in by."""
-
-    def __init__(self, raw, port):
-        self.raw = bytearray(raw)
-        self.port = port
-        ihl = (raw[14] & 0x0F) * 4
-        self.ip = 14
-        self.udp = 14 + ihl
-        self.phub = self.udp + 8
-        self.dst = socket.inet_ntoa(raw[30:34])
-        p = self.phub
-        self.opcode = raw[p + 3]
-        self.flags = raw[p + 4]
-        self.hdr_len = raw[p + 5]
-
-    def copy(self):
-        return Frame(bytes(self.raw), self.port)
-
-    def no_udp_csum(self):
-        """UDP checksum 0 (none, for IPv4): the datagram's own MAC is what must catch it."""
-        self.raw[self.udp + 6:self.udp + 8] = b"\0\0"
-        return self
-
-    def lengths(self):
-        """IP and UDP lengths and the IP checksum after the datagram's size changed."""
-        self.raw[self.ip + 2:self.ip + 4] = struct.pack("!H", len(self.raw) - 14)
-        self.raw[self.ip + 10:self.ip + 12] = b"\0\0"
-        self.raw[self.ip + 10:self.ip + 12] = struct.pack(
-            "!H", csum16(bytes(self.raw[self.ip:self.udp])))
-        self.raw[self.udp + 4:self.udp + 6] = struct.pack("!H", len(self.raw) - self.udp)
-        return self
-
-
-def is_phub(raw):
-    if len(raw) < 14 + 20 + 8 + HDR or struct.unpack("!H", raw[12:14])[0] != ETH_P_IP:
-        return False
-    if raw[23] != socket.IPPROTO_UDP or (raw[20] & 0x3F) or raw[21]:
-        return False
-    ihl = (raw[14] & 0x0F) * 4
-    return raw[14 + ihl + 8:14 + ihl + 10] == MAGIC
 
 
 def record(sock, prefix, seconds, want):
@@ -194,21 +138,8 @@ def main():
     send("bit-flip", "auth_bad_tag", flips)
     # Forged with the sniffed job id, position and token: a sequence number far ahead and a
     # made-up tag; and the same datagram stripped of its extension, as a plain one.
-    forged, plain = [], []
-    for f in data[-n:] + ackvs[-m:]:
-        g = f.copy()
-        t = g.phub + g.hdr_len - TRAILER
-        channel, = struct.unpack("!H", g.raw[t:t + 2])
-        g.raw[t:t + 8] = struct.pack("!Q", (channel << 48) | (1 << 40) | rng.randrange(1 << 20))
-        g.raw[t + 8:t + 24] = bytes(rng.randrange(256) for _ in range(16))
-        forged.append(g.no_udp_csum())
-        g = f.copy()
-        hl = g.hdr_len - TRAILER
-        body = g.raw[g.phub + g.hdr_len:]
-        g.raw[g.phub + 4] &= ~F_AUTH & 0xFF
-        g.raw[g.phub + 5] = hl
-        g.raw = g.raw[:g.phub + hl] + body
-        plain.append(g.lengths().no_udp_csum())
+    forged = [f.forged_tag(rng) for f in data[-n:] + ackvs[-m:]]
+    plain = [f.stripped() for f in data[-n:] + ackvs[-m:]]
     send("forged-tag", "auth_bad_tag", forged)
     send("forged-plain", "auth_missing", plain)
     # A neighbour that does not authenticate: the HELLO without its extension and cap AUTH
