@@ -3,7 +3,8 @@
 install-setup, install-pci, one class each).
 
   build/ --meson install --destdir--> DEST/usr/local/
-                                        sbin/phub-pbox --check-config  on  share/phub/examples/*.json
+                                        sbin/phub-pbox --check-config
+                                            on share/phub/examples/*.json
                                         sbin/phub-setup --check        (no PCI NICs here)
                                         lib/systemd/system/*.service   systemd-analyze verify
                                         share/man/man{1,8}/*           man -l
@@ -108,7 +109,8 @@ class TestDestdir:
             checked = [line for line in lines(out, "# jobs[")
                        if re.match(r"^# jobs\[[0-9]+\] .*: [0-9]+ MB \(", line)]
             if len(checked) != text.count('"nonce"'):
-                bad.append("%s: not every declared job was checked: %s" % (f, lines(out, "# jobs[")))
+                bad.append("%s: not every declared job was checked: %s" % (
+                    f, lines(out, "# jobs[")))
             bad += ["%s: %s" % (f, line) for line in lines(out, "# peers[")]
             if "# drivers from %s/drivers-cfg" % inst.data not in out.splitlines():
                 bad.append("%s: profiles not taken from %s/drivers-cfg: %s" % (
