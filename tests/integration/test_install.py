@@ -290,6 +290,14 @@ class FakeHost:
         show(p.stdout)
         return p.returncode, p.stdout
 
+    def refused(self, pattern, what, cfg=None):
+        """--check exits 1 and says PATTERN (what: the failure's words otherwise): its
+        output."""
+        rc, out = self.check(cfg)
+        assert rc == 1, "exit %d, not 1" % rc
+        assert re.search(pattern, out), what
+        return out
+
     def hugepages(self, node):
         return read_int(self.sys / ("devices/system/node/node%d/hugepages/hugepages-2048kB/"
                                     "nr_hugepages" % node))
@@ -303,29 +311,22 @@ class TestPci:
     def test_no_ddp_package(self, host):
         # Refused, naming the package that brings it.
         host.ddp.unlink()
-        rc, out = host.check()
-        assert rc == 1, "exit %d, not 1" % rc
-        assert re.search(r"nic0 \(ice\): no E810 DDP package in .*apt install "
-                         r"firmware-misc-nonfree", out), "firmware-misc-nonfree not named"
+        host.refused(r"nic0 \(ice\): no E810 DDP package in .*apt install firmware-misc-nonfree",
+                     "firmware-misc-nonfree not named")
 
     def test_no_ice_pmd(self, host):
         # Refused, naming Debian's package of it (not "bound to vfio-pci?").
         host.ice_pmd.unlink()
-        rc, out = host.check()
-        assert rc == 1, "exit %d, not 1" % rc
-        assert re.search(r"nic0 \(ice\): DPDK's ice PMD \(librte_net_ice\.so\) is not "
-                         r"installed.*apt install librte-net-ice23", out), \
-            "librte-net-ice23 not named"
+        out = host.refused(r"nic0 \(ice\): DPDK's ice PMD \(librte_net_ice\.so\) is not "
+                           r"installed.*apt install librte-net-ice23", "librte-net-ice23 not named")
         assert "no E810 DDP" not in out, "the DDP package present is still refused"
 
     def test_no_iommu(self, host):
         # vfio-pci is refused, with the kernel options that fix it; the hugepages go to the
         # NIC's node; the polling CPU that is not isolated is named.
         host.iommu_group.rmdir()
-        rc, out = host.check()
-        assert rc == 1, "exit %d, not 1" % rc
-        assert re.search(r"nic0 \(0000:3b:00\.0\): vfio-pci needs the IOMMU.*intel_iommu=on "
-                         r"iommu=pt", out), "the refusal does not say what to fix"
+        out = host.refused(r"nic0 \(0000:3b:00\.0\): vfio-pci needs the IOMMU.*intel_iommu=on "
+                           r"iommu=pt", "the refusal does not say what to fix")
         assert "would reserve 32 hugepages of 2 MB on NUMA node 1 " in out, \
             "the hugepages do not go to the NIC's node 1"
         assert "on NUMA node 0" not in out, "hugepages asked on node 0, which has no port"
@@ -347,7 +348,5 @@ class TestPci:
         cfg = tmp_path / "mlx5.json"
         cfg.write_text(host.config("mlx5"))
         (host.pmds / "librte_net_mlx5.so.23").write_text("")
-        rc, out = host.check(cfg)
-        assert rc == 1, "exit %d, not 1" % rc
-        assert "apt install ibverbs-providers rdma-core" in out, "no provider named"
+        out = host.refused("apt install ibverbs-providers rdma-core", "no provider named", cfg)
         assert "rdma-core is not installed" in out, "rdma-core not named"
