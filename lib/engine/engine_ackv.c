@@ -38,7 +38,16 @@ phub_ackv_add(struct phub_ackv_batch *b, void *job, uint32_t job_id, uint16_t ra
 	p->rank = rank;
 	p->port = port;
 	p->gone = false;
-	p->e = *e;
+	/*
+	 * Field by field, as the caller has just stored them: one 16-byte copy of the struct
+	 * cannot be forwarded from those narrower stores, and that stall was nearly all of this
+	 * function's time (perf annotate at 1 KB segments).
+	 */
+	p->e.chunk_id = e->chunk_id;
+	p->e.iteration = e->iteration;
+	p->e.aux = e->aux;
+	p->e.seg_index = e->seg_index;
+	p->e.flags = e->flags;
 	b->live++;
 }
 
