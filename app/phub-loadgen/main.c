@@ -71,7 +71,8 @@ usage(FILE *f, const char *prog)
 		"      --rto-us U         retransmission timeout until the first round trip is\n"
 		"                         measured (default 20000); then RFC 6298's from the\n"
 		"                         round trips answers echo, as libphub's\n"
-		"      --rto-min-us U     that RTO's floor (default 5000, libphub's)\n"
+		"      --rto-min-us U     that RTO's floor (default 20000: on a shared CPU the\n"
+		"                         PBox's lcore is descheduled for ms at a time)\n"
 		"      --rto-max-us U     and its ceiling (default 1000000); both U: a fixed RTO\n"
 		"      --job NAME         job name prefix, run r joins NAME-r (default loadgen)\n"
 		"      --nonce HEX[,HEX..]  job nonce (default 0x9b51e4c07a2d3f86); a list:\n"
@@ -285,7 +286,7 @@ parse_args(int argc, char **argv, struct lg_options *o)
 	o->key_elems = 32768;
 	o->window = 32;
 	o->rto_us = 20000;
-	o->rto_min_us = 5000;
+	o->rto_min_us = 20000;
 	o->rto_max_us = 1000000;
 	o->payload_bytes = 8192;
 	o->mtu = 9000;
