@@ -5,7 +5,8 @@
  * as additional data in two parts, libcrypto, the key scheduled once per stream), the same with
  * a key schedule per datagram, libsodium's AES-256-GCM (one contiguous buffer, with and without
  * its precomputed key), the ChaCha20 one-time key + Poly1305 lib/auth used before, and keyed
- * BLAKE2b (the handshake's); ns per datagram and GB/s.
+ * BLAKE2b (the handshake's); ns per datagram and GB/s. Beside them, the UDP checksum pass over
+ * the same datagram (lib/net's raw sum) that the MAC replaces on the PBox (protocol.md section 8).
  *
  * usage: phub-bench-auth [--quick] [--json]
  */
@@ -19,6 +20,7 @@
 #include <sodium.h>
 
 #include "auth/phub_auth.h"
+#include "net/phub_net_csum.h"
 
 enum { HDR = 80, MAX_PAYLOAD = 8192 };
 
@@ -112,6 +114,18 @@ run_gcm(size_t len, uint64_t seq)
 		fprintf(stderr, "gcm mismatch\n");
 }
 
+/* The checksum pass a PBox makes over a plain PUSH (and a MODEL's payload), twice per round. */
+static volatile uint16_t csum_sink;
+
+static void
+run_csum(size_t len, uint64_t seq)
+{
+	dgram[0] = (uint8_t)seq;
+	csum_sink = phub_net_raw_cksum(dgram, HDR + len);
+	dgram[1] = (uint8_t)seq;
+	csum_sink = phub_net_raw_cksum(dgram, HDR + len);
+}
+
 static crypto_aead_aes256gcm_state gcm_state;
 
 /* libsodium's precomputed key; needs the datagram in one buffer (a copy on zero-copy TX). */
@@ -169,6 +183,7 @@ main(int argc, char **argv)
 		{ "aes256gcm libsodium precomp", run_gcm_pre, gcm_available },
 		{ "chacha20-poly1305 (before)", run_poly, always },
 		{ "blake2b-128", run_blake2b, always },
+		{ "udp checksum (no MAC)", run_csum, always },
 	};
 	static const size_t sizes[] = { 8192, 1024 };
 	bool quick = false, json = false;

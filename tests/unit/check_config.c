@@ -594,6 +594,68 @@ START_TEST(test_a_job_key_is_64_hex_digits_for_an_authenticated_job)
 }
 END_TEST
 
+/*
+ * A dump keeps an authenticated job's key as it was given: an inline key inline, a key_file as
+ * the reference to its file, whose digits the dump never carries; both load back to the key.
+ */
+START_TEST(test_a_dump_keeps_the_job_key_and_never_a_key_files_digits)
+{
+	static const char head[] =
+		"{ \"eal\": { \"lcores\": [0, 1], \"no_huge\": true },"
+		"  \"ports\": [ { \"name\": \"p0\", \"device\": \"net_null0\", \"driver\": \"null\","
+		"    \"ipv4\": \"10.1.0.1/24\", \"lcores\": [1] } ],"
+		"  \"jobs\": [ { \"name\": \"a\", \"nonce\": \"0x5be1c2f07a9d3e64\", \"workers\": 2,"
+		"    \"auth\": \"required\", ";
+	static const char hex[] =
+		"00112233445566778899aabbccddeeffF0E1D2C3B4A5968778695A4B3C2D1E0f";
+	struct phub_config_params params = { .name = "t.json", .sysfs_root = "sysfs" };
+	char path[] = "/tmp/phub-check-key.XXXXXX";
+	char text[1024], want[PHUB_CONFIG_PATH_MAX + 32];
+	uint8_t key[32];
+	int fd = mkstemp(path);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, hex, 64), 64);
+	close(fd);
+	enter_data_dir();
+	for (int from_file = 0; from_file < 2; from_file++) {
+		char *first, *second;
+
+		if (from_file)
+			snprintf(text, sizeof(text), "%s\"key_file\": \"%s\" } ] }", head, path);
+		else
+			snprintf(text, sizeof(text), "%s\"key\": \"%s\" } ] }", head, hex);
+		ck_assert_msg(load_string(text) == 0, "%s", err);
+		memcpy(key, cfg.jobs[0].key, sizeof(key));
+		first = dump_to_string(&cfg);
+		phub_config_free(&cfg);
+		memset(&cfg, 0, sizeof(cfg));
+		if (from_file) {
+			snprintf(want, sizeof(want), "\"key_file\": \"%s\"", path);
+			ck_assert_msg(strstr(first, want) != NULL, "no %s in\n%s", want, first);
+			ck_assert_msg(strstr(first, "\"key\":") == NULL, "%s", first);
+			ck_assert_msg(strstr(first, "00112233") == NULL, "the file's key: %s", first);
+		} else {
+			ck_assert_msg(strstr(first, "\"key\": \"00112233445566778899aabbccddeeff"
+					     "f0e1d2c3b4a5968778695a4b3c2d1e0f\"") != NULL, "%s", first);
+			ck_assert_msg(strstr(first, "key_file") == NULL, "%s", first);
+		}
+		ck_assert_msg(phub_config_load_buffer(first, strlen(first), &params, &cfg, err,
+						      sizeof(err)) == 0, "reloaded: %s\n%s", err, first);
+		ck_assert(cfg.jobs[0].has_key);
+		ck_assert_mem_eq(cfg.jobs[0].key, key, sizeof(key));
+		ck_assert_str_eq(cfg.jobs[0].key_file, from_file ? path : "");
+		second = dump_to_string(&cfg);
+		ck_assert_str_eq(first, second);
+		free(first);
+		free(second);
+		phub_config_free(&cfg);
+		memset(&cfg, 0, sizeof(cfg));
+	}
+	unlink(path);
+}
+END_TEST
+
 START_TEST(test_unknown_numa_facts_do_not_fail_the_check)
 {
 	/* A sysfs root with nothing in it: every node is unknown, so nothing is proven wrong. */
@@ -991,6 +1053,7 @@ phub_config_suite(void)
 	} cases[] = {
 		{ "good files", test_good_files_load_without_error },
 		{ "dump round trip", test_dump_of_a_good_file_loads_back_to_the_same_dump },
+		{ "dump keeps the job key", test_a_dump_keeps_the_job_key_and_never_a_key_files_digits },
 		{ "bad files", test_bad_files_report_their_exact_first_error },
 		{ "bad files listed", test_every_bad_file_has_an_expected_message },
 		{ "defaults", test_minimal_config_gets_the_documented_defaults },
