@@ -566,11 +566,12 @@ START_TEST(test_quantile_is_nearest_rank)
 }
 END_TEST
 
+/* A run of 2 workers on a synthetic layout of n_keys keys of key_elems; test_run_free() ends it. */
 static struct phub_bench_run
-test_run(const struct phub_bench_layout *l)
+test_run(uint32_t n_keys, uint32_t key_elems)
 {
 	struct phub_bench_run run = {
-		.layout = l,
+		.layout = phub_bench_layout_synthetic(n_keys, key_elems),
 		.dtype = PHUB_DTYPE_FP16,
 		.world_size = 2,
 		.iterations = 5,
@@ -580,15 +581,21 @@ test_run(const struct phub_bench_layout *l)
 		.job = "j",
 	};
 
+	ck_assert_ptr_nonnull(run.layout);
 	run.optimizer.type = PHUB_OPT_SGD;
 	run.optimizer.lr = 0.5f;
 	return run;
 }
 
+static void
+test_run_free(struct phub_bench_run *run)
+{
+	phub_bench_layout_free((struct phub_bench_layout *)run->layout);
+}
+
 START_TEST(test_summary_adds_worker_rates_and_pools_exchange_times)
 {
-	struct phub_bench_layout *l = phub_bench_layout_synthetic(10, 50000);
-	struct phub_bench_run run = test_run(l);
+	struct phub_bench_run run = test_run(10, 50000);
 	struct phub_bench_worker_result r[2] = {
 		{ .rank = 0, .timed = 4, .timed_s = 2.0, .verified = true, .bitwise = true,
 			.retransmits = 3, .pulls = 1, .wire_bytes = 1e9, .cpu_s = 0.004 },
@@ -626,14 +633,13 @@ START_TEST(test_summary_adds_worker_rates_and_pools_exchange_times)
 	phub_bench_summarize(&run, r, times, 2, 2, &s);
 	ck_assert(!s.verified);
 	ck_assert_uint_eq(s.failed, 1);
-	phub_bench_layout_free(l);
+	test_run_free(&run);
 }
 END_TEST
 
 START_TEST(test_report_json_has_the_documented_fields)
 {
-	struct phub_bench_layout *l = phub_bench_layout_synthetic(4, 100);
-	struct phub_bench_run run = test_run(l);
+	struct phub_bench_run run = test_run(4, 100);
 	struct phub_bench_worker_result r[2] = {
 		{ .rank = 0, .timed = 4, .timed_s = 1.0, .verified = true, .bitwise = true },
 		{ .rank = 1, .status = -EIO, .max_abs_error = NAN },
@@ -670,7 +676,7 @@ START_TEST(test_report_json_has_the_documented_fields)
 	ck_assert(json_is_true(json_object_get(w, "verified")));
 	ck_assert_double_eq(json_real_value(json_object_get(w, "exchanges_per_s")), 4);
 	json_decref(j);
-	phub_bench_layout_free(l);
+	test_run_free(&run);
 }
 END_TEST
 
@@ -777,8 +783,7 @@ END_TEST
 
 START_TEST(test_order_dependence_and_exact_runs_across_racks)
 {
-	struct phub_bench_layout *l = phub_bench_layout_synthetic(2, 10);
-	struct phub_bench_run run = test_run(l);
+	struct phub_bench_run run = test_run(2, 10);
 	struct phub_bench_racks r;
 	char err[64];
 
@@ -797,14 +802,13 @@ START_TEST(test_order_dependence_and_exact_runs_across_racks)
 	ck_assert(!phub_bench_run_exact(&run));
 	run.random_gradients = false;
 	ck_assert(phub_bench_run_exact(&run));
-	phub_bench_layout_free(l);
+	test_run_free(&run);
 }
 END_TEST
 
 START_TEST(test_digest_is_fnv1a_and_the_report_shows_one_when_all_agree)
 {
-	struct phub_bench_layout *l = phub_bench_layout_synthetic(2, 10);
-	struct phub_bench_run run = test_run(l);
+	struct phub_bench_run run = test_run(2, 10);
 	struct phub_bench_worker_result res[2] = {
 		{ .rank = 0, .verified = true },
 		{ .rank = 1, .verified = true },
@@ -846,7 +850,7 @@ START_TEST(test_digest_is_fnv1a_and_the_report_shows_one_when_all_agree)
 	j = phub_bench_report_json(&run, &s, res, 2, NULL);
 	ck_assert_ptr_null(json_object_get(j, "model_digest"));
 	json_decref(j);
-	phub_bench_layout_free(l);
+	test_run_free(&run);
 }
 END_TEST
 
@@ -854,51 +858,39 @@ Suite *
 phub_bench_suite(void)
 {
 	Suite *s = suite_create("bench");
-	TCase *tc;
 
-	tc = tcase_create("preset_totals");
-	tcase_add_loop_test(tc, test_preset_has_torchvision_key_count_and_parameter_total, 0,
+	/* By what they test: models, patterns, the verifier, the report, racks. */
+	PHUB_TCASE_LOOP(s, "preset_totals", test_preset_has_torchvision_key_count_and_parameter_total,
 		sizeof(preset_totals) / sizeof(preset_totals[0]));
-	suite_add_tcase(s, tc);
-	PHUB_TCASE(s, "preset_order",
-		test_preset_keys_follow_torchvision_parameter_order);
-	PHUB_TCASE(s, "preset_unknown", test_unknown_preset_is_enoent);
-	PHUB_TCASE(s, "model_names", test_model_names_are_phub_plans_in_any_case);
-	PHUB_TCASE(s, "layout_file", test_layout_file_lists_key_sizes_in_order);
-	PHUB_TCASE(s, "layout_errors",
-		test_layout_file_errors_name_file_line_and_path);
-	PHUB_TCASE(s, "layout_synthetic", test_synthetic_layout_has_equal_keys);
-	PHUB_TCASE(s, "pattern_exact",
-		test_pattern_values_are_exact_small_integers_in_every_dtype);
-	PHUB_TCASE(s, "grad_offsets", test_gradients_depend_on_rank_iteration_and_key);
-	tc = tcase_create("sum_order");
-	tcase_add_loop_test(tc, test_gradient_sums_are_the_same_bits_in_any_order, 0, 2);
-	suite_add_tcase(s, tc);
-	PHUB_TCASE(s, "reference_sgd",
-		test_reference_sgd_is_initial_minus_lr_times_mean_gradient);
-	PHUB_TCASE(s, "reference_initial",
-		test_reference_with_no_iteration_is_the_initial_weights);
-	PHUB_TCASE(s, "reference_blocks",
-		test_reference_of_a_large_key_matches_one_pass_over_the_whole_key);
-	PHUB_TCASE(s, "verify_accepts",
-		test_verify_accepts_the_reference_and_counts_every_element);
-	PHUB_TCASE(s, "verify_exact_and_tolerance",
-		test_verify_one_ulp_fails_sgd_and_adam_tolerates_only_rounding);
-	PHUB_TCASE(s, "tolerances", test_verify_tolerance_is_one_ulp_of_the_dtype);
-	PHUB_TCASE(s, "verifier_params", test_verifier_rejects_bad_parameters);
-	PHUB_TCASE(s, "quantile", test_quantile_is_nearest_rank);
-	PHUB_TCASE(s, "summary",
-		test_summary_adds_worker_rates_and_pools_exchange_times);
-	PHUB_TCASE(s, "report_json", test_report_json_has_the_documented_fields);
-	PHUB_TCASE(s, "dtype_names", test_dtype_names_round_trip);
-	PHUB_TCASE(s, "racks_parse",
-		test_racks_parse_in_ring_order_with_contiguous_ranks);
-	PHUB_TCASE(s, "racks_refused",
-		test_racks_parse_refuses_what_is_not_ip_colon_ranks);
-	PHUB_TCASE(s, "racks_netns", test_netns_names_per_rack);
-	PHUB_TCASE(s, "racks_exact",
-		test_order_dependence_and_exact_runs_across_racks);
-	PHUB_TCASE(s, "digest",
+	PHUB_TCASE(s, "models",
+		test_preset_keys_follow_torchvision_parameter_order,
+		test_unknown_preset_is_enoent,
+		test_model_names_are_phub_plans_in_any_case,
+		test_layout_file_lists_key_sizes_in_order,
+		test_layout_file_errors_name_file_line_and_path,
+		test_synthetic_layout_has_equal_keys);
+	PHUB_TCASE(s, "patterns",
+		test_pattern_values_are_exact_small_integers_in_every_dtype,
+		test_gradients_depend_on_rank_iteration_and_key);
+	PHUB_TCASE_LOOP(s, "sum_order", test_gradient_sums_are_the_same_bits_in_any_order, 2);
+	PHUB_TCASE(s, "verifier",
+		test_reference_sgd_is_initial_minus_lr_times_mean_gradient,
+		test_reference_with_no_iteration_is_the_initial_weights,
+		test_reference_of_a_large_key_matches_one_pass_over_the_whole_key,
+		test_verify_accepts_the_reference_and_counts_every_element,
+		test_verify_one_ulp_fails_sgd_and_adam_tolerates_only_rounding,
+		test_verify_tolerance_is_one_ulp_of_the_dtype,
+		test_verifier_rejects_bad_parameters);
+	PHUB_TCASE(s, "report",
+		test_quantile_is_nearest_rank,
+		test_summary_adds_worker_rates_and_pools_exchange_times,
+		test_report_json_has_the_documented_fields,
+		test_dtype_names_round_trip);
+	PHUB_TCASE(s, "racks",
+		test_racks_parse_in_ring_order_with_contiguous_ranks,
+		test_racks_parse_refuses_what_is_not_ip_colon_ranks,
+		test_netns_names_per_rack,
+		test_order_dependence_and_exact_runs_across_racks,
 		test_digest_is_fnv1a_and_the_report_shows_one_when_all_agree);
 	return s;
 }
