@@ -770,31 +770,38 @@ phub_model_suite(void)
 {
 	Suite *s = suite_create("model");
 
-	PHUB_TCASE(s, "table2_cells", test_table2_every_cell_within_ten_percent);
-	PHUB_TCASE(s, "table2_si", test_table2_si_reading_misses_alexnet_by_ten_percent);
-	PHUB_TCASE(s, "bandwidth_ratios", test_bandwidth_ratios_between_configurations_are_exact);
-	PHUB_TCASE(s, "bandwidth_errors", test_bandwidth_rejects_nonsense_with_a_message);
-	PHUB_TCASE(s, "presets", test_presets_found_by_abbreviation_and_name);
+	/* By the text's section: §4.3's bandwidth (Table 2), §3.4's hierarchy, §4.9's cost
+	 * (Table 5), then placement, evaluation, the optimizer and calibration. */
+	PHUB_TCASE(s, "bandwidth",
+		test_table2_every_cell_within_ten_percent,
+		test_table2_si_reading_misses_alexnet_by_ten_percent,
+		test_bandwidth_ratios_between_configurations_are_exact,
+		test_bandwidth_rejects_nonsense_with_a_message,
+		test_presets_found_by_abbreviation_and_name);
 	PHUB_TCASE_LOOP(s, "hierarchy_by_hand", test_hierarchy_by_hand,
 		sizeof(hier_cases) / sizeof(hier_cases[0]));
-	PHUB_TCASE(s, "hierarchy_predict", test_hierarchy_predict_by_hand);
-	PHUB_TCASE(s, "hierarchy_errors", test_hierarchy_rejects_one_rack_and_zero_bandwidth);
-	PHUB_TCASE(s, "cost_switch", test_cost_switch_holds_the_texts_worker_counts);
-	PHUB_TCASE(s, "cost_by_hand", test_cost_per_worker_by_hand);
-	PHUB_TCASE(s, "table5", test_table5_predicted_cells_within_two_percent);
-	PHUB_TCASE(s, "table5_row1", test_table5_ratio_from_the_first_row_also_within_two_percent);
-	PHUB_TCASE(s, "table5_inverse", test_table5_inverse_reading_misses);
-	PHUB_TCASE(s, "cost_errors", test_cost_rejects_negative_price_and_zero_oversubscription);
-	PHUB_TCASE(s, "lpt", test_lpt_placement_matches_the_naive_greedy);
-	PHUB_TCASE(s, "evaluate", test_evaluate_names_compute_or_network_as_bottleneck);
-	PHUB_TCASE(s, "evaluate_errors", test_evaluate_rejects_hierarchy_in_one_rack);
-	PHUB_TCASE(s, "optimize_brute", test_optimize_finds_the_brute_force_best);
-	PHUB_TCASE(s, "optimize_errors", test_optimize_rejects_a_budget_of_one);
-	PHUB_TCASE(s, "job_file", test_job_file_loads_and_names_bad_keys);
-	PHUB_TCASE(s, "calibrate_exact", test_calibrate_recovers_known_constants);
-	PHUB_TCASE(s, "calibrate_identifiable",
-		test_calibrate_says_when_per_packet_cost_is_not_identifiable);
-	PHUB_TCASE(s, "calibrate_files", test_calibrate_recovers_constants_from_recorded_runs);
-	PHUB_TCASE(s, "calibrate_errors", test_calibrate_refuses_unverified_and_incomplete_runs);
+	PHUB_TCASE(s, "hierarchy",
+		test_hierarchy_predict_by_hand,
+		test_hierarchy_rejects_one_rack_and_zero_bandwidth);
+	PHUB_TCASE(s, "cost",
+		test_cost_switch_holds_the_texts_worker_counts,
+		test_cost_per_worker_by_hand,
+		test_table5_predicted_cells_within_two_percent,
+		test_table5_ratio_from_the_first_row_also_within_two_percent,
+		test_table5_inverse_reading_misses,
+		test_cost_rejects_negative_price_and_zero_oversubscription);
+	PHUB_TCASE(s, "placement_and_evaluation",
+		test_lpt_placement_matches_the_naive_greedy,
+		test_evaluate_names_compute_or_network_as_bottleneck,
+		test_evaluate_rejects_hierarchy_in_one_rack);
+	PHUB_TCASE(s, "optimize",
+		test_optimize_finds_the_brute_force_best,
+		test_optimize_rejects_a_budget_of_one,
+		test_job_file_loads_and_names_bad_keys);
+	PHUB_TCASE(s, "calibrate",
+		test_calibrate_recovers_known_constants,
+		test_calibrate_says_when_per_packet_cost_is_not_identifiable,
+		test_calibrate_recovers_constants_from_recorded_runs,
+		test_calibrate_refuses_unverified_and_incomplete_runs);
 	return s;
 }
