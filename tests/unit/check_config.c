@@ -234,6 +234,42 @@ START_TEST(test_every_bad_file_has_an_expected_message)
 }
 END_TEST
 
+/* The appliance-wide settings of a config (all but eal, ports, jobs, peers), in its order. */
+struct settings {
+	uint16_t udp_base_port;
+	uint32_t chunk_bytes, segment_bytes, window_bytes;
+	bool deterministic, priority_order;
+	uint16_t priority_hold, priority_hold_us;
+	struct phub_config_idle idle;
+	struct phub_config_timeouts timeouts;
+	struct phub_config_limits limits;
+};
+
+/* The loaded cfg holds want's settings, each checked on its own for a message naming it. */
+static void
+assert_settings(const struct settings *want)
+{
+	ck_assert_uint_eq(cfg.udp_base_port, want->udp_base_port);
+	ck_assert_uint_eq(cfg.chunk_bytes, want->chunk_bytes);
+	ck_assert_uint_eq(cfg.segment_bytes, want->segment_bytes);
+	ck_assert_uint_eq(cfg.window_bytes, want->window_bytes);
+	ck_assert_int_eq(cfg.deterministic, want->deterministic);
+	ck_assert_int_eq(cfg.priority_order, want->priority_order);
+	ck_assert_uint_eq(cfg.priority_hold, want->priority_hold);
+	ck_assert_uint_eq(cfg.priority_hold_us, want->priority_hold_us);
+	ck_assert_int_eq(cfg.idle.policy, want->idle.policy);
+	ck_assert_uint_eq(cfg.idle.spin_polls, want->idle.spin_polls);
+	ck_assert_uint_eq(cfg.idle.max_sleep_us, want->idle.max_sleep_us);
+	ck_assert_uint_eq(cfg.timeouts.rto_min_ms, want->timeouts.rto_min_ms);
+	ck_assert_uint_eq(cfg.timeouts.rto_max_ms, want->timeouts.rto_max_ms);
+	ck_assert_uint_eq(cfg.timeouts.worker_dead_ms, want->timeouts.worker_dead_ms);
+	ck_assert_uint_eq(cfg.timeouts.join_ms, want->timeouts.join_ms);
+	ck_assert_uint_eq(cfg.limits.max_jobs, want->limits.max_jobs);
+	ck_assert_uint_eq(cfg.limits.max_workers_per_job, want->limits.max_workers_per_job);
+	ck_assert_uint_eq(cfg.limits.job_memory_mb, want->limits.job_memory_mb);
+	ck_assert_uint_eq(cfg.limits.total_memory_mb, want->limits.total_memory_mb);
+}
+
 START_TEST(test_minimal_config_gets_the_documented_defaults)
 {
 	const struct phub_config_port *p;
@@ -253,26 +289,9 @@ START_TEST(test_minimal_config_gets_the_documented_defaults)
 	ck_assert_uint_eq(p->prefix_len, 24);
 	ck_assert(!p->is_pci);
 	ck_assert_int_eq(p->numa_node, -1);
-	ck_assert_uint_eq(cfg.udp_base_port, 47000);
-	ck_assert_uint_eq(cfg.chunk_bytes, 32768);
-	/* 1500 - 92 = 1408, a multiple of 64. */
-	ck_assert_uint_eq(cfg.segment_bytes, 1408);
-	ck_assert_int_eq(cfg.idle.policy, PHUB_CONFIG_IDLE_POLL);
-	ck_assert_uint_eq(cfg.idle.spin_polls, 64);
-	ck_assert_uint_eq(cfg.idle.max_sleep_us, 200);
-	ck_assert_uint_eq(cfg.timeouts.rto_min_ms, 2);
-	ck_assert_uint_eq(cfg.timeouts.rto_max_ms, 200);
-	ck_assert_uint_eq(cfg.timeouts.worker_dead_ms, 10000);
-	ck_assert_uint_eq(cfg.timeouts.join_ms, 2000);
-	ck_assert_uint_eq(cfg.window_bytes, 1048576);
-	ck_assert(!cfg.deterministic);
-	ck_assert(cfg.priority_order);
-	ck_assert_uint_eq(cfg.priority_hold, 0);
-	ck_assert_uint_eq(cfg.priority_hold_us, 1000);
-	ck_assert_uint_eq(cfg.limits.max_jobs, 16);
-	ck_assert_uint_eq(cfg.limits.max_workers_per_job, 64);
-	ck_assert_uint_eq(cfg.limits.job_memory_mb, 2048);
-	ck_assert_uint_eq(cfg.limits.total_memory_mb, 8192);
+	/* Segments: 1500 - 92 = 1408, a multiple of 64. */
+	assert_settings(&(const struct settings){ 47000, 32768, 1408, 1048576, false, true, 0, 1000,
+		{ PHUB_CONFIG_IDLE_POLL, 64, 200 }, { 2, 200, 10000, 2000 }, { 16, 64, 2048, 8192 } });
 	ck_assert_uint_eq(cfg.n_jobs, 0);
 	ck_assert_str_eq(cfg.checkpoint.dir, "/var/lib/phub/checkpoints");
 	ck_assert_uint_eq(cfg.checkpoint.interval_iterations, 100);
@@ -304,25 +323,8 @@ START_TEST(test_every_key_is_read_as_written)
 	ck_assert_uint_eq(cfg.ports[0].mtu, 1500);
 	ck_assert_int_eq(cfg.ports[1].driver, PHUB_CONFIG_DRIVER_AF_XDP);
 	ck_assert_uint_eq(cfg.ports[1].prefix_len, 31);
-	ck_assert_uint_eq(cfg.udp_base_port, 50000);
-	ck_assert_uint_eq(cfg.chunk_bytes, 65536);
-	ck_assert_uint_eq(cfg.segment_bytes, 1408);
-	ck_assert_int_eq(cfg.idle.policy, PHUB_CONFIG_IDLE_ADAPTIVE);
-	ck_assert_uint_eq(cfg.idle.spin_polls, 1000);
-	ck_assert_uint_eq(cfg.idle.max_sleep_us, 50);
-	ck_assert_uint_eq(cfg.timeouts.rto_min_ms, 3);
-	ck_assert_uint_eq(cfg.timeouts.rto_max_ms, 300);
-	ck_assert_uint_eq(cfg.timeouts.worker_dead_ms, 20000);
-	ck_assert_uint_eq(cfg.timeouts.join_ms, 5000);
-	ck_assert_uint_eq(cfg.window_bytes, 2097152);
-	ck_assert(cfg.deterministic);
-	ck_assert(!cfg.priority_order);
-	ck_assert_uint_eq(cfg.priority_hold, 256);
-	ck_assert_uint_eq(cfg.priority_hold_us, 3000);
-	ck_assert_uint_eq(cfg.limits.max_jobs, 3);
-	ck_assert_uint_eq(cfg.limits.max_workers_per_job, 8);
-	ck_assert_uint_eq(cfg.limits.job_memory_mb, 100);
-	ck_assert_uint_eq(cfg.limits.total_memory_mb, 300);
+	assert_settings(&(const struct settings){ 50000, 65536, 1408, 2097152, true, false, 256, 3000,
+		{ PHUB_CONFIG_IDLE_ADAPTIVE, 1000, 50 }, { 3, 300, 20000, 5000 }, { 3, 8, 100, 300 } });
 	ck_assert_uint_eq(cfg.n_jobs, 2);
 	j = &cfg.jobs[0];
 	ck_assert_str_eq(j->name, "resnet 50 (v1.5)");
