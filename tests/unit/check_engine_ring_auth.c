@@ -28,8 +28,10 @@ struct box {
 
 static uint8_t psk[PHUB_AUTH_KEY_LEN], ring_psk[PHUB_AUTH_KEY_LEN];
 
+/* A PBox's job at ring position pos, made for lanes data lanes (1 + its data lcores). */
 static void
-box_make(struct box *b, unsigned int racks, unsigned int pos, bool auth)
+box_make_lanes(struct box *b, unsigned int racks, unsigned int pos, bool auth,
+		unsigned int lanes)
 {
 	struct phub_engine_ring_params ring = {
 		.racks = (uint16_t)racks, .pos = (uint16_t)pos, .total_world = racks,
@@ -39,7 +41,7 @@ box_make(struct box *b, unsigned int racks, unsigned int pos, bool auth)
 		.name = "ring", .nonce = NONCE, .world_size = 1, .dtype = PHUB_DTYPE_FP32,
 		.optimizer = { .type = PHUB_OPT_NONE }, .keys = keys, .n_keys = 1,
 		.chunk_bytes = 4096, .segment_elems = 256, .ring = &ring,
-		.auth_psk = auth ? psk : NULL, .auth_lanes = 2,
+		.auth_psk = auth ? psk : NULL, .auth_lanes = lanes,
 	};
 
 	ck_assert_int_eq(phub_auth_init(), 0);
@@ -51,6 +53,12 @@ box_make(struct box *b, unsigned int racks, unsigned int pos, bool auth)
 	ck_assert_ptr_nonnull(b->job);
 	for (unsigned int s = 0; s < 2; s++)
 		phub_auth_keypair(b->pk[s], b->sk[s]);
+}
+
+static void
+box_make(struct box *b, unsigned int racks, unsigned int pos, bool auth)
+{
+	box_make_lanes(b, racks, pos, auth, 2);
 }
 
 static void
@@ -179,8 +187,43 @@ START_TEST(test_each_sending_lane_is_a_stream_of_its_own)
 	ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_PREV, 0, &d0), PHUB_DROP_OK);
 	ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_PREV, 0, &d1), PHUB_DROP_OK);
 	ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_PREV, 0, &d1), PHUB_DROP_AUTH_REPLAY);
-	/* A lane beyond the ring's: nothing sealed. */
-	ck_assert(!seal(&a, PHUB_ENGINE_RING_NEXT, PHUB_ENGINE_RING_AUTH_LANES, &d0));
+	/* A lane beyond the job's (auth_lanes 2): nothing sealed, nothing opened. */
+	ck_assert(!seal(&a, PHUB_ENGINE_RING_NEXT, 2, &d0));
+	ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_PREV, 2, &d0), PHUB_DROP_RANK_RANGE);
+	box_free(&a);
+	box_free(&b);
+}
+END_TEST
+
+/*
+ * PBoxes of more than 16 data lcores (issue 25: lanes 16 and up sealed nothing, so their ring
+ * steps never left): every lane of the job seals, and the neighbour, of another lcore count,
+ * opens each sending lane's stream on any of its own lanes.
+ */
+START_TEST(test_every_lane_of_a_wide_pbox_seals_and_opens)
+{
+	struct box a, b;
+	struct dgram d[40];
+
+	box_make_lanes(&a, 3, 0, true, 40);
+	box_make_lanes(&b, 3, 1, true, 20);
+	link_keys(&a, 0, PHUB_ENGINE_RING_NEXT, &b, 1, PHUB_ENGINE_RING_PREV,
+			PHUB_ENGINE_RING_NEXT);
+	link_keys(&b, 1, PHUB_ENGINE_RING_PREV, &a, 0, PHUB_ENGINE_RING_NEXT,
+			PHUB_ENGINE_RING_PREV);
+	for (unsigned int l = 0; l < 40; l++) {
+		dgram_make(&d[l], 1, true);
+		ck_assert(seal(&a, PHUB_ENGINE_RING_NEXT, l, &d[l]));
+	}
+	ck_assert(!seal(&a, PHUB_ENGINE_RING_NEXT, 40, &d[0]));
+	/* Each sending lane a stream: all open once, on one of b's lanes or another. */
+	for (unsigned int l = 0; l < 40; l++) {
+		ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_PREV, 19 - l % 20, &d[l]),
+				PHUB_DROP_OK);
+		ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_PREV, 19 - l % 20, &d[l]),
+				PHUB_DROP_AUTH_REPLAY);
+	}
+	ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_PREV, 20, &d[0]), PHUB_DROP_RANK_RANGE);
 	box_free(&a);
 	box_free(&b);
 }
@@ -276,6 +319,7 @@ phub_engine_ring_auth_suite(void)
 
 	tcase_add_test(tc, test_a_ring_datagram_opens_once_at_the_neighbour);
 	tcase_add_test(tc, test_each_sending_lane_is_a_stream_of_its_own);
+	tcase_add_test(tc, test_every_lane_of_a_wide_pbox_seals_and_opens);
 	tcase_add_test(tc, test_new_keys_end_the_old_ones_and_the_counter_goes_on);
 	tcase_add_test(tc, test_a_ring_of_two_has_one_stream_per_lane);
 	tcase_add_test(tc, test_a_ring_without_auth_refuses_the_extension);
