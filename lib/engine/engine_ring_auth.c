@@ -132,13 +132,12 @@ phub_engine_job_ring_auth_keys(struct phub_engine_job *job, unsigned int link,
 		unsigned int n_lanes = engine_auth_lanes(job);
 		size_t lanes_size = (size_t)N_SLOTS * n_lanes * sizeof(*ra->lanes);
 
-		ra = aligned_alloc(64, sizeof(*ra));
+		ra = calloc(1, sizeof(*ra));
 		if (ra == NULL)
 			return -ENOMEM;
-		memset(ra, 0, sizeof(*ra));
 		/* One lane per data lcore the job was made for, however many (issue 25). */
 		ra->n_lanes = n_lanes;
-		ra->lanes = aligned_alloc(64, lanes_size);
+		ra->lanes = aligned_alloc(64, lanes_size);	/* a lane is 64-aligned */
 		if (ra->lanes == NULL) {
 			free(ra);
 			return -ENOMEM;
