@@ -16,6 +16,10 @@
  */
 #define PBOX_RING_RELEASE_VISITS 256
 
+/* An authenticated ring's windows take any neighbour's sending lanes: one per lcore at most. */
+_Static_assert(PHUB_ENGINE_RING_AUTH_CHANNELS >= RTE_MAX_LCORE,
+	"a neighbour's data lcores outnumber the ring's replay windows");
+
 uint16_t
 pbox_ring_udp_port(const struct pbox *pb, uint16_t port)
 {
@@ -343,7 +347,8 @@ ring_ackv_hand_off(struct pbox_lcore *lc, const struct rx_frame *f,
 		const struct phub_engine_job *job)
 {
 	const struct phub_layout *layout = phub_engine_job_layout(job);
-	uint64_t others = 0;
+	/* Every data lcore a PBox can have, not the first 64 (issue 25). */
+	uint64_t others[(RTE_MAX_LCORE + 63) / 64] = { 0 };
 	unsigned int n = f->msg.payload_len / sizeof(struct phub_wire_ring_ack_entry);
 
 	for (unsigned int i = 0; i < n; i++) {
@@ -355,20 +360,21 @@ ring_ackv_hand_off(struct pbox_lcore *lc, const struct rx_frame *f,
 		if (phub_layout_chunk_server(layout, e.chunk_id, &server) != 0)
 			continue;	/* counted by the engine */
 		owner = pbox.server_lcore_index[server];
-		if (owner != lc->data_index && owner < 64)
-			others |= UINT64_C(1) << owner;
+		if (owner != lc->data_index && owner < RTE_MAX_LCORE)
+			others[owner / 64] |= UINT64_C(1) << (owner % 64);
 	}
-	while (others != 0) {
-		uint16_t owner = (uint16_t)__builtin_ctzll(others);
-		struct rte_mbuf *copy = rte_pktmbuf_copy(f->m, lc->pool, 0, UINT32_MAX);
+	for (unsigned int w = 0; w < RTE_DIM(others); w++)
+		while (others[w] != 0) {
+			uint16_t owner = (uint16_t)(w * 64 + (unsigned int)__builtin_ctzll(others[w]));
+			struct rte_mbuf *copy = rte_pktmbuf_copy(f->m, lc->pool, 0, UINT32_MAX);
 
-		others &= others - 1;
-		if (unlikely(copy == NULL)) {
-			lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
-			continue;
+			others[w] &= others[w] - 1;
+			if (unlikely(copy == NULL)) {
+				lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
+				continue;
+			}
+			hand_off(lc, copy, f->port_index, owner);
 		}
-		hand_off(lc, copy, f->port_index, owner);
-	}
 }
 
 /*

@@ -45,6 +45,12 @@ struct engine_auth {
 	struct auth_lane *lanes;	/* world_size x n_lanes */
 };
 
+unsigned int
+engine_auth_lanes(const struct phub_engine_job *job)
+{
+	return job->auth != NULL ? job->auth->n_lanes : 0;
+}
+
 int
 engine_auth_create(struct phub_engine_job *job, const uint8_t *psk, unsigned int n_lanes)
 {

@@ -370,6 +370,8 @@ engine_ckpt_segment_done(struct phub_engine_job *job, const struct segment_slot 
 
 /* engine_auth.c: an authenticated job's keys and windows; nothing without a PSK. */
 int engine_auth_create(struct phub_engine_job *job, const uint8_t *psk, unsigned int n_lanes);
+/* The lanes an authenticated job was made for (0: not authenticated). */
+unsigned int engine_auth_lanes(const struct phub_engine_job *job);
 void engine_auth_release(struct phub_engine_job *job);
 
 #endif /* PHUB_ENGINE_PRIV_H */

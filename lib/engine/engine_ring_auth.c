@@ -39,15 +39,26 @@ struct ring_lane {
 	uint64_t tx_next;
 	uint64_t mac_gen[2];
 	struct phub_auth_mac *mac[2];
-	/* By the sender's channel - 1 (its lane): each sending lane numbers its own stream. */
-	struct phub_auth_window win[PHUB_ENGINE_RING_AUTH_LANES];
+	/*
+	 * By the sender's channel - 1 (its lane): each sending lane numbers its own stream. The
+	 * neighbour's lanes are its own count, not ours: room for any PBox's.
+	 */
+	struct phub_auth_window win[PHUB_ENGINE_RING_AUTH_CHANNELS];
 	uint64_t sealed, opened;
 };
 
 struct engine_ring_auth {
 	struct ring_keys keys[N_SLOTS];
-	struct ring_lane lanes[N_SLOTS][PHUB_ENGINE_RING_AUTH_LANES];
+	/* The job's lanes (phub_engine_job_params' auth_lanes: the PBox's data lcores and more). */
+	unsigned int n_lanes;
+	struct ring_lane *lanes;	/* N_SLOTS x n_lanes */
 };
+
+static struct ring_lane *
+lane_of(struct engine_ring_auth *ra, unsigned int slot, unsigned int lane)
+{
+	return &ra->lanes[(size_t)slot * ra->n_lanes + lane];
+}
 
 /* In a ring of two, prev and next are one PBox, one key pair: one slot, one counter. */
 static unsigned int
@@ -70,11 +81,12 @@ engine_ring_auth_release(struct phub_engine_job *job)
 	if (ra == NULL)
 		return;
 	for (unsigned int s = 0; s < N_SLOTS; s++)
-		for (unsigned int l = 0; l < PHUB_ENGINE_RING_AUTH_LANES; l++) {
-			phub_auth_mac_free(ra->lanes[s][l].mac[MAC_RX]);
-			phub_auth_mac_free(ra->lanes[s][l].mac[MAC_TX]);
+		for (unsigned int l = 0; l < ra->n_lanes; l++) {
+			phub_auth_mac_free(lane_of(ra, s, l)->mac[MAC_RX]);
+			phub_auth_mac_free(lane_of(ra, s, l)->mac[MAC_TX]);
 		}
 	phub_auth_wipe(ra->keys, sizeof(ra->keys));
+	free(ra->lanes);
 	free(ra);
 	atomic_store_explicit(&job->ring_auth, NULL, memory_order_relaxed);
 }
@@ -117,10 +129,20 @@ phub_engine_job_ring_auth_keys(struct phub_engine_job *job, unsigned int link,
 	if (!phub_engine_job_ring_auth(job) || link >= N_SLOTS)
 		return -EINVAL;
 	if (ra == NULL) {
-		ra = aligned_alloc(64, sizeof(*ra));
+		unsigned int n_lanes = engine_auth_lanes(job);
+		size_t lanes_size = (size_t)N_SLOTS * n_lanes * sizeof(*ra->lanes);
+
+		ra = calloc(1, sizeof(*ra));
 		if (ra == NULL)
 			return -ENOMEM;
-		memset(ra, 0, sizeof(*ra));
+		/* One lane per data lcore the job was made for, however many (issue 25). */
+		ra->n_lanes = n_lanes;
+		ra->lanes = aligned_alloc(64, lanes_size);	/* a lane is 64-aligned */
+		if (ra->lanes == NULL) {
+			free(ra);
+			return -ENOMEM;
+		}
+		memset(ra->lanes, 0, lanes_size);
 		atomic_store_explicit(&job->ring_auth, ra, memory_order_release);
 	}
 	k = &ra->keys[slot_of(job, link)];
@@ -170,7 +192,7 @@ mac_of(struct engine_ring_auth *ra, unsigned int slot, unsigned int lane, int di
 		struct ring_lane **lp)
 {
 	struct ring_keys *k = &ra->keys[slot];
-	struct ring_lane *l = &ra->lanes[slot][lane];
+	struct ring_lane *l = lane_of(ra, slot, lane);
 	uint64_t gen = atomic_load_explicit(&k->gen, memory_order_acquire);
 	uint8_t key[PHUB_AUTH_KEY_LEN];
 
@@ -182,7 +204,7 @@ mac_of(struct engine_ring_auth *ra, unsigned int slot, unsigned int lane, int di
 	if (l->gen != gen) {
 		/* New keys: the neighbour's streams start again; ours goes on (tx_next). */
 		l->gen = gen;
-		for (unsigned int c = 0; c < PHUB_ENGINE_RING_AUTH_LANES; c++)
+		for (unsigned int c = 0; c < PHUB_ENGINE_RING_AUTH_CHANNELS; c++)
 			phub_auth_window_reset(&l->win[c]);
 	}
 	l->mac[dir] = phub_auth_mac_keyed(l->mac[dir], key);
@@ -206,11 +228,13 @@ phub_engine_ring_auth_rx(struct phub_engine_job *job, unsigned int link, unsigne
 		return (flags & PHUB_WIRE_F_AUTH) ? PHUB_DROP_AUTH_UNEXPECTED : PHUB_DROP_OK;
 	if (!(flags & PHUB_WIRE_F_AUTH))
 		return PHUB_DROP_AUTH_MISSING;
-	if (link >= N_SLOTS || lane >= PHUB_ENGINE_RING_AUTH_LANES)
+	if (link >= N_SLOTS)
 		return PHUB_DROP_RANK_RANGE;
 	/* No HELLO exchanged yet: no key to believe anything with. */
 	if (ra == NULL)
 		return PHUB_DROP_NOT_JOINED;
+	if (lane >= ra->n_lanes)
+		return PHUB_DROP_RANK_RANGE;
 	m = mac_of(ra, slot_of(job, link), lane, MAC_RX, &l);
 	if (m == NULL) {
 		if (atomic_load_explicit(&ra->keys[slot_of(job, link)].gen,
@@ -222,7 +246,7 @@ phub_engine_ring_auth_rx(struct phub_engine_job *job, unsigned int link, unsigne
 		return PHUB_DROP_AUTH_BAD_TAG;
 	/* Channel 1 + the sending lane; 0 is the control thread's, which sends no ring data. */
 	channel = phub_auth_seq_channel(seq);
-	if (channel == 0 || channel > PHUB_ENGINE_RING_AUTH_LANES)
+	if (channel == 0 || channel > PHUB_ENGINE_RING_AUTH_CHANNELS)
 		return PHUB_DROP_AUTH_CHANNEL;
 	if (!phub_auth_window_update(&l->win[channel - 1], seq & PHUB_AUTH_COUNTER_MAX))
 		return PHUB_DROP_AUTH_REPLAY;
@@ -238,7 +262,7 @@ phub_engine_ring_auth_tx(struct phub_engine_job *job, unsigned int link, unsigne
 	struct phub_auth_mac *m;
 	struct ring_lane *l;
 
-	if (ra == NULL || link >= N_SLOTS || lane >= PHUB_ENGINE_RING_AUTH_LANES)
+	if (ra == NULL || link >= N_SLOTS || lane >= ra->n_lanes)
 		return false;
 	m = mac_of(ra, slot_of(job, link), lane, MAC_TX, &l);
 	/* A counter never comes back under one key: 2^48 datagrams end the stream instead. */
@@ -264,8 +288,10 @@ phub_engine_ring_auth_stats(const struct phub_engine_job *job, uint64_t *sealed,
 		return;
 	/* Each lane's own counts, read without a lock: a figure, not a decision. */
 	for (unsigned int s = 0; s < N_SLOTS; s++)
-		for (unsigned int l = 0; l < PHUB_ENGINE_RING_AUTH_LANES; l++) {
-			*sealed += __atomic_load_n(&ra->lanes[s][l].sealed, __ATOMIC_RELAXED);
-			*opened += __atomic_load_n(&ra->lanes[s][l].opened, __ATOMIC_RELAXED);
+		for (unsigned int l = 0; l < ra->n_lanes; l++) {
+			const struct ring_lane *rl = &ra->lanes[(size_t)s * ra->n_lanes + l];
+
+			*sealed += __atomic_load_n(&rl->sealed, __ATOMIC_RELAXED);
+			*opened += __atomic_load_n(&rl->opened, __ATOMIC_RELAXED);
 		}
 }

@@ -64,13 +64,14 @@ bool phub_engine_auth_tx(struct phub_engine_job *job, uint16_t rank, unsigned in
  * An authenticated ring job (engine_ring_auth.c; docs/protocol.md section 12): the keys of its
  * links to the previous and the next PBox (PHUB_ENGINE_RING_PREV, _NEXT; one neighbour in a
  * ring of two, one set of keys), from the RING_HELLO exchange; every ring datagram is sealed
- * and checked on a data lane: lane is the data lcore's index (< PHUB_ENGINE_RING_AUTH_LANES),
- * the sequence number's channel 1 + the sending lane, one replay window per (link, lane,
- * sending channel).
+ * and checked on a data lane: lane is the data lcore's index (< the job's auth_lanes, as many as
+ * the PBox has), the sequence number's channel 1 + the sending lane (<=
+ * PHUB_ENGINE_RING_AUTH_CHANNELS: a neighbour's lanes, as many as any PBox's lcores), one
+ * replay window per (link, lane, sending channel).
  */
 #define PHUB_ENGINE_RING_PREV		0u
 #define PHUB_ENGINE_RING_NEXT		1u
-#define PHUB_ENGINE_RING_AUTH_LANES	16u
+#define PHUB_ENGINE_RING_AUTH_CHANNELS	128u
 
 /* Whether the job's ring datagrams carry the MAC: an authenticated job with a ring. */
 bool phub_engine_job_ring_auth(const struct phub_engine_job *job);

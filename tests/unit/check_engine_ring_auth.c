@@ -30,8 +30,10 @@ struct box {
 
 static uint8_t psk[PHUB_AUTH_KEY_LEN], ring_psk[PHUB_AUTH_KEY_LEN];
 
+/* A PBox's job at ring position pos, made for lanes data lanes (1 + its data lcores). */
 static void
-box_make(struct box *b, unsigned int racks, unsigned int pos, bool auth)
+box_make_lanes(struct box *b, unsigned int racks, unsigned int pos, bool auth,
+		unsigned int lanes)
 {
 	struct phub_engine_ring_params ring = {
 		.racks = (uint16_t)racks, .pos = (uint16_t)pos, .total_world = racks,
@@ -41,7 +43,7 @@ box_make(struct box *b, unsigned int racks, unsigned int pos, bool auth)
 		.name = "ring", .nonce = NONCE, .world_size = 1, .dtype = PHUB_DTYPE_FP32,
 		.optimizer = { .type = PHUB_OPT_NONE }, .keys = keys, .n_keys = 1,
 		.chunk_bytes = 4096, .segment_elems = 256, .ring = &ring,
-		.auth_psk = auth ? psk : NULL, .auth_lanes = 2,
+		.auth_psk = auth ? psk : NULL, .auth_lanes = lanes,
 	};
 
 	ck_assert_int_eq(phub_auth_init(), 0);
@@ -53,6 +55,12 @@ box_make(struct box *b, unsigned int racks, unsigned int pos, bool auth)
 	ck_assert_ptr_nonnull(b->job);
 	for (unsigned int s = 0; s < 2; s++)
 		phub_auth_keypair(b->pk[s], b->sk[s]);
+}
+
+static void
+box_make(struct box *b, unsigned int racks, unsigned int pos, bool auth)
+{
+	box_make_lanes(b, racks, pos, auth, 2);
 }
 
 static void
@@ -204,8 +212,43 @@ START_TEST(test_each_sending_lane_is_a_stream_of_its_own)
 	ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_PREV, 0, &d0), PHUB_DROP_OK);
 	ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_PREV, 0, &d1), PHUB_DROP_OK);
 	ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_PREV, 0, &d1), PHUB_DROP_AUTH_REPLAY);
-	/* A lane beyond the ring's: nothing sealed. */
-	ck_assert(!seal(&a, PHUB_ENGINE_RING_NEXT, PHUB_ENGINE_RING_AUTH_LANES, &d0));
+	/* A lane beyond the job's (auth_lanes 2): nothing sealed, nothing opened. */
+	ck_assert(!seal(&a, PHUB_ENGINE_RING_NEXT, 2, &d0));
+	ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_PREV, 2, &d0), PHUB_DROP_RANK_RANGE);
+}
+END_TEST
+
+/*
+ * PBoxes of more than 16 data lcores (issue 25: lanes 16 and up sealed nothing, so their ring
+ * steps never left): every lane of the job seals, and the neighbour, of another lcore count,
+ * opens each sending lane's stream on any of its own lanes.
+ */
+START_TEST(test_every_lane_of_a_wide_pbox_seals_and_opens)
+{
+	struct box wide, narrow;
+	struct dgram d[40];
+
+	box_make_lanes(&wide, 3, 0, true, 40);
+	box_make_lanes(&narrow, 3, 1, true, 20);
+	link_keys(&wide, 0, PHUB_ENGINE_RING_NEXT, &narrow, 1, PHUB_ENGINE_RING_PREV,
+			PHUB_ENGINE_RING_NEXT);
+	link_keys(&narrow, 1, PHUB_ENGINE_RING_PREV, &wide, 0, PHUB_ENGINE_RING_NEXT,
+			PHUB_ENGINE_RING_PREV);
+	for (unsigned int l = 0; l < 40; l++) {
+		dgram_make(&d[l], 1, true);
+		ck_assert(seal(&wide, PHUB_ENGINE_RING_NEXT, l, &d[l]));
+	}
+	ck_assert(!seal(&wide, PHUB_ENGINE_RING_NEXT, 40, &d[0]));
+	/* Each sending lane a stream: all open once, on one of the narrow PBox's lanes or another. */
+	for (unsigned int l = 0; l < 40; l++) {
+		ck_assert_int_eq(open_(&narrow, PHUB_ENGINE_RING_PREV, 19 - l % 20, &d[l]),
+				PHUB_DROP_OK);
+		ck_assert_int_eq(open_(&narrow, PHUB_ENGINE_RING_PREV, 19 - l % 20, &d[l]),
+				PHUB_DROP_AUTH_REPLAY);
+	}
+	ck_assert_int_eq(open_(&narrow, PHUB_ENGINE_RING_PREV, 20, &d[0]), PHUB_DROP_RANK_RANGE);
+	box_free(&wide);
+	box_free(&narrow);
 }
 END_TEST
 
@@ -288,6 +331,7 @@ phub_engine_ring_auth_suite(void)
 	tcase_add_checked_fixture(PHUB_TCASE(s, "ring_of_two",
 			test_a_ring_of_two_has_one_stream_per_lane),
 		ring_of_two_setup, pair_teardown);
+	PHUB_TCASE(s, "wide_pbox", test_every_lane_of_a_wide_pbox_seals_and_opens);
 	PHUB_TCASE(s, "without_auth", test_a_ring_without_auth_refuses_the_extension);
 	return s;
 }
