@@ -9,6 +9,7 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +175,22 @@ enum {
 	OPT_RACKS_OLD,
 };
 
+/* The hyper-parameter that option opt (OPT_LR to OPT_EPS) sets. */
+static float *
+hyper_field(struct phub_optimizer_params *p, int opt)
+{
+	static const size_t off[] = {
+		[OPT_LR - OPT_LR] = offsetof(struct phub_optimizer_params, lr),
+		[OPT_MOMENTUM - OPT_LR] = offsetof(struct phub_optimizer_params, momentum),
+		[OPT_WD - OPT_LR] = offsetof(struct phub_optimizer_params, weight_decay),
+		[OPT_BETA1 - OPT_LR] = offsetof(struct phub_optimizer_params, beta1),
+		[OPT_BETA2 - OPT_LR] = offsetof(struct phub_optimizer_params, beta2),
+		[OPT_EPS - OPT_LR] = offsetof(struct phub_optimizer_params, eps),
+	};
+
+	return (float *)(void *)((char *)p + off[opt - OPT_LR]);
+}
+
 static const struct option long_opts[] = {
 	{ "server", required_argument, NULL, OPT_SERVER },
 	{ "port", required_argument, NULL, OPT_PORT },
@@ -332,22 +349,12 @@ parse_args(int argc, char **argv, struct options *o)
 			rc = phub_opt_type_parse(optarg, &c->optimizer.type);
 			break;
 		case OPT_LR:
-			rc = parse_float(optarg, &c->optimizer.lr);
-			break;
 		case OPT_MOMENTUM:
-			rc = parse_float(optarg, &c->optimizer.momentum);
-			break;
 		case OPT_WD:
-			rc = parse_float(optarg, &c->optimizer.weight_decay);
-			break;
 		case OPT_BETA1:
-			rc = parse_float(optarg, &c->optimizer.beta1);
-			break;
 		case OPT_BETA2:
-			rc = parse_float(optarg, &c->optimizer.beta2);
-			break;
 		case OPT_EPS:
-			rc = parse_float(optarg, &c->optimizer.eps);
+			rc = parse_float(optarg, hyper_field(&c->optimizer, opt));
 			break;
 		case OPT_JOB:
 			c->job = optarg;
