@@ -15,6 +15,7 @@
 #include "auth/phub_auth.h"
 #include "layout/phub_layout.h"
 #include "net/phub_net.h"
+#include "util/phub_rtt.h"
 #include "wire/phub_wire.h"
 
 #define LG_BURST 32
@@ -51,7 +52,9 @@ struct lg_options {
 	uint32_t key_elems;
 	uint32_t chunk_bytes;		/* asked for in JOIN; 0 = the PBox's */
 	uint32_t window;		/* PUSH segments in flight per worker */
-	uint32_t rto_us;		/* first retransmission timeout */
+	uint32_t rto_us;		/* retransmission timeout before the first RTT sample */
+	uint32_t rto_min_us;		/* the RTO from the RTT estimate, never below this */
+	uint32_t rto_max_us;		/* nor above this */
 	uint32_t payload_bytes;		/* --blast: element bytes per frame */
 	uint32_t mtu;
 	uint16_t workers[LG_MAX_RUNS_W];	/* --workers 2,4: one run per entry (and repeat) */
@@ -115,6 +118,9 @@ struct lg_worker {
 	uint32_t next;			/* next segment to send this iteration */
 	uint8_t *state;			/* n_segments enum lg_seg_state */
 	uint64_t *sent_tsc;		/* n_segments: last transmission */
+	uint8_t *tries;			/* n_segments: its PUSH sent again this iteration */
+	uint32_t *ack_hi;		/* n_endpoints: the latest PUSH stamp answered from there */
+	uint64_t probe_tsc;		/* the last probe of a path that answered nothing newer */
 	uint16_t *endpoint_of_chunk;	/* JOIN_ACK's chunk map */
 	struct phub_wire_endpoint endpoints[LG_MAX_ENDPOINTS];
 	uint16_t n_endpoints;
@@ -150,6 +156,7 @@ struct lg_stats {
 	uint64_t tx_full;		/* bursts the port took only partly */
 	uint64_t exchanges;		/* whole-model iterations after the initial round */
 	uint64_t busy_tsc;		/* TSC of the loop turns that received or sent frames */
+	uint64_t rtt_samples;		/* answers whose echoed stamp gave a round trip */
 };
 
 struct lg {
@@ -192,6 +199,12 @@ struct lg {
 	struct lg *bulk;
 	uint64_t push_cursor;		/* the current iteration's next (segment, worker) */
 	uint64_t next_scan;		/* next retransmission scan */
+	/*
+	 * The retransmission timeout, as libphub's: RFC 6298 over the round trips that answers'
+	 * echoed stamps give (lib/util/phub_rtt.h), --rto-us until the first.
+	 */
+	struct phub_rtt rtt;
+	uint64_t rto_tsc;
 
 	/* Frames waiting for the port. */
 	struct rte_mbuf *txq[LG_BURST];

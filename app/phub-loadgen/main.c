@@ -68,7 +68,12 @@ usage(FILE *f, const char *prog)
 		"      --window-segments N  PUSH segments in flight per worker (default 32); 0:\n"
 		"                         no limit (--blast then sends as fast as the port\n"
 		"                         takes); --window: the deprecated spelling\n"
-		"      --rto-us U         retransmission timeout (default 20000)\n"
+		"      --rto-us U         retransmission timeout until the first round trip is\n"
+		"                         measured (default 20000); then RFC 6298's from the\n"
+		"                         round trips answers echo, as libphub's\n"
+		"      --rto-min-us U     that RTO's floor (default 20000: on a shared CPU the\n"
+		"                         PBox's lcore is descheduled for ms at a time)\n"
+		"      --rto-max-us U     and its ceiling (default 1000000); both U: a fixed RTO\n"
 		"      --job NAME         job name prefix, run r joins NAME-r (default loadgen)\n"
 		"      --nonce HEX[,HEX..]  job nonce (default 0x9b51e4c07a2d3f86); a list:\n"
 		"                         run r uses entry r modulo its length (one job each)\n"
@@ -196,7 +201,7 @@ parse_nonces(const char *s, struct lg_options *o)
 
 enum {
 	OPT_KEYS = 256, OPT_KEY_ELEMS, OPT_BLAST, OPT_PAYLOAD, OPT_PBOX_IP, OPT_WORKER_IP,
-	OPT_BASE_PORT, OPT_WORKER_PORT, OPT_MTU, OPT_WINDOW, OPT_RTO, OPT_JOB, OPT_NONCE,
+	OPT_BASE_PORT, OPT_WORKER_PORT, OPT_MTU, OPT_WINDOW, OPT_RTO, OPT_RTO_MIN, OPT_RTO_MAX, OPT_JOB, OPT_NONCE,
 	OPT_OPTIMIZER, OPT_CHUNK, OPT_NO_CSUM, OPT_DPDK_PORT, OPT_JSON, OPT_P3, OPT_REPEAT,
 	OPT_REFLECT, OPT_REFLECT_ACKS, OPT_REFLECT_ACKV, OPT_NO_ACKV, OPT_AUTH,
 	OPT_PRIORITY, OPT_BULK_WORKERS, OPT_BULK_PRIORITY, OPT_BULK_WINDOW, OPT_VERSION,
@@ -240,6 +245,8 @@ parse_args(int argc, char **argv, struct lg_options *o)
 		{ "window-segments", required_argument, NULL, OPT_WINDOW },
 		{ "window", required_argument, NULL, OPT_WINDOW },
 		{ "rto-us", required_argument, NULL, OPT_RTO },
+		{ "rto-min-us", required_argument, NULL, OPT_RTO_MIN },
+		{ "rto-max-us", required_argument, NULL, OPT_RTO_MAX },
 		{ "job", required_argument, NULL, OPT_JOB },
 		{ "nonce", required_argument, NULL, OPT_NONCE },
 		{ "optimizer", required_argument, NULL, OPT_OPTIMIZER },
@@ -279,6 +286,8 @@ parse_args(int argc, char **argv, struct lg_options *o)
 	o->key_elems = 32768;
 	o->window = 32;
 	o->rto_us = 20000;
+	o->rto_min_us = 20000;
+	o->rto_max_us = 1000000;
 	o->payload_bytes = 8192;
 	o->mtu = 9000;
 	o->workers[0] = 2;
@@ -363,6 +372,14 @@ parse_args(int argc, char **argv, struct lg_options *o)
 			rc = parse_u64(optarg, 100, 10000000, &v);
 			o->rto_us = (uint32_t)v;
 			break;
+		case OPT_RTO_MIN:
+			rc = parse_u64(optarg, 100, 10000000, &v);
+			o->rto_min_us = (uint32_t)v;
+			break;
+		case OPT_RTO_MAX:
+			rc = parse_u64(optarg, 100, 10000000, &v);
+			o->rto_max_us = (uint32_t)v;
+			break;
 		case OPT_JOB:
 			rc = strlen(optarg) < sizeof(o->job) && optarg[0] != '\0' ? 0 : -EINVAL;
 			snprintf(o->job, sizeof(o->job), "%s", optarg);
@@ -440,6 +457,11 @@ parse_args(int argc, char **argv, struct lg_options *o)
 	}
 	if (rc == 0 && optind != argc) {
 		fprintf(stderr, "phub-loadgen: unexpected argument '%s'\n", argv[optind]);
+		rc = -EINVAL;
+	}
+	if (rc == 0 && o->rto_min_us > o->rto_max_us) {
+		fprintf(stderr, "phub-loadgen: --rto-min-us %u is above --rto-max-us %u\n",
+				o->rto_min_us, o->rto_max_us);
 		rc = -EINVAL;
 	}
 	if (rc == 0 && o->auth && (o->blast || o->reflect)) {
@@ -691,7 +713,8 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 			"\"pulls\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"stale\":%" PRIu64 ","
 			"\"errors\":%" PRIu64 ",\"other\":%" PRIu64 ",\"tx_ring_full\":%" PRIu64 ","
 			"\"window\":%u,\"generator_busy\":%.3f,\"auth\":%s,"
-			"\"auth_failed\":%" PRIu64,
+			"\"auth_failed\":%" PRIu64 ",\"rtt_samples\":%" PRIu64 ","
+			"\"srtt_us\":%.1f,\"rttvar_us\":%.1f,\"rto_us\":%.1f",
 			o->blast ? "blast" : "session", lg->run, lg->n_workers, o->keys,
 			o->key_elems,
 			lg->n_segments, seg_bytes, frame, o->udp_csum ? "true" : "false", sec,
@@ -701,7 +724,9 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 			s->rx_pkts, (double)s->rx_pkts / d, (double)s->rx_bytes * 8 / d / 1e9,
 			s->acks, s->ackv, s->models, s->retransmits, s->pulls, s->replays, s->stale,
 			s->errors, s->other, s->tx_full, o->window == UINT32_MAX ? 0 : o->window,
-			busy, o->auth ? "true" : "false", s->auth_failed);
+			busy, o->auth ? "true" : "false", s->auth_failed, s->rtt_samples,
+			lg->rtt.srtt_ns / 1e3, lg->rtt.rttvar_ns / 1e3,
+			(double)lg->rto_tsc * 1e6 / (double)lg->tsc_hz);
 		report_p3(lg, true);
 		report_bulk(lg, sec);
 		printf("}\n");
@@ -732,6 +757,11 @@ report(struct lg *lg, const struct lg_stats *s, double sec)
 				"%" PRIu64 " PULL, %" PRIu64 " replays, %" PRIu64 " stale, %" PRIu64
 				" ERROR, %" PRIu64 " other\n", s->acks, s->models, s->retransmits,
 				s->pulls, s->replays, s->stale, s->errors, s->other);
+	if (!o->blast)
+		printf("  rtt        %" PRIu64 " samples, srtt %.1f us, rttvar %.1f us, rto %.1f us "
+				"at the end\n", s->rtt_samples, lg->rtt.srtt_ns / 1e3,
+				lg->rtt.rttvar_ns / 1e3,
+				(double)lg->rto_tsc * 1e6 / (double)lg->tsc_hz);
 	if (o->auth)
 		printf("  auth       %" PRIu64 " answers failed their MAC or number, dropped\n",
 				s->auth_failed);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The emulated workers' protocol: JOIN and JOIN_ACK, then whole-model iterations of PUSH with
- * ACK and MODEL counted per (worker, segment), a fixed-timeout retransmit, and LEAVE.
+ * ACK and MODEL counted per (worker, segment), retransmission after an RTO from the measured
+ * round trips, and LEAVE.
  */
 
 #include <errno.h>
@@ -369,10 +370,28 @@ layout_build(struct lg *lg)
 
 		w->state = calloc(lg->n_segments, sizeof(*w->state));
 		w->sent_tsc = calloc(lg->n_segments, sizeof(*w->sent_tsc));
-		if (w->state == NULL || w->sent_tsc == NULL)
+		w->tries = calloc(lg->n_segments, sizeof(*w->tries));
+		w->ack_hi = calloc(RTE_MAX(w->n_endpoints, 1), sizeof(*w->ack_hi));
+		w->probe_tsc = 0;
+		if (w->state == NULL || w->sent_tsc == NULL || w->tries == NULL ||
+		    w->ack_hi == NULL)
 			rc = -ENOMEM;
 	}
 	return rc;
+}
+
+/* The transmit stamp of TSC t, as send_segment() puts it in aux: microseconds, wrapping. */
+static inline uint32_t
+stamp_of(const struct lg *lg, uint64_t t)
+{
+	return (uint32_t)(t / (lg->tsc_hz / 1000000));
+}
+
+/* Whether stamp a was taken after stamp b (serial-number order: the clock wraps in 71 min). */
+static inline bool
+stamp_after(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b) > 0;
 }
 
 /* Send PUSH (or PULL when pull is set) of segment si from worker w for the current iteration. */
@@ -396,7 +415,7 @@ send_segment(struct lg *lg, struct lg_worker *w, uint32_t si, bool pull, bool ag
 	hdr.seg_count = s->seg_count;
 	hdr.priority = s->priority;
 	/* The transmit stamp, in microseconds like the worker library's. */
-	hdr.aux = (uint32_t)(now / (lg->tsc_hz / 1000000));
+	hdr.aux = stamp_of(lg, now);
 	hdr.flags = (uint8_t)(s->seg_index + 1 == s->seg_count ? PHUB_WIRE_F_LAST : 0);
 	if (again)
 		hdr.flags |= PHUB_WIRE_F_RETRANSMIT;
@@ -423,10 +442,34 @@ send_segment(struct lg *lg, struct lg_worker *w, uint32_t si, bool pull, bool ag
 	return 0;
 }
 
+/*
+ * A round trip from the stamp an answer echoes (the PUSH's or PULL's aux, send_segment()): it
+ * names the very transmission answered, so a retransmitted segment's answer measures its own
+ * round trip (no Karn ambiguity: an answer to the first copy names the first copy's time).
+ */
+static void
+rtt_sample(struct lg *lg, struct lg_worker *w, uint32_t si, uint32_t aux)
+{
+	uint64_t now = rte_rdtsc();
+	uint64_t us_hz = lg->tsc_hz / 1000000;
+	uint32_t us = (uint32_t)(now / us_hz) - aux;
+	uint16_t ep = (uint16_t)(lg->segs[si].lane - 1);
+
+	/* 0: no stamp (a MODEL that stands for no ACK); a minute: a stamp from before a wrap. */
+	if (aux == 0 || us > 60000000u)
+		return;
+	if (ep < RTE_MAX(w->n_endpoints, 1) && stamp_after(aux, w->ack_hi[ep]))
+		w->ack_hi[ep] = aux;
+	phub_rtt_sample(&lg->rtt, (uint64_t)us * 1000u, now / us_hz * 1000u);
+	lg->rto_tsc = phub_rtt_rto(&lg->rtt, (uint64_t)lg->opt.rto_min_us * 1000u,
+			(uint64_t)lg->opt.rto_max_us * 1000u) / 1000u * us_hz;
+	lg->stats.rtt_samples++;
+}
+
 /* One ACK of a PUSH (from an ACK, or an entry of an ACKV). */
 static void
 ack_rx(struct lg *lg, struct lg_worker *w, uint32_t chunk_id, uint16_t seg_index,
-		uint32_t iteration)
+		uint32_t iteration, uint32_t aux)
 {
 	uint32_t si;
 	uint8_t *st;
@@ -439,6 +482,7 @@ ack_rx(struct lg *lg, struct lg_worker *w, uint32_t chunk_id, uint16_t seg_index
 	si = lg->chunk_first_seg[chunk_id] + seg_index;
 	st = &w->state[si];
 	lg->stats.acks++;
+	rtt_sample(lg, w, si, aux);
 	if (*st == LG_SEG_PUSHED) {
 		*st = LG_SEG_ACKED;
 		w->inflight--;
@@ -462,7 +506,7 @@ ackv_rx(struct lg *lg, struct lg_worker *w, const struct phub_wire_msg *msg)
 		struct phub_wire_ackv_entry e;
 
 		phub_wire_ackv_get(msg->payload, i, &e);
-		ack_rx(lg, w, e.chunk_id, e.seg_index, e.iteration);
+		ack_rx(lg, w, e.chunk_id, e.seg_index, e.iteration, e.aux);
 	}
 }
 
@@ -518,9 +562,11 @@ answer_rx(struct lg *lg, struct lg_worker *w, const struct phub_wire_msg *msg)
 	si = lg->chunk_first_seg[msg->chunk_id] + msg->seg_index;
 	st = &w->state[si];
 	if (msg->opcode == PHUB_WIRE_OP_ACK) {
-		ack_rx(lg, w, msg->chunk_id, msg->seg_index, msg->iteration);
+		ack_rx(lg, w, msg->chunk_id, msg->seg_index, msg->iteration, msg->aux);
 		return;
 	}
+	/* A MODEL's aux: the stamp of the PUSH it acknowledges, or of the PULL it answers. */
+	rtt_sample(lg, w, si, msg->aux);
 	if (*st == LG_SEG_DONE || *st == LG_SEG_IDLE) {
 		lg->stats.stale++;
 		return;
@@ -611,13 +657,19 @@ push_some(struct lg *lg, uint64_t *cursor)
 }
 
 /*
- * Fixed-timeout recovery: a PUSH without ACK is sent again after rto; an ACK without MODEL is
- * PULLed after MODEL_WAIT_RTOS times that, since the other workers' PUSHes legitimately delay
- * the MODEL (docs/protocol.md, section 9).
+ * Recovery, as libphub's (client_node.c, timer_fire): a PUSH without ACK after its RTO (doubled
+ * with each time it was sent again) was lost if a PUSH sent after it to the same endpoint has
+ * been answered; if nothing newer was answered either, the PBox or the path is stalled (its
+ * lcore descheduled on a shared CPU) and sending the whole window again would only queue twice
+ * the work behind the stall: one segment per RTO and worker goes as a probe, the others wait.
+ * An ACK without MODEL is PULLed after MODEL_WAIT_RTOS RTOs, since the other workers' PUSHes
+ * legitimately delay the MODEL (docs/protocol.md, section 9).
  */
 static void
 retransmit_due(struct lg *lg, uint64_t now, uint64_t rto)
 {
+	uint64_t rto_max = lg->tsc_hz / 1000000 * lg->opt.rto_max_us;
+
 	for (uint16_t i = 0; i < lg->n_workers; i++) {
 		struct lg_worker *w = &lg->workers[i];
 
@@ -627,11 +679,25 @@ retransmit_due(struct lg *lg, uint64_t now, uint64_t rto)
 		for (uint32_t si = 0; si < end && lg->n_txq < LG_BURST; si++) {
 			uint8_t st = w->state[si];
 
-			if (st == LG_SEG_PUSHED && now - w->sent_tsc[si] > rto)
-				send_segment(lg, w, si, false, true);
-			else if (st == LG_SEG_ACKED &&
-				 now - w->sent_tsc[si] > MODEL_WAIT_RTOS * rto)
+			if (st == LG_SEG_PUSHED) {
+				uint64_t due = rto << RTE_MIN(w->tries[si], 16);
+				bool lost;
+
+				if (now - w->sent_tsc[si] <= RTE_MIN(due, rto_max))
+					continue;
+				lost = stamp_after(w->ack_hi[lg->segs[si].lane - 1],
+						stamp_of(lg, w->sent_tsc[si]));
+				if (!lost && now - w->probe_tsc < rto)
+					continue;
+				if (!lost)
+					w->probe_tsc = now;
+				if (send_segment(lg, w, si, false, true) == 0 &&
+				    w->tries[si] < UINT8_MAX)
+					w->tries[si]++;
+			} else if (st == LG_SEG_ACKED &&
+				 now - w->sent_tsc[si] > MODEL_WAIT_RTOS * rto) {
 				send_segment(lg, w, si, true, true);
+			}
 		}
 	}
 }
@@ -666,12 +732,6 @@ iteration_done(const struct lg *lg)
 	return true;
 }
 
-static uint64_t
-rto_tsc(const struct lg *lg)
-{
-	return lg->tsc_hz / 1000000 * lg->opt.rto_us;
-}
-
 /* A new iteration: nothing sent, nothing done, the clock of its per-key times started. */
 static void
 iteration_begin(struct lg *lg)
@@ -680,6 +740,7 @@ iteration_begin(struct lg *lg)
 		struct lg_worker *w = &lg->workers[i];
 
 		memset(w->state, LG_SEG_IDLE, lg->n_segments);
+		memset(w->tries, 0, lg->n_segments);
 		w->inflight = 0;
 		w->done = 0;
 		w->next = 0;
@@ -691,7 +752,7 @@ iteration_begin(struct lg *lg)
 	}
 	lg->push_cursor = 0;
 	lg->iter_start_tsc = rte_rdtsc();
-	lg->next_scan = lg->iter_start_tsc + rto_tsc(lg) / 4;
+	lg->next_scan = lg->iter_start_tsc + lg->rto_tsc / 4;
 }
 
 /* Fill the window, send; every quarter RTO, what is due again. True when it scanned. */
@@ -702,9 +763,9 @@ iteration_work(struct lg *lg, uint64_t now)
 	lg_tx_flush(lg);
 	if (now < lg->next_scan)
 		return false;
-	retransmit_due(lg, now, rto_tsc(lg));
+	retransmit_due(lg, now, lg->rto_tsc);
 	lg_tx_flush(lg);
-	lg->next_scan = now + rto_tsc(lg) / 4;
+	lg->next_scan = now + lg->rto_tsc / 4;
 	return true;
 }
 
@@ -921,6 +982,7 @@ lg_session_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 	measured->tx_full = at_end.tx_full - base.tx_full;
 	measured->exchanges = at_end.exchanges - base.exchanges;
 	measured->busy_tsc = at_end.busy_tsc - base.busy_tsc;
+	measured->rtt_samples = at_end.rtt_samples - base.rtt_samples;
 leave:
 	if (lg->bulk != NULL)
 		leave_all(lg->bulk);
@@ -980,8 +1042,12 @@ run_state_free(struct lg *lg)
 		lanes_end(&lg->workers[i]);
 		free(lg->workers[i].state);
 		free(lg->workers[i].sent_tsc);
+		free(lg->workers[i].tries);
+		free(lg->workers[i].ack_hi);
 		lg->workers[i].state = NULL;
 		lg->workers[i].sent_tsc = NULL;
+		lg->workers[i].tries = NULL;
+		lg->workers[i].ack_hi = NULL;
 	}
 	free(lg->segs);
 	free(lg->chunk_first_seg);
@@ -1014,6 +1080,9 @@ lg_run_reset(struct lg *lg, uint16_t n_workers, unsigned int run)
 	lg->n_key_iters = 0;
 	lg->measuring = false;
 	memset(&lg->stats, 0, sizeof(lg->stats));
+	/* A new job, a new path: no round trip known yet. */
+	memset(&lg->rtt, 0, sizeof(lg->rtt));
+	lg->rto_tsc = lg->tsc_hz / 1000000 * lg->opt.rto_us;
 	for (uint16_t i = 0; i < lg->max_workers; i++) {
 		struct lg_worker *w = &lg->workers[i];
 

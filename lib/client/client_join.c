@@ -518,11 +518,16 @@ join_exchange(struct phub *h, struct client_join *c, bool *retransmitted, char *
 
 		end = c->progress_ns + bound;
 		if (now >= end && c->merge.chunks_filled == 0) {
+			/* An authenticated job drops a JOIN it cannot verify without a word. */
 			client_set_err(err, errlen,
-					"no answer from PBox %s to the JOIN of rank %u of job"
-					" '%s' for %u ms: is the PBox running and reachable?",
-					h->server_name, h->rank, h->job_name,
-					h->connect_timeout_ms);
+					"no answer from PBox %s to the %sJOIN of rank %u of job"
+					" '%s' for %u ms: %s", h->server_name,
+					h->auth ? "authenticated " : "", h->rank, h->job_name,
+					h->connect_timeout_ms, h->auth ?
+					"a wrong key (the key option or PHUB_KEY; without one,"
+					" the nonce) is dropped unanswered; or is the PBox not"
+					" running or reachable?" :
+					"is the PBox running and reachable?");
 			rc = -ETIMEDOUT;
 			break;
 		}
@@ -572,7 +577,7 @@ client_join(struct phub *h, const struct phub_connect_params *p, char *err, size
 	if (rc == 0) {
 		/* The JOIN round trip is the first RTT sample, unless a retransmission blurs it. */
 		if (!retransmit)
-			h->srtt_ns = client_now_ns() - start;
+			h->rtt.srtt_ns = client_now_ns() - start;
 		h->job_id = c->merge.ack.job_id;
 		h->token = c->token;
 		h->chunk_bytes = c->merge.ack.chunk_bytes;

@@ -18,7 +18,6 @@ enum {
 	RX_BATCHES = 8,			/* recvmmsg calls per loop before sending again */
 	TRIES_MAX = 20,			/* back-off exponent cap; rto_max caps the timeout */
 	RTT_SAMPLE_MAX_US = 60000000,	/* an older stamp is from before a wrap: no sample */
-	RTO_GRANULARITY_NS = 100000,	/* the G of RFC 6298: our clock and scheduling */
 	MODEL_WAIT_SHIFT = 2,		/* a MODEL waits on the slowest rank: 4 RTO */
 	OVERTAKE_TRUST_MAX = 1024,	/* overtaken MODELs are taken as lost above half */
 	/*
@@ -154,53 +153,24 @@ stamp(const struct phub *h, uint64_t now)
 static void
 rto_update(struct phub *h)
 {
-	uint64_t var = 4 * h->rttvar_ns;
-
-	h->rto_ns = h->srtt_ns + (var > RTO_GRANULARITY_NS ? var : RTO_GRANULARITY_NS);
-	if (h->rto_ns < h->rto_min_ns)
-		h->rto_ns = h->rto_min_ns;
-	if (h->rto_ns > h->rto_max_ns)
-		h->rto_ns = h->rto_max_ns;
-	h->stats.srtt_us = (uint32_t)(h->srtt_ns / 1000u);
-	h->stats.rttvar_us = (uint32_t)(h->rttvar_ns / 1000u);
+	h->rto_ns = phub_rtt_rto(&h->rtt, h->rto_min_ns, h->rto_max_ns);
+	h->stats.srtt_us = (uint32_t)(h->rtt.srtt_ns / 1000u);
+	h->stats.rttvar_us = (uint32_t)(h->rtt.rttvar_ns / 1000u);
 	h->stats.rto_us = (uint32_t)(h->rto_ns / 1000u);
 }
 
 /*
  * RFC 6298 on the stamp an ACK (or a replayed MODEL) echoes: it names the very transmission
  * answered, so retransmitted segments give samples too (no Karn ambiguity).
- *
- * RFC 6298's gains assume a sample per round trip; every ACK gives one here, hundreds per round
- * trip on a busy link, and RTTVAR then forgot a delay spike (a PBox or worker thread waiting for
- * a CPU) within a millisecond, so that the next spike expired RTOs again and sent probes the
- * PBox answered as duplicates or with replayed MODELs. As Linux's TCP does with its mdev_max,
- * RTTVAR rises at once with every sample but falls at most once per SRTT.
  */
 static void
 rtt_sample(struct phub *h, uint32_t aux, uint64_t now)
 {
 	uint32_t us = stamp(h, now) - aux;
-	uint64_t r;
 
 	if (aux == 0 || us > RTT_SAMPLE_MAX_US)
 		return;
-	r = (uint64_t)us * 1000u;
-	if (h->srtt_ns == 0) {
-		h->srtt_ns = r;
-		h->rttvar_ns = r / 2;
-		h->rttvar_fell_ns = now;
-	} else {
-		uint64_t delta = h->srtt_ns > r ? h->srtt_ns - r : r - h->srtt_ns;
-		uint64_t var = (3 * h->rttvar_ns + delta) / 4;
-
-		if (var >= h->rttvar_ns) {
-			h->rttvar_ns = var;
-		} else if (now - h->rttvar_fell_ns >= h->srtt_ns) {
-			h->rttvar_ns = var;
-			h->rttvar_fell_ns = now;
-		}
-		h->srtt_ns = (7 * h->srtt_ns + r) / 8;
-	}
+	phub_rtt_sample(&h->rtt, (uint64_t)us * 1000u, now);
 	rto_update(h);
 }
 
@@ -1255,8 +1225,8 @@ client_node_init(struct phub *h)
 		rx->msgs[i].msg_hdr.msg_iovlen = 1;
 	}
 	/* Before any sample: the JOIN round trip if clean, else RFC 6298's cautious start. */
-	if (h->srtt_ns != 0) {
-		h->rttvar_ns = h->srtt_ns / 2;
+	if (h->rtt.srtt_ns != 0) {
+		h->rtt.rttvar_ns = h->rtt.srtt_ns / 2;
 		rto_update(h);
 	} else {
 		h->rto_ns = 200 * 1000000u;

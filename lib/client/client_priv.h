@@ -20,6 +20,7 @@
 
 #include "auth/phub_auth.h"
 #include "layout/phub_layout.h"
+#include "util/phub_rtt.h"
 #include "wire/phub_wire.h"
 
 /* Ranks of a job at most: the PBox's bitmap (PHUB_ENGINE_MAX_WORKERS). */
@@ -276,9 +277,7 @@ struct phub {
 	uint32_t inflight_bytes;	/* PUSH payload not ACKed + MODEL payload PULLed */
 	uint32_t n_active;		/* ops in the keys' FIFOs */
 	uint32_t n_waiting;		/* segments SENT or ACKED */
-	uint64_t srtt_ns;		/* 0 until the first sample */
-	uint64_t rttvar_ns;
-	uint64_t rttvar_fell_ns;	/* when RTTVAR last went down (client_node.c, rtt_sample) */
+	struct phub_rtt rtt;		/* RFC 6298's estimator (client_node.c, rtt_sample) */
 	uint64_t rto_ns;
 	struct ep_order *ep_order;	/* per PBox endpoint: what was answered last */
 	uint64_t push_probe_ns;		/* last PUSH resent without evidence of loss */

@@ -142,6 +142,20 @@ dump_jobs(const struct phub_config *cfg, FILE *f)
 			phub_dtype_name(job->dtype), job->deterministic ? "true" : "false",
 			job->on_worker_dead == PHUB_CONFIG_ON_DEAD_CONTINUE ? "continue" : "fail",
 			job->auth == PHUB_CONFIG_AUTH_REQUIRED ? "required" : "off");
+		/*
+		 * The key as it was given: a key_file stays a reference to its file (whose secret a
+		 * dump, shown or logged, must not carry), an inline key stays inline.
+		 */
+		if (job->key_file[0] != '\0') {
+			fprintf(f, "      \"key_file\": ");
+			put_string(f, job->key_file);
+			fprintf(f, ",\n");
+		} else if (job->has_key) {
+			fprintf(f, "      \"key\": \"");
+			for (size_t k = 0; k < sizeof(job->key); k++)
+				fprintf(f, "%02x", job->key[k]);
+			fprintf(f, "\",\n");
+		}
 		dump_optimizer(&job->optimizer, f);
 		if (job->n_racks != 0) {
 			fprintf(f, "      ,\"racks\": [");

@@ -718,6 +718,9 @@ parse_job_key_file(struct cfg_ctx *ctx, const json_t *v, void *target)
 	if (path[0] != '/')
 		return cfg_error(ctx, CFG_AT_VALUE, "%s must be an absolute path: the daemon's "
 				 "working directory is /", shown);
+	if (json_string_length(v) >= sizeof(job->key_file))
+		return cfg_error(ctx, CFG_AT_VALUE, "%s is longer than %zu bytes", shown,
+				 sizeof(job->key_file) - 1);
 	f = fopen(path, "r");
 	if (f == NULL)
 		return cfg_error(ctx, CFG_AT_VALUE, "%s: %s", shown, strerror(errno));
@@ -727,9 +730,10 @@ parse_job_key_file(struct cfg_ctx *ctx, const json_t *v, void *target)
 	/* One trailing newline (as echo and openssl write it) is taken; nothing else is. */
 	if (n > 0 && buf[n - 1] == '\n')
 		buf[--n] = '\0';
-	if (phub_auth_key_parse(job->key, buf) == 0)
+	if (phub_auth_key_parse(job->key, buf) == 0) {
 		job->has_key = true;
-	else
+		snprintf(job->key_file, sizeof(job->key_file), "%s", path);
+	} else
 		rc = cfg_error(ctx, CFG_AT_VALUE, "%s does not hold 64 hex digits (a 256-bit key, "
 			       "e.g. 'openssl rand -hex 32 > file')", shown);
 	phub_auth_wipe(buf, sizeof(buf));

@@ -236,6 +236,8 @@ struct phub_config_job {
 	/* jobs[].key or jobs[].key_file: the PSK's 256-bit secret (auth "required" only). */
 	uint8_t key[32];
 	bool has_key;
+	/* jobs[].key_file as written ("": the key was inline): a dump names the file, never its key. */
+	char key_file[PHUB_CONFIG_PATH_MAX];
 	struct phub_config_optimizer optimizer;
 	/*
 	 * What it trains, when the file says: "parameters" (a count) or "model" (a Table 3 name

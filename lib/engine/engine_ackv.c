@@ -11,6 +11,19 @@ phub_ackv_init(struct phub_ackv_batch *b)
 	memset(b, 0, sizeof(*b));
 }
 
+/*
+ * With every entry taken or sent the batch starts again from its first slot: the next ACKs reuse
+ * the lines still in cache, and the walks of take and flush stay as short as what is owed (a turn
+ * whose MODELs answer all its PUSHes wrote a new line of the array per PUSH, and a store that
+ * missed was most of phub_ackv_add's time at 1 KB segments).
+ */
+static inline void
+batch_settle(struct phub_ackv_batch *b)
+{
+	if (b->live == 0)
+		b->n = 0;
+}
+
 void
 phub_ackv_add(struct phub_ackv_batch *b, void *job, uint32_t job_id, uint16_t rank,
 		uint16_t port, const struct phub_wire_ackv_entry *e)
@@ -25,7 +38,16 @@ phub_ackv_add(struct phub_ackv_batch *b, void *job, uint32_t job_id, uint16_t ra
 	p->rank = rank;
 	p->port = port;
 	p->gone = false;
-	p->e = *e;
+	/*
+	 * Field by field, as the caller has just stored them: one 16-byte copy of the struct
+	 * cannot be forwarded from those narrower stores, and that stall was nearly all of this
+	 * function's time (perf annotate at 1 KB segments).
+	 */
+	p->e.chunk_id = e->chunk_id;
+	p->e.iteration = e->iteration;
+	p->e.aux = e->aux;
+	p->e.seg_index = e->seg_index;
+	p->e.flags = e->flags;
 	b->live++;
 }
 
@@ -50,6 +72,7 @@ phub_ackv_take(struct phub_ackv_batch *b, uint32_t job_id, uint16_t rank, uint32
 		b->live--;
 		b->taken++;
 	}
+	batch_settle(b);
 	return found;
 }
 
@@ -113,8 +136,12 @@ phub_ackv_flush_rank(struct phub_ackv_batch *b, uint32_t job_id, uint16_t rank,
 	for (unsigned int i = 0; b->live != 0 && i < b->n; i++) {
 		const struct phub_ackv_pending *p = &b->p[i];
 
-		if (!p->gone && p->rank == rank && p->job_id == job_id)
-			return flush_dest(b, i, max_per_frame, send, arg);
+		if (!p->gone && p->rank == rank && p->job_id == job_id) {
+			unsigned int calls = flush_dest(b, i, max_per_frame, send, arg);
+
+			batch_settle(b);
+			return calls;
+		}
 	}
 	return 0;
 }

@@ -32,7 +32,7 @@ struct phub_ackv_pending {
 };
 
 struct phub_ackv_batch {
-	unsigned int n;			/* entries added since the last flush */
+	unsigned int n;			/* entries added since the batch was last empty */
 	unsigned int live;		/* of them, not taken */
 	uint64_t frames;		/* ACKV datagrams handed to send, ever */
 	uint64_t entries;		/* entries in them */

@@ -11,12 +11,16 @@ GET (a service on the namespace's loopback).
   udp-echo HOST PORT     send back every UDP datagram to HOST:PORT until 5 s pass without one
   udp-count HOST PORT N  send N numbered datagrams of 1 KB to HOST:PORT (an echo), print how
                          many distinct ones came back
+  udp-rtt HOST PORT N    N round trips to HOST:PORT (an echo) one after another, print the
+                         shortest in ms
+  udp-blast HOST PORT N  send N datagrams of 32 bytes to HOST:PORT, paced a little
 """
 
 import os
 import socket
 import struct
 import sys
+import time
 import urllib.request
 
 
@@ -90,6 +94,28 @@ def udp_count(host, port, n):
     return len(seen)
 
 
+def udp_rtt(host, port, n):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(5)
+    best = None
+    for i in range(n):
+        t = time.monotonic()
+        s.sendto(b"%d" % i, (host, port))
+        s.recvfrom(64)
+        rtt = (time.monotonic() - t) * 1e3
+        best = rtt if best is None else min(best, rtt)
+    return best
+
+
+def udp_blast(host, port, n):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for i in range(n):
+        s.sendto(b"x" * 32, (host, port))
+        # Paced, so that only the link's impairment drops any.
+        if i % 50 == 49:
+            time.sleep(0.002)
+
+
 def main(argv):
     if len(argv) >= 2 and argv[0] == "ping":
         print("%d echo replies" % ping(argv[1], int(argv[2]) if len(argv) > 2 else 3))
@@ -107,6 +133,10 @@ def main(argv):
         udp_echo(argv[1], int(argv[2]))
     elif len(argv) == 4 and argv[0] == "udp-count":
         print(udp_count(argv[1], int(argv[2]), int(argv[3])))
+    elif len(argv) == 4 and argv[0] == "udp-rtt":
+        print("%.1f" % udp_rtt(argv[1], int(argv[2]), int(argv[3])))
+    elif len(argv) == 4 and argv[0] == "udp-blast":
+        udp_blast(argv[1], int(argv[2]), int(argv[3]))
     else:
         sys.stderr.write(__doc__)
         return 2

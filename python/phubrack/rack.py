@@ -228,7 +228,7 @@ class Rack:
         """CMD in a namespace of the rack (subprocess.run's keywords; text output captured)."""
         kw.setdefault("capture_output", True)
         kw.setdefault("text", True)
-        return subprocess.run(["ip", "netns", "exec", self.ns(who)] + list(cmd), **kw)
+        return subprocess.run(["ip", "netns", "exec", self.ns(who)] + [str(c) for c in cmd], **kw)
 
     def probe(self, who, *args, **kw):
         """python3 -m phubrack.probe ARGS in a namespace of the rack (see probe.py)."""
@@ -456,7 +456,8 @@ class MultiRack(Rack):
     def exec(self, who, *cmd, rack=0, **kw):
         kw.setdefault("capture_output", True)
         kw.setdefault("text", True)
-        return subprocess.run(["ip", "netns", "exec", self.ns(who, rack)] + list(cmd), **kw)
+        return subprocess.run(["ip", "netns", "exec", self.ns(who, rack)] + [str(c) for c in cmd],
+                              **kw)
 
     def telemetry(self, *commands, rack=0):
         """Rack RACK's PBox's answers to telemetry COMMANDS as one dict."""

@@ -74,6 +74,41 @@ data_msg(uint8_t *buf, uint8_t opcode, uint8_t flags, uint8_t dtype, uint32_t n)
 	return phub_wire_encode(buf, PHUB_WIRE_MAX_DATAGRAM, &m);
 }
 
+/* The MTU JOIN and JOIN_ACK are split for. */
+#define MTU 1500u
+
+/* Segment seg of a JOIN or JOIN_ACK of params p split at MTU: bytes or -errno. */
+typedef int (*segment_write_fn)(uint8_t *buf, size_t cap, const void *p, uint16_t seg);
+
+static int
+join_write(uint8_t *buf, size_t cap, const void *p, uint16_t seg)
+{
+	return phub_wire_join_write(buf, cap, p, MTU, seg);
+}
+
+static int
+join_ack_write(uint8_t *buf, size_t cap, const void *p, uint16_t seg)
+{
+	return phub_wire_join_ack_write(buf, cap, p, MTU, seg);
+}
+
+/* Each of the segs segments as <what>_split_<s>_of_<segs>.bin, and segment 0's bare body. */
+static void
+save_split(const char *what, int segs, segment_write_fn write_seg, const void *p)
+{
+	static uint8_t buf[PHUB_WIRE_MAX_DATAGRAM];
+	char name[64];
+	int len;
+
+	for (int s = 0; s < segs; s++) {
+		snprintf(name, sizeof(name), "%s_split_%d_of_%d.bin", what, s, segs);
+		save(name, buf, write_seg(buf, sizeof(buf), p, (uint16_t)s));
+	}
+	len = write_seg(buf, sizeof(buf), p, 0);
+	snprintf(name, sizeof(name), "body_%s.bin", what);
+	save(name, buf + PHUB_WIRE_HDR_LEN, len - PHUB_WIRE_HDR_LEN);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -86,8 +121,7 @@ main(int argc, char **argv)
 	struct phub_wire_join_params jp;
 	struct phub_wire_join_ack_params ap;
 	struct phub_wire_msg m;
-	char name[64];
-	int len, segs;
+	int len;
 
 	if (argc != 2) {
 		fprintf(stderr, "usage: %s corpus-dir\n", argv[0]);
@@ -180,38 +214,22 @@ main(int argc, char **argv)
 		keys[i] = (struct phub_wire_key){ i, 1024 + i * 16 };
 	jp.keys = keys;
 	jp.key_count = 3;
-	save("join_small.bin", buf, phub_wire_join_write(buf, sizeof(buf), &jp, 1500, 0));
+	save("join_small.bin", buf, join_write(buf, sizeof(buf), &jp, 0));
 	jp.key_count = 400;
 	jp.flags = PHUB_WIRE_F_CSUM;
-	segs = phub_wire_join_segments(&jp, 1500);
-	for (int s = 0; s < segs; s++) {
-		snprintf(name, sizeof(name), "join_split_%d_of_%d.bin", s, segs);
-		save(name, buf, phub_wire_join_write(buf, sizeof(buf), &jp, 1500, (uint16_t)s));
-	}
-	len = phub_wire_join_write(buf, sizeof(buf), &jp, 1500, 0);
-	save("body_join.bin", buf + PHUB_WIRE_HDR_LEN, len - PHUB_WIRE_HDR_LEN);
+	save_split("join", phub_wire_join_segments(&jp, MTU), join_write, &jp);
 
 	/* JOIN_ACK: one datagram, and a 1500-chunk map split at MTU 1500. */
-	memset(&ap, 0, sizeof(ap));
-	ap.ack = (struct phub_wire_join_ack){ 3, 0, 32768, 352 };
-	ap.session_token = 0x0badc0ffee0ddf00ull;
-	ap.rank = 2;
-	ap.endpoints = eps;
-	ap.endpoint_count = 3;
 	for (uint32_t i = 0; i < 1500; i++)
 		map[i] = (uint16_t)(i % 3);
-	ap.chunk_endpoints = map;
-	ap.total_chunks = 5;
-	save("join_ack_small.bin", buf, phub_wire_join_ack_write(buf, sizeof(buf), &ap, 1500, 0));
+	ap = (struct phub_wire_join_ack_params){
+		.ack = { 3, 0, 32768, 352 }, .session_token = 0x0badc0ffee0ddf00ull, .rank = 2,
+		.endpoints = eps, .endpoint_count = 3, .chunk_endpoints = map, .total_chunks = 5,
+	};
+	save("join_ack_small.bin", buf, join_ack_write(buf, sizeof(buf), &ap, 0));
 	ap.total_chunks = 1500;
 	ap.flags = PHUB_WIRE_F_CSUM;
-	segs = phub_wire_join_ack_segments(&ap, 1500);
-	for (int s = 0; s < segs; s++) {
-		snprintf(name, sizeof(name), "join_ack_split_%d_of_%d.bin", s, segs);
-		save(name, buf, phub_wire_join_ack_write(buf, sizeof(buf), &ap, 1500, (uint16_t)s));
-	}
-	len = phub_wire_join_ack_write(buf, sizeof(buf), &ap, 1500, 0);
-	save("body_join_ack.bin", buf + PHUB_WIRE_HDR_LEN, len - PHUB_WIRE_HDR_LEN);
+	save_split("join_ack", phub_wire_join_ack_segments(&ap, MTU), join_ack_write, &ap);
 
 	/* ERROR, and its bare body. */
 	phub_wire_msg_init(&m, PHUB_WIRE_OP_PUSH);

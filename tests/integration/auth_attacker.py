@@ -14,31 +14,27 @@ import json
 import os
 import random
 import socket
-import struct
 import sys
-import time
 
-from phub_frames import ETH_P_ALL, F_AUTH, TRAILER, Frame, is_phub
+import phub_frames
+from phub_frames import ETH_P_ALL, F_AUTH, Attack, Frame
 
 OP_JOIN, OP_PUSH, OP_PULL = 0x01, 0x10, 0x13
 
 
 def record(sock, pbox, pushes):
-    frames = []
+    """Every frame to or from the PBox until PUSHES authenticated PUSHes went to it."""
     seen = 0
-    end = time.monotonic() + 60
-    sock.settimeout(0.2)
-    while time.monotonic() < end and seen < pushes:
-        try:
-            raw, _ = sock.recvfrom(65535)
-        except socket.timeout:
-            continue
-        if is_phub(raw):
-            f = Frame(raw)
-            if pbox in (f.src, f.dst):
-                frames.append(f)
-                seen += f.dst == pbox and f.opcode == OP_PUSH and bool(f.flags & F_AUTH)
-    return frames
+
+    def take(raw, _addr):
+        nonlocal seen
+        f = Frame(raw)
+        if pbox not in (f.src, f.dst):
+            return None
+        seen += f.dst == pbox and f.opcode == OP_PUSH and bool(f.flags & F_AUTH)
+        return f
+
+    return phub_frames.record(sock, 60, take, lambda: seen >= pushes)
 
 
 def main():
@@ -63,14 +59,7 @@ def main():
         print("recorded no authenticated PUSH or JOIN", file=sys.stderr)
         return 1
 
-    def send(label, reason, batch):
-        for f in batch:
-            sock.send(bytes(f.raw))
-            time.sleep(0.0005)
-        report["expect"][reason] = report["expect"].get(reason, 0) + len(batch)
-        report.setdefault("attempts", {})[label] = len(batch)
-        report["sent"] += len(batch)
-
+    send = Attack(report, lambda f: sock).send
     n = min(200, len(pushes))
     # Replays: worker -> PBox datagrams sent again as they were, source and all.
     send("replay", "auth_replay", pushes[-n:])
@@ -81,16 +70,7 @@ def main():
     # Bit flips: one bit of the payload, one of the header (iteration), one of the tag.
     flips = []
     for f in pushes[-n:]:
-        g = f.copy()
-        at = g.phub + g.hdr_len + rng.randrange(len(g.raw) - g.phub - g.hdr_len)
-        g.raw[at] ^= 1 << rng.randrange(8)
-        flips.append(g.no_udp_csum())
-        g = f.copy()
-        g.raw[g.phub + 39] ^= 1
-        flips.append(g.no_udp_csum())
-        g = f.copy()
-        g.raw[g.phub + g.hdr_len - 1] ^= 0x80
-        flips.append(g.no_udp_csum())
+        flips += [f.payload_flipped(rng), f.iteration_flipped(), f.tag_flipped()]
     send("bit-flip", "auth_bad_tag", flips)
     # Forged with the sniffed job id, rank and token: a fresh sequence number and a made-up
     # tag; and the same without flag AUTH, its header as a plain datagram.
@@ -107,17 +87,12 @@ def main():
         g = f.copy()
         g.raw[6:12] = bytes.fromhex(my_mac.replace(":", ""))
         g.raw[26:30] = my_ip
-        g.raw[g.ip + 10:g.ip + 12] = b"\0\0"
-        s = sum(struct.unpack("!%dH" % ((g.udp - g.ip) // 2), bytes(g.raw[g.ip:g.udp])))
-        while s >> 16:
-            s = (s & 0xFFFF) + (s >> 16)
-        g.raw[g.ip + 10:g.ip + 12] = struct.pack("!H", ~s & 0xFFFF)
-        mine.append(g.no_udp_csum())
+        mine.append(g.ip_csum().no_udp_csum())
     send("join-replay", "auth_join_replay", mine)
     other = []
     for f in joins:
         g = f.copy()
-        k = g.phub + g.hdr_len - TRAILER - 32
+        k = g.key_at()
         g.raw[k:k + 32] = bytes(rng.randrange(256) for _ in range(32))
         other.append(g.no_udp_csum())
     send("join-other-key", "auth_bad_tag", other)

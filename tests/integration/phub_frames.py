@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """PHub datagrams as an on-path host sees them: Ethernet frames captured on a bridge or a
-router, parsed just enough to copy, damage and forge them (auth_attacker.py on a rack's ToR,
-ring_auth_attacker.py on the spine)."""
+router, parsed just enough to copy, damage and forge them, and the recording and sending loops
+around them (auth_attacker.py on a rack's ToR, ring_auth_attacker.py on the spine)."""
 
 import socket
 import struct
+import time
 
 ETH_P_ALL = 0x0003
 ETH_P_IP = 0x0800
@@ -53,14 +54,42 @@ class Frame:
         self.raw[self.udp + 6:self.udp + 8] = b"\0\0"
         return self
 
-    def lengths(self):
-        """IP and UDP lengths and the IP checksum after the datagram's size changed."""
-        self.raw[self.ip + 2:self.ip + 4] = struct.pack("!H", len(self.raw) - 14)
+    def ip_csum(self):
+        """The IP header's checksum after a change to the header."""
         self.raw[self.ip + 10:self.ip + 12] = b"\0\0"
         self.raw[self.ip + 10:self.ip + 12] = struct.pack(
             "!H", csum16(bytes(self.raw[self.ip:self.udp])))
-        self.raw[self.udp + 4:self.udp + 6] = struct.pack("!H", len(self.raw) - self.udp)
         return self
+
+    def lengths(self):
+        """IP and UDP lengths and the IP checksum after the datagram's size changed."""
+        self.raw[self.ip + 2:self.ip + 4] = struct.pack("!H", len(self.raw) - 14)
+        self.raw[self.udp + 4:self.udp + 6] = struct.pack("!H", len(self.raw) - self.udp)
+        return self.ip_csum()
+
+    def key_at(self):
+        """Where the ephemeral key of a JOIN or RING_HELLO ends its header: before the MAC's
+        extension."""
+        return self.phub + self.hdr_len - TRAILER - 32
+
+    def payload_flipped(self, rng):
+        """A copy with one random bit of the payload flipped."""
+        g = self.copy()
+        at = g.phub + g.hdr_len + rng.randrange(len(g.raw) - g.phub - g.hdr_len)
+        g.raw[at] ^= 1 << rng.randrange(8)
+        return g.no_udp_csum()
+
+    def iteration_flipped(self):
+        """A copy with the low bit of the header's iteration flipped."""
+        g = self.copy()
+        g.raw[g.phub + 39] ^= 1
+        return g.no_udp_csum()
+
+    def tag_flipped(self):
+        """A copy with the top bit of the tag's last byte flipped."""
+        g = self.copy()
+        g.raw[g.phub + g.hdr_len - 1] ^= 0x80
+        return g.no_udp_csum()
 
     def forged_tag(self, rng):
         """A copy with a fresh sequence number on the same channel and a made-up tag."""
@@ -71,10 +100,11 @@ class Frame:
         g.raw[t + 8:t + 24] = bytes(rng.randrange(256) for _ in range(16))
         return g.no_udp_csum()
 
-    def stripped(self):
-        """A copy without the MAC's extension nor flag AUTH: the header of a plain datagram."""
+    def stripped(self, key=0):
+        """A copy without the MAC's extension nor flag AUTH: the header of a plain datagram;
+        without the key bytes of an ephemeral key before the extension as well."""
         g = self.copy()
-        hl = g.hdr_len - TRAILER
+        hl = g.hdr_len - TRAILER - key
         body = g.raw[g.phub + g.hdr_len:]
         g.raw[g.phub + 4] &= ~F_AUTH & 0xFF
         g.raw[g.phub + 5] = hl
@@ -90,3 +120,42 @@ def is_phub(raw):
         return False
     ihl = (raw[14] & 0x0F) * 4
     return raw[14 + ihl + 8:14 + ihl + 10] == MAGIC
+
+
+def record(sock, seconds, take, done):
+    """The frames take(raw, addr) makes of the PHub frames sock receives (None: not kept),
+    until done() or for seconds at most."""
+    frames = []
+    end = time.monotonic() + seconds
+    sock.settimeout(0.2)
+    while time.monotonic() < end and not done():
+        try:
+            raw, addr = sock.recvfrom(65535)
+        except socket.timeout:
+            continue
+        if is_phub(raw):
+            f = take(raw, addr)
+            if f is not None:
+                frames.append(f)
+    return frames
+
+
+class Attack:
+    """Sends batches of frames, each by the socket out_for(frame) names (None: not sent), and
+    counts them in report under the drop reason they must be counted under at the PBox."""
+
+    def __init__(self, report, out_for):
+        self.report = report
+        self.out_for = out_for
+        report.setdefault("expect", {})
+        report.setdefault("attempts", {})
+        report.setdefault("sent", 0)
+
+    def send(self, label, reason, batch):
+        batch = [f for f in batch if self.out_for(f) is not None]
+        for f in batch:
+            self.out_for(f).send(bytes(f.raw))
+            time.sleep(0.0005)
+        self.report["expect"][reason] = self.report["expect"].get(reason, 0) + len(batch)
+        self.report["attempts"][label] = len(batch)
+        self.report["sent"] += len(batch)

@@ -202,7 +202,7 @@ send_malformed(struct tally *t, int fd, const struct sockaddr_in *to, const uint
 	}
 }
 
-/* A well-formed PUSH of segment 0 of chunk 0 (1000-element fp32 layout: 3 segments). */
+/* A well-formed PUSH of segment seg of chunk 0 (1000-element fp32 layout: 3 segments). */
 static int
 push_segment(uint8_t *buf, size_t cap, uint32_t job_id, uint64_t token, uint16_t rank,
 		uint32_t seg_elems, uint32_t iteration, uint16_t seg, uint8_t flags)
@@ -228,27 +228,12 @@ push_segment(uint8_t *buf, size_t cap, uint32_t job_id, uint64_t token, uint16_t
 	return phub_wire_encode(buf, cap, &m);
 }
 
+/* Segment 0 of that PUSH, no flags of its own: the base of the hostile variants below. */
 static int
 push_datagram(uint8_t *buf, size_t cap, uint32_t job_id, uint64_t token, uint16_t rank,
 		uint32_t seg_elems, uint32_t iteration)
 {
-	struct phub_wire_msg m;
-
-	phub_wire_msg_init(&m, PHUB_WIRE_OP_PUSH);
-	m.job_id = job_id;
-	m.session_token = token;
-	m.worker_rank = rank;
-	m.chunk_id = 0;
-	m.iteration = iteration;
-	m.elem_offset = 0;
-	m.elem_count = seg_elems;
-	m.seg_index = 0;
-	m.seg_count = (uint16_t)((OWN_ELEMS + seg_elems - 1) / seg_elems);
-	m.flags = 0;
-	m.dtype = PHUB_DTYPE_FP32;
-	m.payload = (const uint8_t *)zeros;
-	m.payload_len = (uint16_t)(seg_elems * sizeof(float));
-	return phub_wire_encode(buf, cap, &m);
+	return push_segment(buf, cap, job_id, token, rank, seg_elems, iteration, 0, 0);
 }
 
 static void

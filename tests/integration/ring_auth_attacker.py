@@ -21,7 +21,7 @@ import struct
 import sys
 import time
 
-from phub_frames import ETH_P_ALL, F_AUTH, TRAILER, Frame, is_phub
+from phub_frames import ETH_P_ALL, F_AUTH, Attack, Frame, record
 
 PACKET_OUTGOING = 4
 OP_RING_REDUCE, OP_RING_GATHER, OP_RING_HELLO, OP_RING_HELLO_ACK = 0x40, 0x41, 0x43, 0x44
@@ -30,33 +30,26 @@ CAP_AUTH = 0x8
 HELLO_CAPS = 86         # the caps field in RING_HELLO's body
 
 
-def record(sock, prefix, seconds, want):
-    """Frames as they enter the spine from a PBox's port (each once), until want() or time."""
-    frames = []
-    end = time.monotonic() + seconds
-    sock.settimeout(0.2)
-    while time.monotonic() < end and not want(frames):
-        try:
-            raw, addr = sock.recvfrom(65535)
-        except socket.timeout:
-            continue
-        if addr[0].startswith(prefix) and addr[2] != PACKET_OUTGOING and is_phub(raw):
-            frames.append(Frame(raw, addr[0]))
-    return frames
-
-
 def main():
     prefix, seconds, out, go = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
     rng = random.Random(25)
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     ports = {}              # a PBox's spine address -> the spine port that reaches it
+    seen = {"data": 0, "hellos": 0}
     since = {}
 
-    def want(frames):
-        for f in frames:
-            ports[socket.inet_ntoa(f.raw[26:30])] = f.port
-        data = sum(1 for f in frames if f.opcode in (OP_RING_REDUCE, OP_RING_GATHER))
-        hellos = sum(1 for f in frames if f.opcode in (OP_RING_HELLO, OP_RING_HELLO_ACK))
+    def take(raw, addr):
+        """Frames as they enter the spine from a PBox's port (each once)."""
+        if not addr[0].startswith(prefix) or addr[2] == PACKET_OUTGOING:
+            return None
+        f = Frame(raw, addr[0])
+        ports[socket.inet_ntoa(f.raw[26:30])] = f.port
+        seen["data"] += f.opcode in (OP_RING_REDUCE, OP_RING_GATHER)
+        seen["hellos"] += f.opcode in (OP_RING_HELLO, OP_RING_HELLO_ACK)
+        return f
+
+    def done():
+        data, hellos = seen["data"], seen["hellos"]
         # Enough; or the test says the ring is quiet now: its data is what there is, and
         # keep-alive HELLOs come for a few seconds more.
         if data >= 400 and hellos >= 4:
@@ -66,8 +59,7 @@ def main():
         since.setdefault("go", time.monotonic())
         return data and (hellos >= 4 or (hellos and time.monotonic() - since["go"] > 6))
 
-    frames = record(sock, prefix, seconds, want)
-    want(frames)
+    frames = record(sock, seconds, take, done)
     end = time.monotonic() + seconds
     while not os.path.exists(go) and time.monotonic() < end:
         time.sleep(0.05)
@@ -95,15 +87,7 @@ def main():
         s.bind((port, 0))
         outs[ip] = s
 
-    def send(label, reason, batch):
-        batch = [f for f in batch if f.dst in outs]
-        for f in batch:
-            outs[f.dst].send(bytes(f.raw))
-            time.sleep(0.0005)
-        report["expect"][reason] = report["expect"].get(reason, 0) + len(batch)
-        report["attempts"][label] = len(batch)
-        report["sent"] += len(batch)
-
+    send = Attack(report, lambda f: outs.get(f.dst)).send
     n = min(150, len(data))
     m = min(50, len(ackvs))
     # Replays: ring datagrams, RING_ACKVs and HELLOs sent again as they were.
@@ -119,21 +103,11 @@ def main():
     # ephemeral key in a HELLO (a key swapped in).
     flips = []
     for f in data[-n:]:
-        g = f.copy()
-        at = g.phub + g.hdr_len + rng.randrange(len(g.raw) - g.phub - g.hdr_len)
-        g.raw[at] ^= 1 << rng.randrange(8)
-        flips.append(g.no_udp_csum())
-        g = f.copy()
-        g.raw[g.phub + 39] ^= 1
-        flips.append(g.no_udp_csum())
-    for f in data[-n:] + ackvs[-m:] + hellos[-4:]:
-        g = f.copy()
-        g.raw[g.phub + g.hdr_len - 1] ^= 0x80
-        flips.append(g.no_udp_csum())
+        flips += [f.payload_flipped(rng), f.iteration_flipped()]
+    flips += [f.tag_flipped() for f in data[-n:] + ackvs[-m:] + hellos[-4:]]
     for f in hellos[-4:]:
         g = f.copy()
-        k = g.phub + g.hdr_len - TRAILER - 32
-        g.raw[k + rng.randrange(32)] ^= 1 << rng.randrange(8)
+        g.raw[g.key_at() + rng.randrange(32)] ^= 1 << rng.randrange(8)
         flips.append(g.no_udp_csum())
     send("bit-flip", "auth_bad_tag", flips)
     # Forged with the sniffed job id, position and token: a sequence number far ahead and a
@@ -146,14 +120,9 @@ def main():
     # (the nonce's proof still right) is refused.
     stripped = []
     for f in hellos[-2:]:
-        g = f.copy()
-        hl = g.hdr_len - TRAILER - 32
-        body = g.raw[g.phub + g.hdr_len:]
-        g.raw[g.phub + 4] &= ~F_AUTH & 0xFF
-        g.raw[g.phub + 5] = hl
-        g.raw = g.raw[:g.phub + hl] + body
-        g.raw[g.phub + hl + HELLO_CAPS + 1] &= ~CAP_AUTH & 0xFF
-        stripped.append(g.lengths().no_udp_csum())
+        g = f.stripped(key=32)
+        g.raw[g.phub + g.raw[g.phub + 5] + HELLO_CAPS + 1] &= ~CAP_AUTH & 0xFF
+        stripped.append(g)
     send("hello-without-auth", "auth_missing", stripped)
     json.dump(report, open(out, "w"), indent=1)
     return 0

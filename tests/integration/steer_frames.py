@@ -11,14 +11,7 @@ import socket
 import struct
 import sys
 
-
-def csum(b):
-    if len(b) % 2:
-        b += b"\0"
-    t = sum(struct.unpack("!%dH" % (len(b) // 2), b))
-    while t >> 16:
-        t = (t & 0xffff) + (t >> 16)
-    return ~t & 0xffff
+from phub_frames import csum16 as csum
 
 
 def main(argv):

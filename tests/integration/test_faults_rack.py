@@ -71,6 +71,15 @@ def link_pattern(rack):
         return json.load(f)
 
 
+def link_through(rack, *netem):
+    """Four workers and their loss-free reference, then worker 1's link through netem: the
+    pattern link_pattern() sees on it."""
+    rack.up(4)
+    reference(rack, 4)
+    rack.netem(1, *netem)
+    return link_pattern(rack)
+
+
 def stats(rack):
     s = rack.telemetry("/phub/stats")
     assert "/phub/stats" in s, "no telemetry from the PBox"
@@ -113,10 +122,7 @@ def test_loss_all(rack):
 def test_burst(rack):
     # The link first: a stream of numbered datagrams from worker 1 to worker 2 through
     # "loss gemodel 2% 20%" (bad state 9.1% of the time, bursts of 5 on average).
-    rack.up(4)
-    reference(rack, 4)
-    rack.netem(1, "loss", "gemodel", "2%", "20%")
-    r = link_pattern(rack)
+    r = link_through(rack, "loss", "gemodel", "2%", "20%")
     print("link, loss gemodel 2%% 20%%: %.2f%% lost in %d bursts, mean burst %.2f, longest %d"
           % (100 * r["loss"], r["bursts"], r["mean_burst"], r["max_burst"]))
     # Expected 9.1% and 5 frames; a random loss of 9% would give bursts of 1.1.
@@ -131,10 +137,7 @@ def test_burst(rack):
 def test_reorder(rack):
     # The link first: worker 1's frames through "delay 2ms reorder 90%": a tenth are held
     # 2 ms in the delay line and overtaken by the frames sent after them.
-    rack.up(4)
-    reference(rack, 4)
-    rack.netem(1, "delay", "2ms", "reorder", "90%")
-    r = link_pattern(rack)
+    r = link_through(rack, "delay", "2ms", "reorder", "90%")
     print("link, delay 2ms reorder 90%%: %.2f%% of %d datagrams reordered, largest extent %d, "
           "%d lost" % (100 * r["reordered"] / r["sent"], r["sent"], r["max_extent"],
                        r["sent"] - r["unique"]))

@@ -41,6 +41,14 @@ def shard_of_every_batch(loader, rank, world):
         yield x[a:b], y[a:b]
 
 before = loss_fn(build_model()(X), Y).item()
+
+def learned(opt, factor):
+    """After a block trained model with opt: its loss below factor times the untrained one's,
+    opt closed; returns what the ranks must agree on."""
+    after = loss_fn(model(X), Y).item()
+    assert after < factor * before, (before, after)
+    opt.close()
+    return {"after": after, "w": [p.detach().flatten().tolist() for p in model.parameters()]}
 '''
 
 BEFORE = {
@@ -107,10 +115,7 @@ out = np.empty(100000, np.float32)
 # What each block must have done, checked after it; result is what the ranks must agree on.
 AFTER = {
     "three-line": '''
-after = loss_fn(model(X), Y).item()
-assert after < 0.7 * before, (before, after)
-opt.close()
-result = {"after": after, "w": [p.detach().flatten().tolist() for p in model.parameters()]}
+result = learned(opt, 0.7)
 ''',
     "param-groups": '''
 assert [g["weight_decay"] for g in opt.param_groups] == [5e-5, 0.0]
@@ -121,10 +126,7 @@ for epoch in range(epochs):
         loss_fn(model(x), y).backward()
         opt.step()
     sched.step()
-after = loss_fn(model(X), Y).item()
-assert after < 0.7 * before, (before, after)
-opt.close()
-result = {"after": after, "w": [p.detach().flatten().tolist() for p in model.parameters()]}
+result = learned(opt, 0.7)
 ''',
     "ddp-hook": '''
 sgd = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
@@ -158,30 +160,18 @@ for epoch in range(epochs):
         opt.zero_grad()
         loss_fn(model(x), y).backward()
         opt.step()
-after = loss_fn(model(X), Y).item()
-assert after < 0.7 * before, (before, after)
-opt.close()
+result = learned(opt, 0.7)
 del os.environ["PHUB_FORCE_STAGING"]
-result = {"after": after, "w": [p.detach().flatten().tolist() for p in model.parameters()]}
 ''',
     "bf16-autocast": '''
 torch.autocast = _autocast
-after = loss_fn(model(X), Y).item()
-assert after < 0.7 * before, (before, after)
-opt.close()
-result = {"after": after, "w": [p.detach().flatten().tolist() for p in model.parameters()]}
+result = learned(opt, 0.7)
 ''',
     "accumulation": '''
-after = loss_fn(model(X), Y).item()
-assert after < 0.8 * before, (before, after)
-opt.close()
-result = {"after": after, "w": [p.detach().flatten().tolist() for p in model.parameters()]}
+result = learned(opt, 0.8)
 ''',
     "no-sync": '''
-after = loss_fn(model(X), Y).item()
-assert after < before, (before, after)
-opt.close()
-result = {"after": after, "w": [p.detach().flatten().tolist() for p in model.parameters()]}
+result = learned(opt, 1.0)
 ''',
     "binding": '''
 phub.connect = _connect

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The engine's request of one ring step, as the appliance sends it, for the ring's simulations. */
+/*
+ * The engine's request of one ring step, as the appliance sends it, and a job's ring links, as
+ * RING_HELLO sets them, for the ring's simulations.
+ */
 
 #ifndef PHUB_TEST_RING_TEST_H
 #define PHUB_TEST_RING_TEST_H
@@ -34,6 +37,24 @@ phub_test_ring_request(struct phub_engine_ring_request *req, float *payload,
 	req->dtype = PHUB_DTYPE_FP32;
 	memcpy(payload, what->sum + off, count * sizeof(float));
 	req->payload_len = count * sizeof(float);
+}
+
+/*
+ * Gives the job at position pos of a ring of racks its links to its neighbours, as the
+ * RING_HELLO exchange does: rack k at ip_of(k), UDP port 47000, and the link from k to k + 1
+ * under token token_base + k. 0 or the engine's -errno.
+ */
+static inline int
+phub_test_ring_link(struct phub_engine_job *job, unsigned int racks, unsigned int pos,
+		uint32_t (*ip_of)(unsigned int rack), uint64_t token_base)
+{
+	unsigned int prev = (pos + racks - 1) % racks, next = (pos + 1) % racks;
+	struct phub_engine_ring_link pl = { .peer = { .ipv4 = ip_of(prev), .udp_port = 47000 },
+					    .token = token_base + prev };
+	struct phub_engine_ring_link nl = { .peer = { .ipv4 = ip_of(next), .udp_port = 47000 },
+					    .token = token_base + pos };
+
+	return phub_engine_job_ring_peers(job, &pl, &nl);
 }
 
 #endif /* PHUB_TEST_RING_TEST_H */

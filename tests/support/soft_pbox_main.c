@@ -8,8 +8,43 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth/phub_auth.h"
 #include "phub_parse.h"
 #include "soft_pbox.h"
+
+/* --auth-job: jobs declared as jobs[] with "auth": "required" (and "key") in a PBox's config. */
+#define MAX_AUTH_JOBS 4
+static struct phub_control_declared_job auth_jobs[MAX_AUTH_JOBS];
+static char auth_names[MAX_AUTH_JOBS][PHUB_WIRE_JOB_NAME_LEN];
+static uint8_t auth_keys[MAX_AUTH_JOBS][PHUB_AUTH_KEY_LEN];
+
+/* NAME:NONCE:WORKERS[:KEY] into auth_jobs[i] (optimizer "none": the mean gradient comes back). */
+static int
+auth_job_parse(const char *arg, unsigned int i)
+{
+	char buf[256], *save = NULL, *name, *nonce, *workers, *key;
+	uint64_t n, w;
+
+	if (i >= MAX_AUTH_JOBS || strlen(arg) >= sizeof(buf))
+		return -1;
+	strcpy(buf, arg);
+	name = strtok_r(buf, ":", &save);
+	nonce = strtok_r(NULL, ":", &save);
+	workers = strtok_r(NULL, ":", &save);
+	key = strtok_r(NULL, ":", &save);
+	if (workers == NULL || strtok_r(NULL, ":", &save) != NULL ||
+	    strlen(name) >= sizeof(auth_names[i]) || phub_parse_u64(nonce, 0, UINT64_MAX, &n) != 0 ||
+	    phub_parse_u64(workers, 1, UINT16_MAX, &w) != 0 ||
+	    (key != NULL && phub_auth_key_parse(auth_keys[i], key) != 0))
+		return -1;
+	strcpy(auth_names[i], name);
+	auth_jobs[i] = (struct phub_control_declared_job){
+		.name = auth_names[i], .nonce = n, .workers = (uint16_t)w,
+		.dtype = PHUB_DTYPE_FP32, .auth = true, .optimizer = { .type = PHUB_OPT_NONE },
+		.key = key != NULL ? auth_keys[i] : NULL,
+	};
+	return 0;
+}
 
 static void
 usage(FILE *f)
@@ -29,6 +64,8 @@ usage(FILE *f)
 		"                   job, or is removed from an elastic one (default 10000)\n"
 		"  --checkpoint-dir DIR  restore the jobs checkpointed there at start; SIGUSR1\n"
 		"                   checkpoints every job there now\n"
+		"  --auth-job NAME:NONCE:WORKERS[:KEY]  declare an authenticated job (optimizer\n"
+		"                   none), with KEY (64 hex digits) as its jobs[].key; up to 4\n"
 		"  --help\n"
 		"  --log            the control plane's log lines (jobs made and ended, timeouts)\n"
 		"                   on stderr as they come\n"
@@ -49,6 +86,7 @@ main(int argc, char **argv)
 		{ "checkpoint-dir", required_argument, NULL, 'C' },
 		{ "worker-dead-ms", required_argument, NULL, 'D' },
 		{ "log", no_argument, NULL, 'g' },
+		{ "auth-job", required_argument, NULL, 'a' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -102,6 +140,12 @@ main(int argc, char **argv)
 			break;
 		case 'g':
 			p.log_stderr = true;
+			break;
+		case 'a':
+			if (auth_job_parse(optarg, p.n_declared) != 0)
+				goto bad;
+			p.declared = auth_jobs;
+			p.n_declared++;
 			break;
 		case 'D':
 			if (phub_parse_u64(optarg, 1, 3600000, &v) != 0)

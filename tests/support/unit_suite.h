@@ -28,4 +28,17 @@ phub_suite_add_tests(Suite *s, const char *name, const TTest *const *tests)
 #define PHUB_TCASE(s, name, ...) \
 	phub_suite_add_tests((s), (name), (const TTest *const[]){ __VA_ARGS__, NULL })
 
+/* TCase name in suite s with loop test test run for _i = 0 .. n - 1 (a table's rows); returned. */
+static inline TCase *
+phub_suite_add_loop(Suite *s, const char *name, const TTest *test, int n)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_loop_test(tc, test, 0, n);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
+#define PHUB_TCASE_LOOP(s, name, test, n) phub_suite_add_loop((s), (name), (test), (int)(n))
+
 #endif /* PHUB_TEST_UNIT_SUITE_H */

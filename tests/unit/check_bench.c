@@ -339,43 +339,60 @@ verify_params(struct phub_bench_pattern *p, enum phub_opt_type type, uint16_t nw
 	return vp;
 }
 
+/* A pattern, the parameters of its verifier and the verifier, made together. */
+struct verifier_fix {
+	struct phub_bench_pattern *p;
+	struct phub_bench_verify_params vp;
+	struct phub_bench_verifier *v;
+};
+
+static void
+verifier_open(struct verifier_fix *f, enum phub_dtype dtype, uint32_t max_elems,
+		enum phub_opt_type type, uint16_t nw, uint32_t iters)
+{
+	f->p = phub_bench_pattern_create(dtype, max_elems);
+	ck_assert_ptr_nonnull(f->p);
+	f->vp = verify_params(f->p, type, nw, iters);
+	f->v = phub_bench_verifier_create(&f->vp);
+	ck_assert_ptr_nonnull(f->v);
+}
+
+static void
+verifier_close(struct verifier_fix *f)
+{
+	phub_bench_verifier_free(f->v);
+	phub_bench_pattern_free(f->p);
+}
+
 START_TEST(test_reference_sgd_is_initial_minus_lr_times_mean_gradient)
 {
-	struct phub_bench_pattern *p = phub_bench_pattern_create(PHUB_DTYPE_FP32, 64);
-	struct phub_bench_verify_params vp = verify_params(p, PHUB_OPT_SGD, 2, 1);
-	struct phub_bench_verifier *v;
+	struct verifier_fix f;
 	float out[64];
 	unsigned int i;
 
-	ck_assert_ptr_nonnull(p);
-	v = phub_bench_verifier_create(&vp);
-	ck_assert_ptr_nonnull(v);
-	phub_bench_reference_key(v, 5, 64, out);
+	verifier_open(&f, PHUB_DTYPE_FP32, 64, PHUB_OPT_SGD, 2, 1);
+	phub_bench_reference_key(f.v, 5, 64, out);
 	for (i = 0; i < 64; i++) {
-		const float *w0 = phub_bench_initial(p, 5);
-		const float *g0 = phub_bench_grad(p, 0, 1, 5);
-		const float *g1 = phub_bench_grad(p, 1, 1, 5);
+		const float *w0 = phub_bench_initial(f.p, 5);
+		const float *g0 = phub_bench_grad(f.p, 0, 1, 5);
+		const float *g1 = phub_bench_grad(f.p, 1, 1, 5);
 		double want = (double)w0[i] - 0.01 * ((double)g0[i] + g1[i]) / 2;
 
 		ck_assert_double_eq_tol(out[i], want, 1e-7);
 	}
-	phub_bench_verifier_free(v);
-	phub_bench_pattern_free(p);
+	verifier_close(&f);
 }
 END_TEST
 
 START_TEST(test_reference_with_no_iteration_is_the_initial_weights)
 {
-	struct phub_bench_pattern *p = phub_bench_pattern_create(PHUB_DTYPE_BF16, 300);
-	struct phub_bench_verify_params vp = verify_params(p, PHUB_OPT_ADAM, 3, 0);
-	struct phub_bench_verifier *v = phub_bench_verifier_create(&vp);
+	struct verifier_fix f;
 	uint16_t out[300];
 
-	ck_assert_ptr_nonnull(v);
-	phub_bench_reference_key(v, 11, 300, out);
-	ck_assert_int_eq(memcmp(out, phub_bench_initial(p, 11), sizeof(out)), 0);
-	phub_bench_verifier_free(v);
-	phub_bench_pattern_free(p);
+	verifier_open(&f, PHUB_DTYPE_BF16, 300, PHUB_OPT_ADAM, 3, 0);
+	phub_bench_reference_key(f.v, 11, 300, out);
+	ck_assert_int_eq(memcmp(out, phub_bench_initial(f.p, 11), sizeof(out)), 0);
+	verifier_close(&f);
 }
 END_TEST
 
@@ -383,19 +400,17 @@ START_TEST(test_reference_of_a_large_key_matches_one_pass_over_the_whole_key)
 {
 	const struct phub_kernels *k = phub_kernels_for_isa(PHUB_ISA_SCALAR);
 	enum { N = 40000, NW = 3, ITERS = 4 };
-	struct phub_bench_pattern *p = phub_bench_pattern_create(PHUB_DTYPE_FP16, N);
-	struct phub_bench_verify_params vp = verify_params(p, PHUB_OPT_NESTEROV, NW, ITERS);
-	struct phub_bench_verifier *v = phub_bench_verifier_create(&vp);
+	struct verifier_fix f;
 	float *acc = malloc(N * 4), *w = malloc(N * 4), *m = calloc(N, 4);
 	uint16_t *want = malloc(N * 2), *got = malloc(N * 2);
 	struct phub_opt_step step;
 	const void *srcs[NW];
 	unsigned int t, r;
 
-	ck_assert_ptr_nonnull(v);
+	verifier_open(&f, PHUB_DTYPE_FP16, N, PHUB_OPT_NESTEROV, NW, ITERS);
 	ck_assert(acc != NULL && w != NULL && m != NULL && want != NULL && got != NULL);
 	/* What the PBox does, on the whole key at once, ranks arriving 2, 0, 1. */
-	k->first(w, phub_bench_initial(p, 1), PHUB_DTYPE_FP16, N);
+	k->first(w, phub_bench_initial(f.p, 1), PHUB_DTYPE_FP16, N);
 	for (t = 1; t <= ITERS; t++) {
 		struct phub_opt_buffers b = {
 			.acc = acc, .weight = w, .m = m, .grad_dtype = PHUB_DTYPE_FP16,
@@ -403,65 +418,72 @@ START_TEST(test_reference_of_a_large_key_matches_one_pass_over_the_whole_key)
 		};
 
 		for (r = 0; r < NW; r++)
-			srcs[r] = phub_bench_grad(p, r, t, 1);
+			srcs[r] = phub_bench_grad(f.p, r, t, 1);
 		k->first(acc, srcs[2], PHUB_DTYPE_FP16, N);
 		k->add(acc, srcs[0], PHUB_DTYPE_FP16, N);
 		b.grad = srcs[1];
 		b.out = want;
-		phub_opt_step_init(&step, &vp.optimizer, t, NW);
-		k->last(&b, N, &vp.optimizer, &step);
+		phub_opt_step_init(&step, &f.vp.optimizer, t, NW);
+		k->last(&b, N, &f.vp.optimizer, &step);
 	}
-	phub_bench_reference_key(v, 1, N, got);
+	phub_bench_reference_key(f.v, 1, N, got);
 	ck_assert_int_eq(memcmp(got, want, N * 2), 0);
 	free(acc);
 	free(w);
 	free(m);
 	free(want);
 	free(got);
-	phub_bench_verifier_free(v);
-	phub_bench_pattern_free(p);
+	verifier_close(&f);
 }
 END_TEST
 
 START_TEST(test_verify_accepts_the_reference_and_counts_every_element)
 {
-	struct phub_bench_pattern *p = phub_bench_pattern_create(PHUB_DTYPE_FP32, 20000);
-	struct phub_bench_verify_params vp = verify_params(p, PHUB_OPT_SGD, 4, 3);
-	struct phub_bench_verifier *v = phub_bench_verifier_create(&vp);
+	struct verifier_fix f;
 	struct phub_bench_verify_result res = { 0 };
 	float *model = malloc(20000 * 4);
 
-	ck_assert_ptr_nonnull(v);
+	verifier_open(&f, PHUB_DTYPE_FP32, 20000, PHUB_OPT_SGD, 4, 3);
 	ck_assert_ptr_nonnull(model);
-	phub_bench_reference_key(v, 2, 20000, model);
-	phub_bench_verify_key(v, 2, 20000, model, &res);
+	phub_bench_reference_key(f.v, 2, 20000, model);
+	phub_bench_verify_key(f.v, 2, 20000, model, &res);
 	ck_assert_uint_eq(res.checked, 20000);
 	ck_assert_uint_eq(res.mismatches, 0);
 	ck_assert_uint_eq(res.differing, 0);
 	ck_assert_double_eq(res.max_abs_error, 0);
 	/* The same bytes checked as another key's model are wrong. */
-	phub_bench_verify_key(v, 3, 20000, model, &res);
+	phub_bench_verify_key(f.v, 3, 20000, model, &res);
 	ck_assert_uint_eq(res.checked, 40000);
 	ck_assert_uint_gt(res.mismatches, 19000);
 	ck_assert_uint_eq(res.first_bad_key, 3);
 	free(model);
-	phub_bench_verifier_free(v);
-	phub_bench_pattern_free(p);
+	verifier_close(&f);
 }
 END_TEST
 
-START_TEST(test_verify_sgd_rejects_a_one_ulp_difference)
+/* Key 0's reference model into model[n], element elem one ULP up, then verified into res. */
+static void
+verify_one_ulp_up(struct verifier_fix *f, float *model, uint32_t n, uint32_t elem,
+		struct phub_bench_verify_result *res)
 {
-	struct phub_bench_pattern *p = phub_bench_pattern_create(PHUB_DTYPE_FP32, 1000);
-	struct phub_bench_verify_params vp = verify_params(p, PHUB_OPT_SGD, 2, 2);
-	struct phub_bench_verifier *v = phub_bench_verifier_create(&vp);
-	struct phub_bench_verify_result res = { 0 };
+	phub_bench_reference_key(f->v, 0, n, model);
+	model[elem] = nextafterf(model[elem], INFINITY);
+	memset(res, 0, sizeof(*res));
+	phub_bench_verify_key(f->v, 0, n, model, res);
+}
+
+/*
+ * One ULP off the reference: a mismatch for SGD, whose reference is exact; only a difference
+ * for Adam, checked within a tolerance that still takes a real error or a NaN.
+ */
+START_TEST(test_verify_one_ulp_fails_sgd_and_adam_tolerates_only_rounding)
+{
+	struct verifier_fix sgd, adam;
+	struct phub_bench_verify_result res;
 	float model[1000];
 
-	ck_assert_ptr_nonnull(v);
-	phub_bench_reference_key(v, 0, 1000, model);
-	model[777] = nextafterf(model[777], INFINITY);
-	phub_bench_verify_key(v, 0, 1000, model, &res);
+	verifier_open(&sgd, PHUB_DTYPE_FP32, 1000, PHUB_OPT_SGD, 2, 2);
+	verify_one_ulp_up(&sgd, model, 1000, 777, &res);
 	ck_assert_uint_eq(res.mismatches, 1);
 	ck_assert_uint_eq(res.first_bad_elem, 777);
 	ck_assert_float_eq(res.first_bad_got, model[777]);
@@ -470,42 +492,28 @@ START_TEST(test_verify_sgd_rejects_a_one_ulp_difference)
 	ck_assert_double_lt(res.max_abs_error, 1e-7);
 	/* A range names elements by their index in the key. */
 	memset(&res, 0, sizeof(res));
-	phub_bench_verify_range(v, 0, 500, 500, model + 500, &res);
+	phub_bench_verify_range(sgd.v, 0, 500, 500, model + 500, &res);
 	ck_assert_uint_eq(res.checked, 500);
 	ck_assert_uint_eq(res.mismatches, 1);
 	ck_assert_uint_eq(res.first_bad_elem, 777);
 	memset(&res, 0, sizeof(res));
-	phub_bench_verify_range(v, 0, 0, 500, model, &res);
+	phub_bench_verify_range(sgd.v, 0, 0, 500, model, &res);
 	ck_assert_uint_eq(res.mismatches, 0);
-	phub_bench_verifier_free(v);
-	phub_bench_pattern_free(p);
-}
-END_TEST
+	verifier_close(&sgd);
 
-START_TEST(test_verify_adam_tolerates_rounding_but_not_errors_or_nan)
-{
-	struct phub_bench_pattern *p = phub_bench_pattern_create(PHUB_DTYPE_FP32, 1000);
-	struct phub_bench_verify_params vp = verify_params(p, PHUB_OPT_ADAM, 2, 2);
-	struct phub_bench_verifier *v = phub_bench_verifier_create(&vp);
-	struct phub_bench_verify_result res = { 0 };
-	float model[1000];
-
-	ck_assert_ptr_nonnull(v);
-	phub_bench_reference_key(v, 0, 1000, model);
-	model[10] = nextafterf(model[10], INFINITY);
-	phub_bench_verify_key(v, 0, 1000, model, &res);
+	verifier_open(&adam, PHUB_DTYPE_FP32, 1000, PHUB_OPT_ADAM, 2, 2);
+	verify_one_ulp_up(&adam, model, 1000, 10, &res);
 	ck_assert_uint_eq(res.mismatches, 0);
 	ck_assert_uint_eq(res.differing, 1);
 	ck_assert_double_gt(res.max_abs_error, 0);
 	model[20] += 0.01f;
 	model[30] = NAN;
 	memset(&res, 0, sizeof(res));
-	phub_bench_verify_key(v, 0, 1000, model, &res);
+	phub_bench_verify_key(adam.v, 0, 1000, model, &res);
 	ck_assert_uint_eq(res.mismatches, 2);
 	ck_assert_uint_eq(res.first_bad_elem, 20);
 	ck_assert(isinf(res.max_abs_error));
-	phub_bench_verifier_free(v);
-	phub_bench_pattern_free(p);
+	verifier_close(&adam);
 }
 END_TEST
 
@@ -558,11 +566,12 @@ START_TEST(test_quantile_is_nearest_rank)
 }
 END_TEST
 
+/* A run of 2 workers on a synthetic layout of n_keys keys of key_elems; test_run_free() ends it. */
 static struct phub_bench_run
-test_run(const struct phub_bench_layout *l)
+test_run(uint32_t n_keys, uint32_t key_elems)
 {
 	struct phub_bench_run run = {
-		.layout = l,
+		.layout = phub_bench_layout_synthetic(n_keys, key_elems),
 		.dtype = PHUB_DTYPE_FP16,
 		.world_size = 2,
 		.iterations = 5,
@@ -572,15 +581,21 @@ test_run(const struct phub_bench_layout *l)
 		.job = "j",
 	};
 
+	ck_assert_ptr_nonnull(run.layout);
 	run.optimizer.type = PHUB_OPT_SGD;
 	run.optimizer.lr = 0.5f;
 	return run;
 }
 
+static void
+test_run_free(struct phub_bench_run *run)
+{
+	phub_bench_layout_free((struct phub_bench_layout *)run->layout);
+}
+
 START_TEST(test_summary_adds_worker_rates_and_pools_exchange_times)
 {
-	struct phub_bench_layout *l = phub_bench_layout_synthetic(10, 50000);
-	struct phub_bench_run run = test_run(l);
+	struct phub_bench_run run = test_run(10, 50000);
 	struct phub_bench_worker_result r[2] = {
 		{ .rank = 0, .timed = 4, .timed_s = 2.0, .verified = true, .bitwise = true,
 			.retransmits = 3, .pulls = 1, .wire_bytes = 1e9, .cpu_s = 0.004 },
@@ -618,14 +633,13 @@ START_TEST(test_summary_adds_worker_rates_and_pools_exchange_times)
 	phub_bench_summarize(&run, r, times, 2, 2, &s);
 	ck_assert(!s.verified);
 	ck_assert_uint_eq(s.failed, 1);
-	phub_bench_layout_free(l);
+	test_run_free(&run);
 }
 END_TEST
 
 START_TEST(test_report_json_has_the_documented_fields)
 {
-	struct phub_bench_layout *l = phub_bench_layout_synthetic(4, 100);
-	struct phub_bench_run run = test_run(l);
+	struct phub_bench_run run = test_run(4, 100);
 	struct phub_bench_worker_result r[2] = {
 		{ .rank = 0, .timed = 4, .timed_s = 1.0, .verified = true, .bitwise = true },
 		{ .rank = 1, .status = -EIO, .max_abs_error = NAN },
@@ -662,7 +676,7 @@ START_TEST(test_report_json_has_the_documented_fields)
 	ck_assert(json_is_true(json_object_get(w, "verified")));
 	ck_assert_double_eq(json_real_value(json_object_get(w, "exchanges_per_s")), 4);
 	json_decref(j);
-	phub_bench_layout_free(l);
+	test_run_free(&run);
 }
 END_TEST
 
@@ -769,8 +783,7 @@ END_TEST
 
 START_TEST(test_order_dependence_and_exact_runs_across_racks)
 {
-	struct phub_bench_layout *l = phub_bench_layout_synthetic(2, 10);
-	struct phub_bench_run run = test_run(l);
+	struct phub_bench_run run = test_run(2, 10);
 	struct phub_bench_racks r;
 	char err[64];
 
@@ -789,14 +802,13 @@ START_TEST(test_order_dependence_and_exact_runs_across_racks)
 	ck_assert(!phub_bench_run_exact(&run));
 	run.random_gradients = false;
 	ck_assert(phub_bench_run_exact(&run));
-	phub_bench_layout_free(l);
+	test_run_free(&run);
 }
 END_TEST
 
 START_TEST(test_digest_is_fnv1a_and_the_report_shows_one_when_all_agree)
 {
-	struct phub_bench_layout *l = phub_bench_layout_synthetic(2, 10);
-	struct phub_bench_run run = test_run(l);
+	struct phub_bench_run run = test_run(2, 10);
 	struct phub_bench_worker_result res[2] = {
 		{ .rank = 0, .verified = true },
 		{ .rank = 1, .verified = true },
@@ -838,7 +850,7 @@ START_TEST(test_digest_is_fnv1a_and_the_report_shows_one_when_all_agree)
 	j = phub_bench_report_json(&run, &s, res, 2, NULL);
 	ck_assert_ptr_null(json_object_get(j, "model_digest"));
 	json_decref(j);
-	phub_bench_layout_free(l);
+	test_run_free(&run);
 }
 END_TEST
 
@@ -846,52 +858,39 @@ Suite *
 phub_bench_suite(void)
 {
 	Suite *s = suite_create("bench");
-	TCase *tc;
 
-	tc = tcase_create("preset_totals");
-	tcase_add_loop_test(tc, test_preset_has_torchvision_key_count_and_parameter_total, 0,
+	/* By what they test: models, patterns, the verifier, the report, racks. */
+	PHUB_TCASE_LOOP(s, "preset_totals", test_preset_has_torchvision_key_count_and_parameter_total,
 		sizeof(preset_totals) / sizeof(preset_totals[0]));
-	suite_add_tcase(s, tc);
-	PHUB_TCASE(s, "preset_order",
-		test_preset_keys_follow_torchvision_parameter_order);
-	PHUB_TCASE(s, "preset_unknown", test_unknown_preset_is_enoent);
-	PHUB_TCASE(s, "model_names", test_model_names_are_phub_plans_in_any_case);
-	PHUB_TCASE(s, "layout_file", test_layout_file_lists_key_sizes_in_order);
-	PHUB_TCASE(s, "layout_errors",
-		test_layout_file_errors_name_file_line_and_path);
-	PHUB_TCASE(s, "layout_synthetic", test_synthetic_layout_has_equal_keys);
-	PHUB_TCASE(s, "pattern_exact",
-		test_pattern_values_are_exact_small_integers_in_every_dtype);
-	PHUB_TCASE(s, "grad_offsets", test_gradients_depend_on_rank_iteration_and_key);
-	tc = tcase_create("sum_order");
-	tcase_add_loop_test(tc, test_gradient_sums_are_the_same_bits_in_any_order, 0, 2);
-	suite_add_tcase(s, tc);
-	PHUB_TCASE(s, "reference_sgd",
-		test_reference_sgd_is_initial_minus_lr_times_mean_gradient);
-	PHUB_TCASE(s, "reference_initial",
-		test_reference_with_no_iteration_is_the_initial_weights);
-	PHUB_TCASE(s, "reference_blocks",
-		test_reference_of_a_large_key_matches_one_pass_over_the_whole_key);
-	PHUB_TCASE(s, "verify_accepts",
-		test_verify_accepts_the_reference_and_counts_every_element);
-	PHUB_TCASE(s, "verify_exact", test_verify_sgd_rejects_a_one_ulp_difference);
-	PHUB_TCASE(s, "verify_tolerance",
-		test_verify_adam_tolerates_rounding_but_not_errors_or_nan);
-	PHUB_TCASE(s, "tolerances", test_verify_tolerance_is_one_ulp_of_the_dtype);
-	PHUB_TCASE(s, "verifier_params", test_verifier_rejects_bad_parameters);
-	PHUB_TCASE(s, "quantile", test_quantile_is_nearest_rank);
-	PHUB_TCASE(s, "summary",
-		test_summary_adds_worker_rates_and_pools_exchange_times);
-	PHUB_TCASE(s, "report_json", test_report_json_has_the_documented_fields);
-	PHUB_TCASE(s, "dtype_names", test_dtype_names_round_trip);
-	PHUB_TCASE(s, "racks_parse",
-		test_racks_parse_in_ring_order_with_contiguous_ranks);
-	PHUB_TCASE(s, "racks_refused",
-		test_racks_parse_refuses_what_is_not_ip_colon_ranks);
-	PHUB_TCASE(s, "racks_netns", test_netns_names_per_rack);
-	PHUB_TCASE(s, "racks_exact",
-		test_order_dependence_and_exact_runs_across_racks);
-	PHUB_TCASE(s, "digest",
+	PHUB_TCASE(s, "models",
+		test_preset_keys_follow_torchvision_parameter_order,
+		test_unknown_preset_is_enoent,
+		test_model_names_are_phub_plans_in_any_case,
+		test_layout_file_lists_key_sizes_in_order,
+		test_layout_file_errors_name_file_line_and_path,
+		test_synthetic_layout_has_equal_keys);
+	PHUB_TCASE(s, "patterns",
+		test_pattern_values_are_exact_small_integers_in_every_dtype,
+		test_gradients_depend_on_rank_iteration_and_key);
+	PHUB_TCASE_LOOP(s, "sum_order", test_gradient_sums_are_the_same_bits_in_any_order, 2);
+	PHUB_TCASE(s, "verifier",
+		test_reference_sgd_is_initial_minus_lr_times_mean_gradient,
+		test_reference_with_no_iteration_is_the_initial_weights,
+		test_reference_of_a_large_key_matches_one_pass_over_the_whole_key,
+		test_verify_accepts_the_reference_and_counts_every_element,
+		test_verify_one_ulp_fails_sgd_and_adam_tolerates_only_rounding,
+		test_verify_tolerance_is_one_ulp_of_the_dtype,
+		test_verifier_rejects_bad_parameters);
+	PHUB_TCASE(s, "report",
+		test_quantile_is_nearest_rank,
+		test_summary_adds_worker_rates_and_pools_exchange_times,
+		test_report_json_has_the_documented_fields,
+		test_dtype_names_round_trip);
+	PHUB_TCASE(s, "racks",
+		test_racks_parse_in_ring_order_with_contiguous_ranks,
+		test_racks_parse_refuses_what_is_not_ip_colon_ranks,
+		test_netns_names_per_rack,
+		test_order_dependence_and_exact_runs_across_racks,
 		test_digest_is_fnv1a_and_the_report_shows_one_when_all_agree);
 	return s;
 }

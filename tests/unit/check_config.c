@@ -234,6 +234,42 @@ START_TEST(test_every_bad_file_has_an_expected_message)
 }
 END_TEST
 
+/* The appliance-wide settings of a config (all but eal, ports, jobs, peers), in its order. */
+struct settings {
+	uint16_t udp_base_port;
+	uint32_t chunk_bytes, segment_bytes, window_bytes;
+	bool deterministic, priority_order;
+	uint16_t priority_hold, priority_hold_us;
+	struct phub_config_idle idle;
+	struct phub_config_timeouts timeouts;
+	struct phub_config_limits limits;
+};
+
+/* The loaded cfg holds want's settings, each checked on its own for a message naming it. */
+static void
+assert_settings(const struct settings *want)
+{
+	ck_assert_uint_eq(cfg.udp_base_port, want->udp_base_port);
+	ck_assert_uint_eq(cfg.chunk_bytes, want->chunk_bytes);
+	ck_assert_uint_eq(cfg.segment_bytes, want->segment_bytes);
+	ck_assert_uint_eq(cfg.window_bytes, want->window_bytes);
+	ck_assert_int_eq(cfg.deterministic, want->deterministic);
+	ck_assert_int_eq(cfg.priority_order, want->priority_order);
+	ck_assert_uint_eq(cfg.priority_hold, want->priority_hold);
+	ck_assert_uint_eq(cfg.priority_hold_us, want->priority_hold_us);
+	ck_assert_int_eq(cfg.idle.policy, want->idle.policy);
+	ck_assert_uint_eq(cfg.idle.spin_polls, want->idle.spin_polls);
+	ck_assert_uint_eq(cfg.idle.max_sleep_us, want->idle.max_sleep_us);
+	ck_assert_uint_eq(cfg.timeouts.rto_min_ms, want->timeouts.rto_min_ms);
+	ck_assert_uint_eq(cfg.timeouts.rto_max_ms, want->timeouts.rto_max_ms);
+	ck_assert_uint_eq(cfg.timeouts.worker_dead_ms, want->timeouts.worker_dead_ms);
+	ck_assert_uint_eq(cfg.timeouts.join_ms, want->timeouts.join_ms);
+	ck_assert_uint_eq(cfg.limits.max_jobs, want->limits.max_jobs);
+	ck_assert_uint_eq(cfg.limits.max_workers_per_job, want->limits.max_workers_per_job);
+	ck_assert_uint_eq(cfg.limits.job_memory_mb, want->limits.job_memory_mb);
+	ck_assert_uint_eq(cfg.limits.total_memory_mb, want->limits.total_memory_mb);
+}
+
 START_TEST(test_minimal_config_gets_the_documented_defaults)
 {
 	const struct phub_config_port *p;
@@ -253,26 +289,9 @@ START_TEST(test_minimal_config_gets_the_documented_defaults)
 	ck_assert_uint_eq(p->prefix_len, 24);
 	ck_assert(!p->is_pci);
 	ck_assert_int_eq(p->numa_node, -1);
-	ck_assert_uint_eq(cfg.udp_base_port, 47000);
-	ck_assert_uint_eq(cfg.chunk_bytes, 32768);
-	/* 1500 - 92 = 1408, a multiple of 64. */
-	ck_assert_uint_eq(cfg.segment_bytes, 1408);
-	ck_assert_int_eq(cfg.idle.policy, PHUB_CONFIG_IDLE_POLL);
-	ck_assert_uint_eq(cfg.idle.spin_polls, 64);
-	ck_assert_uint_eq(cfg.idle.max_sleep_us, 200);
-	ck_assert_uint_eq(cfg.timeouts.rto_min_ms, 2);
-	ck_assert_uint_eq(cfg.timeouts.rto_max_ms, 200);
-	ck_assert_uint_eq(cfg.timeouts.worker_dead_ms, 10000);
-	ck_assert_uint_eq(cfg.timeouts.join_ms, 2000);
-	ck_assert_uint_eq(cfg.window_bytes, 1048576);
-	ck_assert(!cfg.deterministic);
-	ck_assert(cfg.priority_order);
-	ck_assert_uint_eq(cfg.priority_hold, 0);
-	ck_assert_uint_eq(cfg.priority_hold_us, 1000);
-	ck_assert_uint_eq(cfg.limits.max_jobs, 16);
-	ck_assert_uint_eq(cfg.limits.max_workers_per_job, 64);
-	ck_assert_uint_eq(cfg.limits.job_memory_mb, 2048);
-	ck_assert_uint_eq(cfg.limits.total_memory_mb, 8192);
+	/* Segments: 1500 - 92 = 1408, a multiple of 64. */
+	assert_settings(&(const struct settings){ 47000, 32768, 1408, 1048576, false, true, 0, 1000,
+		{ PHUB_CONFIG_IDLE_POLL, 64, 200 }, { 2, 200, 10000, 2000 }, { 16, 64, 2048, 8192 } });
 	ck_assert_uint_eq(cfg.n_jobs, 0);
 	ck_assert_str_eq(cfg.checkpoint.dir, "/var/lib/phub/checkpoints");
 	ck_assert_uint_eq(cfg.checkpoint.interval_iterations, 100);
@@ -304,25 +323,8 @@ START_TEST(test_every_key_is_read_as_written)
 	ck_assert_uint_eq(cfg.ports[0].mtu, 1500);
 	ck_assert_int_eq(cfg.ports[1].driver, PHUB_CONFIG_DRIVER_AF_XDP);
 	ck_assert_uint_eq(cfg.ports[1].prefix_len, 31);
-	ck_assert_uint_eq(cfg.udp_base_port, 50000);
-	ck_assert_uint_eq(cfg.chunk_bytes, 65536);
-	ck_assert_uint_eq(cfg.segment_bytes, 1408);
-	ck_assert_int_eq(cfg.idle.policy, PHUB_CONFIG_IDLE_ADAPTIVE);
-	ck_assert_uint_eq(cfg.idle.spin_polls, 1000);
-	ck_assert_uint_eq(cfg.idle.max_sleep_us, 50);
-	ck_assert_uint_eq(cfg.timeouts.rto_min_ms, 3);
-	ck_assert_uint_eq(cfg.timeouts.rto_max_ms, 300);
-	ck_assert_uint_eq(cfg.timeouts.worker_dead_ms, 20000);
-	ck_assert_uint_eq(cfg.timeouts.join_ms, 5000);
-	ck_assert_uint_eq(cfg.window_bytes, 2097152);
-	ck_assert(cfg.deterministic);
-	ck_assert(!cfg.priority_order);
-	ck_assert_uint_eq(cfg.priority_hold, 256);
-	ck_assert_uint_eq(cfg.priority_hold_us, 3000);
-	ck_assert_uint_eq(cfg.limits.max_jobs, 3);
-	ck_assert_uint_eq(cfg.limits.max_workers_per_job, 8);
-	ck_assert_uint_eq(cfg.limits.job_memory_mb, 100);
-	ck_assert_uint_eq(cfg.limits.total_memory_mb, 300);
+	assert_settings(&(const struct settings){ 50000, 65536, 1408, 2097152, true, false, 256, 3000,
+		{ PHUB_CONFIG_IDLE_ADAPTIVE, 1000, 50 }, { 3, 300, 20000, 5000 }, { 3, 8, 100, 300 } });
 	ck_assert_uint_eq(cfg.n_jobs, 2);
 	j = &cfg.jobs[0];
 	ck_assert_str_eq(j->name, "resnet 50 (v1.5)");
@@ -587,6 +589,68 @@ START_TEST(test_a_job_key_is_64_hex_digits_for_an_authenticated_job)
 			/* The key's digits are never quoted back. */
 			ck_assert_msg(strstr(err, "00112233") == NULL, "%s", err);
 		}
+		phub_config_free(&cfg);
+		memset(&cfg, 0, sizeof(cfg));
+	}
+	unlink(path);
+}
+END_TEST
+
+/*
+ * A dump keeps an authenticated job's key as it was given: an inline key inline, a key_file as
+ * the reference to its file, whose digits the dump never carries; both load back to the key.
+ */
+START_TEST(test_a_dump_keeps_the_job_key_and_never_a_key_files_digits)
+{
+	static const char head[] =
+		"{ \"eal\": { \"lcores\": [0, 1], \"no_huge\": true },"
+		"  \"ports\": [ { \"name\": \"p0\", \"device\": \"net_null0\", \"driver\": \"null\","
+		"    \"ipv4\": \"10.1.0.1/24\", \"lcores\": [1] } ],"
+		"  \"jobs\": [ { \"name\": \"a\", \"nonce\": \"0x5be1c2f07a9d3e64\", \"workers\": 2,"
+		"    \"auth\": \"required\", ";
+	static const char hex[] =
+		"00112233445566778899aabbccddeeffF0E1D2C3B4A5968778695A4B3C2D1E0f";
+	struct phub_config_params params = { .name = "t.json", .sysfs_root = "sysfs" };
+	char path[] = "/tmp/phub-check-key.XXXXXX";
+	char text[1024], want[PHUB_CONFIG_PATH_MAX + 32];
+	uint8_t key[32];
+	int fd = mkstemp(path);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, hex, 64), 64);
+	close(fd);
+	enter_data_dir();
+	for (int from_file = 0; from_file < 2; from_file++) {
+		char *first, *second;
+
+		if (from_file)
+			snprintf(text, sizeof(text), "%s\"key_file\": \"%s\" } ] }", head, path);
+		else
+			snprintf(text, sizeof(text), "%s\"key\": \"%s\" } ] }", head, hex);
+		ck_assert_msg(load_string(text) == 0, "%s", err);
+		memcpy(key, cfg.jobs[0].key, sizeof(key));
+		first = dump_to_string(&cfg);
+		phub_config_free(&cfg);
+		memset(&cfg, 0, sizeof(cfg));
+		if (from_file) {
+			snprintf(want, sizeof(want), "\"key_file\": \"%s\"", path);
+			ck_assert_msg(strstr(first, want) != NULL, "no %s in\n%s", want, first);
+			ck_assert_msg(strstr(first, "\"key\":") == NULL, "%s", first);
+			ck_assert_msg(strstr(first, "00112233") == NULL, "the file's key: %s", first);
+		} else {
+			ck_assert_msg(strstr(first, "\"key\": \"00112233445566778899aabbccddeeff"
+					     "f0e1d2c3b4a5968778695a4b3c2d1e0f\"") != NULL, "%s", first);
+			ck_assert_msg(strstr(first, "key_file") == NULL, "%s", first);
+		}
+		ck_assert_msg(phub_config_load_buffer(first, strlen(first), &params, &cfg, err,
+						      sizeof(err)) == 0, "reloaded: %s\n%s", err, first);
+		ck_assert(cfg.jobs[0].has_key);
+		ck_assert_mem_eq(cfg.jobs[0].key, key, sizeof(key));
+		ck_assert_str_eq(cfg.jobs[0].key_file, from_file ? path : "");
+		second = dump_to_string(&cfg);
+		ck_assert_str_eq(first, second);
+		free(first);
+		free(second);
 		phub_config_free(&cfg);
 		memset(&cfg, 0, sizeof(cfg));
 	}
@@ -991,6 +1055,7 @@ phub_config_suite(void)
 	} cases[] = {
 		{ "good files", test_good_files_load_without_error },
 		{ "dump round trip", test_dump_of_a_good_file_loads_back_to_the_same_dump },
+		{ "dump keeps the job key", test_a_dump_keeps_the_job_key_and_never_a_key_files_digits },
 		{ "bad files", test_bad_files_report_their_exact_first_error },
 		{ "bad files listed", test_every_bad_file_has_an_expected_message },
 		{ "defaults", test_minimal_config_gets_the_documented_defaults },

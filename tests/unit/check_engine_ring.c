@@ -221,23 +221,13 @@ rack_create(struct sim *s, unsigned int r, unsigned int ranks, unsigned int firs
 	}
 }
 
+/* Link r -> r + 1 under token 0x1000 + r. */
 static void
 rings_connect(struct sim *s)
 {
-	uint64_t link_token[MAX_RACKS];	/* link r -> r+1 */
-	unsigned int r;
-
-	for (r = 0; r < s->racks; r++)
-		link_token[r] = 0x1000 + r;
-	for (r = 0; r < s->racks && s->racks > 1; r++) {
-		unsigned int prev = (r + s->racks - 1) % s->racks, next = (r + 1) % s->racks;
-		struct phub_engine_ring_link pl = { .peer = { .ipv4 = rack_ip(prev), .udp_port = 47000 },
-						    .token = link_token[prev] };
-		struct phub_engine_ring_link nl = { .peer = { .ipv4 = rack_ip(next), .udp_port = 47000 },
-						    .token = link_token[r] };
-
-		ck_assert_int_eq(phub_engine_job_ring_peers(s->rack[r].job, &pl, &nl), 0);
-	}
+	for (unsigned int r = 0; r < s->racks && s->racks > 1; r++)
+		ck_assert_int_eq(phub_test_ring_link(s->rack[r].job, s->racks, r, rack_ip, 0x1000),
+				0);
 }
 
 /* Every worker of rack r pushes every segment of iteration it, in a random order. */

@@ -11,6 +11,8 @@
 
 #include <check.h>
 
+#include "unit_suite.h"
+
 #include "auth/phub_auth.h"
 #include "engine/phub_engine.h"
 #include "engine/phub_engine_auth.h"
@@ -71,6 +73,43 @@ link_keys(struct box *me, unsigned int my_pos, unsigned int my_slot, struct box 
 	ck_assert_int_eq(phub_engine_job_ring_auth_keys(me->job, link, k.tx, k.rx), 0);
 }
 
+/*
+ * Positions 0 (a) and 1 (b) of an authenticated ring, no keys yet: the checked fixture of
+ * each TCase but the last, made before and freed after every test in its process.
+ */
+static struct box a, b;
+
+static void
+ring_of_three_setup(void)
+{
+	box_make(&a, 3, 0, true);
+	box_make(&b, 3, 1, true);
+}
+
+static void
+ring_of_two_setup(void)
+{
+	box_make(&a, 2, 0, true);
+	box_make(&b, 2, 1, true);
+}
+
+static void
+pair_teardown(void)
+{
+	box_free(&a);
+	box_free(&b);
+}
+
+/* The HELLO exchange over a's next link (b's prev): keys on both ends from their key pairs. */
+static void
+link_next(void)
+{
+	link_keys(&a, 0, PHUB_ENGINE_RING_NEXT, &b, 1, PHUB_ENGINE_RING_PREV,
+			PHUB_ENGINE_RING_NEXT);
+	link_keys(&b, 1, PHUB_ENGINE_RING_PREV, &a, 0, PHUB_ENGINE_RING_NEXT,
+			PHUB_ENGINE_RING_PREV);
+}
+
 /* A ring datagram: header with flag AUTH and its trailer, then a payload. */
 struct dgram {
 	uint8_t b[PHUB_WIRE_HDR_LEN + PHUB_WIRE_AUTH_TRAILER_LEN + 64];
@@ -113,21 +152,15 @@ open_(struct box *b, unsigned int link, unsigned int lane, const struct dgram *d
 /* A ring of three: positions 0, 1, 2; 0's next is 1, whose prev is 0. */
 START_TEST(test_a_ring_datagram_opens_once_at_the_neighbour)
 {
-	struct box a, b;
 	struct dgram d, e;
 	uint64_t sealed, opened;
 
-	box_make(&a, 3, 0, true);
-	box_make(&b, 3, 1, true);
 	ck_assert(phub_engine_job_ring_auth(a.job));
 	dgram_make(&d, 1, true);
 	/* Before the HELLO exchange: nothing to seal with, nothing believed. */
 	ck_assert(!seal(&a, PHUB_ENGINE_RING_NEXT, 0, &d));
 	ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_PREV, 0, &d), PHUB_DROP_NOT_JOINED);
-	link_keys(&a, 0, PHUB_ENGINE_RING_NEXT, &b, 1, PHUB_ENGINE_RING_PREV,
-			PHUB_ENGINE_RING_NEXT);
-	link_keys(&b, 1, PHUB_ENGINE_RING_PREV, &a, 0, PHUB_ENGINE_RING_NEXT,
-			PHUB_ENGINE_RING_PREV);
+	link_next();
 	ck_assert(seal(&a, PHUB_ENGINE_RING_NEXT, 0, &d));
 	ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_PREV, 0, &d), PHUB_DROP_OK);
 	/* Sent again as it was, on any lane of the receiver: each lane's window refuses it. */
@@ -153,22 +186,14 @@ START_TEST(test_a_ring_datagram_opens_once_at_the_neighbour)
 	ck_assert_uint_eq(sealed, 2);
 	phub_engine_ring_auth_stats(b.job, &sealed, &opened);
 	ck_assert_uint_eq(opened, 2);
-	box_free(&a);
-	box_free(&b);
 }
 END_TEST
 
 START_TEST(test_each_sending_lane_is_a_stream_of_its_own)
 {
-	struct box a, b;
 	struct dgram d0, d1;
 
-	box_make(&a, 3, 0, true);
-	box_make(&b, 3, 1, true);
-	link_keys(&a, 0, PHUB_ENGINE_RING_NEXT, &b, 1, PHUB_ENGINE_RING_PREV,
-			PHUB_ENGINE_RING_NEXT);
-	link_keys(&b, 1, PHUB_ENGINE_RING_PREV, &a, 0, PHUB_ENGINE_RING_NEXT,
-			PHUB_ENGINE_RING_PREV);
+	link_next();
 	/* Both lanes' first datagram has counter 0: the channel tells their windows apart. */
 	dgram_make(&d0, 1, true);
 	dgram_make(&d1, 1, true);
@@ -181,23 +206,15 @@ START_TEST(test_each_sending_lane_is_a_stream_of_its_own)
 	ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_PREV, 0, &d1), PHUB_DROP_AUTH_REPLAY);
 	/* A lane beyond the ring's: nothing sealed. */
 	ck_assert(!seal(&a, PHUB_ENGINE_RING_NEXT, PHUB_ENGINE_RING_AUTH_LANES, &d0));
-	box_free(&a);
-	box_free(&b);
 }
 END_TEST
 
 START_TEST(test_new_keys_end_the_old_ones_and_the_counter_goes_on)
 {
-	struct box a, b;
 	struct dgram d, e;
 	uint64_t s1, s2;
 
-	box_make(&a, 3, 0, true);
-	box_make(&b, 3, 1, true);
-	link_keys(&a, 0, PHUB_ENGINE_RING_NEXT, &b, 1, PHUB_ENGINE_RING_PREV,
-			PHUB_ENGINE_RING_NEXT);
-	link_keys(&b, 1, PHUB_ENGINE_RING_PREV, &a, 0, PHUB_ENGINE_RING_NEXT,
-			PHUB_ENGINE_RING_PREV);
+	link_next();
 	dgram_make(&d, 1, true);
 	ck_assert(seal(&a, PHUB_ENGINE_RING_NEXT, 0, &d));
 	ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_PREV, 0, &d), PHUB_DROP_OK);
@@ -207,10 +224,7 @@ START_TEST(test_new_keys_end_the_old_ones_and_the_counter_goes_on)
 	ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_PREV, 0, &d), PHUB_DROP_AUTH_REPLAY);
 	/* B restarted: a new key pair, new keys on both ends. */
 	phub_auth_keypair(b.pk[PHUB_ENGINE_RING_PREV], b.sk[PHUB_ENGINE_RING_PREV]);
-	link_keys(&a, 0, PHUB_ENGINE_RING_NEXT, &b, 1, PHUB_ENGINE_RING_PREV,
-			PHUB_ENGINE_RING_NEXT);
-	link_keys(&b, 1, PHUB_ENGINE_RING_PREV, &a, 0, PHUB_ENGINE_RING_NEXT,
-			PHUB_ENGINE_RING_PREV);
+	link_next();
 	/* What the old keys sealed is nobody's now. */
 	ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_PREV, 0, &d), PHUB_DROP_AUTH_BAD_TAG);
 	dgram_make(&e, 1, true);
@@ -220,19 +234,14 @@ START_TEST(test_new_keys_end_the_old_ones_and_the_counter_goes_on)
 	memcpy(&s1, d.b + d.hl - PHUB_AUTH_TRAILER_LEN, 8);
 	memcpy(&s2, e.b + e.hl - PHUB_AUTH_TRAILER_LEN, 8);
 	ck_assert(s1 != s2);
-	box_free(&a);
-	box_free(&b);
 }
 END_TEST
 
 /* In a ring of two the neighbour is prev and next: data and acknowledgements share a counter. */
 START_TEST(test_a_ring_of_two_has_one_stream_per_lane)
 {
-	struct box a, b;
 	struct dgram data, ack;
 
-	box_make(&a, 2, 0, true);
-	box_make(&b, 2, 1, true);
 	for (unsigned int link = 0; link < 2; link++) {
 		link_keys(&a, 0, 0, &b, 1, 0, link);
 		link_keys(&b, 1, 0, &a, 0, 0, link);
@@ -247,24 +256,22 @@ START_TEST(test_a_ring_of_two_has_one_stream_per_lane)
 	ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_NEXT, 0, &ack), PHUB_DROP_OK);
 	/* One window for the neighbour's lane: a datagram replayed as the other kind is seen. */
 	ck_assert_int_eq(open_(&b, PHUB_ENGINE_RING_NEXT, 0, &data), PHUB_DROP_AUTH_REPLAY);
-	box_free(&a);
-	box_free(&b);
 }
 END_TEST
 
 START_TEST(test_a_ring_without_auth_refuses_the_extension)
 {
-	struct box a;
+	struct box plain;
 	struct dgram d;
 
-	box_make(&a, 3, 0, false);
-	ck_assert(!phub_engine_job_ring_auth(a.job));
+	box_make(&plain, 3, 0, false);
+	ck_assert(!phub_engine_job_ring_auth(plain.job));
 	dgram_make(&d, 1, true);
-	ck_assert_int_eq(open_(&a, PHUB_ENGINE_RING_PREV, 0, &d), PHUB_DROP_AUTH_UNEXPECTED);
+	ck_assert_int_eq(open_(&plain, PHUB_ENGINE_RING_PREV, 0, &d), PHUB_DROP_AUTH_UNEXPECTED);
 	dgram_make(&d, 1, false);
-	ck_assert_int_eq(open_(&a, PHUB_ENGINE_RING_PREV, 0, &d), PHUB_DROP_OK);
-	ck_assert_int_eq(phub_engine_job_ring_auth_keys(a.job, 0, psk, psk), -EINVAL);
-	box_free(&a);
+	ck_assert_int_eq(open_(&plain, PHUB_ENGINE_RING_PREV, 0, &d), PHUB_DROP_OK);
+	ck_assert_int_eq(phub_engine_job_ring_auth_keys(plain.job, 0, psk, psk), -EINVAL);
+	box_free(&plain);
 }
 END_TEST
 
@@ -272,13 +279,15 @@ Suite *
 phub_engine_ring_auth_suite(void)
 {
 	Suite *s = suite_create("engine_ring_auth");
-	TCase *tc = tcase_create("ring_auth");
-
-	tcase_add_test(tc, test_a_ring_datagram_opens_once_at_the_neighbour);
-	tcase_add_test(tc, test_each_sending_lane_is_a_stream_of_its_own);
-	tcase_add_test(tc, test_new_keys_end_the_old_ones_and_the_counter_goes_on);
-	tcase_add_test(tc, test_a_ring_of_two_has_one_stream_per_lane);
-	tcase_add_test(tc, test_a_ring_without_auth_refuses_the_extension);
-	suite_add_tcase(s, tc);
+	/* The pair of PBoxes is made anew for each test of a ring's size. */
+	tcase_add_checked_fixture(PHUB_TCASE(s, "ring_of_three",
+			test_a_ring_datagram_opens_once_at_the_neighbour,
+			test_each_sending_lane_is_a_stream_of_its_own,
+			test_new_keys_end_the_old_ones_and_the_counter_goes_on),
+		ring_of_three_setup, pair_teardown);
+	tcase_add_checked_fixture(PHUB_TCASE(s, "ring_of_two",
+			test_a_ring_of_two_has_one_stream_per_lane),
+		ring_of_two_setup, pair_teardown);
+	PHUB_TCASE(s, "without_auth", test_a_ring_without_auth_refuses_the_extension);
 	return s;
 }

@@ -820,15 +820,20 @@ seg_run_init(struct seg_run *r)
 	gbuf_init(&r->out, 4 * (MAX_LEN + 4) + 2);
 }
 
+/* fn on each of r's buffers. */
+static void
+seg_run_each(struct seg_run *r, void (*fn)(struct gbuf *g))
+{
+	struct gbuf *all[] = { &r->acc, &r->grad, &r->w, &r->m, &r->v, &r->out };
+
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		fn(all[i]);
+}
+
 static void
 seg_run_free(struct seg_run *r)
 {
-	gbuf_free(&r->acc);
-	gbuf_free(&r->grad);
-	gbuf_free(&r->w);
-	gbuf_free(&r->m);
-	gbuf_free(&r->v);
-	gbuf_free(&r->out);
+	seg_run_each(r, gbuf_free);
 }
 
 static void
@@ -837,12 +842,7 @@ seg_run_prepare(struct seg_run *r, const struct seg_init *si, enum phub_opt_type
 {
 	unsigned int states = phub_opt_state_count(type);
 
-	gbuf_reset(&r->acc);
-	gbuf_reset(&r->grad);
-	gbuf_reset(&r->w);
-	gbuf_reset(&r->m);
-	gbuf_reset(&r->v);
-	gbuf_reset(&r->out);
+	seg_run_each(r, gbuf_reset);
 	memset(&r->b, 0, sizeof(r->b));
 	r->b.acc = pr == GRAD_ONLY ? NULL : memcpy(gbuf_at(&r->acc, 4 * off), si->acc, 4 * n);
 	r->b.grad = pr == ACC_ONLY ? NULL :

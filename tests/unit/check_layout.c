@@ -743,61 +743,76 @@ random_small_job(struct phub_layout_key *keys)
 	return n;
 }
 
-START_TEST(test_place_keeps_lcore_load_within_4_3_of_the_optimum)
-{
-	struct phub_layout_server sv[4];
-	struct phub_layout_key keys[12];
-	uint32_t inst;
+/*
+ * Servers for m lcores written to sv (8 at most), drawn at random where they may be; their
+ * count, and the size of an element of the job placed on them.
+ */
+typedef uint32_t (*servers_fn)(struct phub_layout_server *sv, uint32_t m, uint32_t *elem_size);
 
-	rng_state = 0x5eed0002;
-	for (inst = 0; inst < 200; inst++) {
+/*
+ * 200 random small jobs placed on the servers of servers(), each checked as a placement and
+ * against LPT's bound at the lcore level and at level other.
+ */
+static void
+check_random_placements(uint32_t seed, servers_fn servers, enum phub_layout_level other)
+{
+	struct phub_layout_server sv[8];
+	struct phub_layout_key keys[12];
+
+	rng_state = seed;
+	for (uint32_t inst = 0; inst < 200; inst++) {
 		uint32_t n_keys = random_small_job(keys);
 		uint32_t m = 2 + rng_next(3);
-		struct phub_layout *l;
-		uint32_t s;
+		uint32_t elem_size;
+		uint32_t n = servers(sv, m, &elem_size);
+		struct phub_layout *l = make(keys, n_keys, elem_size, 400, 1, sv, n);
 
-		/* One server per lcore, ports drawn at random: the lcores are LPT's machines. */
-		for (s = 0; s < m; s++)
-			sv[s] = (struct phub_layout_server){
-				.lcore = 10 + s, .port = (uint16_t)rng_next(2),
-				.port_numa = 0, .lcore_numa = 0,
-			};
-		l = make(keys, n_keys, 2 + 2 * rng_next(2), 400, 1, sv, m);
-		check_placement(l, sv, m);
+		check_placement(l, sv, n);
 		check_lpt_bound(l, PHUB_LAYOUT_LEVEL_LCORE);
-		check_lpt_bound(l, PHUB_LAYOUT_LEVEL_SERVER);
+		check_lpt_bound(l, other);
 		phub_layout_free(l);
 	}
+}
+
+/* One server per lcore, ports drawn at random: the lcores are LPT's machines. */
+static uint32_t
+one_server_per_lcore(struct phub_layout_server *sv, uint32_t m, uint32_t *elem_size)
+{
+	for (uint32_t s = 0; s < m; s++)
+		sv[s] = (struct phub_layout_server){
+			.lcore = 10 + s, .port = (uint16_t)rng_next(2),
+			.port_numa = 0, .lcore_numa = 0,
+		};
+	*elem_size = 2 + 2 * rng_next(2);
+	return m;
+}
+
+/* Every lcore serves each of 2 or 3 ports (2 where that would be more than 8 servers). */
+static uint32_t
+every_lcore_every_port(struct phub_layout_server *sv, uint32_t m, uint32_t *elem_size)
+{
+	uint32_t ports = 2 + rng_next(2);
+
+	if (m * ports > 8)
+		ports = 2;
+	for (uint32_t i = 0; i < m * ports; i++)
+		sv[i] = (struct phub_layout_server){
+			.lcore = i % m, .port = (uint16_t)(i / m),
+			.port_numa = 0, .lcore_numa = 0,
+		};
+	*elem_size = 4;
+	return m * ports;
+}
+
+START_TEST(test_place_keeps_lcore_load_within_4_3_of_the_optimum)
+{
+	check_random_placements(0x5eed0002, one_server_per_lcore, PHUB_LAYOUT_LEVEL_SERVER);
 }
 END_TEST
 
 START_TEST(test_place_keeps_lcore_and_port_loads_within_4_3_when_every_lcore_has_every_port)
 {
-	struct phub_layout_server sv[8];
-	struct phub_layout_key keys[12];
-	uint32_t inst;
-
-	rng_state = 0x5eed0003;
-	for (inst = 0; inst < 200; inst++) {
-		uint32_t n_keys = random_small_job(keys);
-		uint32_t m = 2 + rng_next(3);
-		uint32_t ports = 2 + rng_next(2);
-		struct phub_layout *l;
-		uint32_t i;
-
-		if (m * ports > 8)
-			ports = 2;
-		for (i = 0; i < m * ports; i++)
-			sv[i] = (struct phub_layout_server){
-				.lcore = i % m, .port = (uint16_t)(i / m),
-				.port_numa = 0, .lcore_numa = 0,
-			};
-		l = make(keys, n_keys, 4, 400, 1, sv, m * ports);
-		check_placement(l, sv, m * ports);
-		check_lpt_bound(l, PHUB_LAYOUT_LEVEL_LCORE);
-		check_lpt_bound(l, PHUB_LAYOUT_LEVEL_PORT);
-		phub_layout_free(l);
-	}
+	check_random_placements(0x5eed0003, every_lcore_every_port, PHUB_LAYOUT_LEVEL_PORT);
 }
 END_TEST
 

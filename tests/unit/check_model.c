@@ -136,65 +136,60 @@ END_TEST
 /* M = 1 Gbit, so every time is the text's expression in s/Gbit. */
 #define ONE_GBIT_BYTES (1e9 / 8)
 
-START_TEST(test_hierarchy_000_by_hand)
-{
-	struct phub_model_hier_params p = {
-		.model_bytes = ONE_GBIT_BYTES, .workers_per_rack = 8, .racks = 4, .pbox_gbps = 560,
-		.core_gbps = 100, .worker_gbps = 56, .version = PHUB_MODEL_HIER_000,
-	};
-	struct phub_model_hier h;
-
-	ck_assert_int_eq(phub_model_hierarchy(&p, &h, NULL, 0), 0);
-	ck_assert(REL_EQ(h.flat_s, 8.0 * 3 / (4 * 100), 1e-12));		/* 0.06 */
-	ck_assert(REL_EQ(h.local_s, 1.0 / 56, 1e-12));			/* > 8/560 */
-	ck_assert(REL_EQ(h.bn_gbps, 100, 1e-12));
-	ck_assert(REL_EQ(h.c_sharded_s, 3.0 / (4 * 100), 1e-12));
-	ck_assert(REL_EQ(h.c_ring_s, 3.0 / (4 * 100), 1e-12));
-	ck_assert(h.hier_sharded && h.hier_ring);			/* 0.06 > 0.0254 */
-	ck_assert(REL_EQ(h.saved_fraction, 1 - 1.0 / 8, 1e-12));	/* §3.4: 1/N */
-
+/* §3.4's decision worked by hand, for each version of the text; NAN: a figure not checked. */
+static const struct hier_case {
+	const char *what;
+	enum phub_model_hier_version version;
+	unsigned int workers_per_rack, racks;
+	double pbox_gbps, core_gbps, worker_gbps;
+	double flat_s, local_s, bn_gbps, c_sharded_s, c_ring_s, saved_fraction;
+	bool hier_sharded, hier_ring;
+} hier_cases[] = {
+	/* flat 8 * 3 / (4 * 100) = 0.06 > 0.0254; local 1/56 > 8/560; §3.4 saves 1/N. */
+	{ "000", PHUB_MODEL_HIER_000, 8, 4, 560, 100, 56,
+		8.0 * 3 / (4 * 100), 1.0 / 56, 100, 3.0 / (4 * 100), 3.0 / (4 * 100), 1 - 1.0 / 8,
+		true, true },
 	/* A fat core and thin workers: flat 0.001 < 0.1 + C. */
-	p.workers_per_rack = 2;
-	p.racks = 2;
-	p.core_gbps = 1000;
-	p.pbox_gbps = 100;
-	p.worker_gbps = 10;
-	ck_assert_int_eq(phub_model_hierarchy(&p, &h, NULL, 0), 0);
-	ck_assert(REL_EQ(h.flat_s, 0.001, 1e-12));
-	ck_assert(REL_EQ(h.local_s, 0.1, 1e-12));
-	ck_assert(!h.hier_sharded && !h.hier_ring);
-}
-END_TEST
+	{ "000 fat core", PHUB_MODEL_HIER_000, 2, 2, 100, 1000, 10,
+		0.001, 0.1, NAN, NAN, NAN, NAN, false, false },
+	/*
+	 * B_bn = min(3 * 560, 100) = 100; flat = max(7/100, 1/448) = 0.07;
+	 * local = max(1/560, 8/56) = 1/7: the 001 text says flat here, 000 said hierarchical.
+	 */
+	{ "001", PHUB_MODEL_HIER_001, 8, 4, 560, 100, 56,
+		0.07, 1.0 / 7, 100, 7.0 / 800, 3.0 / 400, NAN, false, false },
+	/* Thin core: B_bn = min(100, 10) = 10; flat = 0.7 > 0.08 + 0.0875 and > 0.08 + 0.05. */
+	{ "001 thin core", PHUB_MODEL_HIER_001, 8, 2, 100, 10, 100,
+		0.7, 0.08, NAN, 0.0875, 0.05, NAN, true, true },
+};
 
-START_TEST(test_hierarchy_001_by_hand)
+static void
+expect_figure(const char *what, const char *figure, double got, double want)
 {
+	if (!isnan(want))
+		ck_assert_msg(REL_EQ(got, want, 1e-12), "%s: %s %.17g, want %.17g", what, figure,
+			got, want);
+}
+
+START_TEST(test_hierarchy_by_hand)
+{
+	const struct hier_case *c = &hier_cases[_i];
 	struct phub_model_hier_params p = {
-		.model_bytes = ONE_GBIT_BYTES, .workers_per_rack = 8, .racks = 4, .pbox_gbps = 560,
-		.core_gbps = 100, .worker_gbps = 56, .version = PHUB_MODEL_HIER_001,
+		.model_bytes = ONE_GBIT_BYTES, .workers_per_rack = c->workers_per_rack,
+		.racks = c->racks, .pbox_gbps = c->pbox_gbps, .core_gbps = c->core_gbps,
+		.worker_gbps = c->worker_gbps, .version = c->version,
 	};
 	struct phub_model_hier h;
 
-	/* B_bn = min(3 * 560, 100) = 100; flat = max(7/100, 1/448) = 0.07;
-	 * local = max(1/560, 8/56) = 1/7: the 001 text says flat here, 000 said hierarchical. */
 	ck_assert_int_eq(phub_model_hierarchy(&p, &h, NULL, 0), 0);
-	ck_assert(REL_EQ(h.bn_gbps, 100, 1e-12));
-	ck_assert(REL_EQ(h.flat_s, 0.07, 1e-12));
-	ck_assert(REL_EQ(h.local_s, 1.0 / 7, 1e-12));
-	ck_assert(REL_EQ(h.c_sharded_s, 7.0 / 800, 1e-12));
-	ck_assert(REL_EQ(h.c_ring_s, 3.0 / 400, 1e-12));
-	ck_assert(!h.hier_sharded && !h.hier_ring);
-
-	/* Thin core: B_bn = min(100, 10) = 10; flat = 0.7 > 0.08 + 0.0875 and > 0.08 + 0.05. */
-	p.racks = 2;
-	p.pbox_gbps = 100;
-	p.core_gbps = 10;
-	p.worker_gbps = 100;
-	ck_assert_int_eq(phub_model_hierarchy(&p, &h, NULL, 0), 0);
-	ck_assert(REL_EQ(h.flat_s, 0.7, 1e-12));
-	ck_assert(REL_EQ(h.local_s, 0.08, 1e-12));
-	ck_assert(REL_EQ(h.c_sharded_s, 0.0875, 1e-12));
-	ck_assert(REL_EQ(h.c_ring_s, 0.05, 1e-12));
-	ck_assert(h.hier_sharded && h.hier_ring);
+	expect_figure(c->what, "flat_s", h.flat_s, c->flat_s);
+	expect_figure(c->what, "local_s", h.local_s, c->local_s);
+	expect_figure(c->what, "bn_gbps", h.bn_gbps, c->bn_gbps);
+	expect_figure(c->what, "c_sharded_s", h.c_sharded_s, c->c_sharded_s);
+	expect_figure(c->what, "c_ring_s", h.c_ring_s, c->c_ring_s);
+	expect_figure(c->what, "saved_fraction", h.saved_fraction, c->saved_fraction);
+	ck_assert_msg(h.hier_sharded == c->hier_sharded && h.hier_ring == c->hier_ring,
+		"%s: hierarchical sharded %d ring %d", c->what, h.hier_sharded, h.hier_ring);
 }
 END_TEST
 
@@ -440,19 +435,29 @@ START_TEST(test_lpt_placement_matches_the_naive_greedy)
 }
 END_TEST
 
+/* small_job() on small_hw(): one rack of 4 workers, one PBox of interfaces interfaces. */
+static void
+one_rack_of_four(struct phub_model_job *job, struct phub_model_hw *hw,
+		struct phub_model_deploy *d, unsigned int interfaces)
+{
+	static const unsigned int rack[] = { 4 };
+
+	small_job(job);
+	small_hw(hw);
+	*d = (struct phub_model_deploy){
+		.racks = 1, .pbox_per_rack = 1, .interfaces = interfaces, .chunk_bytes = 32768,
+		.rack_workers = rack,
+	};
+}
+
 START_TEST(test_evaluate_names_compute_or_network_as_bottleneck)
 {
-	struct phub_model_deploy d = {
-		.racks = 1, .pbox_per_rack = 1, .interfaces = 4, .chunk_bytes = 32768,
-	};
-	const unsigned int rack[] = { 4 };
+	struct phub_model_deploy d;
 	struct phub_model_estimate e;
 	struct phub_model_job job;
 	struct phub_model_hw hw;
 
-	small_job(&job);
-	small_hw(&hw);
-	d.rack_workers = rack;
+	one_rack_of_four(&job, &hw, &d, 4);
 	job.compute_s = 10;
 	ck_assert_int_eq(phub_model_evaluate(&job, &hw, &d, &e, NULL, 0), 0);
 	ck_assert_int_eq(e.bottleneck, PHUB_MODEL_BN_COMPUTE);
@@ -470,19 +475,14 @@ END_TEST
 
 START_TEST(test_evaluate_rejects_hierarchy_in_one_rack)
 {
-	struct phub_model_deploy d = {
-		.racks = 1, .pbox_per_rack = 1, .interfaces = 1, .chunk_bytes = 32768,
-		.reduction = PHUB_MODEL_HIERARCHICAL,
-	};
-	const unsigned int rack[] = { 4 };
 	char err[PHUB_MODEL_ERR_LEN] = "";
+	struct phub_model_deploy d;
 	struct phub_model_estimate e;
 	struct phub_model_job job;
 	struct phub_model_hw hw;
 
-	small_job(&job);
-	small_hw(&hw);
-	d.rack_workers = rack;
+	one_rack_of_four(&job, &hw, &d, 1);
+	d.reduction = PHUB_MODEL_HIERARCHICAL;
 	ck_assert_int_eq(phub_model_evaluate(&job, &hw, &d, &e, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "2 racks"));
 }
@@ -770,31 +770,38 @@ phub_model_suite(void)
 {
 	Suite *s = suite_create("model");
 
-	PHUB_TCASE(s, "table2_cells", test_table2_every_cell_within_ten_percent);
-	PHUB_TCASE(s, "table2_si", test_table2_si_reading_misses_alexnet_by_ten_percent);
-	PHUB_TCASE(s, "bandwidth_ratios", test_bandwidth_ratios_between_configurations_are_exact);
-	PHUB_TCASE(s, "bandwidth_errors", test_bandwidth_rejects_nonsense_with_a_message);
-	PHUB_TCASE(s, "presets", test_presets_found_by_abbreviation_and_name);
-	PHUB_TCASE(s, "hierarchy_000", test_hierarchy_000_by_hand);
-	PHUB_TCASE(s, "hierarchy_001", test_hierarchy_001_by_hand);
-	PHUB_TCASE(s, "hierarchy_predict", test_hierarchy_predict_by_hand);
-	PHUB_TCASE(s, "hierarchy_errors", test_hierarchy_rejects_one_rack_and_zero_bandwidth);
-	PHUB_TCASE(s, "cost_switch", test_cost_switch_holds_the_texts_worker_counts);
-	PHUB_TCASE(s, "cost_by_hand", test_cost_per_worker_by_hand);
-	PHUB_TCASE(s, "table5", test_table5_predicted_cells_within_two_percent);
-	PHUB_TCASE(s, "table5_row1", test_table5_ratio_from_the_first_row_also_within_two_percent);
-	PHUB_TCASE(s, "table5_inverse", test_table5_inverse_reading_misses);
-	PHUB_TCASE(s, "cost_errors", test_cost_rejects_negative_price_and_zero_oversubscription);
-	PHUB_TCASE(s, "lpt", test_lpt_placement_matches_the_naive_greedy);
-	PHUB_TCASE(s, "evaluate", test_evaluate_names_compute_or_network_as_bottleneck);
-	PHUB_TCASE(s, "evaluate_errors", test_evaluate_rejects_hierarchy_in_one_rack);
-	PHUB_TCASE(s, "optimize_brute", test_optimize_finds_the_brute_force_best);
-	PHUB_TCASE(s, "optimize_errors", test_optimize_rejects_a_budget_of_one);
-	PHUB_TCASE(s, "job_file", test_job_file_loads_and_names_bad_keys);
-	PHUB_TCASE(s, "calibrate_exact", test_calibrate_recovers_known_constants);
-	PHUB_TCASE(s, "calibrate_identifiable",
-		test_calibrate_says_when_per_packet_cost_is_not_identifiable);
-	PHUB_TCASE(s, "calibrate_files", test_calibrate_recovers_constants_from_recorded_runs);
-	PHUB_TCASE(s, "calibrate_errors", test_calibrate_refuses_unverified_and_incomplete_runs);
+	/* By the text's section: §4.3's bandwidth (Table 2), §3.4's hierarchy, §4.9's cost
+	 * (Table 5), then placement, evaluation, the optimizer and calibration. */
+	PHUB_TCASE(s, "bandwidth",
+		test_table2_every_cell_within_ten_percent,
+		test_table2_si_reading_misses_alexnet_by_ten_percent,
+		test_bandwidth_ratios_between_configurations_are_exact,
+		test_bandwidth_rejects_nonsense_with_a_message,
+		test_presets_found_by_abbreviation_and_name);
+	PHUB_TCASE_LOOP(s, "hierarchy_by_hand", test_hierarchy_by_hand,
+		sizeof(hier_cases) / sizeof(hier_cases[0]));
+	PHUB_TCASE(s, "hierarchy",
+		test_hierarchy_predict_by_hand,
+		test_hierarchy_rejects_one_rack_and_zero_bandwidth);
+	PHUB_TCASE(s, "cost",
+		test_cost_switch_holds_the_texts_worker_counts,
+		test_cost_per_worker_by_hand,
+		test_table5_predicted_cells_within_two_percent,
+		test_table5_ratio_from_the_first_row_also_within_two_percent,
+		test_table5_inverse_reading_misses,
+		test_cost_rejects_negative_price_and_zero_oversubscription);
+	PHUB_TCASE(s, "placement_and_evaluation",
+		test_lpt_placement_matches_the_naive_greedy,
+		test_evaluate_names_compute_or_network_as_bottleneck,
+		test_evaluate_rejects_hierarchy_in_one_rack);
+	PHUB_TCASE(s, "optimize",
+		test_optimize_finds_the_brute_force_best,
+		test_optimize_rejects_a_budget_of_one,
+		test_job_file_loads_and_names_bad_keys);
+	PHUB_TCASE(s, "calibrate",
+		test_calibrate_recovers_known_constants,
+		test_calibrate_says_when_per_packet_cost_is_not_identifiable,
+		test_calibrate_recovers_constants_from_recorded_runs,
+		test_calibrate_refuses_unverified_and_incomplete_runs);
 	return s;
 }

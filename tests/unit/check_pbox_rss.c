@@ -238,11 +238,13 @@ phub_pbox_rss_suite(void)
 {
 	Suite *s = suite_create("pbox_rss");
 
-	PHUB_TCASE(s, "microsoft vectors", test_softrss_matches_the_microsoft_vectors);
-	PHUB_TCASE(s, "dport key", test_dport_key_keeps_the_source_out_of_the_hash);
-	PHUB_TCASE(s, "ports land", test_every_lcore_port_lands_on_its_queue);
-	PHUB_TCASE(s, "reta fill",
-		test_reta_entries_no_port_uses_go_to_queue_zero_and_collisions_count);
-	PHUB_TCASE(s, "flow rules", test_flow_rules_and_rss_fit_every_real_nic_profile);
+	/* The hash itself, then what the appliance programs with it. */
+	PHUB_TCASE(s, "toeplitz",
+		test_softrss_matches_the_microsoft_vectors,
+		test_dport_key_keeps_the_source_out_of_the_hash);
+	PHUB_TCASE(s, "steering",
+		test_every_lcore_port_lands_on_its_queue,
+		test_reta_entries_no_port_uses_go_to_queue_zero_and_collisions_count,
+		test_flow_rules_and_rss_fit_every_real_nic_profile);
 	return s;
 }

@@ -227,8 +227,6 @@ w_push(struct wsim *s, unsigned int r)
 static void
 w_create(struct wsim *s)
 {
-	uint64_t link_token[W_RACKS_MAX];
-
 	for (unsigned int r = 0; r < s->racks; r++) {
 		struct wrack *k = &s->rack[r];
 		struct phub_engine_params ep = { .clock = w_clock, .clock_arg = s };
@@ -272,17 +270,10 @@ w_create(struct wsim *s)
 		s->link[r].acks = calloc(ACK_FIFO, sizeof(struct wdgram));
 		ck_assert_ptr_nonnull(s->link[r].q);
 		ck_assert_ptr_nonnull(s->link[r].acks);
-		link_token[r] = 0x2000 + r;
 	}
-	for (unsigned int r = 0; r < s->racks; r++) {
-		unsigned int prev = (r + s->racks - 1) % s->racks, next = (r + 1) % s->racks;
-		struct phub_engine_ring_link pl = { .peer = { .ipv4 = w_ip(prev), .udp_port = 47000 },
-						    .token = link_token[prev] };
-		struct phub_engine_ring_link nl = { .peer = { .ipv4 = w_ip(next), .udp_port = 47000 },
-						    .token = link_token[r] };
-
-		ck_assert_int_eq(phub_engine_job_ring_peers(s->rack[r].job, &pl, &nl), 0);
-	}
+	/* Link r -> r + 1 under token 0x2000 + r. */
+	for (unsigned int r = 0; r < s->racks; r++)
+		ck_assert_int_eq(phub_test_ring_link(s->rack[r].job, s->racks, r, w_ip, 0x2000), 0);
 }
 
 /* The head of link r's queue reaches r+1: taken, ACKed (after a delay), its sends go on. */
