@@ -22,7 +22,6 @@
 
 #include <rte_cycles.h>
 #include <rte_lcore.h>
-#include <rte_malloc.h>
 
 #include "control/phub_control.h"
 #include "pbox.h"
@@ -512,19 +511,6 @@ pbox_checkpoint_init(struct pbox *pb)
 	return 0;
 }
 
-static void *
-restore_alloc(size_t size, size_t align, void *ctx)
-{
-	return rte_malloc_socket("phub_job", size, (unsigned int)align, (int)(intptr_t)ctx);
-}
-
-static void
-restore_free(void *ptr, void *ctx)
-{
-	(void)ctx;
-	rte_free(ptr);
-}
-
 /* A job back from its file: checkpoints go on from where the file is. */
 static void
 restored(void *ctx, struct phub_engine_job *job, const struct phub_engine_ckpt_info *info,
@@ -545,10 +531,7 @@ pbox_checkpoint_restore(struct pbox *pb)
 
 	if (!ck.enabled)
 		return 0;
-	allocator = (struct phub_engine_allocator){
-		.alloc = restore_alloc, .free = restore_free, .place = pbox_memory_place,
-		.ctx = (void *)(intptr_t)pb->ports[0].socket,
-	};
+	allocator = pbox_memory_allocator(pb->ports[0].socket);
 	memset(&rp, 0, sizeof(rp));
 	rp.servers = pb->servers;
 	rp.n_servers = pb->n_servers;

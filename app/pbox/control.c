@@ -13,7 +13,6 @@
 
 #include <rte_cycles.h>
 #include <rte_ip.h>
-#include <rte_malloc.h>
 #include <rte_udp.h>
 
 #include "auth/phub_auth.h"
@@ -109,19 +108,6 @@ auth_cpu_check(const struct phub_config *cfg)
 				"times slower");
 			return;
 		}
-}
-
-static void *
-numa_alloc(size_t size, size_t align, void *ctx)
-{
-	return rte_malloc_socket("phub_job", size, (unsigned int)align, (int)(intptr_t)ctx);
-}
-
-static void
-numa_free(void *ptr, void *ctx)
-{
-	(void)ctx;
-	rte_free(ptr);
 }
 
 static const struct phub_engine_allocator *
@@ -232,9 +218,7 @@ pbox_control_init(struct pbox *pb)
 		endpoints[s].udp_port = lc->udp_port;
 	}
 	for (unsigned int i = 0; i < pb->n_ports; i++) {
-		allocators[i] = (struct phub_engine_allocator){ .alloc = numa_alloc,
-			.free = numa_free, .place = pbox_memory_place,
-			.ctx = (void *)(intptr_t)pb->ports[i].socket };
+		allocators[i] = pbox_memory_allocator(pb->ports[i].socket);
 		if (pb->ports[i].mtu < mtu)
 			mtu = pb->ports[i].mtu;
 	}

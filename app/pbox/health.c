@@ -28,13 +28,16 @@
 /* imissed or rx_nombuf that rose within this window: degraded. */
 #define RISE_WINDOW_MS 60000
 
+/* A port counter that must not rise (imissed, rx_nombuf): when it last did, and by how much. */
+struct counter_rise {
+	uint64_t value;
+	uint64_t rose_tsc;	/* 0: never rose */
+	uint64_t rise;		/* by how much, the last time it rose */
+};
+
 struct port_sample {
-	uint64_t imissed;
-	uint64_t rx_nombuf;
-	uint64_t imissed_rose_tsc;	/* 0: never rose */
-	uint64_t rx_nombuf_rose_tsc;
-	uint64_t imissed_rise;		/* by how much, the last time it rose */
-	uint64_t rx_nombuf_rise;
+	struct counter_rise imissed;
+	struct counter_rise rx_nombuf;
 	bool link_known;
 	bool link_up;
 };
@@ -102,6 +105,16 @@ pbox_health_init(struct pbox *pb)
 }
 
 static void
+counter_sample(struct counter_rise *c, uint64_t value, uint64_t now)
+{
+	if (value > c->value) {
+		STORE(c->rise, value - c->value);
+		STORE(c->rose_tsc, now);
+	}
+	c->value = value;
+}
+
+static void
 sample(struct pbox *pb, uint64_t now)
 {
 	for (uint16_t k = 0; k < pb->n_lcores; k++) {
@@ -118,16 +131,8 @@ sample(struct pbox *pb, uint64_t now)
 		struct rte_eth_stats st;
 
 		if (rte_eth_stats_get(pb->ports[i].port_id, &st) == 0) {
-			if (st.imissed > ps->imissed) {
-				STORE(ps->imissed_rise, st.imissed - ps->imissed);
-				STORE(ps->imissed_rose_tsc, now);
-			}
-			if (st.rx_nombuf > ps->rx_nombuf) {
-				STORE(ps->rx_nombuf_rise, st.rx_nombuf - ps->rx_nombuf);
-				STORE(ps->rx_nombuf_rose_tsc, now);
-			}
-			ps->imissed = st.imissed;
-			ps->rx_nombuf = st.rx_nombuf;
+			counter_sample(&ps->imissed, st.imissed, now);
+			counter_sample(&ps->rx_nombuf, st.rx_nombuf, now);
 		}
 		memset(&link, 0, sizeof(link));
 		if (rte_eth_link_get_nowait(pb->ports[i].port_id, &link) == 0) {
@@ -237,6 +242,19 @@ ring_reasons(struct pbox *pb, struct rte_tel_data *list, enum pbox_health_level 
 	pthread_mutex_unlock(&pb->jobs_lock);
 }
 
+/* Degraded while port i's counter has risen within RISE_WINDOW_MS; why says what that means. */
+static void
+counter_reason(struct rte_tel_data *list, enum pbox_health_level *level, uint64_t now,
+		uint16_t i, const char *what, const struct counter_rise *c, const char *why)
+{
+	uint64_t rose = LOAD(c->rose_tsc);
+
+	if (rose != 0 && tsc_to_ms(now - rose) < RISE_WINDOW_MS)
+		reason(list, level, PBOX_HEALTH_DEGRADED, "port %s: %s rose by %" PRIu64 " %" PRIu64
+				" ms ago (%s)", pbox.ports[i].name, what, LOAD(c->rise),
+				tsc_to_ms(now - rose), why);
+}
+
 static int
 cmd_health(const char *cmd, const char *params, struct rte_tel_data *d)
 {
@@ -263,25 +281,16 @@ cmd_health(const char *cmd, const char *params, struct rte_tel_data *d)
 	}
 	for (uint16_t i = 0; i < pbox.n_ports; i++) {
 		const struct port_sample *ps = &h.ports[i];
-		uint64_t rose;
 
 		if (LOAD(ps->link_known) && !LOAD(ps->link_up)) {
 			links_down++;
 			reason(list, &level, PBOX_HEALTH_DEGRADED, "port %s: link down",
 					pbox.ports[i].name);
 		}
-		rose = LOAD(ps->imissed_rose_tsc);
-		if (rose != 0 && tsc_to_ms(now - rose) < RISE_WINDOW_MS)
-			reason(list, &level, PBOX_HEALTH_DEGRADED, "port %s: imissed rose by %"
-					PRIu64 " %" PRIu64 " ms ago (the lcores do not keep up)",
-					pbox.ports[i].name, LOAD(ps->imissed_rise),
-					tsc_to_ms(now - rose));
-		rose = LOAD(ps->rx_nombuf_rose_tsc);
-		if (rose != 0 && tsc_to_ms(now - rose) < RISE_WINDOW_MS)
-			reason(list, &level, PBOX_HEALTH_DEGRADED, "port %s: rx_nombuf rose by %"
-					PRIu64 " %" PRIu64 " ms ago (mbuf pool empty)",
-					pbox.ports[i].name, LOAD(ps->rx_nombuf_rise),
-					tsc_to_ms(now - rose));
+		counter_reason(list, &level, now, i, "imissed", &ps->imissed,
+				"the lcores do not keep up");
+		counter_reason(list, &level, now, i, "rx_nombuf", &ps->rx_nombuf,
+				"mbuf pool empty");
 	}
 	/* No port to serve on: nothing works. */
 	if (pbox.n_ports != 0 && links_down == pbox.n_ports)

@@ -417,3 +417,23 @@ pbox_memory_control_node(const struct pbox *pb)
 	PBOX_LOG(INFO, "control plane on NUMA node %d (lcore %u)", node, rte_get_main_lcore());
 	place_control_threads(pb, node);
 }
+
+static void *
+socket_alloc(size_t size, size_t align, void *ctx)
+{
+	return rte_malloc_socket("phub_job", size, (unsigned int)align, (int)(intptr_t)ctx);
+}
+
+static void
+socket_free(void *ptr, void *ctx)
+{
+	(void)ctx;
+	rte_free(ptr);
+}
+
+struct phub_engine_allocator
+pbox_memory_allocator(int socket)
+{
+	return (struct phub_engine_allocator){ .alloc = socket_alloc, .free = socket_free,
+		.place = pbox_memory_place, .ctx = (void *)(intptr_t)socket };
+}

@@ -253,6 +253,12 @@ void pbox_memory_explain(const struct pbox *pb, const struct phub_engine_job_par
 void pbox_memory_place(void *ptr, size_t size, size_t elem_bytes,
 		const struct phub_layout *layout, void *ctx);
 
+/*
+ * memory.c: the engine's allocator for the jobs of a port on NUMA node socket: DPDK memory
+ * on that node, per-element buffers placed by pbox_memory_place.
+ */
+struct phub_engine_allocator pbox_memory_allocator(int socket);
+
 /* memory.c: the main lcore's memory on its NUMA node (libnuma), when there are several. */
 void pbox_memory_control_node(const struct pbox *pb);
 

@@ -14,6 +14,7 @@
 
 #include "engine/phub_engine_auth.h"
 #include "pbox.h"
+#include "util/phub_addr.h"
 
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
@@ -29,6 +30,21 @@ struct totals {
 	struct phub_engine_stats engine;
 };
 
+/*
+ * Adds each of n counters at from to the one at to. Both counter structs are uint64_t words
+ * only, so a total is every word of every lcore's, each read with a relaxed load.
+ */
+static void
+counters_add(uint64_t *to, const uint64_t *from, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		to[i] += LOAD(from[i]);
+}
+
+#define COUNTER_WORDS(s) (sizeof(s) / sizeof(uint64_t))
+_Static_assert(sizeof(struct pbox_lcore_stats) % sizeof(uint64_t) == 0, "lcore counters");
+_Static_assert(sizeof(struct phub_engine_stats) % sizeof(uint64_t) == 0, "engine counters");
+
 static void
 totals_get(struct totals *t)
 {
@@ -36,61 +52,33 @@ totals_get(struct totals *t)
 	for (uint16_t k = 0; k < pbox.n_lcores; k++) {
 		const struct pbox_lcore *lc = &pbox.lcores[k];
 
-		t->net.rx_pkts += LOAD(lc->stats.rx_pkts);
-		t->net.rx_bytes += LOAD(lc->stats.rx_bytes);
-		t->net.tx_pkts += LOAD(lc->stats.tx_pkts);
-		t->net.tx_bytes += LOAD(lc->stats.tx_bytes);
-		t->net.tx_dropped += LOAD(lc->stats.tx_dropped);
-		t->net.encode_errors += LOAD(lc->stats.encode_errors);
-		t->net.handed_off += LOAD(lc->stats.handed_off);
-		t->net.control += LOAD(lc->stats.control);
-		t->net.arp_replies += LOAD(lc->stats.arp_replies);
-		t->net.models_sent += LOAD(lc->stats.models_sent);
-		t->net.model_zero_copy += LOAD(lc->stats.model_zero_copy);
-		t->net.model_copied += LOAD(lc->stats.model_copied);
-		t->net.model_inline += LOAD(lc->stats.model_inline);
-		t->net.acks_sent += LOAD(lc->stats.acks_sent);
-		t->net.ackv_sent += LOAD(lc->stats.ackv_sent);
-		t->net.ackv_entries += LOAD(lc->stats.ackv_entries);
-		t->net.acks_in_model += LOAD(lc->stats.acks_in_model);
-		t->net.ring_out += LOAD(lc->stats.ring_out);
-		t->net.ring_out_bytes += LOAD(lc->stats.ring_out_bytes);
-		t->net.ring_in += LOAD(lc->stats.ring_in);
-		t->net.ring_in_bytes += LOAD(lc->stats.ring_in_bytes);
-		t->net.ring_acks_out += LOAD(lc->stats.ring_acks_out);
-		t->net.ring_acks_in += LOAD(lc->stats.ring_acks_in);
-		t->net.ring_polls += LOAD(lc->stats.ring_polls);
-		t->engine.ring_taken += LOAD(lc->engine_stats.ring_taken);
-		t->engine.ring_taken_bytes += LOAD(lc->engine_stats.ring_taken_bytes);
-		t->engine.ring_acks += LOAD(lc->engine_stats.ring_acks);
-		t->engine.ring_retransmits += LOAD(lc->engine_stats.ring_retransmits);
-		for (unsigned int d = 0; d < PBOX_NET_DROP_MAX; d++)
-			t->net.net_drops[d] += LOAD(lc->stats.net_drops[d]);
-		t->engine.pushes += LOAD(lc->engine_stats.pushes);
-		t->engine.push_bytes += LOAD(lc->engine_stats.push_bytes);
-		t->engine.duplicates += LOAD(lc->engine_stats.duplicates);
-		t->engine.retransmits_seen += LOAD(lc->engine_stats.retransmits_seen);
-		t->engine.segments_completed += LOAD(lc->engine_stats.segments_completed);
-		t->engine.models_resent += LOAD(lc->engine_stats.models_resent);
-		t->engine.pulls += LOAD(lc->engine_stats.pulls);
-		t->engine.agg_ns += LOAD(lc->engine_stats.agg_ns);
-		t->engine.opt_ns += LOAD(lc->engine_stats.opt_ns);
-		for (unsigned int d = 0; d < PHUB_DROP_REASON_MAX; d++)
-			t->engine.drops[d] += LOAD(lc->engine_stats.drops[d]);
+		counters_add((uint64_t *)&t->net, (const uint64_t *)&lc->stats,
+				COUNTER_WORDS(t->net));
+		counters_add((uint64_t *)&t->engine, (const uint64_t *)&lc->engine_stats,
+				COUNTER_WORDS(t->engine));
 	}
-	for (unsigned int d = 0; d < PHUB_DROP_REASON_MAX; d++)
-		t->engine.drops[d] += LOAD(pbox.control_drops[d]);
+	counters_add(t->engine.drops, pbox.control_drops, PHUB_DROP_REASON_MAX);
+}
+
+/* An empty dict to nest in another (which then frees it), or NULL without memory. */
+static struct rte_tel_data *
+dict_new(void)
+{
+	struct rte_tel_data *d = rte_tel_data_alloc();
+
+	if (d != NULL)
+		rte_tel_data_start_dict(d);
+	return d;
 }
 
 /* Every drop reason that happened, by name: a dict holds at most 256 entries. */
 static struct rte_tel_data *
 drops_dict(const struct totals *t)
 {
-	struct rte_tel_data *d = rte_tel_data_alloc();
+	struct rte_tel_data *d = dict_new();
 
 	if (d == NULL)
 		return NULL;
-	rte_tel_data_start_dict(d);
 	for (unsigned int i = 1; i < PHUB_DROP_REASON_MAX; i++)
 		if (t->engine.drops[i] != 0)
 			rte_tel_data_add_dict_u64(d, phub_drop_reason_name(i), t->engine.drops[i]);
@@ -158,41 +146,97 @@ cmd_stats(const char *cmd, const char *params, struct rte_tel_data *d)
 	return 0;
 }
 
+/*
+ * d as a dict of n dicts, the i-th filled by fill, which returns its name (written to buf or
+ * not): /phub/lcores and /phub/ports.
+ */
+static int
+dict_of_dicts(struct rte_tel_data *d, unsigned int n,
+		const char *(*fill)(unsigned int i, struct rte_tel_data *item, char *buf, size_t cap))
+{
+	rte_tel_data_start_dict(d);
+	for (unsigned int i = 0; i < n; i++) {
+		struct rte_tel_data *item = dict_new();
+		char buf[32];
+
+		if (item == NULL)
+			return -ENOMEM;
+		rte_tel_data_add_dict_container(d, fill(i, item, buf, sizeof(buf)), item, 0);
+	}
+	return 0;
+}
+
+static const char *
+lcore_dict(unsigned int k, struct rte_tel_data *l, char *buf, size_t cap)
+{
+	const struct pbox_lcore *lc = &pbox.lcores[k];
+
+	rte_tel_data_add_dict_u64(l, "udp_port", lc->udp_port);
+	rte_tel_data_add_dict_u64(l, "queues", lc->n_rxq);
+	rte_tel_data_add_dict_u64(l, "rx_packets", LOAD(lc->stats.rx_pkts));
+	rte_tel_data_add_dict_u64(l, "rx_bytes", LOAD(lc->stats.rx_bytes));
+	rte_tel_data_add_dict_u64(l, "tx_packets", LOAD(lc->stats.tx_pkts));
+	rte_tel_data_add_dict_u64(l, "tx_bytes", LOAD(lc->stats.tx_bytes));
+	rte_tel_data_add_dict_u64(l, "pushes", LOAD(lc->engine_stats.pushes));
+	rte_tel_data_add_dict_u64(l, "segments_optimized",
+			LOAD(lc->engine_stats.segments_completed));
+	rte_tel_data_add_dict_u64(l, "handed_off", LOAD(lc->stats.handed_off));
+	rte_tel_data_add_dict_u64(l, "handed_in", LOAD(lc->stats.handed_in));
+	rte_tel_data_add_dict_u64(l, "aggregation_ns", LOAD(lc->engine_stats.agg_ns));
+	rte_tel_data_add_dict_u64(l, "optimizer_ns", LOAD(lc->engine_stats.opt_ns));
+	rte_tel_data_add_dict_u64(l, "loops", LOAD(lc->stats.loops));
+	rte_tel_data_add_dict_u64(l, "idle_sleeps", LOAD(lc->stats.idle_sleeps));
+	rte_tel_data_add_dict_u64(l, "busy_ns", (uint64_t)((double)LOAD(lc->stats.busy_cycles) *
+			1e9 / (double)rte_get_tsc_hz()));
+	snprintf(buf, cap, "%u", lc->lcore_id);
+	return buf;
+}
+
 static int
 cmd_lcores(const char *cmd, const char *params, struct rte_tel_data *d)
 {
 	(void)cmd;
 	(void)params;
-	rte_tel_data_start_dict(d);
-	for (uint16_t k = 0; k < pbox.n_lcores; k++) {
-		const struct pbox_lcore *lc = &pbox.lcores[k];
-		struct rte_tel_data *l = rte_tel_data_alloc();
-		char name[32];
+	return dict_of_dicts(d, pbox.n_lcores, lcore_dict);
+}
 
-		if (l == NULL)
-			return -ENOMEM;
-		rte_tel_data_start_dict(l);
-		rte_tel_data_add_dict_u64(l, "udp_port", lc->udp_port);
-		rte_tel_data_add_dict_u64(l, "queues", lc->n_rxq);
-		rte_tel_data_add_dict_u64(l, "rx_packets", LOAD(lc->stats.rx_pkts));
-		rte_tel_data_add_dict_u64(l, "rx_bytes", LOAD(lc->stats.rx_bytes));
-		rte_tel_data_add_dict_u64(l, "tx_packets", LOAD(lc->stats.tx_pkts));
-		rte_tel_data_add_dict_u64(l, "tx_bytes", LOAD(lc->stats.tx_bytes));
-		rte_tel_data_add_dict_u64(l, "pushes", LOAD(lc->engine_stats.pushes));
-		rte_tel_data_add_dict_u64(l, "segments_optimized",
-				LOAD(lc->engine_stats.segments_completed));
-		rte_tel_data_add_dict_u64(l, "handed_off", LOAD(lc->stats.handed_off));
-		rte_tel_data_add_dict_u64(l, "handed_in", LOAD(lc->stats.handed_in));
-		rte_tel_data_add_dict_u64(l, "aggregation_ns", LOAD(lc->engine_stats.agg_ns));
-		rte_tel_data_add_dict_u64(l, "optimizer_ns", LOAD(lc->engine_stats.opt_ns));
-		rte_tel_data_add_dict_u64(l, "loops", LOAD(lc->stats.loops));
-		rte_tel_data_add_dict_u64(l, "idle_sleeps", LOAD(lc->stats.idle_sleeps));
-		rte_tel_data_add_dict_u64(l, "busy_ns", (uint64_t)((double)LOAD(lc->stats.busy_cycles) *
-				1e9 / (double)rte_get_tsc_hz()));
-		snprintf(name, sizeof(name), "%u", lc->lcore_id);
-		rte_tel_data_add_dict_container(d, name, l, 0);
-	}
-	return 0;
+static const char *
+port_dict(unsigned int i, struct rte_tel_data *p, char *buf, size_t cap)
+{
+	const struct pbox_port *port = &pbox.ports[i];
+	struct rte_eth_stats st;
+	struct rte_eth_link link;
+	char ip[16];
+
+	(void)buf;
+	(void)cap;
+	memset(&st, 0, sizeof(st));
+	rte_eth_stats_get(port->port_id, &st);
+	phub_ipv4_text(port->ipv4, ip, sizeof(ip));
+	rte_tel_data_add_dict_u64(p, "port_id", port->port_id);
+	rte_tel_data_add_dict_string(p, "device", pbox.cfg.ports[i].device);
+	rte_tel_data_add_dict_string(p, "ipv4", ip);
+	rte_tel_data_add_dict_u64(p, "mtu", port->mtu);
+	rte_tel_data_add_dict_u64(p, "numa_node", (uint64_t)port->socket);
+	rte_tel_data_add_dict_u64(p, "queues", port->n_queues);
+	rte_tel_data_add_dict_string(p, "steering",
+			phub_config_steering_name(port->steering));
+	rte_tel_data_add_dict_u64(p, "multi_seg_tx", port->multi_seg_tx);
+	memset(&link, 0, sizeof(link));
+	rte_tel_data_add_dict_u64(p, "link_up",
+			rte_eth_link_get_nowait(port->port_id, &link) == 0 &&
+			link.link_status == RTE_ETH_LINK_UP);
+	rte_tel_data_add_dict_u64(p, "link_speed_mbps",
+			link.link_speed == RTE_ETH_SPEED_NUM_UNKNOWN ? 0 : link.link_speed);
+	rte_tel_data_add_dict_u64(p, "ipackets", st.ipackets);
+	rte_tel_data_add_dict_u64(p, "opackets", st.opackets);
+	rte_tel_data_add_dict_u64(p, "ibytes", st.ibytes);
+	rte_tel_data_add_dict_u64(p, "obytes", st.obytes);
+	rte_tel_data_add_dict_u64(p, "imissed", st.imissed);
+	rte_tel_data_add_dict_u64(p, "ierrors", st.ierrors);
+	rte_tel_data_add_dict_u64(p, "oerrors", st.oerrors);
+	rte_tel_data_add_dict_u64(p, "rx_nombuf", st.rx_nombuf);
+	return port->name;
 }
 
 static int
@@ -200,47 +244,7 @@ cmd_ports(const char *cmd, const char *params, struct rte_tel_data *d)
 {
 	(void)cmd;
 	(void)params;
-	rte_tel_data_start_dict(d);
-	for (uint16_t i = 0; i < pbox.n_ports; i++) {
-		const struct pbox_port *port = &pbox.ports[i];
-		struct rte_tel_data *p = rte_tel_data_alloc();
-		struct rte_eth_stats st;
-		struct rte_eth_link link;
-		char ip[16];
-
-		if (p == NULL)
-			return -ENOMEM;
-		memset(&st, 0, sizeof(st));
-		rte_eth_stats_get(port->port_id, &st);
-		snprintf(ip, sizeof(ip), "%u.%u.%u.%u", port->ipv4 >> 24, (port->ipv4 >> 16) & 0xff,
-				(port->ipv4 >> 8) & 0xff, port->ipv4 & 0xff);
-		rte_tel_data_start_dict(p);
-		rte_tel_data_add_dict_u64(p, "port_id", port->port_id);
-		rte_tel_data_add_dict_string(p, "device", pbox.cfg.ports[i].device);
-		rte_tel_data_add_dict_string(p, "ipv4", ip);
-		rte_tel_data_add_dict_u64(p, "mtu", port->mtu);
-		rte_tel_data_add_dict_u64(p, "numa_node", (uint64_t)port->socket);
-		rte_tel_data_add_dict_u64(p, "queues", port->n_queues);
-		rte_tel_data_add_dict_string(p, "steering",
-				phub_config_steering_name(port->steering));
-		rte_tel_data_add_dict_u64(p, "multi_seg_tx", port->multi_seg_tx);
-		memset(&link, 0, sizeof(link));
-		rte_tel_data_add_dict_u64(p, "link_up",
-				rte_eth_link_get_nowait(port->port_id, &link) == 0 &&
-				link.link_status == RTE_ETH_LINK_UP);
-		rte_tel_data_add_dict_u64(p, "link_speed_mbps",
-				link.link_speed == RTE_ETH_SPEED_NUM_UNKNOWN ? 0 : link.link_speed);
-		rte_tel_data_add_dict_u64(p, "ipackets", st.ipackets);
-		rte_tel_data_add_dict_u64(p, "opackets", st.opackets);
-		rte_tel_data_add_dict_u64(p, "ibytes", st.ibytes);
-		rte_tel_data_add_dict_u64(p, "obytes", st.obytes);
-		rte_tel_data_add_dict_u64(p, "imissed", st.imissed);
-		rte_tel_data_add_dict_u64(p, "ierrors", st.ierrors);
-		rte_tel_data_add_dict_u64(p, "oerrors", st.oerrors);
-		rte_tel_data_add_dict_u64(p, "rx_nombuf", st.rx_nombuf);
-		rte_tel_data_add_dict_container(d, port->name, p, 0);
-	}
-	return 0;
+	return dict_of_dicts(d, pbox.n_ports, port_dict);
 }
 
 /* The PUSHes the engine took for a job: its slot's counts since the job was made. */
@@ -310,18 +314,15 @@ static struct rte_tel_data *
 ring_peer_dict(const char *job_name, uint16_t pos, const struct phub_engine_ring_link *link,
 		uint64_t silent_ns)
 {
-	struct rte_tel_data *p = rte_tel_data_alloc();
+	struct rte_tel_data *p = dict_new();
 	char where[32];
 
 	if (p == NULL)
 		return NULL;
-	rte_tel_data_start_dict(p);
 	rte_tel_data_add_dict_string(p, "rack", ring_rack_name(job_name, pos));
 	rte_tel_data_add_dict_u64(p, "position", pos);
 	if (link->token != 0)
-		snprintf(where, sizeof(where), "%u.%u.%u.%u:%u", link->peer.ipv4 >> 24,
-				(link->peer.ipv4 >> 16) & 0xff, (link->peer.ipv4 >> 8) & 0xff,
-				link->peer.ipv4 & 0xff, link->peer.udp_port);
+		phub_ipv4_port_text(link->peer.ipv4, link->peer.udp_port, where, sizeof(where));
 	else
 		snprintf(where, sizeof(where), "not linked");
 	rte_tel_data_add_dict_string(p, "address", where);
@@ -337,12 +338,11 @@ cmd_jobs_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 	rte_tel_data_start_dict(d);
 	for (struct phub_engine_job *job = phub_engine_job_next(pbox.engine, NULL); job != NULL;
 	     job = phub_engine_job_next(pbox.engine, job)) {
-		struct rte_tel_data *j = rte_tel_data_alloc();
+		struct rte_tel_data *j = dict_new();
 		char id[16];
 
 		if (j == NULL)
 			return -ENOMEM;
-		rte_tel_data_start_dict(j);
 		job_dict(j, job);
 		snprintf(id, sizeof(id), "%u", phub_engine_job_id(job));
 		rte_tel_data_add_dict_container(d, id, j, 0);
@@ -373,16 +373,13 @@ job_param(const char *params)
 static struct rte_tel_data *
 rank_dict(const struct phub_engine_rank_status *st, uint32_t fastest)
 {
-	struct rte_tel_data *r = rte_tel_data_alloc();
+	struct rte_tel_data *r = dict_new();
 	char where[32];
 
 	if (r == NULL)
 		return NULL;
-	rte_tel_data_start_dict(r);
 	if (st->joined)
-		snprintf(where, sizeof(where), "%u.%u.%u.%u:%u", st->peer.ipv4 >> 24,
-				(st->peer.ipv4 >> 16) & 0xff, (st->peer.ipv4 >> 8) & 0xff,
-				st->peer.ipv4 & 0xff, st->peer.udp_port);
+		phub_ipv4_port_text(st->peer.ipv4, st->peer.udp_port, where, sizeof(where));
 	else
 		snprintf(where, sizeof(where), "not joined");
 	rte_tel_data_add_dict_string(r, "address", where);
@@ -455,12 +452,11 @@ cmd_chunkmap_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 	rte_tel_data_add_dict_u64(d, "chunk_elems", phub_layout_chunk_elems(layout));
 	rte_tel_data_add_dict_u64(d, "segment_elems", phub_layout_segment_elems(layout));
 	for (unsigned int lv = 0; lv < RTE_DIM(level_names); lv++) {
-		struct rte_tel_data *bins = rte_tel_data_alloc();
+		struct rte_tel_data *bins = dict_new();
 		uint32_t n = phub_layout_bin_count(layout, (enum phub_layout_level)lv);
 
 		if (bins == NULL)
 			return -ENOMEM;
-		rte_tel_data_start_dict(bins);
 		for (uint32_t i = 0; i < n && i < 250; i++) {
 			struct phub_layout_load load;
 			char name[48];
@@ -488,7 +484,7 @@ cmd_chunkmap_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 static int
 cmd_ring_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 {
-	struct rte_tel_data *jobs = rte_tel_data_alloc();
+	struct rte_tel_data *jobs = dict_new();
 	struct totals t;
 
 	(void)cmd;
@@ -498,7 +494,6 @@ cmd_ring_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 	totals_get(&t);
 	rte_tel_data_start_dict(d);
 	rte_tel_data_add_dict_string(d, "rack", pbox.cfg.name);
-	rte_tel_data_start_dict(jobs);
 	for (struct phub_engine_job *job = phub_engine_job_next(pbox.engine, NULL); job != NULL;
 	     job = phub_engine_job_next(pbox.engine, job)) {
 		struct phub_engine_ring_link prev, next;
@@ -511,12 +506,11 @@ cmd_ring_locked(const char *cmd, const char *params, struct rte_tel_data *d)
 
 		if (!phub_engine_job_ring(job, &ring, &prev, &next))
 			continue;
-		j = rte_tel_data_alloc();
+		j = dict_new();
 		if (j == NULL)
 			break;
 		phub_engine_job_get_info(job, &info);
 		phub_engine_job_ring_silence(job, phub_engine_monotonic_ns(), &prev_ns, &next_ns);
-		rte_tel_data_start_dict(j);
 		rte_tel_data_add_dict_string(j, "name", info.name);
 		rte_tel_data_add_dict_u64(j, "position", ring.pos);
 		rte_tel_data_add_dict_u64(j, "racks", ring.racks);

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +175,86 @@ enum {
 	OPT_RACKS_OLD,
 };
 
+/* The hyper-parameter that option opt (OPT_LR to OPT_EPS) sets. */
+static float *
+hyper_field(struct phub_optimizer_params *p, int opt)
+{
+	static const size_t off[] = {
+		[OPT_LR - OPT_LR] = offsetof(struct phub_optimizer_params, lr),
+		[OPT_MOMENTUM - OPT_LR] = offsetof(struct phub_optimizer_params, momentum),
+		[OPT_WD - OPT_LR] = offsetof(struct phub_optimizer_params, weight_decay),
+		[OPT_BETA1 - OPT_LR] = offsetof(struct phub_optimizer_params, beta1),
+		[OPT_BETA2 - OPT_LR] = offsetof(struct phub_optimizer_params, beta2),
+		[OPT_EPS - OPT_LR] = offsetof(struct phub_optimizer_params, eps),
+	};
+
+	return (float *)(void *)((char *)p + off[opt - OPT_LR]);
+}
+
+/* The integer options: the field of struct options each sets (its size says its type). */
+#define INT_OPT(opt, min, max, field) [opt - OPT_SERVER] = { min, max, \
+	offsetof(struct options, field), sizeof(((struct options *)0)->field) }
+static const struct int_opt {
+	uint64_t min, max;
+	size_t off, size;	/* size 0: not an integer option */
+} int_opts[OPT_RACKS_OLD - OPT_SERVER + 1] = {
+	INT_OPT(OPT_PORT, 1, UINT16_MAX, cfg.port),
+	INT_OPT(OPT_WORKERS, 1, UINT16_MAX, cfg.world_size),
+	INT_OPT(OPT_RANK, 0, UINT16_MAX - 1, rank),
+	INT_OPT(OPT_KEYS, 1, UINT32_MAX, keys),
+	INT_OPT(OPT_KEY_ELEMS, 1, UINT32_MAX, key_elems),
+	INT_OPT(OPT_ITERATIONS, 1, UINT32_MAX / 2, cfg.iterations),
+	INT_OPT(OPT_WARMUP, 0, UINT32_MAX / 2, cfg.warmup),
+	INT_OPT(OPT_NONCE, 0, UINT64_MAX, cfg.nonce),
+	INT_OPT(OPT_MTU, 576, 65535, cfg.mtu),
+	INT_OPT(OPT_WINDOW, 1, UINT32_MAX, cfg.window_bytes),
+	INT_OPT(OPT_CHUNK, 1, UINT32_MAX, cfg.chunk_bytes),
+	INT_OPT(OPT_DIE_AT, 1, UINT32_MAX, cfg.die_at),
+	INT_OPT(OPT_CONNECT_TIMEOUT, 1, 3600000, cfg.connect_timeout_ms),
+	INT_OPT(OPT_DEAD, 1, 3600000, cfg.dead_ms),
+	INT_OPT(OPT_TIMEOUT, 1, 86400, timeout_s),
+};
+#undef INT_OPT
+
+/* The options that only set a phub_connect() flag. */
+static const uint32_t connect_flag_opts[OPT_RACKS_OLD - OPT_SERVER + 1] = {
+	[OPT_CSUM - OPT_SERVER] = PHUB_CONNECT_F_CSUM,
+	[OPT_AUTH - OPT_SERVER] = PHUB_CONNECT_F_AUTH,
+	[OPT_NO_OFFLOAD - OPT_SERVER] = PHUB_CONNECT_F_NO_OFFLOAD,
+	[OPT_NO_ACKV - OPT_SERVER] = PHUB_CONNECT_F_NO_ACKV,
+	[OPT_ELASTIC - OPT_SERVER] = PHUB_CONNECT_F_ELASTIC,
+};
+
+/* Integer option opt's argument s into its field of o: 0, or -EINVAL outside its range. */
+static int
+int_option(struct options *o, int opt, const char *s)
+{
+	const struct int_opt *io = &int_opts[opt - OPT_SERVER];
+	void *field = (char *)o + io->off;
+	uint64_t v;
+	uint32_t v32;
+	uint16_t v16;
+	int rc;
+
+	rc = phub_parse_u64(s, io->min, io->max, &v);
+	if (rc != 0)
+		return rc;
+	v32 = (uint32_t)v;
+	v16 = (uint16_t)v;
+	switch (io->size) {
+	case sizeof(uint16_t):
+		memcpy(field, &v16, sizeof(v16));
+		break;
+	case sizeof(uint32_t):
+		memcpy(field, &v32, sizeof(v32));	/* a uint32_t, or an int under INT_MAX */
+		break;
+	default:
+		memcpy(field, &v, sizeof(v));
+		break;
+	}
+	return 0;
+}
+
 static const struct option long_opts[] = {
 	{ "server", required_argument, NULL, OPT_SERVER },
 	{ "port", required_argument, NULL, OPT_PORT },
@@ -225,7 +306,6 @@ static const struct option long_opts[] = {
 	{ NULL, 0, NULL, 0 },
 };
 
-/* Parse argv into o; 0, 1 for --help (exit 0), or -EINVAL after saying why. */
 /* --list-models: the names every command takes, and what phub-bench makes of each. */
 static void
 list_models(void)
@@ -244,6 +324,7 @@ list_models(void)
 	}
 }
 
+/* Parse argv into o; 0, 1 for --help (exit 0), or -EINVAL after saying why. */
 static int
 parse_args(int argc, char **argv, struct options *o)
 {
@@ -273,22 +354,28 @@ parse_args(int argc, char **argv, struct options *o)
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "", long_opts, &li)) != -1) {
 		rc = 0;
+		if (opt == OPT_WORKERS)
+			have_workers = true;
 		switch (opt) {
+		case OPT_PORT:
+		case OPT_WORKERS:
+		case OPT_RANK:
+		case OPT_KEYS:
+		case OPT_KEY_ELEMS:
+		case OPT_ITERATIONS:
+		case OPT_WARMUP:
+		case OPT_NONCE:
+		case OPT_MTU:
+		case OPT_WINDOW:
+		case OPT_CHUNK:
+		case OPT_DIE_AT:
+		case OPT_CONNECT_TIMEOUT:
+		case OPT_DEAD:
+		case OPT_TIMEOUT:
+			rc = int_option(o, opt, optarg);
+			break;
 		case OPT_SERVER:
 			c->server = optarg;
-			break;
-		case OPT_PORT:
-			rc = phub_parse_u64(optarg, 1, UINT16_MAX, &v);
-			c->port = (uint16_t)v;
-			break;
-		case OPT_WORKERS:
-			rc = phub_parse_u64(optarg, 1, UINT16_MAX, &v);
-			c->world_size = (uint16_t)v;
-			have_workers = true;
-			break;
-		case OPT_RANK:
-			rc = phub_parse_u64(optarg, 0, UINT16_MAX - 1, &v);
-			o->rank = (int)v;
 			break;
 		case OPT_NETNS:
 			c->netns_prefix = optarg;
@@ -309,22 +396,6 @@ parse_args(int argc, char **argv, struct options *o)
 		case OPT_LAYOUT:
 			o->layout_file = optarg;
 			break;
-		case OPT_KEYS:
-			rc = phub_parse_u64(optarg, 1, UINT32_MAX, &v);
-			o->keys = (uint32_t)v;
-			break;
-		case OPT_KEY_ELEMS:
-			rc = phub_parse_u64(optarg, 1, UINT32_MAX, &v);
-			o->key_elems = (uint32_t)v;
-			break;
-		case OPT_ITERATIONS:
-			rc = phub_parse_u64(optarg, 1, UINT32_MAX / 2, &v);
-			c->iterations = (uint32_t)v;
-			break;
-		case OPT_WARMUP:
-			rc = phub_parse_u64(optarg, 0, UINT32_MAX / 2, &v);
-			c->warmup = (uint32_t)v;
-			break;
 		case OPT_DTYPE:
 			rc = phub_dtype_parse(optarg, &c->dtype);
 			break;
@@ -332,55 +403,25 @@ parse_args(int argc, char **argv, struct options *o)
 			rc = phub_opt_type_parse(optarg, &c->optimizer.type);
 			break;
 		case OPT_LR:
-			rc = parse_float(optarg, &c->optimizer.lr);
-			break;
 		case OPT_MOMENTUM:
-			rc = parse_float(optarg, &c->optimizer.momentum);
-			break;
 		case OPT_WD:
-			rc = parse_float(optarg, &c->optimizer.weight_decay);
-			break;
 		case OPT_BETA1:
-			rc = parse_float(optarg, &c->optimizer.beta1);
-			break;
 		case OPT_BETA2:
-			rc = parse_float(optarg, &c->optimizer.beta2);
-			break;
 		case OPT_EPS:
-			rc = parse_float(optarg, &c->optimizer.eps);
+			rc = parse_float(optarg, hyper_field(&c->optimizer, opt));
 			break;
 		case OPT_JOB:
 			c->job = optarg;
 			break;
-		case OPT_NONCE:
-			rc = phub_parse_u64(optarg, 0, UINT64_MAX, &c->nonce);
-			break;
 		case OPT_BIND:
 			c->bind_addr = optarg;
 			break;
-		case OPT_MTU:
-			rc = phub_parse_u64(optarg, 576, 65535, &v);
-			c->mtu = (uint32_t)v;
-			break;
-		case OPT_WINDOW:
-			rc = phub_parse_u64(optarg, 1, UINT32_MAX, &v);
-			c->window_bytes = (uint32_t)v;
-			break;
-		case OPT_CHUNK:
-			rc = phub_parse_u64(optarg, 1, UINT32_MAX, &v);
-			c->chunk_bytes = (uint32_t)v;
-			break;
 		case OPT_CSUM:
-			c->connect_flags |= PHUB_CONNECT_F_CSUM;
-			break;
 		case OPT_AUTH:
-			c->connect_flags |= PHUB_CONNECT_F_AUTH;
-			break;
 		case OPT_NO_OFFLOAD:
-			c->connect_flags |= PHUB_CONNECT_F_NO_OFFLOAD;
-			break;
 		case OPT_NO_ACKV:
-			c->connect_flags |= PHUB_CONNECT_F_NO_ACKV;
+		case OPT_ELASTIC:
+			c->connect_flags |= connect_flag_opts[opt - OPT_SERVER];
 			break;
 		case OPT_GRADIENTS:
 			if (strcmp(optarg, "random") == 0)
@@ -393,25 +434,6 @@ parse_args(int argc, char **argv, struct options *o)
 		case OPT_DETERMINISTIC:
 			c->deterministic = true;
 			c->connect_flags |= PHUB_CONNECT_F_DETERMINISTIC;
-			break;
-		case OPT_ELASTIC:
-			c->connect_flags |= PHUB_CONNECT_F_ELASTIC;
-			break;
-		case OPT_DIE_AT:
-			rc = phub_parse_u64(optarg, 1, UINT32_MAX, &v);
-			c->die_at = (uint32_t)v;
-			break;
-		case OPT_CONNECT_TIMEOUT:
-			rc = phub_parse_u64(optarg, 1, 3600000, &v);
-			c->connect_timeout_ms = (uint32_t)v;
-			break;
-		case OPT_DEAD:
-			rc = phub_parse_u64(optarg, 1, 3600000, &v);
-			c->dead_ms = (uint32_t)v;
-			break;
-		case OPT_TIMEOUT:
-			rc = phub_parse_u64(optarg, 1, 86400, &v);
-			o->timeout_s = (unsigned int)v;
 			break;
 		case OPT_PAUSE_AT: {
 			char *colon = strchr(optarg, ':');

@@ -119,41 +119,21 @@ table2(enum phub_model_units units, bool json)
 	return 0;
 }
 
-enum { O_WORKERS = PLAN_OPT_OWN, O_SERVERS, O_IFACES, O_TABLE2, O_LIST };
-
 /* What bandwidth's own options set. */
 struct bandwidth_opts {
 	struct phub_model_bw_params p;
 	bool table2, list;
 };
 
-static int
-bandwidth_option(void *own, int c, const char *arg)
-{
-	struct bandwidth_opts *o = own;
-	int rc = 0;
-
-	switch (c) {
-	case O_WORKERS:
-		rc = plan_uint(cmd, "workers", arg, 1000000, &o->p.workers);
-		break;
-	case O_SERVERS:
-		rc = plan_uint(cmd, "servers", arg, 1000000, &o->p.servers);
-		break;
-	case O_IFACES:
-		rc = plan_uint(cmd, "interfaces", arg, 1024, &o->p.pbox_interfaces);
-		if (rc == 0 && o->p.pbox_interfaces == 0)
-			rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--interfaces must be at least 1");
-		break;
-	case O_TABLE2:
-		o->table2 = true;
-		break;
-	case O_LIST:
-		o->list = true;
-		break;
-	}
-	return rc;
-}
+static const struct plan_field bandwidth_fields[] = {
+	PLAN_UINT("workers", struct bandwidth_opts, p.workers, 1000000),
+	PLAN_UINT("servers", struct bandwidth_opts, p.servers, 1000000),
+	PLAN_UINT_MIN("interfaces", struct bandwidth_opts, p.pbox_interfaces, 1024, 1,
+		      "must be at least 1"),
+	PLAN_FLAG("table2", struct bandwidth_opts, table2),
+	PLAN_FLAG("list-presets", struct bandwidth_opts, list),
+	PLAN_FLAG("list-models", struct bandwidth_opts, list),
+};
 
 int
 plan_bandwidth(int argc, char **argv)
@@ -161,12 +141,6 @@ plan_bandwidth(int argc, char **argv)
 	static const struct option opts[] = {
 		PLAN_OPTIONS_MODEL,
 		PLAN_OPTIONS_COMPUTE,
-		{ "workers", required_argument, NULL, O_WORKERS },
-		{ "servers", required_argument, NULL, O_SERVERS },
-		{ "interfaces", required_argument, NULL, O_IFACES },
-		{ "table2", no_argument, NULL, O_TABLE2 },
-		{ "list-presets", no_argument, NULL, O_LIST },
-		{ "list-models", no_argument, NULL, O_LIST },
 		PLAN_OPTIONS_END,
 	};
 	struct bandwidth_opts args = { .p = { .workers = 8 } };
@@ -178,8 +152,8 @@ plan_bandwidth(int argc, char **argv)
 	const char *name = NULL;
 	int rc;
 
-	plan_model_opts_init(&m);
-	rc = plan_parse(cmd, argc, argv, opts, bandwidth_option, &args, &m, &json, usage);
+	rc = plan_parse(cmd, argc, argv, opts, bandwidth_fields, PLAN_DIM(bandwidth_fields), NULL,
+			&args, &m, &json, usage);
 	if (rc != PLAN_OPT_NEXT)
 		return rc;
 	if (args.list)

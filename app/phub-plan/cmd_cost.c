@@ -152,16 +152,28 @@ parse_oversub(const char *s, unsigned int *list, size_t *n)
 	return 0;
 }
 
-enum { O_OVERSUB = PLAN_OPT_OWN, O_SPS, O_RATIO, O_READING, O_TABLE5, O_RATIO_ROW, O_PRICE };
+enum { O_OVERSUB = PLAN_OPT_OWN, O_READING };
 
-/* The price options: one per field of struct phub_model_cost_prices. */
-static const struct {
-	const char *name;
-	size_t off;
-	bool count;
-} prices[] = {
-#define P(n, f) { n, offsetof(struct phub_model_cost_prices, f), false }
-#define U(n, f) { n, offsetof(struct phub_model_cost_prices, f), true }
+/* What cost's own options set. */
+struct cost_opts {
+	struct phub_model_cost_params p;
+	enum phub_model_cost_reading reading;
+	unsigned int oversub[16], ratio_row;
+	size_t noversub;
+	double sps, ratio;
+	bool table5;
+};
+
+/* The number options: the price ones, one per field of struct phub_model_cost_prices, last. */
+static const struct plan_field cost_fields[] = {
+	PLAN_REAL_IN("samples-per-s", struct cost_opts, sps, 0, INFINITY, true,
+		     "must be positive"),
+	PLAN_REAL_IN("phub-ratio", struct cost_opts, ratio, 0, INFINITY, true,
+		     "must be positive"),
+	PLAN_UINT_MIN("ratio-row", struct cost_opts, ratio_row, 3, 1, "must be 1, 2 or 3"),
+	PLAN_FLAG("table5", struct cost_opts, table5),
+#define P(n, f) PLAN_REAL(n, struct cost_opts, p.prices.f)
+#define U(n, f) PLAN_UINT(n, struct cost_opts, p.prices.f, 1000000)
 	P("worker-usd", worker_usd),
 	P("gpu-usd", gpu_usd),
 	U("gpus-per-worker", gpus_per_worker),
@@ -178,17 +190,6 @@ static const struct {
 #undef P
 #undef U
 };
-#define N_PRICES (sizeof(prices) / sizeof(prices[0]))
-
-/* What cost's own options set. */
-struct cost_opts {
-	struct phub_model_cost_params p;
-	enum phub_model_cost_reading reading;
-	unsigned int oversub[16], ratio_row;
-	size_t noversub;
-	double sps, ratio;
-	bool table5;
-};
 
 static int
 cost_option(void *own, int c, const char *arg)
@@ -196,27 +197,9 @@ cost_option(void *own, int c, const char *arg)
 	struct cost_opts *o = own;
 	int rc = 0;
 
-	if (c >= O_PRICE && c < O_PRICE + (int)N_PRICES) {
-		char *field = (char *)&o->p.prices + prices[c - O_PRICE].off;
-
-		if (prices[c - O_PRICE].count)
-			return plan_uint(cmd, prices[c - O_PRICE].name, arg, 1000000,
-					(unsigned int *)(void *)field);
-		return plan_double(cmd, prices[c - O_PRICE].name, arg, (double *)(void *)field);
-	}
 	switch (c) {
 	case O_OVERSUB:
 		rc = parse_oversub(arg, o->oversub, &o->noversub);
-		break;
-	case O_SPS:
-		rc = plan_double(cmd, "samples-per-s", arg, &o->sps);
-		if (rc == 0 && !(o->sps > 0))
-			rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--samples-per-s must be positive");
-		break;
-	case O_RATIO:
-		rc = plan_double(cmd, "phub-ratio", arg, &o->ratio);
-		if (rc == 0 && !(o->ratio > 0))
-			rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--phub-ratio must be positive");
 		break;
 	case O_READING:
 		if (strcmp(arg, "uplink-share") == 0)
@@ -227,14 +210,6 @@ cost_option(void *own, int c, const char *arg)
 			rc = plan_fail(cmd, PLAN_EXIT_USAGE,
 					"--reading: '%s' is not uplink-share or inverse", arg);
 		break;
-	case O_TABLE5:
-		o->table5 = true;
-		break;
-	case O_RATIO_ROW:
-		rc = plan_uint(cmd, "ratio-row", arg, 3, &o->ratio_row);
-		if (rc == 0 && o->ratio_row == 0)
-			rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--ratio-row must be 1, 2 or 3");
-		break;
 	}
 	return rc;
 }
@@ -242,15 +217,10 @@ cost_option(void *own, int c, const char *arg)
 int
 plan_cost(int argc, char **argv)
 {
-	struct option opts[32] = {
+	static const struct option opts[] = {
 		{ "oversub", required_argument, NULL, O_OVERSUB },
-		{ "samples-per-s", required_argument, NULL, O_SPS },
-		{ "phub-ratio", required_argument, NULL, O_RATIO },
 		{ "reading", required_argument, NULL, O_READING },
-		{ "table5", no_argument, NULL, O_TABLE5 },
-		{ "ratio-row", required_argument, NULL, O_RATIO_ROW },
-		{ "json", no_argument, NULL, PLAN_OPT_JSON },
-		{ "help", no_argument, NULL, PLAN_OPT_HELP },
+		PLAN_OPTIONS_END,
 	};
 	struct cost_opts args = {
 		.reading = PHUB_MODEL_COST_UPLINK_SHARE,
@@ -264,17 +234,13 @@ plan_cost(int argc, char **argv)
 	struct phub_model_cost base, phub;
 	struct phub_model_table5 t5;
 	char err[PHUB_MODEL_ERR_LEN];
-	size_t nopts = 8;
 	json_t *rows = NULL;
 	bool json = false;
 	int rc;
 
 	phub_model_cost_prices_default(&p->prices);
-	for (size_t i = 0; i < N_PRICES; i++)
-		opts[nopts++] = (struct option){ prices[i].name, required_argument, NULL,
-			O_PRICE + (int)i };
-	opts[nopts] = (struct option){ NULL, 0, NULL, 0 };
-	rc = plan_parse(cmd, argc, argv, opts, cost_option, &args, NULL, &json, usage);
+	rc = plan_parse(cmd, argc, argv, opts, cost_fields, PLAN_DIM(cost_fields), cost_option, &args,
+			NULL, &json, usage);
 	if (rc != PLAN_OPT_NEXT)
 		return rc;
 	if (args.table5)

@@ -69,7 +69,7 @@ result_text(const char *formula, const struct phub_model_hier *h)
 			h->hier_ring ? "hierarchical" : "flat");
 }
 
-enum { O_RACKS = PLAN_OPT_OWN, O_WPR, O_CORE, O_PBOX, O_WORKER, O_FORMULA, O_RACK_SUM };
+enum { O_RACKS = PLAN_OPT_OWN, O_WPR, O_FORMULA };
 
 /* What hierarchy's own options set. */
 struct hierarchy_opts {
@@ -78,6 +78,14 @@ struct hierarchy_opts {
 	bool racks_given, wpr_given, v000, v001;
 };
 
+static const struct plan_field hierarchy_fields[] = {
+	PLAN_REAL("core-gbps", struct hierarchy_opts, p.core_gbps),
+	PLAN_REAL("pbox-gbps", struct hierarchy_opts, p.pbox_gbps),
+	PLAN_REAL("worker-gbps", struct hierarchy_opts, p.worker_gbps),
+	PLAN_REAL("rack-sum-ms", struct hierarchy_opts, rack_sum_ms),
+};
+
+/* --racks and --workers-per-rack are numbers too, but the command must know they were given. */
 static int
 hierarchy_option(void *own, int c, const char *arg)
 {
@@ -92,18 +100,6 @@ hierarchy_option(void *own, int c, const char *arg)
 	case O_WPR:
 		rc = plan_uint(cmd, "workers-per-rack", arg, 1000000, &o->p.workers_per_rack);
 		o->wpr_given = true;
-		break;
-	case O_CORE:
-		rc = plan_double(cmd, "core-gbps", arg, &o->p.core_gbps);
-		break;
-	case O_PBOX:
-		rc = plan_double(cmd, "pbox-gbps", arg, &o->p.pbox_gbps);
-		break;
-	case O_WORKER:
-		rc = plan_double(cmd, "worker-gbps", arg, &o->p.worker_gbps);
-		break;
-	case O_RACK_SUM:
-		rc = plan_double(cmd, "rack-sum-ms", arg, &o->rack_sum_ms);
 		break;
 	case O_FORMULA:
 		if (strcmp(arg, "000") == 0) {
@@ -129,11 +125,7 @@ plan_hierarchy(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "racks", required_argument, NULL, O_RACKS },
 		{ "workers-per-rack", required_argument, NULL, O_WPR },
-		{ "core-gbps", required_argument, NULL, O_CORE },
-		{ "pbox-gbps", required_argument, NULL, O_PBOX },
-		{ "worker-gbps", required_argument, NULL, O_WORKER },
 		{ "formula", required_argument, NULL, O_FORMULA },
-		{ "rack-sum-ms", required_argument, NULL, O_RACK_SUM },
 		PLAN_OPTIONS_MODEL,
 		PLAN_OPTIONS_END,
 	};
@@ -152,8 +144,8 @@ plan_hierarchy(int argc, char **argv)
 	bool json = false;
 	int rc;
 
-	plan_model_opts_init(&m);
-	rc = plan_parse(cmd, argc, argv, opts, hierarchy_option, &args, &m, &json, usage);
+	rc = plan_parse(cmd, argc, argv, opts, hierarchy_fields, PLAN_DIM(hierarchy_fields),
+			hierarchy_option, &args, &m, &json, usage);
 	if (rc != PLAN_OPT_NEXT)
 		return rc;
 	p = args.p;

@@ -122,9 +122,7 @@ hw_json(const struct phub_model_hw *hw)
 	return o;
 }
 
-enum { O_BUDGET = PLAN_OPT_OWN, O_RACK_MAX, O_PBOX_MAX, O_IFACES_MAX, O_CHUNKS, O_TOP, O_WORKER,
-	O_PORT, O_CORE, O_MEM, O_PKT, O_CHUNK_NS, O_RTT, O_LCORES, O_SEG, O_CALIB, O_BATCH,
-	O_OVERLAP };
+enum { O_CHUNKS = PLAN_OPT_OWN };
 
 /* What optimize's own options set: the hardware ones (< 0 or 0: not given) are applied after
  * the calibration file, whatever their order. */
@@ -135,92 +133,40 @@ struct optimize_opts {
 	const char *calib;
 };
 
+static const struct plan_field optimize_fields[] = {
+	PLAN_UINT("budget", struct optimize_opts, s.machine_budget, 1000000),
+	PLAN_UINT("rack-max", struct optimize_opts, s.rack_machines_max, 1000000),
+	PLAN_UINT("pbox-max", struct optimize_opts, s.pbox_per_rack_max, 1000000),
+	PLAN_UINT("interfaces-max", struct optimize_opts, s.interfaces_max, 1000000),
+	PLAN_UINT_MIN("top", struct optimize_opts, top, TOP_MAX, 1,
+		      "must be from 1 to " PLAN_STR(TOP_MAX)),
+	PLAN_REAL("worker-gbps", struct optimize_opts, worker),
+	PLAN_REAL("port-gbps", struct optimize_opts, port),
+	PLAN_REAL("core-gbps", struct optimize_opts, core),
+	PLAN_REAL("pbox-mem-gbps", struct optimize_opts, mem),
+	PLAN_REAL_IN("per-packet-ns", struct optimize_opts, pkt_ns, 0, INFINITY, false,
+		     "must not be negative"),
+	PLAN_REAL_IN("per-chunk-ns", struct optimize_opts, chunk_ns, 0, INFINITY, false,
+		     "must not be negative"),
+	PLAN_REAL_IN("rtt-us", struct optimize_opts, rtt_us, 0, INFINITY, false,
+		     "must not be negative"),
+	PLAN_UINT_MIN("lcores", struct optimize_opts, lcores, 1024, 1, "must be at least 1"),
+	PLAN_UINT_MIN("segment-bytes", struct optimize_opts, seg, 65536, 64,
+		      "must be at least 64"),
+	PLAN_UINT_MIN("batch", struct optimize_opts, batch, 1000000, 1, "must be at least 1"),
+	PLAN_REAL_IN("overlap", struct optimize_opts, overlap, 0, 1, false,
+		     "must be from 0 to 1"),
+	PLAN_TEXT("calibration", struct optimize_opts, calib),
+};
+
 static int
 optimize_option(void *own, int c, const char *arg)
 {
 	struct optimize_opts *o = own;
-	int rc = 0;
 
-	switch (c) {
-	case O_BUDGET:
-		rc = plan_uint(cmd, "budget", arg, 1000000, &o->s.machine_budget);
-		break;
-	case O_RACK_MAX:
-		rc = plan_uint(cmd, "rack-max", arg, 1000000, &o->s.rack_machines_max);
-		break;
-	case O_PBOX_MAX:
-		rc = plan_uint(cmd, "pbox-max", arg, 1000000, &o->s.pbox_per_rack_max);
-		break;
-	case O_IFACES_MAX:
-		rc = plan_uint(cmd, "interfaces-max", arg, 1000000, &o->s.interfaces_max);
-		break;
-	case O_CHUNKS:
-		rc = parse_chunks(arg, o->chunks, &o->s.chunk_count);
-		o->s.chunk_bytes = o->chunks;
-		break;
-	case O_TOP:
-		rc = plan_uint(cmd, "top", arg, TOP_MAX, &o->top);
-		if (rc == 0 && o->top == 0)
-			rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--top must be from 1 to %d",
-					TOP_MAX);
-		break;
-	case O_WORKER:
-		rc = plan_double(cmd, "worker-gbps", arg, &o->worker);
-		break;
-	case O_PORT:
-		rc = plan_double(cmd, "port-gbps", arg, &o->port);
-		break;
-	case O_CORE:
-		rc = plan_double(cmd, "core-gbps", arg, &o->core);
-		break;
-	case O_MEM:
-		rc = plan_double(cmd, "pbox-mem-gbps", arg, &o->mem);
-		break;
-	case O_PKT:
-		rc = plan_double(cmd, "per-packet-ns", arg, &o->pkt_ns);
-		if (rc == 0 && o->pkt_ns < 0)
-			rc = plan_fail(cmd, PLAN_EXIT_VALUE,
-					"--per-packet-ns must not be negative");
-		break;
-	case O_CHUNK_NS:
-		rc = plan_double(cmd, "per-chunk-ns", arg, &o->chunk_ns);
-		if (rc == 0 && o->chunk_ns < 0)
-			rc = plan_fail(cmd, PLAN_EXIT_VALUE,
-					"--per-chunk-ns must not be negative");
-		break;
-	case O_RTT:
-		rc = plan_double(cmd, "rtt-us", arg, &o->rtt_us);
-		if (rc == 0 && o->rtt_us < 0)
-			rc = plan_fail(cmd, PLAN_EXIT_VALUE,
-					"--rtt-us must not be negative");
-		break;
-	case O_LCORES:
-		rc = plan_uint(cmd, "lcores", arg, 1024, &o->lcores);
-		if (rc == 0 && o->lcores == 0)
-			rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--lcores must be at least 1");
-		break;
-	case O_SEG:
-		rc = plan_uint(cmd, "segment-bytes", arg, 65536, &o->seg);
-		if (rc == 0 && o->seg < 64)
-			rc = plan_fail(cmd, PLAN_EXIT_VALUE,
-					"--segment-bytes must be at least 64");
-		break;
-	case O_CALIB:
-		o->calib = arg;
-		break;
-	case O_BATCH:
-		rc = plan_uint(cmd, "batch", arg, 1000000, &o->batch);
-		if (rc == 0 && o->batch == 0)
-			rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--batch must be at least 1");
-		break;
-	case O_OVERLAP:
-		rc = plan_double(cmd, "overlap", arg, &o->overlap);
-		if (rc == 0 && !(o->overlap >= 0 && o->overlap <= 1))
-			rc = plan_fail(cmd, PLAN_EXIT_VALUE,
-					"--overlap must be from 0 to 1");
-		break;
-	}
-	return rc;
+	(void)c;	/* --chunks, its only one */
+	o->s.chunk_bytes = o->chunks;
+	return parse_chunks(arg, o->chunks, &o->s.chunk_count);
 }
 
 int
@@ -229,24 +175,7 @@ plan_optimize(int argc, char **argv)
 	static const struct option opts[] = {
 		PLAN_OPTIONS_MODEL,
 		PLAN_OPTIONS_COMPUTE,
-		{ "budget", required_argument, NULL, O_BUDGET },
-		{ "rack-max", required_argument, NULL, O_RACK_MAX },
-		{ "pbox-max", required_argument, NULL, O_PBOX_MAX },
-		{ "interfaces-max", required_argument, NULL, O_IFACES_MAX },
 		{ "chunks", required_argument, NULL, O_CHUNKS },
-		{ "top", required_argument, NULL, O_TOP },
-		{ "worker-gbps", required_argument, NULL, O_WORKER },
-		{ "port-gbps", required_argument, NULL, O_PORT },
-		{ "core-gbps", required_argument, NULL, O_CORE },
-		{ "pbox-mem-gbps", required_argument, NULL, O_MEM },
-		{ "per-packet-ns", required_argument, NULL, O_PKT },
-		{ "per-chunk-ns", required_argument, NULL, O_CHUNK_NS },
-		{ "rtt-us", required_argument, NULL, O_RTT },
-		{ "lcores", required_argument, NULL, O_LCORES },
-		{ "segment-bytes", required_argument, NULL, O_SEG },
-		{ "calibration", required_argument, NULL, O_CALIB },
-		{ "batch", required_argument, NULL, O_BATCH },
-		{ "overlap", required_argument, NULL, O_OVERLAP },
 		PLAN_OPTIONS_END,
 	};
 	struct optimize_opts args = {
@@ -263,10 +192,10 @@ plan_optimize(int argc, char **argv)
 	size_t n = 0;
 	int rc;
 
-	plan_model_opts_init(&m);
 	phub_model_hw_default(&hw);
 	phub_model_search_default(&args.s);
-	rc = plan_parse(cmd, argc, argv, opts, optimize_option, &args, &m, &json, usage);
+	rc = plan_parse(cmd, argc, argv, opts, optimize_fields, PLAN_DIM(optimize_fields),
+			optimize_option, &args, &m, &json, usage);
 	if (rc != PLAN_OPT_NEXT)
 		return rc;
 	if (args.calib != NULL &&

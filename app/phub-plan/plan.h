@@ -5,7 +5,9 @@
 #define PHUB_PLAN_H
 
 #include <getopt.h>
+#include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #include <jansson.h>
 
@@ -101,13 +103,54 @@ int plan_common_option(const char *cmd, int c, char **argv, struct plan_model_op
 typedef int plan_own_option_fn(void *own, int c, const char *arg);
 
 /*
- * Reads a command line with opts: the command's own options through take_own(own, ...), the
- * shared ones through plan_common_option(); nothing may follow the options. Returns
- * PLAN_OPT_NEXT when the command goes on, or the exit code to return now (0 after --help).
+ * A command's option that sets one field of its own struct, at off: a flag (true), a text (the
+ * argument), an unsigned int up to max (plan_uint) or a double (plan_double); a number then,
+ * when why is not NULL, a value error "--name why" unless lo <= v <= hi (lo < v when lo_open).
+ */
+enum plan_field_kind { PLAN_F_FLAG, PLAN_F_TEXT, PLAN_F_UINT, PLAN_F_REAL };
+
+struct plan_field {
+	const char *name;
+	enum plan_field_kind kind;
+	size_t off;
+	unsigned long max;
+	double lo, hi;
+	bool lo_open;
+	const char *why;
+};
+
+/* A bool set by --name; a const char * that is --name's argument. */
+#define PLAN_FLAG(name, type, field) \
+	{ name, PLAN_F_FLAG, offsetof(type, field), 0, 0, 0, false, NULL }
+#define PLAN_TEXT(name, type, field) \
+	{ name, PLAN_F_TEXT, offsetof(type, field), 0, 0, 0, false, NULL }
+#define PLAN_REAL(name, type, field) \
+	{ name, PLAN_F_REAL, offsetof(type, field), 0, -INFINITY, INFINITY, false, NULL }
+/* A double refused outside lo..hi (above lo only, when open). */
+#define PLAN_REAL_IN(name, type, field, lo, hi, open, why) \
+	{ name, PLAN_F_REAL, offsetof(type, field), 0, lo, hi, open, why }
+#define PLAN_UINT(name, type, field, max) \
+	{ name, PLAN_F_UINT, offsetof(type, field), max, 0, INFINITY, false, NULL }
+/* An unsigned int refused below min. */
+#define PLAN_UINT_MIN(name, type, field, max, min, why) \
+	{ name, PLAN_F_UINT, offsetof(type, field), max, min, INFINITY, false, why }
+
+#define PLAN_DIM(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The text of a number macro, for a why: "must be from 1 to " PLAN_STR(TOP_MAX). */
+#define PLAN_STR_(x) #x
+#define PLAN_STR(x) PLAN_STR_(x)
+
+/*
+ * Reads a command line with opts and fields (n_fields of them, into own): the command's other
+ * options through take_own(own, ...) (NULL: it has none), the shared ones through
+ * plan_common_option(), after plan_model_opts_init(m) when m is not NULL; nothing may follow
+ * the options. Returns PLAN_OPT_NEXT when the command goes on, or the exit code to return now
+ * (0 after --help).
  */
 int plan_parse(const char *cmd, int argc, char **argv, const struct option *opts,
-		plan_own_option_fn *take_own, void *own, struct plan_model_opts *m, bool *json,
-		void (*usage)(void));
+		const struct plan_field *fields, size_t n_fields, plan_own_option_fn *take_own,
+		void *own, struct plan_model_opts *m, bool *json, void (*usage)(void));
 
 /* Loads the job the options name; *name gets a label ("RN269", file path or "custom").
  * need_compute: the command needs a compute time. */

@@ -151,17 +151,79 @@ plan_common_option(const char *cmd, int c, char **argv, struct plan_model_opts *
 	return rc != 0 ? rc : PLAN_OPT_NEXT;
 }
 
+/* getopt_long's value of fields[i]: above every command's own. */
+#define PLAN_OPT_FIELD 1024
+/* Entries of a command's getopt_long table, its end included. */
+#define PLAN_OPTIONS_MAX 64
+
+static int
+field_option(const char *cmd, const struct plan_field *f, const char *arg, void *own)
+{
+	void *field = (char *)own + f->off;
+	double v;
+	int rc;
+
+	switch (f->kind) {
+	case PLAN_F_FLAG:
+		*(bool *)field = true;
+		return 0;
+	case PLAN_F_TEXT:
+		*(const char **)field = arg;
+		return 0;
+	case PLAN_F_UINT:
+		rc = plan_uint(cmd, f->name, arg, f->max, field);
+		v = *(unsigned int *)field;
+		break;
+	default:
+		rc = plan_double(cmd, f->name, arg, field);
+		v = *(double *)field;
+		break;
+	}
+	if (rc == 0 && f->why != NULL && !(v <= f->hi && (f->lo_open ? v > f->lo : v >= f->lo)))
+		rc = plan_fail(cmd, PLAN_EXIT_VALUE, "--%s %s", f->name, f->why);
+	return rc;
+}
+
 int
 plan_parse(const char *cmd, int argc, char **argv, const struct option *opts,
-		plan_own_option_fn *take_own, void *own, struct plan_model_opts *m, bool *json,
-		void (*usage)(void))
+		const struct plan_field *fields, size_t n_fields, plan_own_option_fn *take_own,
+		void *own, struct plan_model_opts *m, bool *json, void (*usage)(void))
 {
+	struct option all[PLAN_OPTIONS_MAX];
+	size_t n = 0;
 	int c, rc;
 
+	if (m != NULL)
+		plan_model_opts_init(m);
+	while (opts[n].name != NULL)
+		n++;
+	if (n + n_fields >= PLAN_OPTIONS_MAX)
+		return plan_fail(cmd, PLAN_EXIT_USAGE, "more options than PLAN_OPTIONS_MAX (a bug)");
+	memcpy(all, opts, n * sizeof(all[0]));
+	for (size_t i = 0; i < n_fields; i++) {
+		size_t j = 0;
+
+		/*
+		 * Two names of one field (--list-models, --list-presets) are one option to
+		 * getopt_long: the same value, so an abbreviation of both is not ambiguous.
+		 */
+		while (fields[j].off != fields[i].off || fields[j].kind != fields[i].kind)
+			j++;
+		all[n++] = (struct option){ fields[i].name,
+			fields[i].kind == PLAN_F_FLAG ? no_argument : required_argument, NULL,
+			PLAN_OPT_FIELD + (int)j };
+	}
+	all[n] = (struct option){ NULL, 0, NULL, 0 };
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (c >= PLAN_OPT_OWN) {
+	while ((c = getopt_long(argc, argv, "h", all, NULL)) != -1) {
+		if (c >= PLAN_OPT_FIELD) {
+			rc = field_option(cmd, &fields[c - PLAN_OPT_FIELD], optarg, own);
+			if (rc != 0)
+				return rc;
+			continue;
+		}
+		if (c >= PLAN_OPT_OWN && take_own != NULL) {
 			rc = take_own(own, c, optarg);
 			if (rc != 0)
 				return rc;

@@ -139,6 +139,20 @@ cfg_quote(char *buf, size_t size, const char *s, size_t len);
 int
 cfg_parse_object(struct cfg_ctx *ctx, const json_t *obj, const struct cfg_field *fields,
 		 void *base);
+/*
+ * Asked about each known member before cfg_parse_members parses it, with the member's key on
+ * ctx's path: 0 to parse it, CFG_MEMBER_SKIP to pass over it, or the error it reported.
+ */
+#define CFG_MEMBER_SKIP 1
+typedef int (*cfg_member_check)(struct cfg_ctx *ctx, const struct cfg_field *f,
+				const void *base);
+/*
+ * Parse each member of the object obj into base in the order written, an unknown key an error;
+ * check (or NULL) may refuse or pass over a member. The fields parsed go to *seen as bits.
+ */
+int
+cfg_parse_members(struct cfg_ctx *ctx, const json_t *obj, const struct cfg_field *fields,
+		  void *base, cfg_member_check check, uint64_t *seen);
 int
 cfg_parse_value(struct cfg_ctx *ctx, const struct cfg_field *f, const json_t *v, void *base);
 int

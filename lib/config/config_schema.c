@@ -550,6 +550,20 @@ optimizer_defaults(struct phub_config_optimizer *o, enum phub_opt_type type)
 	}
 }
 
+/* "type", read already, is passed over; another key must be one the optimizer uses. */
+static int
+optimizer_member(struct cfg_ctx *ctx, const struct cfg_field *f, const void *base)
+{
+	const struct phub_config_optimizer *o = base;
+
+	if (f == &cfg_optimizer_fields[0])
+		return CFG_MEMBER_SKIP;
+	if (!(optimizer_uses[o->type] & (1u << (f - cfg_optimizer_fields))))
+		return cfg_error(ctx, CFG_AT_KEY, "optimizer \"%s\" does not use %s",
+				 phub_opt_type_name(o->type), f->name);
+	return 0;
+}
+
 /*
  * "type" is read first wherever it is written, because it decides the defaults and which
  * other keys are allowed; the others are then read in the order written.
@@ -560,8 +574,7 @@ parse_optimizer(struct cfg_ctx *ctx, const json_t *obj, void *target)
 	struct phub_config_optimizer *o = target;
 	struct phub_config_optimizer parsed = { .type = PHUB_OPT_SGD };
 	const json_t *type;
-	const char *key;
-	json_t *v;
+	uint64_t seen = 0;
 	int rc;
 
 	rc = cfg_expect_object(ctx, obj);
@@ -576,24 +589,7 @@ parse_optimizer(struct cfg_ctx *ctx, const json_t *obj, void *target)
 			return rc;
 	}
 	optimizer_defaults(o, parsed.type);
-	json_object_foreach((json_t *)obj, key, v) {
-		const struct cfg_field *f = cfg_field_find(cfg_optimizer_fields, key);
-
-		if (strcmp(key, "type") == 0)
-			continue;
-		cfg_push_key(ctx, key);
-		if (f->name == NULL)
-			rc = cfg_unknown_key(ctx, cfg_optimizer_fields, 0);
-		else if (!(optimizer_uses[o->type] & (1u << (f - cfg_optimizer_fields))))
-			rc = cfg_error(ctx, CFG_AT_KEY, "optimizer \"%s\" does not use %s",
-				       phub_opt_type_name(o->type), key);
-		else
-			rc = cfg_parse_value(ctx, f, v, o);
-		cfg_pop(ctx);
-		if (rc != 0)
-			return rc;
-	}
-	return 0;
+	return cfg_parse_members(ctx, obj, cfg_optimizer_fields, o, optimizer_member, &seen);
 }
 
 static int

@@ -296,31 +296,45 @@ cfg_expect_object(struct cfg_ctx *ctx, const json_t *obj)
  * are checked when the object is done, and the error points at the object.
  */
 int
-cfg_parse_object(struct cfg_ctx *ctx, const json_t *obj, const struct cfg_field *fields,
-		 void *base)
+cfg_parse_members(struct cfg_ctx *ctx, const json_t *obj, const struct cfg_field *fields,
+		  void *base, cfg_member_check check, uint64_t *seen)
 {
-	uint64_t seen = 0;
 	const char *key;
 	json_t *v;
 	int rc;
 
-	rc = cfg_expect_object(ctx, obj);
-	if (rc != 0)
-		return rc;
-	apply_defaults(fields, base);
 	json_object_foreach((json_t *)obj, key, v) {
 		const struct cfg_field *f = cfg_field_find(fields, key);
 
 		cfg_push_key(ctx, key);
 		if (f->name == NULL)
 			rc = cfg_unknown_key(ctx, fields, 0);
-		else
+		else if (check == NULL || (rc = check(ctx, f, base)) == 0)
 			rc = cfg_parse_value(ctx, f, v, base);
 		cfg_pop(ctx);
+		if (rc == CFG_MEMBER_SKIP)
+			continue;
 		if (rc != 0)
 			return rc;
-		seen |= UINT64_C(1) << (f - fields);
+		*seen |= UINT64_C(1) << (f - fields);
 	}
+	return 0;
+}
+
+int
+cfg_parse_object(struct cfg_ctx *ctx, const json_t *obj, const struct cfg_field *fields,
+		 void *base)
+{
+	uint64_t seen = 0;
+	int rc;
+
+	rc = cfg_expect_object(ctx, obj);
+	if (rc != 0)
+		return rc;
+	apply_defaults(fields, base);
+	rc = cfg_parse_members(ctx, obj, fields, base, NULL, &seen);
+	if (rc != 0)
+		return rc;
 	for (const struct cfg_field *f = fields; f->name != NULL; f++) {
 		if ((f->flags & CFG_REQUIRED) && !(seen & (UINT64_C(1) << (f - fields))))
 			return cfg_error(ctx, CFG_AT_VALUE, "missing required key \"%s\"",

@@ -12,15 +12,9 @@
 #include <string.h>
 
 #include "config_priv.h"
+#include "util/phub_addr.h"
 
 #define PATH_LEN 64
-
-static void
-ipv4_text(uint32_t addr, char *buf, size_t size)
-{
-	snprintf(buf, size, "%u.%u.%u.%u", addr >> 24, (addr >> 16) & 0xff, (addr >> 8) & 0xff,
-		 addr & 0xff);
-}
 
 static int
 resolve_drivers_dir(struct cfg_ctx *ctx, struct phub_config *cfg)
@@ -180,7 +174,7 @@ validate_port_identity(struct cfg_ctx *ctx, const struct phub_config *cfg, unsig
 					    (int)strcspn(port->device, ","), port->device, j);
 		}
 		if (other->ipv4 == port->ipv4) {
-			ipv4_text(port->ipv4, addr, sizeof(addr));
+			phub_ipv4_text(port->ipv4, addr, sizeof(addr));
 			snprintf(path, sizeof(path), "ports[%u].ipv4", i);
 			return cfg_error_at(ctx, path, "address %s is also ports[%u].ipv4", addr,
 					    j);
@@ -370,7 +364,7 @@ validate_peers(struct cfg_ctx *ctx, const struct phub_config *cfg)
 	for (unsigned int i = 0; i < cfg->n_peers; i++) {
 		const struct phub_config_peer *peer = &cfg->peers[i];
 
-		ipv4_text(peer->ipv4, addr, sizeof(addr));
+		phub_ipv4_text(peer->ipv4, addr, sizeof(addr));
 		snprintf(path, sizeof(path), "peers[%u].ipv4", i);
 		for (unsigned int p = 0; p < cfg->n_ports; p++) {
 			if (cfg->ports[p].ipv4 == peer->ipv4)

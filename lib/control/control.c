@@ -42,16 +42,13 @@ phub_control_input(struct phub_control *ctl, const struct phub_control_peer *fro
 		ctl->auth_join = false;
 		break;
 	case PHUB_WIRE_OP_LEAVE:
-		if (control_auth_in(ctl, dgram, &msg))
-			control_leave_input(ctl, from, &msg);
-		break;
 	case PHUB_WIRE_OP_PING:
-		if (control_auth_in(ctl, dgram, &msg))
-			control_ping_input(ctl, from, &msg);
-		break;
 	case PHUB_WIRE_OP_WORLD_ACK:
+		/* A session's messages: authenticated like its data, then to their handler. */
 		if (control_auth_in(ctl, dgram, &msg))
-			control_world_ack_input(ctl, from, &msg);
+			(msg.opcode == PHUB_WIRE_OP_LEAVE ? control_leave_input :
+			 msg.opcode == PHUB_WIRE_OP_PING ? control_ping_input :
+			 control_world_ack_input)(ctl, from, &msg);
 		break;
 	case PHUB_WIRE_OP_RING_HELLO:
 	case PHUB_WIRE_OP_RING_HELLO_ACK:

@@ -15,6 +15,7 @@
 #include <sys/random.h>
 
 #include "control_priv.h"
+#include "util/phub_addr.h"
 
 /*
  * The ring's retransmission timeout at least: a ring datagram crosses two PBoxes' queues and
@@ -50,13 +51,6 @@ rack_base(const struct phub_control_declared_job *d, uint16_t i)
 	for (uint16_t k = 0; k < i; k++)
 		base += d->racks[k].ranks;
 	return base;
-}
-
-static void
-ipv4_text(uint32_t ipv4, char *buf, size_t size)
-{
-	snprintf(buf, size, "%u.%u.%u.%u", ipv4 >> 24, (ipv4 >> 16) & 0xff, (ipv4 >> 8) & 0xff,
-			ipv4 & 0xff);
 }
 
 void
@@ -151,7 +145,7 @@ control_ring_rank_refused(struct phub_control *ctl, const struct phub_control_pe
 				"beyond its %u ranks", join->name, join->rank, d->workers);
 		return true;
 	}
-	ipv4_text(ctl->p.ring_peers[d->racks[holder].peer].ipv4, addr, sizeof(addr));
+	phub_ipv4_text(ctl->p.ring_peers[d->racks[holder].peer].ipv4, addr, sizeof(addr));
 	control_send_error(ctl, to, msg, PHUB_WIRE_ERR_RANK_RANGE, "job %s: rank %u is rack %s's "
 			"(%s): join that rack's PBox; this one (%s) holds ranks %u .. %u",
 			join->name, join->rank, d->racks[holder].name, addr, ctl->p.rack_name,
@@ -218,7 +212,7 @@ hello_refuse(struct phub_control *ctl, const struct phub_control_peer *from,
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
-	ipv4_text(from->ipv4, addr, sizeof(addr));
+	phub_ipv4_text(from->ipv4, addr, sizeof(addr));
 	ctl->stats.ring_hellos_refused++;
 	control_log(ctl, PHUB_CONTROL_LOG_NOTICE, "RING_HELLO from %s:%u (position %u) for job %s "
 			"refused: %s", addr, from->udp_port, h->pos, h->name, why);
@@ -234,7 +228,7 @@ ring_fail(struct phub_control *ctl, struct cjob *cj, const struct cring_link *l,
 	struct phub_engine_job_info info;
 
 	phub_engine_job_get_info(cj->job, &info);
-	ipv4_text(peer->ipv4, addr, sizeof(addr));
+	phub_ipv4_text(peer->ipv4, addr, sizeof(addr));
 	snprintf(text, sizeof(text), "ring peer %s (%s) %s", peer->name, addr, why);
 	control_log(ctl, PHUB_CONTROL_LOG_ERR, "job %s (id %u), ring position %u: %s: the job "
 			"ends", info.name, info.job_id, cj->ring.pos, text);
@@ -356,7 +350,7 @@ control_ring_input(struct phub_control *ctl, const struct phub_control_peer *fro
 	}
 	/* The rack at that position is a configured peer, known by its address. */
 	if (ctl->p.ring_peers[links[0]->peer].ipv4 != from->ipv4) {
-		ipv4_text(ctl->p.ring_peers[links[0]->peer].ipv4, addr, sizeof(addr));
+		phub_ipv4_text(ctl->p.ring_peers[links[0]->peer].ipv4, addr, sizeof(addr));
 		hello_refuse(ctl, from, &h, "position %u is rack %s, at %s", h.pos,
 				ctl->p.ring_peers[links[0]->peer].name, addr);
 		return;

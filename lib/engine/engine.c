@@ -115,29 +115,10 @@ static const struct phub_engine_allocator default_allocator = {
 	.free = default_free,
 };
 
+/* size zeroed bytes at align from the job's allocator, counted in memory_bytes. */
 static void *
-job_alloc(struct phub_engine_job *job, size_t size)
+job_alloc_aligned(struct phub_engine_job *job, size_t size, size_t align)
 {
-	void *p;
-
-	if (size == 0)
-		return NULL;
-	p = job->allocator.alloc(size, PHUB_ENGINE_ALIGN, job->allocator.ctx);
-	if (p != NULL) {
-		memset(p, 0, size);
-		job->memory_bytes += size;
-	}
-	return p;
-}
-
-/*
- * A per-element buffer (model, aggregation, optimizer state, wire copy): page-aligned when the
- * allocator places pages on NUMA nodes, so that page p holds elements from p * page on.
- */
-static void *
-job_alloc_buffer(struct phub_engine_job *job, size_t size)
-{
-	size_t align = job->allocator.place != NULL ? PHUB_ENGINE_PAGE : PHUB_ENGINE_ALIGN;
 	void *p;
 
 	if (size == 0)
@@ -148,6 +129,23 @@ job_alloc_buffer(struct phub_engine_job *job, size_t size)
 		job->memory_bytes += size;
 	}
 	return p;
+}
+
+static void *
+job_alloc(struct phub_engine_job *job, size_t size)
+{
+	return job_alloc_aligned(job, size, PHUB_ENGINE_ALIGN);
+}
+
+/*
+ * A per-element buffer (model, aggregation, optimizer state, wire copy): page-aligned when the
+ * allocator places pages on NUMA nodes, so that page p holds elements from p * page on.
+ */
+static void *
+job_alloc_buffer(struct phub_engine_job *job, size_t size)
+{
+	return job_alloc_aligned(job, size,
+			job->allocator.place != NULL ? PHUB_ENGINE_PAGE : PHUB_ENGINE_ALIGN);
 }
 
 static void

@@ -109,8 +109,8 @@ phub_engine_job_auth_psk(const struct phub_engine_job *job)
 	return job->auth != NULL ? job->auth->psk : NULL;
 }
 
-static void
-key_store(_Atomic uint64_t *w, const uint8_t *key)
+void
+engine_auth_key_store(_Atomic uint64_t *w, const uint8_t *key)
 {
 	for (unsigned int i = 0; i < KEY_WORDS; i++) {
 		uint64_t v;
@@ -168,8 +168,8 @@ phub_engine_job_auth_join(struct phub_engine_job *job, uint16_t rank,
 		return rc;
 	gen = atomic_load_explicit(&r->gen, memory_order_relaxed);
 	atomic_store_explicit(&r->gen, gen + 1, memory_order_relaxed);
-	key_store(r->rx, keys.rx);
-	key_store(r->tx, keys.tx);
+	engine_auth_key_store(r->rx, keys.rx);
+	engine_auth_key_store(r->tx, keys.tx);
 	atomic_store_explicit(&r->gen, gen + 2, memory_order_release);
 	r->have = true;
 	memcpy(r->worker_pk, worker_pk, PHUB_AUTH_PK_LEN);

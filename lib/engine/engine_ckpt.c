@@ -185,18 +185,9 @@ engine_ckpt_release(struct phub_engine_job *job)
 static void
 slot_elems(const struct phub_engine_job *job, uint32_t s, uint64_t *elem, uint32_t *n)
 {
+	uint32_t lo = engine_seg_chunk(job, s), seg;
 	struct phub_layout_chunk chunk;
-	uint32_t lo = 0, hi = job->n_chunks - 1, seg;
 
-	/* The last chunk whose first segment is at or before s. */
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo + 1) / 2;
-
-		if (job->chunks[mid].first_segment <= s)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
 	phub_layout_chunk_get(job->layout, lo, &chunk);
 	seg = s - job->chunks[lo].first_segment;
 	*elem = chunk.elem_base + (uint64_t)seg * job->segment_elems;
@@ -301,24 +292,32 @@ struct ckpt_out {
 	uint8_t buf[CKPT_IO_BUF];
 };
 
+/*
+ * All n bytes at b written to fd, or read from it into b (which is then the caller's writable
+ * buffer), again after a signal: 0, the call's -errno, or at_end when it moves no byte.
+ */
+static int
+fd_all(int fd, const uint8_t *b, size_t n, bool reading, int at_end)
+{
+	while (n > 0) {
+		ssize_t d = reading ? read(fd, (uint8_t *)(uintptr_t)b, n) : write(fd, b, n);
+
+		if (d < 0 && errno == EINTR)
+			continue;
+		if (d < 0)
+			return -errno;
+		if (d == 0)
+			return at_end;
+		b += d;
+		n -= (size_t)d;
+	}
+	return 0;
+}
+
 static int
 write_all(int fd, const void *p, size_t n)
 {
-	const uint8_t *b = p;
-
-	while (n > 0) {
-		ssize_t w = write(fd, b, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		if (w == 0)
-			return -EIO;
-		b += w;
-		n -= (size_t)w;
-	}
-	return 0;
+	return fd_all(fd, p, n, false, -EIO);
 }
 
 static int
@@ -489,21 +488,10 @@ struct ckpt_in {
 static int
 in_get(struct ckpt_in *in, void *p, size_t n)
 {
-	uint8_t *b = p;
-	size_t left = n;
+	int rc = fd_all(in->fd, p, n, true, -EBADMSG);
 
-	while (left > 0) {
-		ssize_t r = read(in->fd, b, left);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -EBADMSG;
-		b += r;
-		left -= (size_t)r;
-	}
+	if (rc != 0)
+		return rc;
 	in->crc = phub_crc32c(in->crc, p, n);
 	in->offset += n;
 	return 0;

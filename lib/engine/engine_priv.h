@@ -259,6 +259,24 @@ engine_job_now_ns(const struct phub_engine_job *job)
 {
 	return job->clock != NULL ? job->clock(job->clock_arg) : engine_now_ns();
 }
+
+/* The chunk of a segment slot: the last chunk whose first segment is at or before it. */
+static inline uint32_t
+engine_seg_chunk(const struct phub_engine_job *job, uint32_t seg)
+{
+	uint32_t lo = 0, hi = job->n_chunks - 1;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo + 1) / 2;
+
+		if (job->chunks[mid].first_segment <= seg)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
 /* engine_ring_node.c: the ring's memory and set-up at job creation. */
 uint64_t engine_ring_bookkeeping(const struct phub_engine_job *job);
 int engine_ring_setup(struct phub_engine_job *job, void *(*alloc)(struct phub_engine_job *, size_t));
@@ -373,5 +391,11 @@ int engine_auth_create(struct phub_engine_job *job, const uint8_t *psk, unsigned
 /* The lanes an authenticated job was made for (0: not authenticated). */
 unsigned int engine_auth_lanes(const struct phub_engine_job *job);
 void engine_auth_release(struct phub_engine_job *job);
+/*
+ * Store a PHUB_AUTH_KEY_LEN-byte key into its words under a sequence lock the caller holds (gen
+ * odd): each word's store is a release, so a reader that sees a new word also sees the odd gen.
+ * A job's rank keys and a ring's link keys are written the same way.
+ */
+void engine_auth_key_store(_Atomic uint64_t *w, const uint8_t *key);
 
 #endif /* PHUB_ENGINE_PRIV_H */

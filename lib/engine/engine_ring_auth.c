@@ -91,17 +91,6 @@ engine_ring_auth_release(struct phub_engine_job *job)
 	atomic_store_explicit(&job->ring_auth, NULL, memory_order_relaxed);
 }
 
-static void
-key_put(_Atomic uint64_t *w, const uint8_t *key)
-{
-	for (unsigned int i = 0; i < KEY_WORDS; i++) {
-		uint64_t v;
-
-		memcpy(&v, key + 8 * i, sizeof(v));
-		atomic_store_explicit(&w[i], v, memory_order_release);
-	}
-}
-
 static bool
 key_same(_Atomic uint64_t *w, const uint8_t *key)
 {
@@ -155,8 +144,8 @@ phub_engine_job_ring_auth_keys(struct phub_engine_job *job, unsigned int link,
 	 * release, so a reader that sees a new word also sees the odd generation stored before it.
 	 */
 	atomic_store_explicit(&k->gen, gen + 1, memory_order_relaxed);
-	key_put(k->rx, rx);
-	key_put(k->tx, tx);
+	engine_auth_key_store(k->rx, rx);
+	engine_auth_key_store(k->tx, tx);
 	atomic_store_explicit(&k->gen, gen + 2, memory_order_release);
 	return 0;
 }

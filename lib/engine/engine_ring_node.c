@@ -248,30 +248,13 @@ phub_engine_job_ring_silence(const struct phub_engine_job *job, uint64_t now_ns,
 	*next_ns = now_ns > n ? now_ns - n : 0;
 }
 
-/* The chunk of a segment slot: the last chunk whose first segment is at or before it. */
-static uint32_t
-seg_chunk(const struct phub_engine_job *job, uint32_t seg)
-{
-	uint32_t lo = 0, hi = job->n_chunks - 1;
-
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo + 1) / 2;
-
-		if (job->chunks[mid].first_segment <= seg)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	return lo;
-}
-
 /* What the data path sends for the ring out of one segment's event. */
 static void
 ring_send_of(const struct phub_engine_job *job, uint32_t seg, const struct phub_ring_out *out,
 		struct phub_engine_ring_send *send)
 {
 	struct phub_layout_chunk chunk;
-	uint32_t chunk_id = seg_chunk(job, seg);
+	uint32_t chunk_id = engine_seg_chunk(job, seg);
 	uint32_t index = seg - job->chunks[chunk_id].first_segment;
 	uint32_t n;
 
@@ -488,7 +471,7 @@ seg_owned(const struct phub_engine_job *job, uint32_t seg, struct seg_owner *o,
 	if (o->chunk == UINT32_MAX || seg < job->chunks[o->chunk].first_segment || seg >= o->end) {
 		struct phub_layout_chunk chunk;
 
-		o->chunk = seg_chunk(job, seg);
+		o->chunk = engine_seg_chunk(job, seg);
 		phub_layout_chunk_get(job->layout, o->chunk, &chunk);
 		o->end = job->chunks[o->chunk].first_segment + chunk.n_segments;
 		o->owned = owns == NULL || owns(arg, chunk.server);

@@ -131,6 +131,7 @@ scalar_to_wire(void *dst, enum phub_dtype dtype, const float *src, size_t n)
 		store_elem(dst, i, dtype, src[i]);
 }
 
+/* One table per ISA with the same entries (kernels_avx2.c, kernels_avx512.c): per-ISA twins. */
 const struct phub_kernels kernels_scalar = {
 	.isa = PHUB_ISA_SCALAR,
 	.first = scalar_first,

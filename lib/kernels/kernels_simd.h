@@ -136,6 +136,10 @@ SIMD_NAME(to_wire)(void *dst, enum phub_dtype dtype, const float *src, size_t n)
 		if (n != 0)
 			memcpy(dst, src, n * sizeof(float));
 		return;
+	/*
+	 * One loop per wire dtype, alike on purpose: each hands v_store a constant dtype, so the
+	 * always-inline primitives compile to that one conversion, not a switch per vector.
+	 */
 	case PHUB_DTYPE_FP16:
 		for (; i + VW <= n; i += VW)
 			v_store(dst, i, PHUB_DTYPE_FP16, v_load(src, i, PHUB_DTYPE_FP32));

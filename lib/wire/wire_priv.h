@@ -11,54 +11,30 @@
 /*
  * Datagrams sit at any alignment in a packet buffer (2 mod 4 after an Ethernet header), so every
  * multi-byte field is read and written through memcpy, which compilers turn into one
- * unaligned load or store plus a byte swap.
+ * unaligned load or store plus a byte swap. One definition makes wire_ldN and wire_stN for
+ * each width N.
  */
-static inline uint16_t
-wire_ld16(const void *p)
-{
-	uint16_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return be16toh(v);
+#define WIRE_LD_ST(n) \
+static inline uint##n##_t \
+wire_ld##n(const void *p) \
+{ \
+	uint##n##_t v; \
+ \
+	memcpy(&v, p, sizeof(v)); \
+	return be##n##toh(v); \
+} \
+ \
+static inline void \
+wire_st##n(void *p, uint##n##_t v) \
+{ \
+	v = htobe##n(v); \
+	memcpy(p, &v, sizeof(v)); \
 }
 
-static inline uint32_t
-wire_ld32(const void *p)
-{
-	uint32_t v;
+WIRE_LD_ST(16)
+WIRE_LD_ST(32)
+WIRE_LD_ST(64)
 
-	memcpy(&v, p, sizeof(v));
-	return be32toh(v);
-}
-
-static inline uint64_t
-wire_ld64(const void *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return be64toh(v);
-}
-
-static inline void
-wire_st16(void *p, uint16_t v)
-{
-	v = htobe16(v);
-	memcpy(p, &v, sizeof(v));
-}
-
-static inline void
-wire_st32(void *p, uint32_t v)
-{
-	v = htobe32(v);
-	memcpy(p, &v, sizeof(v));
-}
-
-static inline void
-wire_st64(void *p, uint64_t v)
-{
-	v = htobe64(v);
-	memcpy(p, &v, sizeof(v));
-}
+#undef WIRE_LD_ST
 
 #endif /* PHUB_WIRE_PRIV_H */
