@@ -276,6 +276,42 @@ ring_ackv_add(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job 
 }
 
 /*
+ * An authenticated ring's MAC and replay window on link (the neighbour it came from), before
+ * the engine reads anything: false when the datagram failed, dropped and counted.
+ */
+static bool
+ring_auth_ok(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *job,
+		unsigned int link)
+{
+	enum phub_drop_reason why;
+
+	if (likely(!phub_engine_job_ring_auth(job) && !(f->msg.flags & PHUB_WIRE_F_AUTH)))
+		return true;
+	why = phub_engine_ring_auth_rx(job, link, lc->data_index, f->msg.flags, f->udp_payload,
+			f->msg.hdr_len, f->msg.payload, f->msg.payload_len);
+	if (why == PHUB_DROP_OK)
+		return true;
+	wire_drop(lc, f->m, why);
+	return false;
+}
+
+/* The fields every ring request takes from its datagram: who sent it, what it carries, when. */
+static void
+ring_request_init(struct phub_engine_ring_request *req, const struct pbox_lcore *lc,
+		const struct rx_frame *f)
+{
+	memset(req, 0, sizeof(*req));
+	req->session_token = f->msg.session_token;
+	req->rank = f->msg.worker_rank;
+	req->opcode = f->msg.opcode;
+	req->src_ipv4 = f->src_ip;
+	req->src_udp_port = f->src_udp;
+	req->payload = f->msg.payload;
+	req->payload_len = f->msg.payload_len;
+	req->now_ns = lc->now_ns;
+}
+
+/*
  * A RING_REDUCE, RING_GATHER or RING_ACK, on the lcore that owns its chunk: the engine checks
  * it (token and source of the job's ring neighbour, step, iteration), the taken ones are
  * acknowledged in the turn's RING_ACKV, and what they complete goes on: ring steps to the next
@@ -287,33 +323,16 @@ handle_ring(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *j
 	struct phub_engine_ring_request req;
 	struct phub_engine_reply reply;
 
-	/* An authenticated ring's MAC and replay window, before the engine reads anything. */
-	if (unlikely(phub_engine_job_ring_auth(job) || (f->msg.flags & PHUB_WIRE_F_AUTH))) {
-		enum phub_drop_reason why = phub_engine_ring_auth_rx(job,
-				f->msg.opcode == PHUB_WIRE_OP_RING_ACK ? PHUB_ENGINE_RING_NEXT :
-				PHUB_ENGINE_RING_PREV, lc->data_index, f->msg.flags, f->udp_payload,
-				f->msg.hdr_len, f->msg.payload, f->msg.payload_len);
-
-		if (why != PHUB_DROP_OK) {
-			wire_drop(lc, f->m, why);
-			return;
-		}
-	}
-	memset(&req, 0, sizeof(req));
-	req.session_token = f->msg.session_token;
+	if (!ring_auth_ok(lc, f, job, f->msg.opcode == PHUB_WIRE_OP_RING_ACK ?
+			PHUB_ENGINE_RING_NEXT : PHUB_ENGINE_RING_PREV))
+		return;
+	ring_request_init(&req, lc, f);
 	req.chunk_id = f->msg.chunk_id;
 	req.iteration = f->msg.iteration;
 	req.elem_offset = f->msg.elem_offset;
 	req.elem_count = f->msg.elem_count;
 	req.step = f->msg.aux;
-	req.rank = f->msg.worker_rank;
-	req.opcode = f->msg.opcode;
 	req.dtype = f->msg.dtype;
-	req.src_ipv4 = f->src_ip;
-	req.src_udp_port = f->src_udp;
-	req.payload = f->msg.payload;
-	req.payload_len = f->msg.payload_len;
-	req.now_ns = lc->now_ns;
 	if (f->msg.opcode == PHUB_WIRE_OP_RING_ACK) {
 		phub_engine_ring_receive(job, &req, &reply, &lc->engine_stats);
 		rte_pktmbuf_free(f->m);
@@ -395,26 +414,9 @@ handle_ring_ackv(struct pbox_lcore *lc, struct rx_frame *f, bool handed)
 		return;
 	}
 	/* Checked once, where it arrived: a copy handed here was (and its window moved there). */
-	if (unlikely(!handed &&
-		     (phub_engine_job_ring_auth(job) || (f->msg.flags & PHUB_WIRE_F_AUTH)))) {
-		enum phub_drop_reason why = phub_engine_ring_auth_rx(job, PHUB_ENGINE_RING_NEXT,
-				lc->data_index, f->msg.flags, f->udp_payload, f->msg.hdr_len,
-				f->msg.payload, f->msg.payload_len);
-
-		if (why != PHUB_DROP_OK) {
-			wire_drop(lc, f->m, why);
-			return;
-		}
-	}
-	memset(&req, 0, sizeof(req));
-	req.session_token = f->msg.session_token;
-	req.rank = f->msg.worker_rank;
-	req.opcode = f->msg.opcode;
-	req.src_ipv4 = f->src_ip;
-	req.src_udp_port = f->src_udp;
-	req.payload = f->msg.payload;
-	req.payload_len = f->msg.payload_len;
-	req.now_ns = lc->now_ns;
+	if (!handed && !ring_auth_ok(lc, f, job, PHUB_ENGINE_RING_NEXT))
+		return;
+	ring_request_init(&req, lc, f);
 	phub_engine_ring_ackv(job, &req, ring_poll_owns, &c, &reply, &lc->engine_stats);
 	if (reply.reason == PHUB_DROP_OK) {
 		lc->stats.ring_acks_in++;
