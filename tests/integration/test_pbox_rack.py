@@ -206,7 +206,11 @@ def test_no_steering(rack):
     # all (it landed on the chunk's own lcore, whatever port it named).
     assert handed <= mis["misdirected"]
     assert s["drops"].get("wrong_lcore", 0) == s["handed_off"]
-    assert set(s["drops"]) <= {"wrong_lcore", "not_for_us"}
+    # The misdirected round adds no drop of another reason. (The bench before it may have: on
+    # a loaded machine a worker's PULL can come before its segment's iteration is finished,
+    # future_iteration.)
+    added = {why: n - before["drops"].get(why, 0) for why, n in s["drops"].items()}
+    assert {why for why, n in added.items() if n > 0} <= {"wrong_lcore", "not_for_us"}
 
 
 def test_af_packet(rack):
