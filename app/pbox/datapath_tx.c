@@ -181,18 +181,19 @@ answer_ack(struct pbox_lcore *lc, struct phub_engine_job *job, struct rx_frame *
 	rte_pktmbuf_free(f->m);
 }
 
-/*
- * The headers of the first MODEL frame built in full in a broadcast, for the next ranks': copied
- * and retargeted (ack.h) instead of built and summed again.
- */
 /* The headers of a MODEL frame without the AUTH trailer: what model_head keeps and copies. */
 #define MODEL_HEAD_PLAIN (L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN)
 
+/*
+ * The headers of the first MODEL frame built in full in a broadcast, for the next ranks': copied
+ * and retargeted (ack.h) instead of built and summed again. Only plain frames are kept (an
+ * authenticated one has its own sequence number and MAC).
+ */
 struct model_head {
 	bool valid;
 	uint8_t flags;			/* the PHub flags it was built with */
 	struct pbox_frame_peer peer;
-	uint8_t bytes[L2_L3_L4_LEN + PHUB_WIRE_HDR_LEN + PHUB_WIRE_AUTH_TRAILER_LEN];
+	uint8_t bytes[MODEL_HEAD_PLAIN];
 };
 
 /*
