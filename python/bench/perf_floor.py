@@ -40,6 +40,11 @@ def samples(data, t0, t1):
     out = subprocess.run(["perf", "script", "-i", data, "--time", "%.6f,%.6f" % (t0, t1),
                           "-F", "comm,pid,time,ip,sym,dso"], capture_output=True, text=True,
                          check=True).stdout
+    return parse(out)
+
+
+def parse(out):
+    """The samples of `perf script -F comm,pid,time,ip,sym,dso` output, as samples() says."""
     cur = None
     for line in out.splitlines():
         if not line.strip():
