@@ -43,7 +43,7 @@ enum {
  */
 #define PING_RETRY_NS UINT64_C(200000000)
 
-/* ---- indexed heaps of segment ids ---- */
+/* ---- indexed heaps of segment ids, each entry with its own order ---- */
 
 static inline uint32_t *
 heap_pos(struct seg *s, bool timer)
@@ -52,34 +52,32 @@ heap_pos(struct seg *s, bool timer)
 }
 
 static inline bool
-heap_before(const struct seg *a, const struct seg *b, bool timer)
+heap_before(const struct seg_heap_ent *a, const struct seg_heap_ent *b)
 {
-	if (timer)
-		return a->deadline_ns < b->deadline_ns;
-	if (a->send_prio != b->send_prio)
-		return a->send_prio < b->send_prio;
-	return a->send_seq < b->send_seq;
+	if (a->hi != b->hi)
+		return a->hi < b->hi;
+	return a->lo < b->lo;
 }
 
 static inline void
-heap_set(struct phub *h, struct seg_heap *hp, uint32_t i, uint32_t id, bool timer)
+heap_set(struct phub *h, struct seg_heap *hp, uint32_t i, const struct seg_heap_ent *e,
+		bool timer)
 {
-	hp->ids[i] = id;
-	*heap_pos(&h->segs[id], timer) = i + 1;
+	hp->ents[i] = *e;
+	*heap_pos(&h->segs[e->id], timer) = i + 1;
 }
 
 static void
 heap_sift(struct phub *h, struct seg_heap *hp, uint32_t i, bool timer)
 {
-	uint32_t id = hp->ids[i];
-	struct seg *s = &h->segs[id];
+	struct seg_heap_ent e = hp->ents[i];
 
 	while (i > 0) {
 		uint32_t parent = (i - 1) / 2;
 
-		if (!heap_before(s, &h->segs[hp->ids[parent]], timer))
+		if (!heap_before(&e, &hp->ents[parent]))
 			break;
-		heap_set(h, hp, i, hp->ids[parent], timer);
+		heap_set(h, hp, i, &hp->ents[parent], timer);
 		i = parent;
 	}
 	for (;;) {
@@ -87,15 +85,25 @@ heap_sift(struct phub *h, struct seg_heap *hp, uint32_t i, bool timer)
 
 		if (child >= hp->n)
 			break;
-		if (child + 1 < hp->n &&
-		    heap_before(&h->segs[hp->ids[child + 1]], &h->segs[hp->ids[child]], timer))
+		if (child + 1 < hp->n && heap_before(&hp->ents[child + 1], &hp->ents[child]))
 			child++;
-		if (!heap_before(&h->segs[hp->ids[child]], s, timer))
+		if (!heap_before(&hp->ents[child], &e))
 			break;
-		heap_set(h, hp, i, hp->ids[child], timer);
+		heap_set(h, hp, i, &hp->ents[child], timer);
 		i = child;
 	}
-	heap_set(h, hp, i, id, timer);
+	heap_set(h, hp, i, &e, timer);
+}
+
+/* The segment's order in the heap: (priority, queueing order), or its deadline. */
+static inline struct seg_heap_ent
+heap_ent(const struct phub *h, uint32_t id, bool timer)
+{
+	const struct seg *s = &h->segs[id];
+
+	if (timer)
+		return (struct seg_heap_ent){ .lo = s->deadline_ns, .hi = 0, .id = id };
+	return (struct seg_heap_ent){ .lo = s->send_seq, .hi = s->send_prio, .id = id };
 }
 
 /* Insert, or move after the key changed. */
@@ -103,11 +111,11 @@ static void
 heap_update(struct phub *h, struct seg_heap *hp, uint32_t id, bool timer)
 {
 	uint32_t pos = *heap_pos(&h->segs[id], timer);
+	struct seg_heap_ent e = heap_ent(h, id, timer);
 
-	if (pos == 0) {
+	if (pos == 0)
 		pos = ++hp->n;
-		heap_set(h, hp, pos - 1, id, timer);
-	}
+	heap_set(h, hp, pos - 1, &e, timer);
 	heap_sift(h, hp, pos - 1, timer);
 }
 
@@ -115,22 +123,22 @@ static void
 heap_remove(struct phub *h, struct seg_heap *hp, uint32_t id, bool timer)
 {
 	uint32_t pos = *heap_pos(&h->segs[id], timer);
-	uint32_t last;
+	struct seg_heap_ent last;
 
 	if (pos == 0)
 		return;
 	*heap_pos(&h->segs[id], timer) = 0;
-	last = hp->ids[--hp->n];
+	last = hp->ents[--hp->n];
 	if (pos - 1 == hp->n)
 		return;
-	heap_set(h, hp, pos - 1, last, timer);
+	heap_set(h, hp, pos - 1, &last, timer);
 	heap_sift(h, hp, pos - 1, timer);
 }
 
 static inline struct seg *
 heap_top(struct phub *h, const struct seg_heap *hp)
 {
-	return hp->n > 0 ? &h->segs[hp->ids[0]] : NULL;
+	return hp->n > 0 ? &h->segs[hp->ents[0].id] : NULL;
 }
 
 static inline uint32_t
@@ -1200,8 +1208,8 @@ client_node_init(struct phub *h)
 {
 	struct rx_batch *rx = &h->rx;
 
-	h->send_heap.ids = calloc(h->n_segs, sizeof(uint32_t));
-	h->timer_heap.ids = calloc(h->n_segs, sizeof(uint32_t));
+	h->send_heap.ents = calloc(h->n_segs, sizeof(struct seg_heap_ent));
+	h->timer_heap.ents = calloc(h->n_segs, sizeof(struct seg_heap_ent));
 	/* MODEL bursts coalesced by the kernel: a buffer holds what one skb may. */
 	if (h->gro_on && !client_gro_set(h, true)) {
 		h->gro_on = false;
@@ -1212,7 +1220,7 @@ client_node_init(struct phub *h)
 	rx->buf = malloc(CLIENT_BATCH * rx->rx_size);
 	h->ep_order = calloc(h->n_endpoints, sizeof(*h->ep_order));
 	h->overtake_trust = OVERTAKE_TRUST_MAX;
-	if (h->send_heap.ids == NULL || h->timer_heap.ids == NULL || rx->buf == NULL ||
+	if (h->send_heap.ents == NULL || h->timer_heap.ents == NULL || rx->buf == NULL ||
 	    h->ep_order == NULL)
 		return -ENOMEM;
 	for (unsigned int i = 0; i < CLIENT_BATCH; i++) {
@@ -1244,8 +1252,8 @@ client_node_init(struct phub *h)
 void
 client_node_free(struct phub *h)
 {
-	free(h->send_heap.ids);
-	free(h->timer_heap.ids);
+	free(h->send_heap.ents);
+	free(h->timer_heap.ents);
 	free(h->rx.buf);
 	free(h->ep_order);
 }
