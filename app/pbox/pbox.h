@@ -154,7 +154,13 @@ struct pbox_lcore {
 	uint32_t test_stall_ms;
 	/* The ACKs this loop turn owes to ranks that take ACKV, sent at its end (datapath.c). */
 	struct phub_ackv_batch ackv;
+	/* PUSH frames may be lent to the engine: the pools had plenty free at lend_checked_ns. */
+	bool may_lend;
+	uint64_t lend_checked_ns;
 } __rte_cache_aligned;
+
+/* How often a data lcore counts the pools' free mbufs to decide whether it may lend frames. */
+#define PBOX_LEND_CHECK_NS 1000000u
 
 /* Marks in mbuf->hash.usr of inbox mbufs: what the receiver does with them. */
 enum pbox_inbox_kind {
