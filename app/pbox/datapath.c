@@ -122,10 +122,11 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 		/*
 		 * The frame is lent as the segment's sum (the engine copies nothing; main.c's
 		 * release frees it) while the pools have plenty and its ACK leaves in an ACKV, so
-		 * that nothing reuses the frame. A kept frame is the engine's: f->m NULL.
+		 * that nothing reuses the frame; a small one is copied (PBOX_LEND_MIN_BYTES). A
+		 * kept frame is the engine's: f->m NULL.
 		 */
-		if (lc->may_lend && phub_dataplane_rank_wants(job, f->msg.worker_rank,
-				PHUB_ENGINE_PEER_F_ACKV))
+		if (lc->may_lend && req.payload_len >= PBOX_LEND_MIN_BYTES &&
+		    phub_dataplane_rank_wants(job, f->msg.worker_rank, PHUB_ENGINE_PEER_F_ACKV))
 			req.lend = f->m;
 		phub_engine_push(job, &req, &reply, &lc->engine_stats);
 		if (reply.kept)
