@@ -147,7 +147,7 @@ struct phub_engine_stats {
 	uint64_t segments_completed;	/* last arrivals: optimizer ran, MODEL broadcast */
 	uint64_t models_resent;		/* MODEL sent again for a finished iteration */
 	uint64_t pulls;			/* PULL answered */
-	uint64_t agg_ns;		/* time in aggregation kernels (one call in 8 timed) */
+	uint64_t agg_ns;		/* time in aggregation kernels (one call in 64 timed) */
 	uint64_t opt_ns;		/* time in fused last-arrival kernels (the same) */
 	uint64_t prof_calls;		/* kernel calls, timed or not: which one is timed */
 	uint64_t ring_taken;		/* RING_REDUCE/RING_GATHER taken in */
