@@ -119,7 +119,18 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 	if (f->msg.opcode == PHUB_WIRE_OP_PUSH) {
 		uint64_t taken = lc->engine_stats.pushes;
 
+		/*
+		 * The frame is lent as the segment's sum (the engine copies nothing; main.c's
+		 * release frees it) while the pools have plenty and its ACK leaves in an ACKV, so
+		 * that nothing reuses the frame; a small one is copied (PBOX_LEND_MIN_BYTES). A
+		 * kept frame is the engine's: f->m NULL.
+		 */
+		if (lc->may_lend && req.payload_len >= PBOX_LEND_MIN_BYTES &&
+		    phub_dataplane_rank_wants(job, f->msg.worker_rank, PHUB_ENGINE_PEER_F_ACKV))
+			req.lend = f->m;
 		phub_engine_push(job, &req, &reply, &lc->engine_stats);
+		if (reply.kept)
+			f->m = NULL;
 		lc->stats.job_pushes[phub_engine_job_slot(job)] += lc->engine_stats.pushes - taken;
 	} else
 		phub_engine_pull(job, &req, &reply, &lc->engine_stats);
@@ -495,6 +506,22 @@ prio_hold_free(struct pbox_prio_hold *hold)
 	rte_free(hold);
 }
 
+/*
+ * Whether PUSH frames may be lent to the engine (handle_data()): while every direct pool has
+ * more than half its mbufs free. Counting a pool's free mbufs reads every lcore's cache, so
+ * once per PBOX_LEND_CHECK_NS; the kept frames are bounded by the segments in flight.
+ */
+static void
+lend_check(struct pbox_lcore *lc)
+{
+	lc->lend_checked_ns = lc->now_ns;
+	lc->may_lend = true;
+	for (unsigned int s = 0; s < RTE_MAX_NUMA_NODES; s++)
+		if (pbox.pools[s] != NULL &&
+		    rte_mempool_avail_count(pbox.pools[s]) <= pbox.pools[s]->size / 2)
+			lc->may_lend = false;
+}
+
 static void
 flush_tx(struct pbox_lcore *lc)
 {
@@ -561,6 +588,8 @@ pbox_lcore_main(void *arg)
 		start_tsc = rte_rdtsc();
 		/* One clock read per turn: the ring's timestamps and RTOs. */
 		lc->now_ns = phub_engine_monotonic_ns();
+		if (unlikely(lc->now_ns - lc->lend_checked_ns > PBOX_LEND_CHECK_NS))
+			lend_check(lc);
 		if (hold != NULL)
 			work += serve_held(lc, hold, hold_age);
 		for (uint16_t i = 0; hold == NULL && i < lc->n_rxq; i++) {

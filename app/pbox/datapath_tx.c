@@ -171,6 +171,11 @@ answer_ack(struct pbox_lcore *lc, struct phub_engine_job *job, struct rx_frame *
 	struct phub_wire_ackv_entry e;
 
 	if (!phub_dataplane_rank_wants(job, f->msg.worker_rank, PHUB_ENGINE_PEER_F_ACKV)) {
+		/* A frame the engine kept (lent while the rank took ACKV) cannot become the ACK. */
+		if (unlikely(f->m == NULL)) {
+			lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
+			return;
+		}
 		send_ack(lc, job, f, tx_port);
 		return;
 	}
@@ -178,7 +183,7 @@ answer_ack(struct pbox_lcore *lc, struct phub_engine_job *job, struct rx_frame *
 	if (unlikely(phub_ackv_full(&lc->ackv)))
 		ackv_flush(lc);
 	phub_ackv_add(&lc->ackv, job, f->msg.job_id, f->msg.worker_rank, (uint16_t)server, &e);
-	rte_pktmbuf_free(f->m);
+	rte_pktmbuf_free(f->m);	/* NULL: kept by the engine */
 }
 
 /* The headers of a MODEL frame without the AUTH trailer: what model_head keeps and copies. */

@@ -208,6 +208,17 @@ lcores_tx_init(struct pbox *pb)
 	return 0;
 }
 
+/*
+ * The engine's release of a PUSH frame it kept as a segment's sum (datapath.c lends them): on
+ * the data lcore that completes the segment, or the main lcore when a job is freed.
+ */
+static void
+mbuf_release(void *cookie, void *arg)
+{
+	(void)arg;
+	rte_pktmbuf_free(cookie);
+}
+
 static int
 rcu_init(struct pbox *pb)
 {
@@ -363,7 +374,9 @@ main(int argc, char **argv)
 		rc = lcores_tx_init(&pbox);
 	}
 	if (rc == 0) {
-		pbox.engine = phub_engine_create();
+		struct phub_engine_params ep = { .release = mbuf_release };
+
+		pbox.engine = phub_engine_create_with(&ep);
 		rc = pbox.engine == NULL ? -ENOMEM : 0;
 	}
 	if (rc == 0)

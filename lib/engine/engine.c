@@ -155,6 +155,18 @@ job_release(struct phub_engine_job *job, void *p)
 		job->allocator.free(p, job->allocator.ctx);
 }
 
+/*
+ * Whether the job keeps lent first arrivals as segment sums: fp32 (a 16-bit arrival is widened
+ * into agg), default mode (a deterministic job stages out-of-order ranks and adds the rest in
+ * one pass of sum), one rack (the ring's code sums into agg and ring buffers).
+ */
+static bool
+job_keeps_lent(const struct phub_engine_job *job)
+{
+	return job->release != NULL && job->dtype == PHUB_DTYPE_FP32 && !job->deterministic &&
+		job->ring.racks < 2;
+}
+
 /* What a job would cost, before allocating any of it. */
 static uint64_t
 job_memory_estimate(const struct phub_engine_job *job)
@@ -176,6 +188,8 @@ job_memory_estimate(const struct phub_engine_job *job)
 	bytes += (uint64_t)job->n_chunks * sizeof(struct engine_chunk);
 	bytes += (uint64_t)job->n_cell_rows * job->cell_row_len * sizeof(struct rank_cell);
 	bytes += engine_ring_bookkeeping(job);
+	if (job_keeps_lent(job))
+		bytes += (uint64_t)job->n_segments * sizeof(*job->held);
 	return bytes;
 }
 
@@ -236,6 +250,13 @@ job_index_chunks(struct phub_engine_job *job)
 static void
 job_release_all(struct phub_engine_job *job)
 {
+	/* Segments in flight hand their kept buffers back: every one exactly once. */
+	if (job->held != NULL) {
+		for (uint32_t s = 0; s < job->n_segments; s++)
+			if (job->held[s].acc != NULL)
+				engine_held_release(job, &job->held[s]);
+	}
+	job_release(job, job->held);
 	job_release(job, job->model);
 	job_release(job, job->agg);
 	job_release(job, job->state[0]);
@@ -288,6 +309,11 @@ job_allocate_buffers(struct phub_engine_job *job, uint64_t limit)
 			sizeof(struct rank_cell));
 	if (job->cells == NULL)
 		return -ENOMEM;
+	if (job_keeps_lent(job)) {
+		job->held = job_alloc(job, job->n_segments * sizeof(*job->held));
+		if (job->held == NULL)
+			return -ENOMEM;
+	}
 	for (uint32_t s = 0; s < job->n_segments; s++)
 		job->slots[s].next_iteration = job->first_iteration;
 	/* Each chunk's part of the per-element buffers on the node of the lcore that owns it. */
@@ -375,6 +401,8 @@ phub_engine_job_create(struct phub_engine *engine, const struct phub_engine_job_
 	}
 	job->clock = engine->params.clock;
 	job->clock_arg = engine->params.clock_arg;
+	job->release = engine->params.release;
+	job->release_arg = engine->params.release_arg;
 	job->created_ns = engine_job_now_ns(job);
 	/* One row of rank cells per server, each row whole cache lines. */
 	job->n_cell_rows = p->n_servers > 0 ? p->n_servers : 1;

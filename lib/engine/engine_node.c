@@ -202,24 +202,38 @@ push_last(struct phub_engine_job *job, const struct segment_slot *slot, const fl
 	stats->opt_ns += engine_prof_since(t0);
 }
 
-/* Default mode: the segment is added in arrival order. */
+/*
+ * Default mode: the segment is added in arrival order. Where the job keeps lent buffers, a lent
+ * first arrival becomes the sum itself (no copy into agg): later ones are added into it in
+ * place, the last one's fused step reads it, and it goes back to the caller then.
+ */
 static void
 push_gradient(struct phub_engine_job *job, const struct segment_slot *slot,
 		const struct phub_engine_request *req, uint64_t elem, bool last, uint64_t t0,
-		struct phub_engine_stats *stats)
+		struct phub_engine_reply *reply, struct phub_engine_stats *stats)
 {
 	const struct phub_kernels *k = phub_kernels_get();
-	float *acc = job->agg + elem;
+	struct engine_held *h = job->held != NULL ? &job->held[slot - job->slots] : NULL;
+	float *acc = h != NULL && h->acc != NULL ? h->acc : job->agg + elem;
 
 	if (last) {
 		push_last(job, slot, slot->seen == 0 ? NULL : acc, req->payload, req->iteration,
 				req->elem_count, elem, slot->seen + 1u, t0, stats);
+		if (h != NULL && h->acc != NULL)
+			engine_held_release(job, h);
 		return;
 	}
-	if (slot->seen == 0)
-		k->first(acc, req->payload, job->dtype, req->elem_count);
-	else
+	if (slot->seen != 0) {
 		k->add(acc, req->payload, job->dtype, req->elem_count);
+	} else if (h != NULL && req->lend != NULL) {
+		/* The caller lent a writable buffer: the cast gives back what it lent. */
+		h->acc = (float *)(uintptr_t)req->payload;
+		h->cookie = req->lend;
+		reply->kept = true;
+		return;
+	} else {
+		k->first(acc, req->payload, job->dtype, req->elem_count);
+	}
 	stats->agg_ns += engine_prof_since(t0);
 }
 
@@ -391,8 +405,12 @@ engine_slot_complete_elastic(struct phub_engine_job *job, uint32_t seg, uint64_t
 					t0, stats);
 		}
 	} else if (iteration != 0) {
-		push_last(job, slot, job->agg + elem, NULL, iteration, n, elem, slot->seen, t0,
-				stats);
+		struct engine_held *h = job->held != NULL ? &job->held[seg] : NULL;
+
+		push_last(job, slot, h != NULL && h->acc != NULL ? h->acc : job->agg + elem, NULL,
+				iteration, n, elem, slot->seen, t0, stats);
+		if (h != NULL && h->acc != NULL)
+			engine_held_release(job, h);
 	}
 	slot_complete(job, slot, stats);
 	engine_reply_model(job, elem, n, iteration, PHUB_ENGINE_MODEL_ALL, reply);
@@ -431,6 +449,7 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 	int32_t ahead;
 	bool last, fused;
 
+	reply->kept = false;
 	req = request_local(job, wire_req, &local, reply, stats);
 	if (req == NULL)
 		return;
@@ -506,7 +525,7 @@ phub_engine_push(struct phub_engine_job *job, const struct phub_engine_request *
 	else if (job->deterministic)
 		push_ordered(job, slot, req, elem, fused, t0, stats);
 	else
-		push_gradient(job, slot, req, elem, fused, t0, stats);
+		push_gradient(job, slot, req, elem, fused, t0, reply, stats);
 	stats->pushes++;
 	stats->push_bytes += req->payload_len;
 	/* The bit before the count: a reader that sees them agree saw one state. */
@@ -539,6 +558,7 @@ phub_engine_pull(struct phub_engine_job *job, const struct phub_engine_request *
 	struct rank_cell *cell;
 	uint64_t elem;
 
+	reply->kept = false;
 	req = request_local(job, wire_req, &local, reply, stats);
 	if (req == NULL)
 		return;

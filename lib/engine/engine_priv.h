@@ -52,9 +52,10 @@ engine_prof_ticks(void)
 /*
  * One kernel call in ENGINE_PROF_EVERY is timed and counts that many times: the two TSC reads
  * around every call were a third of phub_engine_push's samples at 1 KB segments (2 % of a PBox
- * lcore), for a counter that is a share of time, not a per-call figure.
+ * lcore), for a counter that is a share of time, not a per-call figure. One in 8 still left a
+ * quarter of phub_engine_push's samples on RDTSC (5 ns per PUSH at 1 KB).
  */
-#define ENGINE_PROF_EVERY 8
+#define ENGINE_PROF_EVERY 64
 
 /* The start of a kernel call: a value of engine_prof_ticks() when this call is timed, else 0. */
 static inline uint64_t
@@ -201,6 +202,17 @@ struct phub_engine_job {
 	struct phub_layout *layout;
 	phub_engine_clock_fn clock;	/* the engine's, copied; NULL: CLOCK_MONOTONIC */
 	void *clock_arg;
+	/*
+	 * Jobs that keep lent first arrivals (phub_engine_params.release): per segment slot, the
+	 * kept buffer that is the segment's sum (acc NULL: the sum is in agg, or nothing came).
+	 * NULL for jobs that never keep.
+	 */
+	struct engine_held {
+		float *acc;
+		void *cookie;
+	} *held;
+	void (*release)(void *cookie, void *arg);
+	void *release_arg;
 	struct rank_session ranks[PHUB_ENGINE_MAX_WORKERS];
 
 	/* Control only. */
@@ -275,6 +287,17 @@ engine_seg_chunk(const struct phub_engine_job *job, uint32_t seg)
 			hi = mid - 1;
 	}
 	return lo;
+}
+
+/* Hand a kept buffer back (h->acc not NULL) and forget it: the segment's sum is done with. */
+static inline void
+engine_held_release(const struct phub_engine_job *job, struct engine_held *h)
+{
+	void *cookie = h->cookie;
+
+	h->acc = NULL;
+	h->cookie = NULL;
+	job->release(cookie, job->release_arg);
 }
 
 /* engine_ring_node.c: the ring's memory and set-up at job creation. */

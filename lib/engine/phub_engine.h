@@ -147,7 +147,7 @@ struct phub_engine_stats {
 	uint64_t segments_completed;	/* last arrivals: optimizer ran, MODEL broadcast */
 	uint64_t models_resent;		/* MODEL sent again for a finished iteration */
 	uint64_t pulls;			/* PULL answered */
-	uint64_t agg_ns;		/* time in aggregation kernels (one call in 8 timed) */
+	uint64_t agg_ns;		/* time in aggregation kernels (one call in 64 timed) */
 	uint64_t opt_ns;		/* time in fused last-arrival kernels (the same) */
 	uint64_t prof_calls;		/* kernel calls, timed or not: which one is timed */
 	uint64_t ring_taken;		/* RING_REDUCE/RING_GATHER taken in */
@@ -191,6 +191,11 @@ struct phub_engine_reply {
 	uint32_t elem_count;		/* elements of the segment */
 	const void *model;		/* MODEL payload in the job's wire dtype */
 	size_t model_bytes;
+	/*
+	 * PUSH: the engine kept the payload the caller lent (request.lend) as the segment's sum;
+	 * the caller must neither free nor reuse it until the engine hands it back (release).
+	 */
+	bool kept;
 	struct phub_engine_ring_send ring;	/* PHUB_ENGINE_RING_SEND */
 };
 
@@ -210,6 +215,13 @@ struct phub_engine_request {
 	uint16_t src_udp_port;
 	const void *payload;		/* PUSH only: elem_count elements of dtype */
 	size_t payload_len;
+	/*
+	 * PUSH: non-NULL lends the payload's buffer, which must then be writable, under this
+	 * cookie: the first arrival of a segment may be kept as its sum (reply.kept) instead of
+	 * copied, later arrivals added into it in place, and the cookie goes back through the
+	 * engine's release exactly once (struct phub_engine_params). NULL: nothing lent.
+	 */
+	void *lend;
 	/*
 	 * PUSH with PHUB_WIRE_F_HYPER: this iteration's lr and weight decay for the segment. The
 	 * first PUSH of an iteration sets them (or their absence: the job's JOIN values) for the
@@ -238,6 +250,16 @@ typedef uint64_t (*phub_engine_clock_fn)(void *arg);
 struct phub_engine_params {
 	phub_engine_clock_fn clock;	/* NULL: CLOCK_MONOTONIC */
 	void *clock_arg;		/* passed to clock */
+	/*
+	 * Hands back a payload buffer a PUSH lent (request.lend) and the engine kept: called once
+	 * per kept cookie, by the data thread that completes the segment (its last PUSH, an
+	 * elastic completion) or by phub_engine_job_free() for segments still in flight. NULL: the
+	 * engine keeps nothing and copies every first arrival. Only default-mode (not
+	 * deterministic), one-rack fp32 jobs keep: elsewhere the first arrival is staged, widened
+	 * from fp16/bf16 or summed for the ring, and copied as before.
+	 */
+	void (*release)(void *cookie, void *arg);
+	void *release_arg;		/* passed to release */
 };
 
 /*

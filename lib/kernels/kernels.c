@@ -187,6 +187,18 @@ phub_optimizer_params_check(const struct phub_optimizer_params *p)
 	return 0;
 }
 
+/*
+ * (float)(1.0 / n) for n = 1 .. 256, folded by the compiler (correctly rounded, as at run time):
+ * the double division was most of phub_opt_step_init, which the engine calls per segment.
+ */
+#define RECIP1(n) (float)(1.0 / (n)),
+#define RECIP4(n) RECIP1(n) RECIP1((n) + 1) RECIP1((n) + 2) RECIP1((n) + 3)
+#define RECIP16(n) RECIP4(n) RECIP4((n) + 4) RECIP4((n) + 8) RECIP4((n) + 12)
+#define RECIP64(n) RECIP16(n) RECIP16((n) + 16) RECIP16((n) + 32) RECIP16((n) + 48)
+static const float recip_table[257] = {
+	0.0f, RECIP64(1) RECIP64(65) RECIP64(129) RECIP64(193)
+};
+
 int
 phub_opt_step_init(struct phub_opt_step *step, const struct phub_optimizer_params *params,
 		   uint64_t t, unsigned int nworkers)
@@ -195,7 +207,8 @@ phub_opt_step_init(struct phub_opt_step *step, const struct phub_optimizer_param
 
 	if (step == NULL || params == NULL || t == 0 || nworkers == 0)
 		return -EINVAL;
-	step->grad_scale = (float)(1.0 / nworkers);
+	step->grad_scale = nworkers < sizeof(recip_table) / sizeof(recip_table[0]) ?
+		recip_table[nworkers] : (float)(1.0 / nworkers);
 	step->lr = params->lr;
 	step->adam_c1 = 1.0f;
 	step->adam_c2 = 1.0f;

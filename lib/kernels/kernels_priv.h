@@ -178,6 +178,16 @@ store_elem(void *p, size_t i, enum phub_dtype dtype, float f)
 }
 
 /*
+ * Element i of an fp32 sum, which may sit at any 4-byte offset from alignment too: an engine
+ * that keeps a lent PUSH payload as the sum hands its kernels the datagram's bytes.
+ */
+static inline float
+load_acc(const float *acc, size_t i)
+{
+	return load_elem(acc, i, PHUB_DTYPE_FP32);
+}
+
+/*
  * The gradient mean of element i: the sum in the order acc + grad, then the
  * scale. Every ISA computes exactly these operations in this order.
  */
@@ -189,9 +199,9 @@ last_grad_elem(const struct phub_opt_buffers *b, size_t i, const struct opt_cons
 	if (b->acc == NULL)
 		g = load_elem(b->grad, i, b->grad_dtype);
 	else if (b->grad == NULL)
-		g = b->acc[i];
+		g = load_acc(b->acc, i);
 	else
-		g = b->acc[i] + load_elem(b->grad, i, b->grad_dtype);
+		g = load_acc(b->acc, i) + load_elem(b->grad, i, b->grad_dtype);
 	return g * c->scale;
 }
 

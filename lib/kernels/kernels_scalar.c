@@ -21,7 +21,7 @@ sum_tpl(float *acc, bool accumulate, const void *const *srcs, unsigned int k,
 	for (i = 0; i < n; i += len) {
 		len = n - i < 64 ? n - i : 64;
 		for (e = 0; e < len; e++)
-			s[e] = accumulate ? acc[i + e] + load_elem(srcs[0], i + e, dtype) :
+			s[e] = accumulate ? load_acc(acc, i + e) + load_elem(srcs[0], i + e, dtype) :
 					    load_elem(srcs[0], i + e, dtype);
 		for (j = 1; j < k; j++)
 			for (e = 0; e < len; e++)
@@ -51,7 +51,7 @@ first_tpl(float *acc, const void *src, enum phub_dtype dtype, size_t n)
 	size_t i;
 
 	for (i = 0; i < n; i++)
-		acc[i] = load_elem(src, i, dtype);
+		store_elem(acc, i, PHUB_DTYPE_FP32, load_elem(src, i, dtype));
 }
 
 static KERNELS_ALWAYS_INLINE void
@@ -60,7 +60,7 @@ add_tpl(float *acc, const void *src, enum phub_dtype dtype, size_t n)
 	size_t i;
 
 	for (i = 0; i < n; i++)
-		acc[i] = acc[i] + load_elem(src, i, dtype);
+		store_elem(acc, i, PHUB_DTYPE_FP32, load_acc(acc, i) + load_elem(src, i, dtype));
 }
 
 static void

@@ -353,6 +353,11 @@ START_TEST(test_step_init_computes_scale_and_bias_corrections)
 	ck_assert_float_eq(s.adam_c2, (float)(1.0 / sqrt(1.0 - b2)));
 	ck_assert_int_eq(phub_opt_step_init(&s, &p, 1000, 3), 0);
 	ck_assert_float_eq(s.grad_scale, (float)(1.0 / 3.0));
+	/* The scale of every world size, table or not, is the run-time division's bits. */
+	for (volatile unsigned int n = 1; n <= 1000; n++) {
+		ck_assert_int_eq(phub_opt_step_init(&s, &p, 1000, n), 0);
+		ck_assert_uint_eq(phub_f32_bits(s.grad_scale), phub_f32_bits((float)(1.0 / n)));
+	}
 	ck_assert_float_eq(s.adam_c1, (float)(1.0 / (1.0 - pow(b1, 1000))));
 	ck_assert_float_eq(s.adam_c2, (float)(1.0 / sqrt(1.0 - pow(b2, 1000))));
 	/* beta1 = 0 means no averaging and no correction. */
