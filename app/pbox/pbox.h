@@ -131,6 +131,10 @@ struct pbox_lcore {
 	struct pbox_lcore_stats stats;
 	struct phub_engine_stats engine_stats;
 	uint64_t now_ns;		/* CLOCK_MONOTONIC, once per loop turn: the ring's clock */
+	/* now_ns between reads of the clock, from the TSC (datapath.c, turn_clock()). */
+	uint64_t clock_tsc, clock_ns;	/* the TSC and the clock at the last read */
+	uint64_t clock_mult;		/* ns per TSC cycle, << 32 */
+	uint64_t clock_sync_tsc;	/* TSC cycles between reads */
 	uint64_t ring_poll_tsc;		/* next retransmission scan */
 	/* Per job slot: where the next retransmission scan starts. */
 	uint32_t ring_cursor[PHUB_ENGINE_MAX_JOBS];
