@@ -306,8 +306,13 @@ handle_frame(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi)
 		}
 	}
 
-	m->l2_len = RTE_ETHER_HDR_LEN;
-	m->l3_len = ihl;
+	/*
+	 * Both lengths in one store of the word that holds them: the two bitfields' own stores are
+	 * a read of that word (the mbuf's second cache line) waiting on the first one's byte store,
+	 * two thirds of this function at 1 KB segments (perf annotate). Its other fields are not
+	 * used here.
+	 */
+	m->tx_offload = rte_mbuf_tx_offload(RTE_ETHER_HDR_LEN, ihl, 0, 0, 0, 0, 0);
 	dst_udp = rte_be_to_cpu_16(udp->dst_port);
 	if (dst_udp == pbox.cfg.udp_base_port) {
 		/* Control: JOIN, LEAVE, PING to the control port go to the main lcore. */
