@@ -159,7 +159,16 @@ phub_dataplane_fanout_init(struct phub_dataplane_fanout *f, struct phub_engine_j
 {
 	uint16_t first = 0;
 
-	memset(f, 0, sizeof(*f));
+	/*
+	 * Field by field, not one memset: of the whole struct that is a rep stos, whose start-up
+	 * was half this function's time per MODEL broadcast (perf annotate, 1 KB segments).
+	 */
+	memset(&f->peer, 0, sizeof(f->peer));
+	f->rank = 0;
+	f->payload_crc = 0;
+	f->acks_in_model = 0;
+	f->crc_done = false;
+	f->end = 0;
 	f->job = job;
 	f->reply = reply;
 	f->ackv = *ackv;
