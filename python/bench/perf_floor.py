@@ -4,7 +4,7 @@ profile (PHUB_BENCH_RING_PERF_DIR): the run's processes' kernel work for the fra
 makes (sockets, af_packet, veths, bridges, routing, the spine's qdisc), the af_packet PMD, the
 PBoxes' own code, the workers' user space, and what else ran, in CPU seconds per iteration.
 
-usage: python3 perf_floor.py DIR TAG [--hz 499]
+usage: python3 perf_floor.py DIR TAG [--hz 499] [-v]
 
 DIR/TAG.data is `perf record -a -g -k CLOCK_MONOTONIC -F HZ` (cpu-clock: every CPU is sampled
 HZ times a second, idle or not), DIR/TAG.json the run's report with timed_from_monotonic_s and
@@ -93,15 +93,28 @@ def classify(pid, comm, chain, mine, pboxes):
     return "workers: user"
 
 
+def usage(code):
+    print("usage: python3 perf_floor.py DIR TAG [--hz HZ] [-v]\n"
+          "  DIR: a bench-ring PHUB_BENCH_RING_PERF_DIR; TAG: one run's name in it (its\n"
+          "  TAG.data, TAG.json and TAG.pids); --hz: perf's sampling rate (default 499);\n"
+          "  -v: the top leaf functions of each category",
+          file=sys.stderr if code else sys.stdout)
+    sys.exit(code)
+
+
 def main():
     args = sys.argv[1:]
     hz = 499
+    if "-h" in args or "--help" in args:
+        usage(0)
     if "-v" in args:
         args.remove("-v")
     if "--hz" in args:
         i = args.index("--hz")
         hz = int(args[i + 1])
         del args[i:i + 2]
+    if len(args) != 2:
+        usage(2)
     d, tag = args[0], args[1]
     text = open("%s/%s.json" % (d, tag)).read()
     try:

@@ -69,5 +69,25 @@ class Classify(unittest.TestCase):
                          "pbox: memcpy (PMD copies and PHub's)")
 
 
+
+class Usage(unittest.TestCase):
+    def run_main(self, *args):
+        saved = sys.argv
+        sys.argv = ["perf_floor.py", *args]
+        try:
+            with self.assertRaises(SystemExit) as e:
+                perf_floor.main()
+        finally:
+            sys.argv = saved
+        return e.exception.code
+
+    def test_missing_arguments_are_a_usage_error(self):
+        self.assertEqual(self.run_main(), 2)
+        self.assertEqual(self.run_main("only-a-dir"), 2)
+
+    def test_help(self):
+        self.assertEqual(self.run_main("--help"), 0)
+
+
 if __name__ == "__main__":
     unittest.main()
