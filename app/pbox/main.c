@@ -291,6 +291,7 @@ main(int argc, char **argv)
 	char err[PHUB_CONFIG_ERR_MAX];
 	const char *config_path = NULL;
 	bool check_only = false;
+	bool has_memif;
 	bool stopping_notified = false;
 	char **eal_argv = NULL;
 	int opt, eal_argc, rc;
@@ -433,6 +434,9 @@ main(int argc, char **argv)
 	pbox_checkpoint_fini(&pbox);
 	print_summary(&pbox);
 	pbox_control_fini(&pbox);
+	has_memif = pbox_has_memif_port(&pbox);
+	if (has_memif)
+		PBOX_LOG(INFO, "the EAL's cleanup is left to the exit (a net_memif port)");
 	/*
 	 * The ports first: their queues may still hold MODEL frames whose payload is a job's model
 	 * memory (sent by reference), which the engine frees.
@@ -443,8 +447,19 @@ main(int argc, char **argv)
 	pbox.engine = NULL;
 	pthread_mutex_unlock(&pbox.jobs_lock);
 	phub_config_free(&pbox.cfg);
-	intr_thread_settle();
-	rte_eal_cleanup();
+	/*
+	 * Not after a net_memif port: DPDK 22.11's memif frees its listening socket's interrupt
+	 * handle at the port's close without unregistering the handle from the EAL interrupt
+	 * thread, which reads it whenever it rebuilds its wait set; rte_eal_cleanup unmaps the
+	 * EAL's memory under it, and it died there (SIGSEGV in rte_intr_fd_get, the main thread
+	 * in munmap: 1 run in 3 to 5 of pbox-memif-reconnect, with intr_thread_settle or not).
+	 * The process's exit releases the same memory; the close already removed the socket file
+	 * and the telemetry socket goes at exit.
+	 */
+	if (!has_memif) {
+		intr_thread_settle();
+		rte_eal_cleanup();
+	}
 	free(eal_argv);
 	pbox_xdp_fini();
 	return EXIT_SUCCESS;

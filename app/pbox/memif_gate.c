@@ -103,6 +103,15 @@ pbox_memif_gate_init(struct pbox *pb)
 	return 0;
 }
 
+bool
+pbox_has_memif_port(const struct pbox *pb)
+{
+	for (uint16_t pi = 0; pi < pb->n_ports; pi++)
+		if (port_is_memif(pb->ports[pi].port_id))
+			return true;
+	return false;
+}
+
 void
 pbox_memif_gate_fini(struct pbox *pb)
 {

@@ -291,6 +291,8 @@ int pbox_memory_check_jobs(const struct phub_config *cfg, const char *path, FILE
 extern atomic_bool pbox_memif_gate_open;
 int pbox_memif_gate_init(struct pbox *pb);
 void pbox_memif_gate_fini(struct pbox *pb);
+/* Whether a port is a net_memif one (main.c: no rte_eal_cleanup after one; see there). */
+bool pbox_has_memif_port(const struct pbox *pb);
 
 /*
  * Before a loop iteration that may touch the lcore's ports: false when the lcore must leave
