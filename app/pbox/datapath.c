@@ -83,6 +83,7 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 {
 	struct phub_engine_request req;
 	struct phub_engine_reply reply;
+	bool ackv;
 	struct phub_engine_job *job;
 	enum phub_drop_reason why;
 	uint32_t server;
@@ -115,6 +116,8 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 	}
 	/* The loop's one clock read (the jobs' clock, control.c): none per PUSH. */
 	phub_dataplane_request(&f->msg, f->src_ip, f->src_udp, lc->now_ns, &req);
+	/* Asked once: the lending below and the ACK's form must agree. */
+	ackv = phub_dataplane_rank_wants(job, f->msg.worker_rank, PHUB_ENGINE_PEER_F_ACKV);
 
 	if (f->msg.opcode == PHUB_WIRE_OP_PUSH) {
 		uint64_t taken = lc->engine_stats.pushes;
@@ -125,8 +128,7 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 		 * that nothing reuses the frame; a small one is copied (PBOX_LEND_MIN_BYTES). A
 		 * kept frame is the engine's: f->m NULL.
 		 */
-		if (lc->may_lend && req.payload_len >= PBOX_LEND_MIN_BYTES &&
-		    phub_dataplane_rank_wants(job, f->msg.worker_rank, PHUB_ENGINE_PEER_F_ACKV))
+		if (lc->may_lend && req.payload_len >= PBOX_LEND_MIN_BYTES && ackv)
 			req.lend = f->m;
 		phub_engine_push(job, &req, &reply, &lc->engine_stats);
 		if (reply.kept)
@@ -148,13 +150,13 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 		 * so without the ACK a job of one rank had no RTT sample and no evidence of loss,
 		 * and recovered each lost segment by a lone probe per RTO (200 ms).
 		 */
-		answer_ack(lc, job, f, server);
+		answer_ack(lc, job, f, server, ackv);
 		send_model(lc, job, &f->msg, &reply, tx_port, true);
 	} else if (reply.actions & PHUB_ENGINE_MODEL_ONE) {
 		send_model(lc, job, &f->msg, &reply, tx_port, false);
 		rte_pktmbuf_free(f->m);
 	} else {
-		answer_ack(lc, job, f, server);
+		answer_ack(lc, job, f, server, ackv);
 	}
 }
 

@@ -111,7 +111,7 @@ void hand_off(struct pbox_lcore *lc, struct rte_mbuf *m, uint16_t pi, uint16_t o
 void reply_in_place(struct pbox_lcore *lc, struct rx_frame *f, uint16_t tx_port,
 		const struct phub_wire_msg *answer, const struct auth_to *auth);
 void answer_ack(struct pbox_lcore *lc, struct phub_engine_job *job, struct rx_frame *f,
-		uint32_t server);
+		uint32_t server, bool ackv);
 void ackv_flush(struct pbox_lcore *lc);
 void send_model(struct pbox_lcore *lc, struct phub_engine_job *job,
 		const struct phub_wire_msg *about, const struct phub_engine_reply *reply,

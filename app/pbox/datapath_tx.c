@@ -159,23 +159,19 @@ ackv_flush(struct pbox_lcore *lc)
 }
 
 /*
- * The ACK of a PUSH: at once, or, to a rank that takes ACKV, owed until the turn's end, where
- * the ACKs of the turn leave together, or are dropped if the segment's MODEL to that rank
- * leaves first and echoes the PUSH's stamp (send_model).
+ * The ACK of a PUSH: at once, or, to a rank that takes ACKV (ackv: the caller asked its session
+ * once per datagram), owed until the turn's end, where the ACKs of the turn leave together, or
+ * are dropped if the segment's MODEL to that rank leaves first and echoes the PUSH's stamp
+ * (send_model). A frame the engine kept (f->m NULL) was lent only with ackv true.
  */
 void
 answer_ack(struct pbox_lcore *lc, struct phub_engine_job *job, struct rx_frame *f,
-		uint32_t server)
+		uint32_t server, bool ackv)
 {
 	uint16_t tx_port = pbox.servers[server].port;
 	struct phub_wire_ackv_entry e;
 
-	if (!phub_dataplane_rank_wants(job, f->msg.worker_rank, PHUB_ENGINE_PEER_F_ACKV)) {
-		/* A frame the engine kept (lent while the rank took ACKV) cannot become the ACK. */
-		if (unlikely(f->m == NULL)) {
-			lc->engine_stats.drops[PHUB_DROP_NO_BUFFER]++;
-			return;
-		}
+	if (!ackv) {
 		send_ack(lc, job, f, tx_port);
 		return;
 	}
