@@ -78,9 +78,92 @@ udp_auth_flagged(const struct rte_udp_hdr *udp, uint16_t udp_len)
 		 PHUB_WIRE_F_AUTH) != 0;
 }
 
+/*
+ * What a data lcore learned of the jobs and sessions it served in one loop turn, asked once a
+ * turn instead of once per datagram: a job's layout and whether it authenticates (fixed for the
+ * job's life), a session's ACKV wish (fixed for the session, which its token names). Valid in
+ * the turn that filled it only: a job may be freed once the lcore reports its quiescent state at
+ * the turn's end (turn_cache_next()). The job itself is still looked up per datagram, so that
+ * one unpublished within the turn is dropped as before.
+ */
+#define TURN_CACHE_RANKS 16
+
+struct turn_rank {
+	uint64_t turn;
+	const struct phub_engine_job *job;
+	uint64_t token;
+	uint16_t wire_rank;
+	bool ackv;
+};
+
+struct turn_cache {
+	uint64_t turn;
+	uint64_t job_turn;
+	const struct phub_engine_job *job;
+	const struct phub_layout *layout;
+	bool auth;
+	struct turn_rank rank[TURN_CACHE_RANKS];
+} __rte_cache_aligned;
+
+static struct turn_cache turn_caches[RTE_MAX_LCORE];
+
+/* A new loop turn: nothing the last one learned is used again (RCU). */
+static inline void
+turn_cache_next(struct pbox_lcore *lc)
+{
+	turn_caches[lc->data_index].turn++;
+}
+
+/* phub_dataplane_route(), the job's layout and AUTH asked once a turn. */
+static inline enum phub_drop_reason
+route_cached(struct turn_cache *tc, const struct phub_wire_msg *msg,
+		struct phub_engine_job **job, uint32_t *server)
+{
+	*job = phub_engine_job_lookup(pbox.engine, msg->job_id);
+	if (unlikely(*job == NULL))
+		return PHUB_DROP_UNKNOWN_JOB;
+	if (tc->job != *job || tc->job_turn != tc->turn) {
+		tc->job = *job;
+		tc->job_turn = tc->turn;
+		tc->layout = phub_engine_job_layout(*job);
+		tc->auth = phub_engine_job_auth(*job);
+	}
+	if (unlikely(phub_layout_chunk_server(tc->layout, msg->chunk_id, server) != 0))
+		return PHUB_DROP_CHUNK_RANGE;
+	return PHUB_DROP_OK;
+}
+
+/*
+ * Whether the sender of msg takes ACKV (phub_dataplane_rank_wants()), asked once a turn per
+ * session: a datagram with its session's token reads the answer its session gave. Any other
+ * (no session, a stale or wrong token) asks again: the engine drops it anyway.
+ */
+static inline bool
+rank_ackv_cached(struct turn_cache *tc, const struct phub_engine_job *job,
+		const struct phub_wire_msg *msg)
+{
+	struct turn_rank *r = &tc->rank[msg->worker_rank % TURN_CACHE_RANKS];
+	struct phub_engine_peer peer;
+	uint64_t token;
+	uint16_t rank;
+
+	if (likely(r->turn == tc->turn && r->job == job && r->wire_rank == msg->worker_rank &&
+		   r->token == msg->session_token))
+		return r->ackv;
+	if (!phub_dataplane_peer(job, msg->worker_rank, &rank, &peer, &token))
+		return false;
+	r->turn = tc->turn;
+	r->job = job;
+	r->wire_rank = msg->worker_rank;
+	r->token = token;
+	r->ackv = (peer.flags & PHUB_ENGINE_PEER_F_ACKV) != 0;
+	return r->ackv;
+}
+
 static void
 handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 {
+	struct turn_cache *tc = &turn_caches[lc->data_index];
 	struct phub_engine_request req;
 	struct phub_engine_reply reply;
 	bool ackv;
@@ -89,7 +172,7 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 	uint32_t server;
 	uint16_t tx_port, owner;
 
-	why = phub_dataplane_route(pbox.engine, &f->msg, &job, &server);
+	why = route_cached(tc, &f->msg, &job, &server);
 	if (why != PHUB_DROP_OK) {
 		wire_drop(lc, f->m, why);
 		return;
@@ -109,15 +192,17 @@ handle_data(struct pbox_lcore *lc, struct rx_frame *f)
 		return;
 	}
 	/* An authenticated job's MAC and replay window, before the engine reads anything. */
-	why = phub_dataplane_auth_rx(job, &f->msg, f->udp_payload, server);
-	if (unlikely(why != PHUB_DROP_OK)) {
-		wire_drop(lc, f->m, why);
-		return;
+	if (unlikely(tc->auth || (f->msg.flags & PHUB_WIRE_F_AUTH))) {
+		why = phub_dataplane_auth_rx(job, &f->msg, f->udp_payload, server);
+		if (unlikely(why != PHUB_DROP_OK)) {
+			wire_drop(lc, f->m, why);
+			return;
+		}
 	}
 	/* The loop's one clock read (the jobs' clock, control.c): none per PUSH. */
 	phub_dataplane_request(&f->msg, f->src_ip, f->src_udp, lc->now_ns, &req);
 	/* Asked once: the lending below and the ACK's form must agree. */
-	ackv = phub_dataplane_rank_wants(job, f->msg.worker_rank, PHUB_ENGINE_PEER_F_ACKV);
+	ackv = rank_ackv_cached(tc, job, &f->msg);
 
 	if (f->msg.opcode == PHUB_WIRE_OP_PUSH) {
 		uint64_t taken = lc->engine_stats.pushes;
@@ -206,6 +291,11 @@ handle_datagram(struct pbox_lcore *lc, struct rx_frame *f, bool handed)
 {
 	enum phub_drop_reason why;
 
+	/* The common datagram, a plain PUSH, parsed without the general parser's branches. */
+	if (likely(phub_wire_parse_push(f->udp_payload, f->udp_payload_len, &f->msg))) {
+		handle_data(lc, f);
+		return;
+	}
 	why = phub_wire_parse(f->udp_payload, f->udp_payload_len, &f->msg);
 	if (why != PHUB_DROP_OK) {
 		wire_drop(lc, f->m, why);
@@ -632,6 +722,7 @@ pbox_lcore_main(void *arg)
 		start_tsc = rte_rdtsc();
 		/* One time per turn: the ring's timestamps and RTOs. */
 		turn_clock(lc, start_tsc);
+		turn_cache_next(lc);
 		if (unlikely(lc->now_ns - lc->lend_checked_ns > PBOX_LEND_CHECK_NS))
 			lend_check(lc);
 		if (hold != NULL)

@@ -865,6 +865,13 @@ int phub_wire_hdr_encode(void *buf, size_t cap, const struct phub_wire_msg *msg,
  */
 enum phub_drop_reason phub_wire_parse(const void *buf, size_t len, struct phub_wire_msg *out);
 
+/*
+ * The common datagram of a data port, parsed with less work: true when buf is a PUSH with no
+ * flag but LAST and the fixed header that phub_wire_parse() takes (out then as it fills it);
+ * false for anything else, valid or not, which phub_wire_parse() is to parse and count.
+ */
+bool phub_wire_parse_push(const void *buf, size_t len, struct phub_wire_msg *out);
+
 /* ---- checksum ---- */
 
 /* CRC32C (Castagnoli), zlib-style chaining: pass 0 first, then the previous result. */

@@ -207,7 +207,7 @@ check_body(const struct phub_wire_msg *m)
  * Every rule on the host-order fields, shared by the validator and the encoders so that whatever
  * the encoders write, the validator takes. The body is checked when with_body is set.
  */
-static enum phub_drop_reason
+static inline __attribute__((always_inline)) enum phub_drop_reason
 check_fields(const struct phub_wire_msg *m, bool with_body)
 {
 	const struct wire_op *op = &wire_ops[m->opcode];
@@ -407,8 +407,13 @@ phub_wire_encode(void *buf, size_t cap, const struct phub_wire_msg *msg)
 	return (int)total;
 }
 
-enum phub_drop_reason
-phub_wire_parse(const void *buf, size_t len, struct phub_wire_msg *out)
+/*
+ * phub_wire_parse()'s work, inlined into it and into phub_wire_parse_push(), where the opcode
+ * and flags the caller checked first make the compiler drop the branches a plain PUSH never
+ * takes (the CRC, the extensions, the body, the opcode table's look-ups).
+ */
+static inline __attribute__((always_inline)) enum phub_drop_reason
+parse_inline(const void *buf, size_t len, struct phub_wire_msg *out)
 {
 	const uint8_t *p = buf;
 	struct phub_wire_hdr h;
@@ -491,4 +496,27 @@ phub_wire_parse(const void *buf, size_t len, struct phub_wire_msg *out)
 		return PHUB_DROP_UNUSED_FIELD;
 	/* Every length is now known to lie within the datagram; the field rules follow. */
 	return check_fields(out, true);
+}
+
+enum phub_drop_reason
+phub_wire_parse(const void *buf, size_t len, struct phub_wire_msg *out)
+{
+	return parse_inline(buf, len, out);
+}
+
+bool
+phub_wire_parse_push(const void *buf, size_t len, struct phub_wire_msg *out)
+{
+	const uint8_t *p = buf;
+	uint8_t opcode, flags, hdr_len;
+
+	if (len < PHUB_WIRE_HDR_LEN)
+		return false;
+	opcode = p[offsetof(struct phub_wire_hdr, opcode)];
+	flags = p[offsetof(struct phub_wire_hdr, flags)];
+	hdr_len = p[offsetof(struct phub_wire_hdr, hdr_len)];
+	if (opcode != PHUB_WIRE_OP_PUSH || (flags & ~PHUB_WIRE_F_LAST) != 0 ||
+	    hdr_len != PHUB_WIRE_HDR_LEN)
+		return false;
+	return parse_inline(buf, len, out) == PHUB_DROP_OK;
 }

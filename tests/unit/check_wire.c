@@ -1015,8 +1015,75 @@ START_TEST(test_packet_with_one_defect_is_dropped_for_that_reason)
 	r = phub_wire_parse(exact, len, &m);
 	ck_assert_msg(r == d->reason, "%s: got %s, want %s", d->what, phub_drop_reason_name(r),
 			phub_drop_reason_name(d->reason));
+	/* The PUSH parser of the data path takes none of them either. */
+	ck_assert_msg(!phub_wire_parse_push(exact, len, &m), "%s: taken as a plain PUSH",
+			d->what);
 	free(exact);
 	free(buf);
+}
+END_TEST
+
+/* Every field of two parses, the payload's address and the fields of extensions included. */
+static void
+assert_parse_eq(const struct phub_wire_msg *a, const struct phub_wire_msg *b)
+{
+	assert_msg_eq(a, b);
+	ck_assert_uint_eq(a->hdr_len, b->hdr_len);
+	ck_assert_uint_eq(a->csum, b->csum);
+	ck_assert_ptr_eq(a->payload, b->payload);
+	ck_assert(a->hyper_lr == b->hyper_lr && a->hyper_weight_decay == b->hyper_weight_decay);
+}
+
+/*
+ * phub_wire_parse_push() against phub_wire_parse() on PUSHes with random damage to the header
+ * and length: it takes a datagram only if the general parser does, with the same fields, and
+ * takes every plain PUSH (no flag but LAST, the fixed header) the general parser takes.
+ */
+START_TEST(test_plain_push_parser_agrees_with_the_general_one)
+{
+	static const uint8_t values[] = { 0, 1, 2, 3, 4, 0x10, 0x38, 0x40, 0x7f, 0x80, 0xff };
+	static uint8_t base[BUF_SIZE], buf[BUF_SIZE];
+	unsigned int seed = 23, taken = 0, plain = 0;
+	size_t base_len = make_push(base, 16, 0);
+
+	for (int i = 0; i < 200000; i++) {
+		struct phub_wire_msg a, b;
+		enum phub_drop_reason r;
+		size_t len = base_len;
+		bool fast;
+		int n = 1 + rand_r(&seed) % 3;
+
+		memcpy(buf, base, len);
+		/* One in eight left whole: the plain PUSH itself, or a flag set on it. */
+		if (i % 8 == 0)
+			n = 0;
+		if (i % 16 == 8)
+			buf[H(flags)] = (uint8_t)(rand_r(&seed) & 0x3f);
+		for (int k = 0; k < n; k++) {
+			size_t off = (size_t)rand_r(&seed) % HDR;
+
+			buf[off] = (rand_r(&seed) & 1) ? values[rand_r(&seed) % sizeof(values)] :
+				(uint8_t)rand_r(&seed);
+		}
+		if (i % 5 == 4)
+			len = (size_t)((ptrdiff_t)len + rand_r(&seed) % 9 - 4);
+		r = phub_wire_parse(buf, len, &a);
+		fast = phub_wire_parse_push(buf, len, &b);
+		if (fast) {
+			ck_assert_msg(r == PHUB_DROP_OK, "case %d: taken, the parser says %s", i,
+					phub_drop_reason_name(r));
+			assert_parse_eq(&a, &b);
+			taken++;
+		}
+		if (r == PHUB_DROP_OK && a.opcode == PHUB_WIRE_OP_PUSH &&
+		    (a.flags & ~PHUB_WIRE_F_LAST) == 0 && a.hdr_len == HDR) {
+			ck_assert_msg(fast, "case %d: a plain PUSH left to the general parser", i);
+			plain++;
+		}
+	}
+	/* Both sides were exercised: many taken, and the damage reached past the cheap checks. */
+	ck_assert_uint_gt(taken, 20000);
+	ck_assert_uint_eq(taken, plain);
 }
 END_TEST
 
@@ -1738,6 +1805,7 @@ phub_wire_suite(void)
 	tc = PHUB_TCASE(s, "drop_reasons",
 		test_every_wire_reason_has_a_defect_case,
 		test_every_defect_case_starts_from_a_valid_packet,
+		test_plain_push_parser_agrees_with_the_general_one,
 		test_push_with_hyper_round_trips_and_bad_values_are_refused,
 		test_auth_extension_lengths_round_trip_and_exclude_csum);
 	tcase_add_loop_test(tc, test_packet_with_one_defect_is_dropped_for_that_reason, 0,
