@@ -42,6 +42,8 @@ START_TEST(test_fast_sum_equals_dpdk_sum_for_every_length_and_offset)
 					ck_assert_uint_eq(phub_net_raw_cksum_avx2(buf + off, len), want);
 				if (__builtin_cpu_supports("avx512f"))
 					ck_assert_uint_eq(phub_net_raw_cksum_avx512(buf + off, len), want);
+				if (__builtin_cpu_supports("avx512vnni"))
+					ck_assert_uint_eq(phub_net_raw_cksum_vnni(buf + off, len), want);
 #endif
 			}
 	}
@@ -72,6 +74,9 @@ START_TEST(test_fast_sum_of_largest_all_ones_datagram)
 	ck_assert_uint_eq(phub_net_raw_cksum(buf, sizeof(buf)), rte_raw_cksum(buf, sizeof(buf)));
 	ck_assert_uint_eq(phub_net_raw_cksum(buf + 3, sizeof(buf) - 3),
 			rte_raw_cksum(buf + 3, sizeof(buf) - 3));
+	/* All zeros: the VNNI sum's lanes at their most negative (every word biased -32768). */
+	memset(buf, 0, sizeof(buf));
+	ck_assert_uint_eq(phub_net_raw_cksum(buf, sizeof(buf)), rte_raw_cksum(buf, sizeof(buf)));
 }
 END_TEST
 
