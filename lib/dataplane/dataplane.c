@@ -8,31 +8,6 @@
 
 #include "phub_dataplane.h"
 
-void
-phub_dataplane_request(const struct phub_wire_msg *msg, uint32_t src_ipv4,
-		uint16_t src_udp_port, uint64_t now_ns, struct phub_engine_request *req)
-{
-	memset(req, 0, sizeof(*req));
-	req->session_token = msg->session_token;
-	req->chunk_id = msg->chunk_id;
-	req->iteration = msg->iteration;
-	req->elem_offset = msg->elem_offset;
-	req->elem_count = msg->elem_count;
-	req->rank = msg->worker_rank;
-	req->seg_index = msg->seg_index;
-	req->seg_count = msg->seg_count;
-	req->dtype = msg->dtype;
-	req->retransmit = (msg->flags & PHUB_WIRE_F_RETRANSMIT) != 0;
-	req->src_ipv4 = src_ipv4;
-	req->src_udp_port = src_udp_port;
-	req->payload = msg->payload;
-	req->payload_len = msg->payload_len;
-	req->has_hyper = (msg->flags & PHUB_WIRE_F_HYPER) != 0;
-	req->hyper_lr = msg->hyper_lr;
-	req->hyper_weight_decay = msg->hyper_weight_decay;
-	req->now_ns = now_ns;
-}
-
 enum phub_drop_reason
 phub_dataplane_route(struct phub_engine *engine, const struct phub_wire_msg *msg,
 		struct phub_engine_job **job, uint32_t *server)
