@@ -151,6 +151,31 @@ def test_deterministic(rack):
     m0.wait()
 
 
+def test_mixed_acks(rack):
+    # One job answered in both forms: rank 1 asked for one ACK per PUSH (--no-ackv), ranks 0
+    # and 2 for ACKV. A data lcore asks a session's wish once per loop turn (datapath.c,
+    # rank_ackv_cached()); had it answered one rank with another's wish, rank 1 would get ACKV
+    # entries or the others plain ACKs, and the counts below would not hold. Exact models.
+    rack.up(3)
+    before = rack.telemetry("/phub/stats")
+    opts = ("--layout", rack.layout(MIXED), "--iterations", 6, "--job", "mixedacks")
+    runs = [rack.start_rank(r, 3, *opts, *(["--no-ackv"] if r == 1 else []), name="k%d" % r)
+            for r in range(3)]
+    reports = [run.report() for run in runs]
+    for r in reports:
+        expect(r, *EXACT)
+    d = telemetry.stats_delta(before, rack.telemetry("/phub/stats"))
+    pushes, acks = d.get("pushes", 0), d.get("acks_sent", 0)
+    ackv = d.get("ackv_entries", 0) + d.get("acks_in_model", 0)
+    resent = [r.get("retransmits", 0) for r in reports]
+    print("pushes %d: ACKs %d, in ACKV or MODEL %d; retransmits %s" % (pushes, acks, ackv, resent))
+    # Each rank's PUSHes a third of them; a retransmission may be answered again.
+    assert acks > 0 and ackv > 0, "one form of answer was never sent"
+    assert acks + ackv >= pushes, "a PUSH was not answered"
+    assert acks <= pushes / 3 + resent[1], "ranks that asked for ACKV got plain ACKs"
+    assert ackv <= pushes * 2 / 3 + resent[0] + resent[2], "rank 1 got ACKV entries"
+
+
 def test_csum(rack):
     # CRC32C both ways (issue 9): a worker that asks for it in its JOIN gets CSUM on its
     # JOIN_ACK, ACKs and MODELs, checked on arrival; a PUSH damaged after its CRC was computed
