@@ -65,6 +65,33 @@ START_TEST(test_fast_sum_equals_dpdk_sum_on_jumbo_datagrams)
 }
 END_TEST
 
+/*
+ * The AVX-512 sum loads from a cache line's start: every start within a line (the head it sums
+ * apart, even or odd) and lengths around its 128-byte steps, a PUSH's 8 KB among them.
+ */
+START_TEST(test_fast_sum_equals_dpdk_sum_from_every_offset_in_a_cache_line)
+{
+	static const size_t lens[] = { 256, 257, 318, 1058, 2046, 2048, 2049, 2050, 8200, 8290 };
+	static _Alignas(64) uint8_t buf[64 + 8290];
+
+	for (int round = 0; round < 2; round++) {
+		for (size_t i = 0; i < sizeof(buf); i++)
+			buf[i] = round == 0 ? 0xff : next_byte();
+		for (size_t off = 0; off < 64; off++)
+			for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+				uint16_t want = rte_raw_cksum(buf + off, lens[k]);
+
+				ck_assert_uint_eq(phub_net_raw_cksum(buf + off, lens[k]), want);
+#if defined(__x86_64__)
+				if (__builtin_cpu_supports("avx512f"))
+					ck_assert_uint_eq(phub_net_raw_cksum_avx512(buf + off,
+							lens[k]), want);
+#endif
+			}
+	}
+}
+END_TEST
+
 /* The largest datagram, all ones: the vector lanes' and the folds' worst case. */
 START_TEST(test_fast_sum_of_largest_all_ones_datagram)
 {
@@ -259,6 +286,7 @@ phub_net_suite(void)
 	PHUB_TCASE(s, "raw sum",
 		test_fast_sum_equals_dpdk_sum_for_every_length_and_offset,
 		test_fast_sum_equals_dpdk_sum_on_jumbo_datagrams,
+		test_fast_sum_equals_dpdk_sum_from_every_offset_in_a_cache_line,
 		test_fast_sum_of_largest_all_ones_datagram);
 
 	PHUB_TCASE(s, "incremental",
