@@ -71,6 +71,7 @@ struct lg_options {
 	bool reflect;			/* server side of --blast (reflect.c) */
 	bool reflect_acks;		/* and ACK-sized frames, W - 1 per W frames of a worker */
 	bool reflect_ackv;		/* and one ACKV-sized frame per worker and burst, as ACKV */
+	bool reflect_sum;		/* and each group's aggregation and SGD step (reflect.c) */
 	bool no_ackv;			/* workers ask for one ACK per PUSH, not ACKV */
 	bool auth;			/* authenticated sessions (lib/auth), as libphub's */
 	uint8_t priority;		/* every PUSH's priority (with --p3: plus the key) */

@@ -91,6 +91,12 @@ usage(FILE *f, const char *prog)
 		"      --reflect-ackv     --reflect, and one ACK-sized frame per worker and burst\n"
 		"                         that has a frame of a group of W not completed in it\n"
 		"                         (the PBox's ACKV: a completed segment's MODELs answer)\n"
+		"      --reflect-sum      with a --reflect mode: also the least aggregation work per\n"
+		"                         group of W frames (one segment): the first frame held as\n"
+		"                         the sum, the others added, the fused SGD step into a\n"
+		"                         model of --keys x --key-elems fp32 and the new MODEL\n"
+		"                         payload's checksum (the floor-ackv-sum of\n"
+		"                         bench-packet-path)\n"
 		"      --no-ackv          workers ask for one ACK per PUSH, not ACKV (as\n"
 		"                         PHUB_ACKV=0 in the environment)\n"
 		"      --auth             authenticated sessions, as libphub's PHUB_CONNECT_F_AUTH:\n"
@@ -203,7 +209,7 @@ enum {
 	OPT_KEYS = 256, OPT_KEY_ELEMS, OPT_BLAST, OPT_PAYLOAD, OPT_PBOX_IP, OPT_WORKER_IP,
 	OPT_BASE_PORT, OPT_WORKER_PORT, OPT_MTU, OPT_WINDOW, OPT_RTO, OPT_RTO_MIN, OPT_RTO_MAX, OPT_JOB, OPT_NONCE,
 	OPT_OPTIMIZER, OPT_CHUNK, OPT_NO_CSUM, OPT_DPDK_PORT, OPT_JSON, OPT_P3, OPT_REPEAT,
-	OPT_REFLECT, OPT_REFLECT_ACKS, OPT_REFLECT_ACKV, OPT_NO_ACKV, OPT_AUTH,
+	OPT_REFLECT, OPT_REFLECT_ACKS, OPT_REFLECT_ACKV, OPT_REFLECT_SUM, OPT_NO_ACKV, OPT_AUTH,
 	OPT_PRIORITY, OPT_BULK_WORKERS, OPT_BULK_PRIORITY, OPT_BULK_WINDOW, OPT_VERSION,
 };
 
@@ -260,6 +266,7 @@ parse_args(int argc, char **argv, struct lg_options *o)
 		{ "reflect", no_argument, NULL, OPT_REFLECT },
 		{ "reflect-acks", no_argument, NULL, OPT_REFLECT_ACKS },
 		{ "reflect-ackv", no_argument, NULL, OPT_REFLECT_ACKV },
+		{ "reflect-sum", no_argument, NULL, OPT_REFLECT_SUM },
 		{ "no-ackv", no_argument, NULL, OPT_NO_ACKV },
 		{ "auth", no_argument, NULL, OPT_AUTH },
 		{ "priority", required_argument, NULL, OPT_PRIORITY },
@@ -417,6 +424,9 @@ parse_args(int argc, char **argv, struct lg_options *o)
 			o->reflect_ackv = true;
 			o->reflect = true;
 			break;
+		case OPT_REFLECT_SUM:
+			o->reflect_sum = true;
+			break;
 		case OPT_REFLECT_ACKS:
 			o->reflect_acks = true;
 			/* fall through */
@@ -454,6 +464,11 @@ parse_args(int argc, char **argv, struct lg_options *o)
 					options[idx].name, optarg);
 		else if (rc != 0)
 			fprintf(stderr, "phub-loadgen: bad value for -%c: '%s'\n", opt, optarg);
+	}
+	if (rc == 0 && o->reflect_sum && !o->reflect) {
+		fprintf(stderr, "phub-loadgen: --reflect-sum needs --reflect, --reflect-acks or "
+				"--reflect-ackv\n");
+		rc = -EINVAL;
 	}
 	if (rc == 0 && optind != argc) {
 		fprintf(stderr, "phub-loadgen: unexpected argument '%s'\n", argv[optind]);

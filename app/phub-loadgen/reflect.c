@@ -19,6 +19,15 @@
  * PUSHes it allocates W - 1 small mbufs where the PBox allocates 2 W + 1 for the MODEL frames (a
  * header and a reference to the payload each, and the payload's). A bad checksum drops the frame,
  * as the PBox does.
+ *
+ * --reflect-sum puts back the aggregation, the part of the PBox's work that is arithmetic on a
+ * model larger than the caches, in its least form (the one the PBox takes for fp32 jobs): each
+ * group of W consecutive frames is one segment; its first frame is held as the sum (not copied),
+ * the middle ones are added into it, and the last runs the fused SGD step (sum, 1/W, weight
+ * update, MODEL payload) against the segment's place in a model of --keys x --key-elems fp32,
+ * walked in order; the new payload is then summed for its UDP checksum, and the group's frames
+ * are reflected. Still left out: the header parse, the answers' headers and the MODEL frames'
+ * building (the frames go back as they came).
  */
 
 #include <inttypes.h>
@@ -30,6 +39,9 @@
 #include <rte_ip.h>
 #include <rte_udp.h>
 
+#include <rte_malloc.h>
+
+#include "kernels/phub_kernels.h"
 #include "loadgen.h"
 #include "net/phub_net_csum.h"
 
@@ -92,6 +104,115 @@ reflect_check(struct rte_mbuf *m, bool *ok, bool *none)
 	return udp;
 }
 
+/* --reflect-sum: the model, the open group and the fused step's constants. */
+struct reflect_sum {
+	const struct phub_kernels *kern;
+	float *model;
+	size_t model_elems;
+	size_t cursor;			/* the next group's first element in the model */
+	float *payload;			/* the fused step's MODEL payload, reused */
+	size_t payload_elems;
+	struct rte_mbuf *held;		/* the open group's first frame: its payload is the sum */
+	float *sum;
+	uint32_t elems;			/* of the open group's frames */
+	uint32_t arrivals;
+	struct phub_optimizer_params params;
+	uint64_t groups;
+	uint32_t csum_fold;		/* the payloads' checksums, kept so none is optimised away */
+};
+
+static int
+reflect_sum_init(struct lg *lg, struct reflect_sum *rs)
+{
+	memset(rs, 0, sizeof(*rs));
+	rs->kern = phub_kernels_get();
+	rs->model_elems = (size_t)lg->opt.keys * lg->opt.key_elems;
+	/* The largest segment a frame can carry. */
+	rs->payload_elems = (RTE_MBUF_DEFAULT_DATAROOM + 16384) / sizeof(float);
+	rs->model = rte_zmalloc("lg_reflect_model", rs->model_elems * sizeof(float),
+			RTE_CACHE_LINE_SIZE);
+	rs->payload = rte_zmalloc("lg_reflect_payload", rs->payload_elems * sizeof(float),
+			RTE_CACHE_LINE_SIZE);
+	if (rs->model == NULL || rs->payload == NULL) {
+		LG_LOG(ERR, "--reflect-sum: no memory for a model of %zu elements", rs->model_elems);
+		rte_free(rs->model);
+		rte_free(rs->payload);
+		return -ENOMEM;
+	}
+	rs->params = (struct phub_optimizer_params){ .type = PHUB_OPT_SGD, .lr = 0.01f };
+	return 0;
+}
+
+static void
+reflect_sum_fini(struct reflect_sum *rs)
+{
+	rte_pktmbuf_free(rs->held);
+	rte_free(rs->model);
+	rte_free(rs->payload);
+}
+
+/*
+ * Frame m (its UDP datagram udp, checksum checked) as arrival of the open group of world; queues
+ * on out what is to be reflected now: nothing while m is held as the group's sum, m itself in
+ * the middle, the held frame and m at the group's end.
+ */
+static void
+reflect_sum_frame(struct reflect_sum *rs, struct rte_mbuf *m, const struct rte_udp_hdr *udp,
+		uint16_t world, struct rte_mbuf **out, uint16_t *n_out)
+{
+	const uint8_t *d = (const uint8_t *)(udp + 1);
+	uint16_t udp_len = rte_be_to_cpu_16(udp->dgram_len);
+	uint16_t hl = (uint16_t)(udp_len - sizeof(*udp)) > 5 ? d[5] : 0;
+	uint32_t bytes = udp_len - (uint32_t)sizeof(*udp) - hl;
+	uint32_t elems = bytes / sizeof(float);
+	float *grad = (float *)(uintptr_t)(d + hl);
+
+	if (hl < PHUB_WIRE_HDR_LEN || udp_len < sizeof(*udp) + hl || elems == 0 ||
+	    elems > rs->payload_elems || elems > rs->model_elems) {
+		out[(*n_out)++] = m;
+		return;
+	}
+	/* A group of another segment size cannot be summed with this one: it goes back as is. */
+	if (rs->held != NULL && rs->elems != elems) {
+		out[(*n_out)++] = rs->held;
+		rs->held = NULL;
+	}
+	if (rs->held == NULL && world > 1) {
+		rs->held = m;
+		rs->sum = grad;
+		rs->elems = elems;
+		rs->arrivals = 1;
+		return;
+	}
+	if (rs->held != NULL && ++rs->arrivals < world) {
+		rs->kern->add(rs->sum, grad, PHUB_DTYPE_FP32, elems);
+		out[(*n_out)++] = m;
+		return;
+	}
+	if (rs->cursor + elems > rs->model_elems)
+		rs->cursor = 0;
+	{
+		struct phub_opt_buffers buf = {
+			.acc = rs->held != NULL ? rs->sum : NULL, .grad = grad,
+			.weight = rs->model + rs->cursor, .out = rs->payload,
+			.grad_dtype = PHUB_DTYPE_FP32, .out_dtype = PHUB_DTYPE_FP32,
+		};
+		struct phub_opt_step step = {
+			.grad_scale = 1.0f / (float)world, .lr = rs->params.lr,
+			.adam_c1 = 1.0f, .adam_c2 = 1.0f,
+		};
+
+		rs->kern->last(&buf, elems, &rs->params, &step);
+	}
+	rs->csum_fold += phub_net_raw_cksum(rs->payload, bytes);
+	rs->cursor += elems;
+	rs->groups++;
+	if (rs->held != NULL)
+		out[(*n_out)++] = rs->held;
+	rs->held = NULL;
+	out[(*n_out)++] = m;
+}
+
 /* One small frame, the first bytes of the frame p: an ACK's or an ACKV's stand-in. */
 static void
 reflect_small(struct lg *lg, struct reflect_stats *st, const uint8_t *p, uint16_t len,
@@ -119,13 +240,19 @@ lg_reflect_run(struct lg *lg, bool acks, bool ackv)
 	/* The end of the last turn, the start of this one: one clock read a turn, as before. */
 	uint64_t turn_start = rte_rdtsc();
 	uint64_t next_report = turn_start + lg->tsc_hz;
+	struct reflect_sum rs;
+	bool sum = lg->opt.reflect_sum;
 
+	if (sum && reflect_sum_init(lg, &rs) != 0)
+		return -ENOMEM;
 	memset(&st, 0, sizeof(st));
-	printf("phub-loadgen reflect: ready on port %u%s\n", port,
-			acks ? ", with ACK-sized frames" : ackv ? ", with ACKV-sized frames" : "");
+	printf("phub-loadgen reflect: ready on port %u%s%s\n", port,
+			acks ? ", with ACK-sized frames" : ackv ? ", with ACKV-sized frames" : "",
+			sum ? ", summing groups into a model" : "");
 	fflush(stdout);
 	while (!lg_quit) {
-		struct rte_mbuf *pkts[LG_BURST], *out[2 * LG_BURST + LG_MAX_WORKERS];
+		/* + 1: a frame held as a group's sum in the last burst leaves in this one. */
+		struct rte_mbuf *pkts[LG_BURST], *out[2 * LG_BURST + LG_MAX_WORKERS + 1];
 		/* --reflect-ackv: ranks with a frame of an open group, and one of their frames. */
 		const uint8_t *owed_frame[LG_MAX_WORKERS];
 		uint64_t owed_group = 0;
@@ -137,11 +264,14 @@ lg_reflect_run(struct lg *lg, bool acks, bool ackv)
 			struct rte_mbuf *m = pkts[i];
 			struct rte_ether_hdr *eth;
 			struct rte_ether_addr a;
+			const struct rte_udp_hdr *udp;
 			bool ok = false, none = false;
+			uint16_t world = 1;
 
 			if (i + 1 < n)
 				rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 1], void *));
-			if (reflect_check(m, &ok, &none) == NULL) {
+			udp = reflect_check(m, &ok, &none);
+			if (udp == NULL) {
 				st.other++;
 				rte_pktmbuf_free(m);
 				continue;
@@ -156,15 +286,20 @@ lg_reflect_run(struct lg *lg, bool acks, bool ackv)
 			else
 				st.csum_ok++;
 			eth = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
-			if (acks || ackv) {
+			if (acks || ackv || sum) {
 				const uint8_t *p = rte_pktmbuf_mtod(m, const uint8_t *);
-				uint16_t rank, world;
 				uint32_t w;
 
-				memcpy(&rank, p + REFLECT_RANK_OFF, sizeof(rank));
 				memcpy(&w, p + REFLECT_WORLD_OFF, sizeof(w));
+				world = (uint16_t)RTE_MIN(RTE_MAX(rte_be_to_cpu_32(w), 1u),
+						(uint32_t)LG_MAX_WORKERS);
+			}
+			if (acks || ackv) {
+				const uint8_t *p = rte_pktmbuf_mtod(m, const uint8_t *);
+				uint16_t rank;
+
+				memcpy(&rank, p + REFLECT_RANK_OFF, sizeof(rank));
 				rank = (uint16_t)(rte_be_to_cpu_16(rank) % LG_MAX_WORKERS);
-				world = (uint16_t)RTE_MAX(rte_be_to_cpu_32(w), 1u);
 				if (++count[rank] % world != 0) {
 					if (acks)
 						reflect_small(lg, &st, p, LG_HEAD_LEN, out, &n_out);
@@ -178,7 +313,10 @@ lg_reflect_run(struct lg *lg, bool acks, bool ackv)
 			a = eth->dst_addr;
 			eth->dst_addr = eth->src_addr;
 			eth->src_addr = a;
-			out[n_out++] = m;
+			if (sum)
+				reflect_sum_frame(&rs, m, udp, world, out, &n_out);
+			else
+				out[n_out++] = m;
 			st.frames++;
 		}
 		/*
@@ -211,5 +349,10 @@ lg_reflect_run(struct lg *lg, bool acks, bool ackv)
 		}
 	}
 	reflect_report(&st, acks || ackv);
+	if (sum) {
+		printf("{\"mode\":\"reflect-sum\",\"groups\":%" PRIu64 ",\"csum_fold\":%u}\n",
+				rs.groups, rs.csum_fold);
+		reflect_sum_fini(&rs);
+	}
 	return 0;
 }

@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """The packet-path benchmark's floors (meson: packet-path-floor): phub-loadgen --reflect-ackv,
---reflect-acks and --reflect in one short run of scripts/bench-packet-path beside the PBox and
-testpmd: every server answered, the floor summed every datagram with no bad checksum (the
-script checks its counters), sent one ACK-sized frame per W frames less one (floor-ackv far
-fewer), the PBox completed whole-model exchanges with ACKV and with one ACK per PUSH, every
-frame sent back came back as the PUSH it was, and every generator reported its own busy share.
+--reflect-acks, --reflect and --reflect-ackv --reflect-sum in one short run of
+scripts/bench-packet-path beside the PBox and testpmd: every server answered, the floor summed
+every datagram with no bad checksum (the script checks its counters), sent one ACK-sized frame
+per W frames less one (floor-ackv far fewer), the summing floor aggregated every group of W
+frames (the script checks its count), the PBox completed whole-model exchanges with ACKV and
+with one ACK per PUSH, every frame sent back came back as the PUSH it was, and every generator
+reported its own busy share.
 """
 
 import json
@@ -57,6 +59,9 @@ CHECKS = [
     # ACKV's floor: at most one ACK-sized frame per worker and burst, far fewer than floor's.
     ("floor-ackv", lambda r: r["rx_pps"] > 0 and r["acks"] / r["rx_pkts"] < 0.45
      and r["stale"] == 0 and busy(r)),
+    # The same with the aggregation's work: the frames still come back whole, as they went.
+    ("floor-ackv-sum", lambda r: r["rx_pps"] > 0 and r["acks"] / r["rx_pkts"] < 0.45
+     and r["stale"] == 0 and busy(r)),
 ]
 
 
@@ -66,7 +71,8 @@ def test_packet_path_floor(tmp_path):
     out = tmp_path / "floor.json"
     p = subprocess.run([os.path.join(ROOT, "scripts", "bench-packet-path"), "--build", BUILD,
                         "--sizes", "1024", "--workers", "2", "--repeat", "1", "--duration", "1",
-                        "--json", str(out)], timeout=220)
+                        "--floors", "floor-ackv floor floor-plain floor-ackv-sum",
+                        "--json", str(out)], timeout=240)
     assert p.returncode == 0, "bench-packet-path exited %d" % p.returncode
     results = runs(out.read_text())
     for target, cond in CHECKS:
