@@ -97,25 +97,78 @@ phub_ring_window_init(struct phub_ring_window *w, uint64_t init_bytes, uint64_t 
 	atomic_store_explicit(&w->acked_seq, 0, memory_order_relaxed);
 	atomic_store_explicit(&w->fast_resends, 0, memory_order_relaxed);
 	atomic_store_explicit(&w->timeouts, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->ceil, max_bytes, memory_order_relaxed);
+	w->top_bytes = max_bytes;
+	atomic_store_explicit(&w->ceil_hold_ns, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->epoch_bytes, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->epoch_rtt_ns, UINT64_MAX, memory_order_relaxed);
+	atomic_store_explicit(&w->min_rtt_ns, UINT64_MAX, memory_order_relaxed);
+	atomic_store_explicit(&w->ceil_ups, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->ceil_downs, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->epochs, 0, memory_order_relaxed);
+	for (unsigned int i = 0; i < PHUB_RING_WINDOW_TIMES; i++) {
+		atomic_store_explicit(&w->sent_ns[i], 0, memory_order_relaxed);
+		atomic_store_explicit(&w->sent_seq[i], 0, memory_order_relaxed);
+	}
 }
 
-/* The link's next place in its send order (never 0, the "nothing acknowledged" mark). */
-static uint32_t
-window_seq(struct phub_ring_window *w)
+void
+phub_ring_window_adapt(struct phub_ring_window *w, uint64_t top_bytes)
 {
-	return atomic_fetch_add_explicit(&w->tx_seq, 1, memory_order_relaxed) + 1;
+	w->top_bytes = top_bytes > w->max_bytes ? top_bytes : w->max_bytes;
+	atomic_store_explicit(&w->ssthresh, w->top_bytes, memory_order_relaxed);
 }
 
-/* A first transmission answered: the newest place in the send order known delivered. */
+/*
+ * The link's next place in its send order (never 0, the "nothing acknowledged" mark), sent at
+ * now_ns (a first transmission's time, for its round trip; 0: a resend, which has none).
+ */
+static uint32_t
+window_seq(struct phub_ring_window *w, uint64_t now_ns)
+{
+	uint32_t seq = atomic_fetch_add_explicit(&w->tx_seq, 1, memory_order_relaxed) + 1;
+	unsigned int slot = seq & (PHUB_RING_WINDOW_TIMES - 1);
+
+	atomic_store_explicit(&w->sent_ns[slot], now_ns, memory_order_relaxed);
+	atomic_store_explicit(&w->sent_seq[slot], seq, memory_order_release);
+	return seq;
+}
+
+/* Keep *v at most x. */
 static void
-window_delivered(struct phub_ring_window *w, uint32_t seq)
+atomic_min_u64(_Atomic uint64_t *v, uint64_t x)
+{
+	uint64_t cur = atomic_load_explicit(v, memory_order_relaxed);
+
+	while (x < cur && !atomic_compare_exchange_weak_explicit(v, &cur, x, memory_order_relaxed,
+								 memory_order_relaxed))
+		;
+}
+
+/*
+ * A first transmission answered at now_ns: the newest place in the send order known delivered,
+ * and its round trip (if its send time is still kept) into the ceiling's delay figures.
+ */
+static void
+window_delivered(struct phub_ring_window *w, uint32_t seq, uint64_t now_ns)
 {
 	uint32_t cur = atomic_load_explicit(&w->acked_seq, memory_order_relaxed);
+	unsigned int slot = seq & (PHUB_RING_WINDOW_TIMES - 1);
+	uint64_t sent;
 
 	while ((int32_t)(seq - cur) > 0 &&
 	       !atomic_compare_exchange_weak_explicit(&w->acked_seq, &cur, seq,
 						      memory_order_relaxed, memory_order_relaxed))
 		;
+	if (w->top_bytes <= w->max_bytes ||
+	    atomic_load_explicit(&w->sent_seq[slot], memory_order_acquire) != seq)
+		return;
+	sent = atomic_load_explicit(&w->sent_ns[slot], memory_order_relaxed);
+	/* Another lcore's clock may be a little behind: no sample rather than a wrong one. */
+	if (sent == 0 || now_ns <= sent)
+		return;
+	atomic_min_u64(&w->min_rtt_ns, now_ns - sent);
+	atomic_min_u64(&w->epoch_rtt_ns, now_ns - sent);
 }
 
 /* Part `part` of the segment as its ring carries it (its root). */
@@ -178,19 +231,79 @@ phub_ring_window_inflight(struct phub_ring_window *w, uint64_t *steps)
 	return cur & BYTES_MASK;
 }
 
-/* An ACK of bytes: the window grows, doubling per round trip below ssthresh, then linearly. */
+/*
+ * An epoch of the ceiling ends: grow it while the epoch's least round trip stayed near the
+ * link's least, shrink it (and the window with it) when the window's own queue grew past twice
+ * the target. See phub_ring_window.ceil.
+ */
 static void
-window_grow(struct phub_ring_window *w, uint64_t bytes)
+window_ceil_epoch(struct phub_ring_window *w, uint64_t ceil, uint64_t now_ns)
+{
+	uint64_t rtt = atomic_exchange_explicit(&w->epoch_rtt_ns, UINT64_MAX,
+						memory_order_relaxed);
+	uint64_t min = atomic_load_explicit(&w->min_rtt_ns, memory_order_relaxed);
+	uint64_t next = ceil;
+
+	/* The first epoch only learns the link's least round trip: its own would be the base. */
+	if (atomic_fetch_add_explicit(&w->epochs, 1, memory_order_relaxed) == 0 ||
+	    rtt == UINT64_MAX || min == UINT64_MAX)
+		return;
+	if (rtt - min <= PHUB_RING_QDELAY_TARGET_NS) {
+		if (now_ns < atomic_load_explicit(&w->ceil_hold_ns, memory_order_relaxed))
+			return;
+		next = ceil + ceil / 8;
+		if (next > w->top_bytes)
+			next = w->top_bytes;
+	} else if (rtt - min > 2 * PHUB_RING_QDELAY_TARGET_NS) {
+		next = ceil - ceil / 8;
+		if (next < w->max_bytes)
+			next = w->max_bytes;
+	}
+	if (next == ceil)
+		return;
+	atomic_store_explicit(&w->ceil, next, memory_order_relaxed);
+	atomic_fetch_add_explicit(next > ceil ? &w->ceil_ups : &w->ceil_downs, 1,
+				  memory_order_relaxed);
+	if (next < ceil && atomic_load_explicit(&w->cwnd, memory_order_relaxed) > next)
+		atomic_store_explicit(&w->cwnd, next, memory_order_relaxed);
+}
+
+/*
+ * An ACK of bytes at now_ns: the window grows, doubling per round trip below ssthresh, then
+ * linearly, up to its ceiling; with cwnd at the ceiling, the ceiling's epoch counts the bytes.
+ */
+static void
+window_grow(struct phub_ring_window *w, uint64_t bytes, uint64_t now_ns)
 {
 	uint64_t cwnd = atomic_load_explicit(&w->cwnd, memory_order_relaxed);
+	uint64_t ceil = atomic_load_explicit(&w->ceil, memory_order_relaxed);
+	uint64_t before;
 
 	if (cwnd < atomic_load_explicit(&w->ssthresh, memory_order_relaxed))
 		cwnd += bytes;
 	else
 		cwnd += bytes * bytes / cwnd + 1;
-	if (cwnd > w->max_bytes)
-		cwnd = w->max_bytes;
+	if (cwnd > ceil)
+		cwnd = ceil;
 	atomic_store_explicit(&w->cwnd, cwnd, memory_order_relaxed);
+	if (w->top_bytes <= w->max_bytes)
+		return;
+	/*
+	 * An epoch is a ceiling's worth acknowledged at the ceiling, in one go, with the window
+	 * used (3/4 of it in flight): a ceiling the sender does not fill (too little to send, or
+	 * PHUB_RING_WINDOW_MAX_STEPS binds) says nothing of the path and does not grow.
+	 */
+	if (cwnd < ceil || phub_ring_window_inflight(w, NULL) + bytes < ceil / 4 * 3) {
+		/* Its round trips too: those of a smaller window would hide the queue. */
+		atomic_store_explicit(&w->epoch_bytes, 0, memory_order_relaxed);
+		atomic_store_explicit(&w->epoch_rtt_ns, UINT64_MAX, memory_order_relaxed);
+		return;
+	}
+	before = atomic_fetch_add_explicit(&w->epoch_bytes, bytes, memory_order_relaxed);
+	if (before < ceil && before + bytes >= ceil) {
+		atomic_store_explicit(&w->epoch_bytes, 0, memory_order_relaxed);
+		window_ceil_epoch(w, ceil, now_ns);
+	}
 }
 
 /* A retransmission timeout: halve the window, once per gap_ns (one loss, many timers). */
@@ -205,7 +318,27 @@ window_cut(struct phub_ring_window *w, uint64_t now_ns, uint64_t gap_ns)
 	if (!atomic_compare_exchange_strong_explicit(&w->cut_ns, &last, now_ns != 0 ? now_ns : 1,
 						     memory_order_relaxed, memory_order_relaxed))
 		return;
-	cwnd = atomic_load_explicit(&w->cwnd, memory_order_relaxed) / 2;
+	cwnd = atomic_load_explicit(&w->cwnd, memory_order_relaxed);
+	if (w->top_bytes > w->max_bytes) {
+		/*
+		 * The path lost what the window held (a receiver descheduled longer than its
+		 * queue lasts, a shallow queue): the ceiling goes back to its floor and stays there
+		 * for PHUB_RING_CEIL_HOLD_NS. A loss costs more than the deeper window gains: a
+		 * cut, a resent round, often a timeout.
+		 */
+		uint64_t ceil = atomic_load_explicit(&w->ceil, memory_order_relaxed);
+		uint64_t next = w->max_bytes;
+
+		if (next < ceil) {
+			atomic_store_explicit(&w->ceil, next, memory_order_relaxed);
+			atomic_fetch_add_explicit(&w->ceil_downs, 1, memory_order_relaxed);
+		}
+		atomic_store_explicit(&w->ceil_hold_ns, now_ns + PHUB_RING_CEIL_HOLD_NS,
+				      memory_order_relaxed);
+		atomic_store_explicit(&w->epoch_bytes, 0, memory_order_relaxed);
+		atomic_store_explicit(&w->epoch_rtt_ns, UINT64_MAX, memory_order_relaxed);
+	}
+	cwnd /= 2;
 	if (cwnd < w->min_bytes)
 		cwnd = w->min_bytes;
 	atomic_store_explicit(&w->ssthresh, cwnd, memory_order_relaxed);
@@ -303,7 +436,7 @@ round_release(struct phub_ring_seg *seg, const struct phub_ring_params *p,
 		fresh |= bit;
 		released++;
 		if (p->win != NULL)
-			r->tx_seq[step] = window_seq(p->win);
+			r->tx_seq[step] = window_seq(p->win, now_ns);
 	}
 	if (p->win != NULL && released != 0)
 		atomic_fetch_sub_explicit(&p->win->held, released, memory_order_relaxed);
@@ -462,7 +595,7 @@ phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint3
 		*rtt_ns = now_ns - r->timer_ns;
 	/* Karn's rule for the send order too: a resent step's ACK may answer the first copy. */
 	if (p->win != NULL && (r->resent & bit) == 0)
-		window_delivered(p->win, r->tx_seq[step]);
+		window_delivered(p->win, r->tx_seq[step], now_ns);
 	r->resent &= ~bit;
 	r->acked |= bit;
 	r->retries = 0;
@@ -472,7 +605,7 @@ phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint3
 		uint64_t bytes = step_bytes(seg, p, seg->elems, step);
 
 		window_out(p->win, 1, bytes);
-		window_grow(p->win, bytes);
+		window_grow(p->win, bytes, now_ns);
 	}
 	return true;
 }
@@ -486,7 +619,8 @@ phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint3
 static int32_t
 reorder_slack(const struct phub_ring_params *p, uint64_t bytes)
 {
-	uint64_t fit = bytes != 0 ? p->win->max_bytes / bytes / 2 : PHUB_RING_REORDER;
+	uint64_t ceil = atomic_load_explicit(&p->win->ceil, memory_order_relaxed);
+	uint64_t fit = bytes != 0 ? ceil / bytes / 2 : PHUB_RING_REORDER;
 
 	if (fit < 3)
 		fit = 3;
@@ -523,7 +657,7 @@ round_resend(const struct phub_ring_params *p, struct phub_ring_round *r, uint32
 		return;
 	for (step = 0; step < steps; step++)
 		if ((steps_mask & (1u << step)) != 0)
-			r->tx_seq[step] = window_seq(p->win);
+			r->tx_seq[step] = window_seq(p->win, 0);
 }
 
 /*

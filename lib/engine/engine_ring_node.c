@@ -84,6 +84,9 @@ engine_ring_setup(struct phub_engine_job *job, void *(*alloc)(struct phub_engine
 			max = PHUB_RING_WINDOW_MAX;
 		phub_ring_window_init(&job->ring_win, PHUB_RING_WINDOW_INIT,
 				max < PHUB_RING_WINDOW_MIN ? max : PHUB_RING_WINDOW_MIN, max);
+		/* The default ceiling is the path's (phub_ring_window.ceil); a job's own is kept. */
+		if (job->ring_window_max == 0)
+			phub_ring_window_adapt(&job->ring_win, PHUB_RING_WINDOW_TOP);
 	}
 	for (uint32_t c = 0; c < job->n_chunks; c++) {
 		struct phub_layout_chunk chunk;
@@ -673,7 +676,8 @@ phub_engine_job_ring_window(const struct phub_engine_job *job,
 	w->cuts = atomic_load_explicit(&job->ring_win.cuts, memory_order_relaxed);
 	w->fast_resends = atomic_load_explicit(&job->ring_win.fast_resends, memory_order_relaxed);
 	w->timeouts = atomic_load_explicit(&job->ring_win.timeouts, memory_order_relaxed);
-	w->max_bytes = job->ring_win.max_bytes;
+	/* The ceiling now: the path's, when it adapts. */
+	w->max_bytes = atomic_load_explicit(&job->ring_win.ceil, memory_order_relaxed);
 	w->min_bytes = job->ring_win.min_bytes;
 }
 

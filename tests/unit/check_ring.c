@@ -711,6 +711,97 @@ START_TEST(test_whole_mtu_steps_are_found_lost_by_ack_order)
 }
 END_TEST
 
+/*
+ * A window whose ceiling adapts (phub_ring_window_adapt()) between 2000 and 8000 bytes, fed
+ * 400 one-step segments of 400 bytes at once, each acknowledged base_ns plus ns_per_byte for
+ * every byte in flight at its send (the queue it waited behind) after it went. Returns the
+ * ceiling at the end.
+ */
+static uint64_t
+adapt_run(struct phub_ring_window *win, uint64_t base_ns, uint64_t ns_per_byte)
+{
+	enum { N = 400, ELEMS = 100 };
+	static float b[N][4][ELEMS], rack[ELEMS];
+	static struct phub_ring_seg seg[N];
+	static uint64_t due_ns[N];
+	struct phub_ring_params p = params(2, 0);
+	struct phub_ring_out out, rel[2];
+	unsigned int fifo[N], head = 0, tail = 0, cursor = 0;
+	uint64_t now = 0;
+
+	p.rto_ns = p.rto_max_ns = 1000 * NS_PER_MS;	/* no timeout: this is about delay */
+	phub_ring_window_init(win, 800, 400, 2000);
+	phub_ring_window_adapt(win, 8000);
+	p.win = win;
+	for (unsigned int i = 0; i < N; i++) {
+		phub_ring_seg_init(&seg[i], 0, b[i][0], b[i][1], b[i][2], b[i][3]);
+		seg[i].root = 0;	/* the whole segment is step 0's part: one datagram */
+		ck_assert_int_eq(phub_ring_local(&seg[i], &p, ELEMS, 0, rack, 0, &out), 0);
+		if (out.send_steps != 0) {
+			due_ns[i] = base_ns + ns_per_byte * phub_ring_window_inflight(win, NULL);
+			fifo[tail++] = i;
+		}
+	}
+	while (head < tail) {
+		unsigned int i = fifo[head++];
+
+		if (now < due_ns[i])
+			now = due_ns[i];
+		ck_assert(phub_ring_ack(&seg[i], &p, 0, 0, now, NULL));
+		for (; cursor < N; cursor++) {
+			if (seg[cursor].round[0].held == 0)
+				continue;
+			if (phub_ring_release(&seg[cursor], &p, now, rel) == 0)
+				break;
+			due_ns[cursor] = now + base_ns +
+					 ns_per_byte * phub_ring_window_inflight(win, NULL);
+			fifo[tail++] = cursor;
+		}
+	}
+	ck_assert_uint_eq(tail, N);	/* every segment went, once */
+	ck_assert_uint_eq(phub_ring_window_inflight(win, NULL), 0);
+	return atomic_load(&win->ceil);
+}
+
+/*
+ * The ceiling follows the path: with no queueing delay it grows to its top, and the window
+ * with it; where the window's own bytes queue more than PHUB_RING_QDELAY_TARGET_NS it never
+ * grows; a loss takes it back to its floor, held there.
+ */
+START_TEST(test_window_ceiling_follows_delay_and_loss)
+{
+	static float b2[4][MAX_ELEMS];
+	struct phub_ring_params p = params(2, 0);
+	struct phub_ring_window win;
+	struct phub_ring_seg seg;
+	struct phub_ring_out out, due[2];
+	float rack[200] = { 0 };
+
+	/* 1 ms round trips whatever is in flight: no queue. */
+	ck_assert_uint_eq(adapt_run(&win, NS_PER_MS, 0), 8000);
+	ck_assert_uint_gt(win.ceil_ups, 0);
+	ck_assert_uint_eq(win.ceil_downs, 0);
+	ck_assert_uint_gt(win.cwnd, 2000);
+	ck_assert_uint_eq(win.min_rtt_ns, NS_PER_MS);
+	/* 10 us a byte in flight: 2000 bytes queue 20 ms. */
+	ck_assert_uint_eq(adapt_run(&win, NS_PER_MS, 10000), 2000);
+	ck_assert_uint_eq(win.ceil_ups, 0);
+	ck_assert_uint_le(win.cwnd, 2000);
+	/* Grown, then a timeout: the ceiling is back at its floor and does not grow again. */
+	ck_assert_uint_eq(adapt_run(&win, NS_PER_MS, 0), 8000);
+	p.win = &win;
+	phub_ring_seg_init(&seg, 0, b2[0], b2[1], b2[2], b2[3]);
+	ck_assert_int_eq(phub_ring_local(&seg, &p, 200, 0, rack, 500 * NS_PER_MS, &out), 0);
+	ck_assert_uint_eq(out.send_steps, 0x1);
+	ck_assert_uint_eq(phub_ring_poll(&seg, &p, 200, 510 * NS_PER_MS, due), 1);
+	ck_assert_uint_eq(win.timeouts, 1);
+	ck_assert_uint_eq(win.ceil, 2000);
+	ck_assert_uint_eq(win.ceil_hold_ns, 510 * NS_PER_MS + PHUB_RING_CEIL_HOLD_NS);
+	ck_assert(phub_ring_ack(&seg, &p, 0, 0, 511 * NS_PER_MS, NULL));
+	ck_assert_uint_le(win.cwnd, 2000);
+}
+END_TEST
+
 Suite *
 phub_ring_suite(void)
 {
@@ -735,6 +826,7 @@ phub_ring_suite(void)
 		test_window_holds_steps_until_an_ack_opens_it,
 		test_window_grows_and_halves_within_its_bounds,
 		test_step_overtaken_by_acked_later_ones_is_resent_before_timeout,
-		test_whole_mtu_steps_are_found_lost_by_ack_order);
+		test_whole_mtu_steps_are_found_lost_by_ack_order,
+		test_window_ceiling_follows_delay_and_loss);
 	return s;
 }
