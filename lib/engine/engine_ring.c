@@ -97,6 +97,12 @@ phub_ring_window_init(struct phub_ring_window *w, uint64_t init_bytes, uint64_t 
 	atomic_store_explicit(&w->acked_seq, 0, memory_order_relaxed);
 	atomic_store_explicit(&w->fast_resends, 0, memory_order_relaxed);
 	atomic_store_explicit(&w->timeouts, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->probe_ns, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->probe_retries, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->rto_seq, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->recovering, false, memory_order_relaxed);
+	atomic_store_explicit(&w->credits, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->spurious, 0, memory_order_relaxed);
 	atomic_store_explicit(&w->ceil, max_bytes, memory_order_relaxed);
 	w->top_bytes = max_bytes;
 	atomic_store_explicit(&w->ceil_hold_ns, 0, memory_order_relaxed);
@@ -578,6 +584,70 @@ phub_ring_receive(struct phub_ring_seg *seg, const struct phub_ring_params *p, u
 	return PHUB_RING_TAKEN;
 }
 
+/*
+ * An ACK on the link: the probe's back-off ends. In recovery (see phub_ring_window.probe_ns) a
+ * resent step's ACK lets two more of the steps sent before the timeout go again; a step sent
+ * once before the timeout and acknowledged now was queued, not lost: the timeout was spurious.
+ */
+static void
+window_recovery_ack(struct phub_ring_window *w, uint32_t seq, bool resent)
+{
+	bool was = true, spurious;
+
+	/* Stored only when set: every data lcore's ACKs pass here. */
+	if (atomic_load_explicit(&w->probe_retries, memory_order_relaxed) != 0)
+		atomic_store_explicit(&w->probe_retries, 0, memory_order_relaxed);
+	if (atomic_load_explicit(&w->probe_ns, memory_order_relaxed) != 0)
+		atomic_store_explicit(&w->probe_ns, 0, memory_order_relaxed);
+	if (!atomic_load_explicit(&w->recovering, memory_order_relaxed))
+		return;
+	if (resent) {
+		atomic_fetch_add_explicit(&w->credits, 2, memory_order_relaxed);
+		return;
+	}
+	/*
+	 * A first transmission newer than the timeout delivered ends recovery too: the link is
+	 * FIFO, what is older and still unacknowledged is lost and found by the ACKs' order.
+	 */
+	spurious = (int32_t)(seq - atomic_load_explicit(&w->rto_seq, memory_order_relaxed)) <= 0;
+	if (atomic_compare_exchange_strong_explicit(&w->recovering, &was, false,
+						    memory_order_relaxed, memory_order_relaxed)) {
+		atomic_store_explicit(&w->credits, 0, memory_order_relaxed);
+		if (spurious)
+			atomic_fetch_add_explicit(&w->spurious, 1, memory_order_relaxed);
+	}
+}
+
+/*
+ * A round's timer fired: may it send the link's probe now? Only one round per backed-off RTO
+ * does; *gate_ns gets when the next probe may go (the timed-out rounds' next deadline).
+ */
+static bool
+window_probe(struct phub_ring_window *w, const struct phub_ring_params *p, uint64_t now_ns,
+	     uint64_t *gate_ns)
+{
+	uint64_t gate = atomic_load_explicit(&w->probe_ns, memory_order_relaxed);
+	uint32_t retries = atomic_load_explicit(&w->probe_retries, memory_order_relaxed) + 1;
+	uint64_t rto = p->rto_ns << (retries < 16 ? retries : 16);
+
+	if (rto > p->rto_max_ns || rto < p->rto_ns)
+		rto = p->rto_max_ns;
+	if (now_ns < gate ||
+	    !atomic_compare_exchange_strong_explicit(&w->probe_ns, &gate, now_ns + rto,
+						     memory_order_relaxed, memory_order_relaxed)) {
+		*gate_ns = gate > now_ns ? gate : now_ns + p->rto_ns;
+		return false;
+	}
+	*gate_ns = now_ns + rto;
+	if (retries < 31)
+		atomic_fetch_add_explicit(&w->probe_retries, 1, memory_order_relaxed);
+	atomic_store_explicit(&w->rto_seq, atomic_load_explicit(&w->tx_seq, memory_order_relaxed),
+			      memory_order_relaxed);
+	atomic_store_explicit(&w->credits, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->recovering, true, memory_order_relaxed);
+	return true;
+}
+
 bool
 phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t iteration,
 	      uint32_t step, uint64_t now_ns, uint64_t *rtt_ns)
@@ -596,6 +666,8 @@ phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint3
 	/* Karn's rule for the send order too: a resent step's ACK may answer the first copy. */
 	if (p->win != NULL && (r->resent & bit) == 0)
 		window_delivered(p->win, r->tx_seq[step], now_ns);
+	if (p->win != NULL)
+		window_recovery_ack(p->win, r->tx_seq[step], (r->resent & bit) != 0);
 	r->resent &= ~bit;
 	r->acked |= bit;
 	r->retries = 0;
@@ -660,6 +732,59 @@ round_resend(const struct phub_ring_params *p, struct phub_ring_round *r, uint32
 			r->tx_seq[step] = window_seq(p->win, 0);
 }
 
+/* Take one resend from the ACK clock's credits, if any. */
+static bool
+window_take_credit(struct phub_ring_window *w)
+{
+	int64_t cur = atomic_load_explicit(&w->credits, memory_order_relaxed);
+
+	while (cur > 0)
+		if (atomic_compare_exchange_weak_explicit(&w->credits, &cur, cur - 1,
+							  memory_order_relaxed,
+							  memory_order_relaxed))
+			return true;
+	return false;
+}
+
+/* The step of mask sent earliest on the link (mask not empty). */
+static unsigned int
+round_oldest(const struct phub_ring_params *p, const struct phub_ring_round *r, uint32_t mask)
+{
+	unsigned int step, best = PHUB_RING_MAX_STEPS, steps = phub_ring_steps(p->racks);
+
+	for (step = 0; step < steps; step++)
+		if ((mask & (1u << step)) != 0 &&
+		    (best == PHUB_RING_MAX_STEPS ||
+		     (int32_t)(r->tx_seq[step] - r->tx_seq[best]) < 0))
+			best = step;
+	return best;
+}
+
+/*
+ * In recovery after a timeout: the round's steps sent before it and not acknowledged, oldest
+ * first, as many as the ACK clock's credits allow.
+ */
+static uint32_t
+round_recover(const struct phub_ring_params *p, const struct phub_ring_round *r, uint32_t unacked)
+{
+	uint32_t rto_seq, pending = 0, go = 0;
+	unsigned int step, steps = phub_ring_steps(p->racks);
+
+	if (!atomic_load_explicit(&p->win->recovering, memory_order_relaxed) || unacked == 0 ||
+	    atomic_load_explicit(&p->win->credits, memory_order_relaxed) <= 0)
+		return 0;
+	rto_seq = atomic_load_explicit(&p->win->rto_seq, memory_order_relaxed);
+	for (step = 0; step < steps; step++)
+		if ((unacked & (1u << step)) != 0 && (int32_t)(r->tx_seq[step] - rto_seq) <= 0)
+			pending |= 1u << step;
+	while (pending != 0 && window_take_credit(p->win)) {
+		step = round_oldest(p, r, pending);
+		pending &= ~(1u << step);
+		go |= 1u << step;
+	}
+	return go;
+}
+
 /*
  * A round's timer may fire: its deadline passed and, with a window, nothing came back from the
  * link for an RTO either (ACKs still coming in send order mean its steps are queued, not lost).
@@ -692,7 +817,22 @@ seg_due(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint64_t no
 			continue;
 		memset(o, 0, sizeof(*o));
 		lost = resend ? round_overtaken(seg, p, r, unacked) : 0;
-		if (resend && unacked != 0 && round_timed_out(p, r, now_ns)) {
+		if (resend && unacked != 0 && p->win != NULL && round_timed_out(p, r, now_ns)) {
+			uint64_t gate;
+
+			/* One step per link and RTO, the oldest of the round: see probe_ns. */
+			if (window_probe(p->win, p, now_ns, &gate)) {
+				uint32_t probe = 1u << round_oldest(p, r, unacked);
+
+				o->send_steps = probe;
+				o->resent_steps = probe;
+				round_resend(p, r, probe);
+				window_cut(p->win, now_ns, p->rto_ns);
+				atomic_fetch_add_explicit(&p->win->timeouts, 1,
+							  memory_order_relaxed);
+			}
+			r->rto_deadline_ns = gate;
+		} else if (resend && unacked != 0 && round_timed_out(p, r, now_ns)) {
 			uint64_t rto;
 
 			if (r->retries < 30)
@@ -704,10 +844,6 @@ seg_due(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint64_t no
 			o->send_steps = unacked;
 			o->resent_steps = unacked;
 			round_resend(p, r, unacked);
-			if (p->win != NULL) {
-				window_cut(p->win, now_ns, p->rto_ns);
-				atomic_fetch_add_explicit(&p->win->timeouts, 1, memory_order_relaxed);
-			}
 		} else if (lost != 0) {
 			/* No back-off: the link delivers, this one datagram did not arrive. */
 			o->send_steps = lost;
@@ -718,6 +854,15 @@ seg_due(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint64_t no
 			atomic_fetch_add_explicit(&p->win->fast_resends,
 						  (uint64_t)__builtin_popcount(lost),
 						  memory_order_relaxed);
+		} else if (resend && p->win != NULL) {
+			uint32_t go = round_recover(p, r, unacked);
+
+			if (go != 0) {
+				o->send_steps = go;
+				o->resent_steps = go;
+				round_resend(p, r, go);
+				r->rto_deadline_ns = now_ns + p->rto_ns;
+			}
 		}
 		if (r->held != 0)
 			round_release(seg, p, r, now_ns, o);

@@ -174,6 +174,23 @@ struct phub_ring_window {
 	_Atomic uint32_t acked_seq;
 	_Atomic uint64_t fast_resends;	/* steps resent because later ones were acknowledged */
 	_Atomic uint64_t timeouts;	/* rounds resent because the link fell silent */
+	/*
+	 * After a timeout, recovery as TCP's (RFC 5681 3.1, RFC 5682): the link resends one step,
+	 * the oldest unacknowledged one of the round whose timer fired first (the probe), not all
+	 * it holds in flight; no other round's timer resends before probe_ns, which backs off
+	 * (probe_retries) until an ACK comes. The other steps sent before the timeout (tx_seq at
+	 * most rto_seq) follow by the ACK clock: each ACK of a resent step gives credits for two
+	 * more (slow start over what is missing). An ACK of a step sent once before the timeout
+	 * shows the timeout spurious (a neighbour descheduled, its queue intact): recovery ends,
+	 * the rest is acknowledged as it comes, nothing more is resent for that timeout. One sent
+	 * after the timeout and acknowledged ends it as well (the ACKs' order finds the rest).
+	 */
+	_Atomic uint64_t probe_ns;	/* no probe before this */
+	_Atomic uint32_t probe_retries;	/* probes since the last ACK: the back-off */
+	_Atomic uint32_t rto_seq;	/* the send order at the last timeout */
+	_Atomic bool recovering;	/* steps up to rto_seq are resent by credits */
+	_Atomic int64_t credits;	/* resends the ACK clock allows now */
+	_Atomic uint64_t spurious;	/* timeouts found spurious */
 	uint64_t min_bytes, max_bytes;	/* cwnd's bounds; max_bytes: the ceiling's floor */
 	/*
 	 * The ceiling the path allows (phub_ring_window_adapt(); max_bytes .. top_bytes, or

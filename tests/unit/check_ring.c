@@ -609,15 +609,82 @@ START_TEST(test_window_grows_and_halves_within_its_bounds)
 	ck_assert_uint_eq(win.cwnd, 2000);	/* the ceiling */
 	ck_assert_uint_eq(phub_ring_release(&seg[6], &p, NS_PER_MS, due), 1);
 	ck_assert_uint_eq(phub_ring_release(&seg[7], &p, NS_PER_MS, due), 1);
-	/* Both time out together: one cut (to 1000), not two. */
+	/* Both time out together: one cut (to 1000), not two, and one probe (the first's). */
 	ck_assert_uint_eq(phub_ring_poll(&seg[6], &p, 200, 4 * NS_PER_MS, due), 1);
-	ck_assert_uint_eq(phub_ring_poll(&seg[7], &p, 200, 4 * NS_PER_MS, due), 1);
+	ck_assert_uint_eq(phub_ring_poll(&seg[7], &p, 200, 4 * NS_PER_MS, due), 0);
 	ck_assert_uint_eq(win.cuts, 1);
 	ck_assert_uint_eq(win.cwnd, 1000);
 	ck_assert_uint_eq(win.ssthresh, 1000);
 	/* Past ssthresh the growth is about a part per window, not a part per ACK. */
 	ck_assert(phub_ring_ack(&seg[6], &p, 0, 0, 5 * NS_PER_MS, NULL));
 	ck_assert_uint_eq(win.cwnd, 1000 + 400 * 400 / 1000 + 1);
+}
+END_TEST
+
+/*
+ * A timeout resends one step of the link, not all it holds in flight (a neighbour descheduled
+ * past the RTO would get the whole window again); the rest follows by the ACK clock, two per
+ * ACK of a resent step, oldest first, and not at all once a step sent before the timeout is
+ * acknowledged (its queue was intact: the timeout was spurious). The probe backs off.
+ */
+START_TEST(test_timeout_resends_one_step_then_by_the_ack_clock)
+{
+	enum { N = 20 };
+	static float b2[N][4][200];
+	struct phub_ring_params p = params(2, 0);
+	struct phub_ring_window win;
+	struct phub_ring_seg seg[N];
+	struct phub_ring_out out, due[2];
+	float rack[200];
+	unsigned int i, n;
+	uint64_t t;
+
+	for (i = 0; i < 200; i++)
+		rack[i] = 1.0f;
+	phub_ring_window_init(&win, N * 400, N * 400, N * 400);
+	p.win = &win;
+	for (i = 0; i < N; i++) {
+		phub_ring_seg_init(&seg[i], 0, b2[i][0], b2[i][1], b2[i][2], b2[i][3]);
+		ck_assert_int_eq(phub_ring_local(&seg[i], &p, 200, 0, rack, 0, &out), 0);
+		ck_assert_uint_eq(out.send_steps, 0x1);
+	}
+	/* Nothing comes back: every round times out at 2 ms, one datagram goes, segment 0's. */
+	for (n = 0, i = 0; i < N; i++)
+		if (phub_ring_poll(&seg[i], &p, 200, 3 * NS_PER_MS, due) == 1) {
+			ck_assert_uint_eq(due[0].resent_steps, 0x1);
+			ck_assert_uint_eq(i, 0);
+			n++;
+		}
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_eq(win.timeouts, 1);
+	/* Still silent: the next probe after the backed-off 4 ms, not at the 2 ms RTO. */
+	for (i = 0; i < N; i++)
+		ck_assert_uint_eq(phub_ring_poll(&seg[i], &p, 200, 6 * NS_PER_MS, due), 0);
+	for (n = 0, t = 7 * NS_PER_MS + 1, i = 0; i < N; i++)
+		n += phub_ring_poll(&seg[i], &p, 200, t, due);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_eq(win.timeouts, 2);
+	/* The probe's ACK (segment 0's, resent): two more go, the oldest (segments 1 and 2). */
+	p.heard_ns = 8 * NS_PER_MS;
+	ck_assert(phub_ring_ack(&seg[0], &p, 0, 0, 8 * NS_PER_MS, NULL));
+	for (n = 0, i = 0; i < N; i++)
+		if (phub_ring_poll(&seg[i], &p, 200, 8 * NS_PER_MS, due) == 1) {
+			ck_assert(i == 1 || i == 2);
+			n++;
+		}
+	ck_assert_uint_eq(n, 2);
+	/* Segment 3, sent once before the timeout, acknowledged: spurious, no more resends. */
+	ck_assert(phub_ring_ack(&seg[3], &p, 0, 0, 9 * NS_PER_MS, NULL));
+	ck_assert_uint_eq(win.spurious, 1);
+	ck_assert(phub_ring_ack(&seg[1], &p, 0, 0, 9 * NS_PER_MS, NULL));
+	for (i = 0; i < N; i++)
+		ck_assert_uint_eq(phub_ring_poll(&seg[i], &p, 200, 9 * NS_PER_MS, due), 0);
+	/* The rest is acknowledged as it comes; nothing was lost from the window's accounts. */
+	for (i = 2; i < N; i++)
+		if (i != 3)
+			ck_assert(phub_ring_ack(&seg[i], &p, 0, 0, 10 * NS_PER_MS, NULL));
+	ck_assert_uint_eq(phub_ring_window_inflight(&win, NULL), 0);
+	ck_assert_uint_eq(win.timeouts, 2);
 }
 END_TEST
 
@@ -826,6 +893,7 @@ phub_ring_suite(void)
 		test_window_holds_steps_until_an_ack_opens_it,
 		test_window_grows_and_halves_within_its_bounds,
 		test_step_overtaken_by_acked_later_ones_is_resent_before_timeout,
+		test_timeout_resends_one_step_then_by_the_ack_clock,
 		test_whole_mtu_steps_are_found_lost_by_ack_order,
 		test_window_ceiling_follows_delay_and_loss);
 	return s;
