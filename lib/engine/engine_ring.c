@@ -103,6 +103,7 @@ phub_ring_window_init(struct phub_ring_window *w, uint64_t init_bytes, uint64_t 
 	atomic_store_explicit(&w->recovering, false, memory_order_relaxed);
 	atomic_store_explicit(&w->credits, 0, memory_order_relaxed);
 	atomic_store_explicit(&w->spurious, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->undo_cuts, UINT64_MAX, memory_order_relaxed);
 	atomic_store_explicit(&w->ceil, max_bytes, memory_order_relaxed);
 	w->top_bytes = max_bytes;
 	atomic_store_explicit(&w->ceil_hold_ns, 0, memory_order_relaxed);
@@ -584,6 +585,41 @@ phub_ring_receive(struct phub_ring_seg *seg, const struct phub_ring_params *p, u
 	return PHUB_RING_TAKEN;
 }
 
+/* *to = *from, relaxed: the window's fields are skewed by a race at worst, never torn. */
+static void
+copy_u64(_Atomic uint64_t *to, _Atomic uint64_t *from)
+{
+	atomic_store_explicit(to, atomic_load_explicit(from, memory_order_relaxed),
+			      memory_order_relaxed);
+}
+
+/* Before the probe's cut: what a spurious timeout gives back (F-RTO's undo, RFC 5682). */
+static void
+window_save(struct phub_ring_window *w)
+{
+	copy_u64(&w->undo_cwnd, &w->cwnd);
+	copy_u64(&w->undo_ssthresh, &w->ssthresh);
+	copy_u64(&w->undo_ceil, &w->ceil);
+	copy_u64(&w->undo_hold_ns, &w->ceil_hold_ns);
+	/* The cut about to come is the only one the undo may take back. */
+	atomic_store_explicit(&w->undo_cuts,
+			      atomic_load_explicit(&w->cuts, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
+
+/* A spurious timeout: the window and its ceiling as they were, unless a loss cut them since. */
+static void
+window_undo(struct phub_ring_window *w)
+{
+	if (atomic_exchange_explicit(&w->undo_cuts, UINT64_MAX, memory_order_relaxed) !=
+	    atomic_load_explicit(&w->cuts, memory_order_relaxed))
+		return;
+	copy_u64(&w->ceil, &w->undo_ceil);
+	copy_u64(&w->ceil_hold_ns, &w->undo_hold_ns);
+	copy_u64(&w->ssthresh, &w->undo_ssthresh);
+	copy_u64(&w->cwnd, &w->undo_cwnd);
+}
+
 /*
  * An ACK on the link: the probe's back-off ends. In recovery (see phub_ring_window.probe_ns) a
  * resent step's ACK lets two more of the steps sent before the timeout go again; a step sent
@@ -613,8 +649,10 @@ window_recovery_ack(struct phub_ring_window *w, uint32_t seq, bool resent)
 	if (atomic_compare_exchange_strong_explicit(&w->recovering, &was, false,
 						    memory_order_relaxed, memory_order_relaxed)) {
 		atomic_store_explicit(&w->credits, 0, memory_order_relaxed);
-		if (spurious)
+		if (spurious) {
 			atomic_fetch_add_explicit(&w->spurious, 1, memory_order_relaxed);
+			window_undo(w);
+		}
 	}
 }
 
@@ -827,6 +865,7 @@ seg_due(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint64_t no
 				o->send_steps = probe;
 				o->resent_steps = probe;
 				round_resend(p, r, probe);
+				window_save(p->win);
 				window_cut(p->win, now_ns, p->rto_ns);
 				atomic_fetch_add_explicit(&p->win->timeouts, 1,
 							  memory_order_relaxed);

@@ -191,6 +191,8 @@ struct phub_ring_window {
 	_Atomic bool recovering;	/* steps up to rto_seq are resent by credits */
 	_Atomic int64_t credits;	/* resends the ACK clock allows now */
 	_Atomic uint64_t spurious;	/* timeouts found spurious */
+	/* What the probe's cut took (undone when the timeout proves spurious and no cut followed). */
+	_Atomic uint64_t undo_cwnd, undo_ssthresh, undo_ceil, undo_hold_ns, undo_cuts;
 	uint64_t min_bytes, max_bytes;	/* cwnd's bounds; max_bytes: the ceiling's floor */
 	/*
 	 * The ceiling the path allows (phub_ring_window_adapt(); max_bytes .. top_bytes, or

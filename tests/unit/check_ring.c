@@ -625,7 +625,8 @@ END_TEST
  * A timeout resends one step of the link, not all it holds in flight (a neighbour descheduled
  * past the RTO would get the whole window again); the rest follows by the ACK clock, two per
  * ACK of a resent step, oldest first, and not at all once a step sent before the timeout is
- * acknowledged (its queue was intact: the timeout was spurious). The probe backs off.
+ * acknowledged (its queue was intact: the timeout was spurious, its cut is undone). The probe
+ * backs off.
  */
 START_TEST(test_timeout_resends_one_step_then_by_the_ack_clock)
 {
@@ -641,7 +642,7 @@ START_TEST(test_timeout_resends_one_step_then_by_the_ack_clock)
 
 	for (i = 0; i < 200; i++)
 		rack[i] = 1.0f;
-	phub_ring_window_init(&win, N * 400, N * 400, N * 400);
+	phub_ring_window_init(&win, N * 400, 400, 2 * N * 400);
 	p.win = &win;
 	for (i = 0; i < N; i++) {
 		phub_ring_seg_init(&seg[i], 0, b2[i][0], b2[i][1], b2[i][2], b2[i][3]);
@@ -664,6 +665,7 @@ START_TEST(test_timeout_resends_one_step_then_by_the_ack_clock)
 		n += phub_ring_poll(&seg[i], &p, 200, t, due);
 	ck_assert_uint_eq(n, 1);
 	ck_assert_uint_eq(win.timeouts, 2);
+	ck_assert_uint_eq(win.cwnd, N * 400 / 4);	/* halved by each probe */
 	/* The probe's ACK (segment 0's, resent): two more go, the oldest (segments 1 and 2). */
 	p.heard_ns = 8 * NS_PER_MS;
 	ck_assert(phub_ring_ack(&seg[0], &p, 0, 0, 8 * NS_PER_MS, NULL));
@@ -676,6 +678,9 @@ START_TEST(test_timeout_resends_one_step_then_by_the_ack_clock)
 	/* Segment 3, sent once before the timeout, acknowledged: spurious, no more resends. */
 	ck_assert(phub_ring_ack(&seg[3], &p, 0, 0, 9 * NS_PER_MS, NULL));
 	ck_assert_uint_eq(win.spurious, 1);
+	/* The last probe's cut is undone (the first one's stays: a probe went unanswered). */
+	ck_assert_uint_eq(win.ssthresh, N * 400 / 2);
+	ck_assert_uint_ge(win.cwnd, N * 400 / 2);
 	ck_assert(phub_ring_ack(&seg[1], &p, 0, 0, 9 * NS_PER_MS, NULL));
 	for (i = 0; i < N; i++)
 		ck_assert_uint_eq(phub_ring_poll(&seg[i], &p, 200, 9 * NS_PER_MS, due), 0);
