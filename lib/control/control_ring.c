@@ -368,6 +368,20 @@ control_ring_input(struct phub_control *ctl, const struct phub_control_peer *fro
 		ctl->stats.drops[why]++;
 		return;
 	}
+	/*
+	 * A drained job (every worker left) whose neighbour has a new session of the name: the
+	 * neighbour's old one ended, so nothing of ours is still needed there. It ends quietly; the
+	 * neighbour offers its HELLO again, to our next job of the name. Failed instead, it sent
+	 * JOB_ABORTED to nobody but counted as a failure, and a job that took the place of it
+	 * before its end could be caught in that (see link_hello()).
+	 */
+	if (r->draining && links[0]->known && links[0]->token != h.token) {
+		control_log(ctl, PHUB_CONTROL_LOG_INFO, "job %s: drained; ring peer %s has a new "
+				"session of it: the old one ends", r->decl->name,
+				ctl->p.ring_peers[links[0]->peer].name);
+		phub_control_job_end(ctl, job);
+		return;
+	}
 	/* A neighbour or this PBox restored from a checkpoint: the ring may have to go back. */
 	if (control_ring_restore_hello(ctl, cj, links[0], &h) != CONTROL_RING_LINK)
 		return;
@@ -389,6 +403,16 @@ link_hello(struct phub_control *ctl, struct cjob *cj, struct cring_link *l, uint
 	struct phub_control_peer to;
 
 	if ((int64_t)(now - l->next_hello_ns) < 0)
+		return;
+	/*
+	 * A drained job offers no HELLO: its session is over for the neighbour too. A keep-alive
+	 * that reached a neighbour's NEW job of the name (its workers joined again first) linked
+	 * that job to this old session's token; when our own workers joined again, our new
+	 * session's HELLO then looked like a restart of ours, and the neighbour aborted its new
+	 * job ("ring peer ... restarted: its session of the job is a new one"). The drain needs
+	 * none: it waits for the ring's data to fall quiet, not for HELLOs.
+	 */
+	if (cj->ring.draining)
 		return;
 	memset(&to, 0, sizeof(to));
 	to.ipv4 = peer->ipv4;

@@ -97,25 +97,85 @@ phub_ring_window_init(struct phub_ring_window *w, uint64_t init_bytes, uint64_t 
 	atomic_store_explicit(&w->acked_seq, 0, memory_order_relaxed);
 	atomic_store_explicit(&w->fast_resends, 0, memory_order_relaxed);
 	atomic_store_explicit(&w->timeouts, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->probe_ns, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->probe_retries, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->rto_seq, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->recovering, false, memory_order_relaxed);
+	atomic_store_explicit(&w->credits, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->spurious, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->undo_cuts, UINT64_MAX, memory_order_relaxed);
+	atomic_store_explicit(&w->ceil, max_bytes, memory_order_relaxed);
+	w->top_bytes = max_bytes;
+	atomic_store_explicit(&w->ceil_hold_ns, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->epoch_bytes, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->epoch_rtt_ns, UINT64_MAX, memory_order_relaxed);
+	atomic_store_explicit(&w->min_rtt_ns, UINT64_MAX, memory_order_relaxed);
+	atomic_store_explicit(&w->ceil_ups, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->ceil_downs, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->epochs, 0, memory_order_relaxed);
+	for (unsigned int i = 0; i < PHUB_RING_WINDOW_TIMES; i++) {
+		atomic_store_explicit(&w->sent_ns[i], 0, memory_order_relaxed);
+		atomic_store_explicit(&w->sent_seq[i], 0, memory_order_relaxed);
+	}
 }
 
-/* The link's next place in its send order (never 0, the "nothing acknowledged" mark). */
-static uint32_t
-window_seq(struct phub_ring_window *w)
+void
+phub_ring_window_adapt(struct phub_ring_window *w, uint64_t top_bytes)
 {
-	return atomic_fetch_add_explicit(&w->tx_seq, 1, memory_order_relaxed) + 1;
+	w->top_bytes = top_bytes > w->max_bytes ? top_bytes : w->max_bytes;
+	atomic_store_explicit(&w->ssthresh, w->top_bytes, memory_order_relaxed);
 }
 
-/* A first transmission answered: the newest place in the send order known delivered. */
+/*
+ * The link's next place in its send order (never 0, the "nothing acknowledged" mark), sent at
+ * now_ns (a first transmission's time, for its round trip; 0: a resend, which has none).
+ */
+static uint32_t
+window_seq(struct phub_ring_window *w, uint64_t now_ns)
+{
+	uint32_t seq = atomic_fetch_add_explicit(&w->tx_seq, 1, memory_order_relaxed) + 1;
+	unsigned int slot = seq & (PHUB_RING_WINDOW_TIMES - 1);
+
+	atomic_store_explicit(&w->sent_ns[slot], now_ns, memory_order_relaxed);
+	atomic_store_explicit(&w->sent_seq[slot], seq, memory_order_release);
+	return seq;
+}
+
+/* Keep *v at most x. */
 static void
-window_delivered(struct phub_ring_window *w, uint32_t seq)
+atomic_min_u64(_Atomic uint64_t *v, uint64_t x)
+{
+	uint64_t cur = atomic_load_explicit(v, memory_order_relaxed);
+
+	while (x < cur && !atomic_compare_exchange_weak_explicit(v, &cur, x, memory_order_relaxed,
+								 memory_order_relaxed))
+		;
+}
+
+/*
+ * A first transmission answered at now_ns: the newest place in the send order known delivered,
+ * and its round trip (if its send time is still kept) into the ceiling's delay figures.
+ */
+static void
+window_delivered(struct phub_ring_window *w, uint32_t seq, uint64_t now_ns)
 {
 	uint32_t cur = atomic_load_explicit(&w->acked_seq, memory_order_relaxed);
+	unsigned int slot = seq & (PHUB_RING_WINDOW_TIMES - 1);
+	uint64_t sent;
 
 	while ((int32_t)(seq - cur) > 0 &&
 	       !atomic_compare_exchange_weak_explicit(&w->acked_seq, &cur, seq,
 						      memory_order_relaxed, memory_order_relaxed))
 		;
+	if (w->top_bytes <= w->max_bytes ||
+	    atomic_load_explicit(&w->sent_seq[slot], memory_order_acquire) != seq)
+		return;
+	sent = atomic_load_explicit(&w->sent_ns[slot], memory_order_relaxed);
+	/* Another lcore's clock may be a little behind: no sample rather than a wrong one. */
+	if (sent == 0 || now_ns <= sent)
+		return;
+	atomic_min_u64(&w->min_rtt_ns, now_ns - sent);
+	atomic_min_u64(&w->epoch_rtt_ns, now_ns - sent);
 }
 
 /* Part `part` of the segment as its ring carries it (its root). */
@@ -178,19 +238,79 @@ phub_ring_window_inflight(struct phub_ring_window *w, uint64_t *steps)
 	return cur & BYTES_MASK;
 }
 
-/* An ACK of bytes: the window grows, doubling per round trip below ssthresh, then linearly. */
+/*
+ * An epoch of the ceiling ends: grow it while the epoch's least round trip stayed near the
+ * link's least, shrink it (and the window with it) when the window's own queue grew past twice
+ * the target. See phub_ring_window.ceil.
+ */
 static void
-window_grow(struct phub_ring_window *w, uint64_t bytes)
+window_ceil_epoch(struct phub_ring_window *w, uint64_t ceil, uint64_t now_ns)
+{
+	uint64_t rtt = atomic_exchange_explicit(&w->epoch_rtt_ns, UINT64_MAX,
+						memory_order_relaxed);
+	uint64_t min = atomic_load_explicit(&w->min_rtt_ns, memory_order_relaxed);
+	uint64_t next = ceil;
+
+	/* The first epoch only learns the link's least round trip: its own would be the base. */
+	if (atomic_fetch_add_explicit(&w->epochs, 1, memory_order_relaxed) == 0 ||
+	    rtt == UINT64_MAX || min == UINT64_MAX)
+		return;
+	if (rtt - min <= PHUB_RING_QDELAY_TARGET_NS) {
+		if (now_ns < atomic_load_explicit(&w->ceil_hold_ns, memory_order_relaxed))
+			return;
+		next = ceil + ceil / 8;
+		if (next > w->top_bytes)
+			next = w->top_bytes;
+	} else if (rtt - min > 2 * PHUB_RING_QDELAY_TARGET_NS) {
+		next = ceil - ceil / 8;
+		if (next < w->max_bytes)
+			next = w->max_bytes;
+	}
+	if (next == ceil)
+		return;
+	atomic_store_explicit(&w->ceil, next, memory_order_relaxed);
+	atomic_fetch_add_explicit(next > ceil ? &w->ceil_ups : &w->ceil_downs, 1,
+				  memory_order_relaxed);
+	if (next < ceil && atomic_load_explicit(&w->cwnd, memory_order_relaxed) > next)
+		atomic_store_explicit(&w->cwnd, next, memory_order_relaxed);
+}
+
+/*
+ * An ACK of bytes at now_ns: the window grows, doubling per round trip below ssthresh, then
+ * linearly, up to its ceiling; with cwnd at the ceiling, the ceiling's epoch counts the bytes.
+ */
+static void
+window_grow(struct phub_ring_window *w, uint64_t bytes, uint64_t now_ns)
 {
 	uint64_t cwnd = atomic_load_explicit(&w->cwnd, memory_order_relaxed);
+	uint64_t ceil = atomic_load_explicit(&w->ceil, memory_order_relaxed);
+	uint64_t before;
 
 	if (cwnd < atomic_load_explicit(&w->ssthresh, memory_order_relaxed))
 		cwnd += bytes;
 	else
 		cwnd += bytes * bytes / cwnd + 1;
-	if (cwnd > w->max_bytes)
-		cwnd = w->max_bytes;
+	if (cwnd > ceil)
+		cwnd = ceil;
 	atomic_store_explicit(&w->cwnd, cwnd, memory_order_relaxed);
+	if (w->top_bytes <= w->max_bytes)
+		return;
+	/*
+	 * An epoch is a ceiling's worth acknowledged at the ceiling, in one go, with the window
+	 * used (3/4 of it in flight): a ceiling the sender does not fill (too little to send, or
+	 * PHUB_RING_WINDOW_MAX_STEPS binds) says nothing of the path and does not grow.
+	 */
+	if (cwnd < ceil || phub_ring_window_inflight(w, NULL) + bytes < ceil / 4 * 3) {
+		/* Its round trips too: those of a smaller window would hide the queue. */
+		atomic_store_explicit(&w->epoch_bytes, 0, memory_order_relaxed);
+		atomic_store_explicit(&w->epoch_rtt_ns, UINT64_MAX, memory_order_relaxed);
+		return;
+	}
+	before = atomic_fetch_add_explicit(&w->epoch_bytes, bytes, memory_order_relaxed);
+	if (before < ceil && before + bytes >= ceil) {
+		atomic_store_explicit(&w->epoch_bytes, 0, memory_order_relaxed);
+		window_ceil_epoch(w, ceil, now_ns);
+	}
 }
 
 /* A retransmission timeout: halve the window, once per gap_ns (one loss, many timers). */
@@ -205,7 +325,27 @@ window_cut(struct phub_ring_window *w, uint64_t now_ns, uint64_t gap_ns)
 	if (!atomic_compare_exchange_strong_explicit(&w->cut_ns, &last, now_ns != 0 ? now_ns : 1,
 						     memory_order_relaxed, memory_order_relaxed))
 		return;
-	cwnd = atomic_load_explicit(&w->cwnd, memory_order_relaxed) / 2;
+	cwnd = atomic_load_explicit(&w->cwnd, memory_order_relaxed);
+	if (w->top_bytes > w->max_bytes) {
+		/*
+		 * The path lost what the window held (a receiver descheduled longer than its
+		 * queue lasts, a shallow queue): the ceiling goes back to its floor and stays there
+		 * for PHUB_RING_CEIL_HOLD_NS. A loss costs more than the deeper window gains: a
+		 * cut, a resent round, often a timeout.
+		 */
+		uint64_t ceil = atomic_load_explicit(&w->ceil, memory_order_relaxed);
+		uint64_t next = w->max_bytes;
+
+		if (next < ceil) {
+			atomic_store_explicit(&w->ceil, next, memory_order_relaxed);
+			atomic_fetch_add_explicit(&w->ceil_downs, 1, memory_order_relaxed);
+		}
+		atomic_store_explicit(&w->ceil_hold_ns, now_ns + PHUB_RING_CEIL_HOLD_NS,
+				      memory_order_relaxed);
+		atomic_store_explicit(&w->epoch_bytes, 0, memory_order_relaxed);
+		atomic_store_explicit(&w->epoch_rtt_ns, UINT64_MAX, memory_order_relaxed);
+	}
+	cwnd /= 2;
 	if (cwnd < w->min_bytes)
 		cwnd = w->min_bytes;
 	atomic_store_explicit(&w->ssthresh, cwnd, memory_order_relaxed);
@@ -303,7 +443,7 @@ round_release(struct phub_ring_seg *seg, const struct phub_ring_params *p,
 		fresh |= bit;
 		released++;
 		if (p->win != NULL)
-			r->tx_seq[step] = window_seq(p->win);
+			r->tx_seq[step] = window_seq(p->win, now_ns);
 	}
 	if (p->win != NULL && released != 0)
 		atomic_fetch_sub_explicit(&p->win->held, released, memory_order_relaxed);
@@ -445,6 +585,107 @@ phub_ring_receive(struct phub_ring_seg *seg, const struct phub_ring_params *p, u
 	return PHUB_RING_TAKEN;
 }
 
+/* *to = *from, relaxed: the window's fields are skewed by a race at worst, never torn. */
+static void
+copy_u64(_Atomic uint64_t *to, _Atomic uint64_t *from)
+{
+	atomic_store_explicit(to, atomic_load_explicit(from, memory_order_relaxed),
+			      memory_order_relaxed);
+}
+
+/* Before the probe's cut: what a spurious timeout gives back (F-RTO's undo, RFC 5682). */
+static void
+window_save(struct phub_ring_window *w)
+{
+	copy_u64(&w->undo_cwnd, &w->cwnd);
+	copy_u64(&w->undo_ssthresh, &w->ssthresh);
+	copy_u64(&w->undo_ceil, &w->ceil);
+	copy_u64(&w->undo_hold_ns, &w->ceil_hold_ns);
+	/* The cut about to come is the only one the undo may take back. */
+	atomic_store_explicit(&w->undo_cuts,
+			      atomic_load_explicit(&w->cuts, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
+
+/* A spurious timeout: the window and its ceiling as they were, unless a loss cut them since. */
+static void
+window_undo(struct phub_ring_window *w)
+{
+	if (atomic_exchange_explicit(&w->undo_cuts, UINT64_MAX, memory_order_relaxed) !=
+	    atomic_load_explicit(&w->cuts, memory_order_relaxed))
+		return;
+	copy_u64(&w->ceil, &w->undo_ceil);
+	copy_u64(&w->ceil_hold_ns, &w->undo_hold_ns);
+	copy_u64(&w->ssthresh, &w->undo_ssthresh);
+	copy_u64(&w->cwnd, &w->undo_cwnd);
+}
+
+/*
+ * An ACK on the link: the probe's back-off ends. In recovery (see phub_ring_window.probe_ns) a
+ * resent step's ACK lets two more of the steps sent before the timeout go again; a step sent
+ * once before the timeout and acknowledged now was queued, not lost: the timeout was spurious.
+ */
+static void
+window_recovery_ack(struct phub_ring_window *w, uint32_t seq, bool resent)
+{
+	bool was = true, spurious;
+
+	/* Stored only when set: every data lcore's ACKs pass here. */
+	if (atomic_load_explicit(&w->probe_retries, memory_order_relaxed) != 0)
+		atomic_store_explicit(&w->probe_retries, 0, memory_order_relaxed);
+	if (atomic_load_explicit(&w->probe_ns, memory_order_relaxed) != 0)
+		atomic_store_explicit(&w->probe_ns, 0, memory_order_relaxed);
+	if (!atomic_load_explicit(&w->recovering, memory_order_relaxed))
+		return;
+	if (resent) {
+		atomic_fetch_add_explicit(&w->credits, 2, memory_order_relaxed);
+		return;
+	}
+	/*
+	 * A first transmission newer than the timeout delivered ends recovery too: the link is
+	 * FIFO, what is older and still unacknowledged is lost and found by the ACKs' order.
+	 */
+	spurious = (int32_t)(seq - atomic_load_explicit(&w->rto_seq, memory_order_relaxed)) <= 0;
+	if (atomic_compare_exchange_strong_explicit(&w->recovering, &was, false,
+						    memory_order_relaxed, memory_order_relaxed)) {
+		atomic_store_explicit(&w->credits, 0, memory_order_relaxed);
+		if (spurious) {
+			atomic_fetch_add_explicit(&w->spurious, 1, memory_order_relaxed);
+			window_undo(w);
+		}
+	}
+}
+
+/*
+ * A round's timer fired: may it send the link's probe now? Only one round per backed-off RTO
+ * does; *gate_ns gets when the next probe may go (the timed-out rounds' next deadline).
+ */
+static bool
+window_probe(struct phub_ring_window *w, const struct phub_ring_params *p, uint64_t now_ns,
+	     uint64_t *gate_ns)
+{
+	uint64_t gate = atomic_load_explicit(&w->probe_ns, memory_order_relaxed);
+	uint32_t retries = atomic_load_explicit(&w->probe_retries, memory_order_relaxed) + 1;
+	uint64_t rto = p->rto_ns << (retries < 16 ? retries : 16);
+
+	if (rto > p->rto_max_ns || rto < p->rto_ns)
+		rto = p->rto_max_ns;
+	if (now_ns < gate ||
+	    !atomic_compare_exchange_strong_explicit(&w->probe_ns, &gate, now_ns + rto,
+						     memory_order_relaxed, memory_order_relaxed)) {
+		*gate_ns = gate > now_ns ? gate : now_ns + p->rto_ns;
+		return false;
+	}
+	*gate_ns = now_ns + rto;
+	if (retries < 31)
+		atomic_fetch_add_explicit(&w->probe_retries, 1, memory_order_relaxed);
+	atomic_store_explicit(&w->rto_seq, atomic_load_explicit(&w->tx_seq, memory_order_relaxed),
+			      memory_order_relaxed);
+	atomic_store_explicit(&w->credits, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->recovering, true, memory_order_relaxed);
+	return true;
+}
+
 bool
 phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint32_t iteration,
 	      uint32_t step, uint64_t now_ns, uint64_t *rtt_ns)
@@ -462,7 +703,9 @@ phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint3
 		*rtt_ns = now_ns - r->timer_ns;
 	/* Karn's rule for the send order too: a resent step's ACK may answer the first copy. */
 	if (p->win != NULL && (r->resent & bit) == 0)
-		window_delivered(p->win, r->tx_seq[step]);
+		window_delivered(p->win, r->tx_seq[step], now_ns);
+	if (p->win != NULL)
+		window_recovery_ack(p->win, r->tx_seq[step], (r->resent & bit) != 0);
 	r->resent &= ~bit;
 	r->acked |= bit;
 	r->retries = 0;
@@ -472,7 +715,7 @@ phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint3
 		uint64_t bytes = step_bytes(seg, p, seg->elems, step);
 
 		window_out(p->win, 1, bytes);
-		window_grow(p->win, bytes);
+		window_grow(p->win, bytes, now_ns);
 	}
 	return true;
 }
@@ -486,7 +729,8 @@ phub_ring_ack(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint3
 static int32_t
 reorder_slack(const struct phub_ring_params *p, uint64_t bytes)
 {
-	uint64_t fit = bytes != 0 ? p->win->max_bytes / bytes / 2 : PHUB_RING_REORDER;
+	uint64_t ceil = atomic_load_explicit(&p->win->ceil, memory_order_relaxed);
+	uint64_t fit = bytes != 0 ? ceil / bytes / 2 : PHUB_RING_REORDER;
 
 	if (fit < 3)
 		fit = 3;
@@ -523,7 +767,60 @@ round_resend(const struct phub_ring_params *p, struct phub_ring_round *r, uint32
 		return;
 	for (step = 0; step < steps; step++)
 		if ((steps_mask & (1u << step)) != 0)
-			r->tx_seq[step] = window_seq(p->win);
+			r->tx_seq[step] = window_seq(p->win, 0);
+}
+
+/* Take one resend from the ACK clock's credits, if any. */
+static bool
+window_take_credit(struct phub_ring_window *w)
+{
+	int64_t cur = atomic_load_explicit(&w->credits, memory_order_relaxed);
+
+	while (cur > 0)
+		if (atomic_compare_exchange_weak_explicit(&w->credits, &cur, cur - 1,
+							  memory_order_relaxed,
+							  memory_order_relaxed))
+			return true;
+	return false;
+}
+
+/* The step of mask sent earliest on the link (mask not empty). */
+static unsigned int
+round_oldest(const struct phub_ring_params *p, const struct phub_ring_round *r, uint32_t mask)
+{
+	unsigned int step, best = PHUB_RING_MAX_STEPS, steps = phub_ring_steps(p->racks);
+
+	for (step = 0; step < steps; step++)
+		if ((mask & (1u << step)) != 0 &&
+		    (best == PHUB_RING_MAX_STEPS ||
+		     (int32_t)(r->tx_seq[step] - r->tx_seq[best]) < 0))
+			best = step;
+	return best;
+}
+
+/*
+ * In recovery after a timeout: the round's steps sent before it and not acknowledged, oldest
+ * first, as many as the ACK clock's credits allow.
+ */
+static uint32_t
+round_recover(const struct phub_ring_params *p, const struct phub_ring_round *r, uint32_t unacked)
+{
+	uint32_t rto_seq, pending = 0, go = 0;
+	unsigned int step, steps = phub_ring_steps(p->racks);
+
+	if (!atomic_load_explicit(&p->win->recovering, memory_order_relaxed) || unacked == 0 ||
+	    atomic_load_explicit(&p->win->credits, memory_order_relaxed) <= 0)
+		return 0;
+	rto_seq = atomic_load_explicit(&p->win->rto_seq, memory_order_relaxed);
+	for (step = 0; step < steps; step++)
+		if ((unacked & (1u << step)) != 0 && (int32_t)(r->tx_seq[step] - rto_seq) <= 0)
+			pending |= 1u << step;
+	while (pending != 0 && window_take_credit(p->win)) {
+		step = round_oldest(p, r, pending);
+		pending &= ~(1u << step);
+		go |= 1u << step;
+	}
+	return go;
 }
 
 /*
@@ -558,7 +855,23 @@ seg_due(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint64_t no
 			continue;
 		memset(o, 0, sizeof(*o));
 		lost = resend ? round_overtaken(seg, p, r, unacked) : 0;
-		if (resend && unacked != 0 && round_timed_out(p, r, now_ns)) {
+		if (resend && unacked != 0 && p->win != NULL && round_timed_out(p, r, now_ns)) {
+			uint64_t gate;
+
+			/* One step per link and RTO, the oldest of the round: see probe_ns. */
+			if (window_probe(p->win, p, now_ns, &gate)) {
+				uint32_t probe = 1u << round_oldest(p, r, unacked);
+
+				o->send_steps = probe;
+				o->resent_steps = probe;
+				round_resend(p, r, probe);
+				window_save(p->win);
+				window_cut(p->win, now_ns, p->rto_ns);
+				atomic_fetch_add_explicit(&p->win->timeouts, 1,
+							  memory_order_relaxed);
+			}
+			r->rto_deadline_ns = gate;
+		} else if (resend && unacked != 0 && round_timed_out(p, r, now_ns)) {
 			uint64_t rto;
 
 			if (r->retries < 30)
@@ -570,10 +883,6 @@ seg_due(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint64_t no
 			o->send_steps = unacked;
 			o->resent_steps = unacked;
 			round_resend(p, r, unacked);
-			if (p->win != NULL) {
-				window_cut(p->win, now_ns, p->rto_ns);
-				atomic_fetch_add_explicit(&p->win->timeouts, 1, memory_order_relaxed);
-			}
 		} else if (lost != 0) {
 			/* No back-off: the link delivers, this one datagram did not arrive. */
 			o->send_steps = lost;
@@ -584,6 +893,15 @@ seg_due(struct phub_ring_seg *seg, const struct phub_ring_params *p, uint64_t no
 			atomic_fetch_add_explicit(&p->win->fast_resends,
 						  (uint64_t)__builtin_popcount(lost),
 						  memory_order_relaxed);
+		} else if (resend && p->win != NULL) {
+			uint32_t go = round_recover(p, r, unacked);
+
+			if (go != 0) {
+				o->send_steps = go;
+				o->resent_steps = go;
+				round_resend(p, r, go);
+				r->rto_deadline_ns = now_ns + p->rto_ns;
+			}
 		}
 		if (r->held != 0)
 			round_release(seg, p, r, now_ns, o);

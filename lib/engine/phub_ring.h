@@ -148,6 +148,9 @@ struct phub_ring_seg {
  * Atomic: every data lcore that owns chunks of the job sends on the link; a lost cwnd update
  * only skews the window, the in-flight and held counts stay exact.
  */
+/* Send times kept by a window: a power of two above its datagrams in flight and resends. */
+#define PHUB_RING_WINDOW_TIMES 1024
+
 struct phub_ring_window {
 	_Atomic uint64_t cwnd;		/* bytes allowed in flight */
 	_Atomic uint64_t ssthresh;	/* slow start below it */
@@ -171,7 +174,48 @@ struct phub_ring_window {
 	_Atomic uint32_t acked_seq;
 	_Atomic uint64_t fast_resends;	/* steps resent because later ones were acknowledged */
 	_Atomic uint64_t timeouts;	/* rounds resent because the link fell silent */
-	uint64_t min_bytes, max_bytes;	/* cwnd's bounds */
+	/*
+	 * After a timeout, recovery as TCP's (RFC 5681 3.1, RFC 5682): the link resends one step,
+	 * the oldest unacknowledged one of the round whose timer fired first (the probe), not all
+	 * it holds in flight; no other round's timer resends before probe_ns, which backs off
+	 * (probe_retries) until an ACK comes. The other steps sent before the timeout (tx_seq at
+	 * most rto_seq) follow by the ACK clock: each ACK of a resent step gives credits for two
+	 * more (slow start over what is missing). An ACK of a step sent once before the timeout
+	 * shows the timeout spurious (a neighbour descheduled, its queue intact): recovery ends,
+	 * the rest is acknowledged as it comes, nothing more is resent for that timeout. One sent
+	 * after the timeout and acknowledged ends it as well (the ACKs' order finds the rest).
+	 */
+	_Atomic uint64_t probe_ns;	/* no probe before this */
+	_Atomic uint32_t probe_retries;	/* probes since the last ACK: the back-off */
+	_Atomic uint32_t rto_seq;	/* the send order at the last timeout */
+	_Atomic bool recovering;	/* steps up to rto_seq are resent by credits */
+	_Atomic int64_t credits;	/* resends the ACK clock allows now */
+	_Atomic uint64_t spurious;	/* timeouts found spurious */
+	/* What the probe's cut took (undone when the timeout proves spurious and no cut followed). */
+	_Atomic uint64_t undo_cwnd, undo_ssthresh, undo_ceil, undo_hold_ns, undo_cuts;
+	uint64_t min_bytes, max_bytes;	/* cwnd's bounds; max_bytes: the ceiling's floor */
+	/*
+	 * The ceiling the path allows (phub_ring_window_adapt(); max_bytes .. top_bytes, or
+	 * max_bytes when not adapted). A queue that absorbs a descheduled sender's absence wants a
+	 * deep window; a descheduled receiver or a shallow queue loses a deep one's bursts. So the
+	 * ceiling is probed: after each ceiling's worth of bytes acknowledged with cwnd at it, it
+	 * grows by an eighth while the least round trip of those bytes stayed within
+	 * PHUB_RING_QDELAY_TARGET_NS of the link's least (no standing queue of the window's own
+	 * making), and shrinks by an eighth past twice that; a loss takes it back to max_bytes
+	 * and holds it there for PHUB_RING_CEIL_HOLD_NS (the delay rule of TCP Vegas and Swift,
+	 * on the window's ceiling rather than the window itself, and one strike for a loss).
+	 */
+	_Atomic uint64_t ceil;
+	uint64_t top_bytes;
+	_Atomic uint64_t ceil_hold_ns;	/* no growth of ceil before this (a loss) */
+	_Atomic uint64_t epoch_bytes;	/* acknowledged with cwnd at ceil, this epoch */
+	_Atomic uint64_t epoch_rtt_ns;	/* the least round trip this epoch (UINT64_MAX: none) */
+	_Atomic uint64_t min_rtt_ns;	/* the least round trip of the link (UINT64_MAX: none) */
+	_Atomic uint64_t ceil_ups, ceil_downs;	/* how often ceil grew, shrank */
+	_Atomic uint64_t epochs;	/* the ceiling's epochs so far */
+	/* Each first transmission's send time, by tx_seq: a round trip per acknowledged datagram. */
+	_Atomic uint64_t sent_ns[PHUB_RING_WINDOW_TIMES];
+	_Atomic uint32_t sent_seq[PHUB_RING_WINDOW_TIMES];
 };
 
 enum {
@@ -196,12 +240,30 @@ enum {
 	 * holds (at least 3), so that a window of whole-MTU datagrams still finds losses by it.
 	 */
 	PHUB_RING_REORDER = 32,
+	/*
+	 * The adapted ceiling's top: 2 MiB, 236 whole-MTU datagrams (below the 256 a window
+	 * holds), 17 ms at 1 Gbit/s (a third of the virtual spine's 50 ms tbf queue), 1.7 ms at
+	 * 10 Gbit/s.
+	 */
+	PHUB_RING_WINDOW_TOP = 2048 * 1024,
 };
+
+/* Queueing delay the ring's window may add to the link's least round trip and still grow. */
+#define PHUB_RING_QDELAY_TARGET_NS 5000000ull
+/* After a loss, how long the window's ceiling stays at its floor: longer than a job's warm-up. */
+#define PHUB_RING_CEIL_HOLD_NS 10000000000ull
 
 /* A window of init_bytes within min_bytes .. max_bytes, nothing in flight or held. */
 void
 phub_ring_window_init(struct phub_ring_window *w, uint64_t init_bytes, uint64_t min_bytes,
 		      uint64_t max_bytes);
+
+/*
+ * Let the window's ceiling adapt between its max_bytes and top_bytes by the round trips and
+ * losses it sees (see phub_ring_window.ceil); top_bytes <= max_bytes keeps it constant.
+ */
+void
+phub_ring_window_adapt(struct phub_ring_window *w, uint64_t top_bytes);
 
 /* Payload bytes in flight; *steps (may be NULL) gets the datagrams. */
 uint64_t

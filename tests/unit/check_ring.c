@@ -609,15 +609,87 @@ START_TEST(test_window_grows_and_halves_within_its_bounds)
 	ck_assert_uint_eq(win.cwnd, 2000);	/* the ceiling */
 	ck_assert_uint_eq(phub_ring_release(&seg[6], &p, NS_PER_MS, due), 1);
 	ck_assert_uint_eq(phub_ring_release(&seg[7], &p, NS_PER_MS, due), 1);
-	/* Both time out together: one cut (to 1000), not two. */
+	/* Both time out together: one cut (to 1000), not two, and one probe (the first's). */
 	ck_assert_uint_eq(phub_ring_poll(&seg[6], &p, 200, 4 * NS_PER_MS, due), 1);
-	ck_assert_uint_eq(phub_ring_poll(&seg[7], &p, 200, 4 * NS_PER_MS, due), 1);
+	ck_assert_uint_eq(phub_ring_poll(&seg[7], &p, 200, 4 * NS_PER_MS, due), 0);
 	ck_assert_uint_eq(win.cuts, 1);
 	ck_assert_uint_eq(win.cwnd, 1000);
 	ck_assert_uint_eq(win.ssthresh, 1000);
 	/* Past ssthresh the growth is about a part per window, not a part per ACK. */
 	ck_assert(phub_ring_ack(&seg[6], &p, 0, 0, 5 * NS_PER_MS, NULL));
 	ck_assert_uint_eq(win.cwnd, 1000 + 400 * 400 / 1000 + 1);
+}
+END_TEST
+
+/*
+ * A timeout resends one step of the link, not all it holds in flight (a neighbour descheduled
+ * past the RTO would get the whole window again); the rest follows by the ACK clock, two per
+ * ACK of a resent step, oldest first, and not at all once a step sent before the timeout is
+ * acknowledged (its queue was intact: the timeout was spurious, its cut is undone). The probe
+ * backs off.
+ */
+START_TEST(test_timeout_resends_one_step_then_by_the_ack_clock)
+{
+	enum { N = 20 };
+	static float b2[N][4][200];
+	struct phub_ring_params p = params(2, 0);
+	struct phub_ring_window win;
+	struct phub_ring_seg seg[N];
+	struct phub_ring_out out, due[2];
+	float rack[200];
+	unsigned int i, n;
+	uint64_t t;
+
+	for (i = 0; i < 200; i++)
+		rack[i] = 1.0f;
+	phub_ring_window_init(&win, N * 400, 400, 2 * N * 400);
+	p.win = &win;
+	for (i = 0; i < N; i++) {
+		phub_ring_seg_init(&seg[i], 0, b2[i][0], b2[i][1], b2[i][2], b2[i][3]);
+		ck_assert_int_eq(phub_ring_local(&seg[i], &p, 200, 0, rack, 0, &out), 0);
+		ck_assert_uint_eq(out.send_steps, 0x1);
+	}
+	/* Nothing comes back: every round times out at 2 ms, one datagram goes, segment 0's. */
+	for (n = 0, i = 0; i < N; i++)
+		if (phub_ring_poll(&seg[i], &p, 200, 3 * NS_PER_MS, due) == 1) {
+			ck_assert_uint_eq(due[0].resent_steps, 0x1);
+			ck_assert_uint_eq(i, 0);
+			n++;
+		}
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_eq(win.timeouts, 1);
+	/* Still silent: the next probe after the backed-off 4 ms, not at the 2 ms RTO. */
+	for (i = 0; i < N; i++)
+		ck_assert_uint_eq(phub_ring_poll(&seg[i], &p, 200, 6 * NS_PER_MS, due), 0);
+	for (n = 0, t = 7 * NS_PER_MS + 1, i = 0; i < N; i++)
+		n += phub_ring_poll(&seg[i], &p, 200, t, due);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_eq(win.timeouts, 2);
+	ck_assert_uint_eq(win.cwnd, N * 400 / 4);	/* halved by each probe */
+	/* The probe's ACK (segment 0's, resent): two more go, the oldest (segments 1 and 2). */
+	p.heard_ns = 8 * NS_PER_MS;
+	ck_assert(phub_ring_ack(&seg[0], &p, 0, 0, 8 * NS_PER_MS, NULL));
+	for (n = 0, i = 0; i < N; i++)
+		if (phub_ring_poll(&seg[i], &p, 200, 8 * NS_PER_MS, due) == 1) {
+			ck_assert(i == 1 || i == 2);
+			n++;
+		}
+	ck_assert_uint_eq(n, 2);
+	/* Segment 3, sent once before the timeout, acknowledged: spurious, no more resends. */
+	ck_assert(phub_ring_ack(&seg[3], &p, 0, 0, 9 * NS_PER_MS, NULL));
+	ck_assert_uint_eq(win.spurious, 1);
+	/* The last probe's cut is undone (the first one's stays: a probe went unanswered). */
+	ck_assert_uint_eq(win.ssthresh, N * 400 / 2);
+	ck_assert_uint_ge(win.cwnd, N * 400 / 2);
+	ck_assert(phub_ring_ack(&seg[1], &p, 0, 0, 9 * NS_PER_MS, NULL));
+	for (i = 0; i < N; i++)
+		ck_assert_uint_eq(phub_ring_poll(&seg[i], &p, 200, 9 * NS_PER_MS, due), 0);
+	/* The rest is acknowledged as it comes; nothing was lost from the window's accounts. */
+	for (i = 2; i < N; i++)
+		if (i != 3)
+			ck_assert(phub_ring_ack(&seg[i], &p, 0, 0, 10 * NS_PER_MS, NULL));
+	ck_assert_uint_eq(phub_ring_window_inflight(&win, NULL), 0);
+	ck_assert_uint_eq(win.timeouts, 2);
 }
 END_TEST
 
@@ -711,6 +783,97 @@ START_TEST(test_whole_mtu_steps_are_found_lost_by_ack_order)
 }
 END_TEST
 
+/*
+ * A window whose ceiling adapts (phub_ring_window_adapt()) between 2000 and 8000 bytes, fed
+ * 400 one-step segments of 400 bytes at once, each acknowledged base_ns plus ns_per_byte for
+ * every byte in flight at its send (the queue it waited behind) after it went. Returns the
+ * ceiling at the end.
+ */
+static uint64_t
+adapt_run(struct phub_ring_window *win, uint64_t base_ns, uint64_t ns_per_byte)
+{
+	enum { N = 400, ELEMS = 100 };
+	static float b[N][4][ELEMS], rack[ELEMS];
+	static struct phub_ring_seg seg[N];
+	static uint64_t due_ns[N];
+	struct phub_ring_params p = params(2, 0);
+	struct phub_ring_out out, rel[2];
+	unsigned int fifo[N], head = 0, tail = 0, cursor = 0;
+	uint64_t now = 0;
+
+	p.rto_ns = p.rto_max_ns = 1000 * NS_PER_MS;	/* no timeout: this is about delay */
+	phub_ring_window_init(win, 800, 400, 2000);
+	phub_ring_window_adapt(win, 8000);
+	p.win = win;
+	for (unsigned int i = 0; i < N; i++) {
+		phub_ring_seg_init(&seg[i], 0, b[i][0], b[i][1], b[i][2], b[i][3]);
+		seg[i].root = 0;	/* the whole segment is step 0's part: one datagram */
+		ck_assert_int_eq(phub_ring_local(&seg[i], &p, ELEMS, 0, rack, 0, &out), 0);
+		if (out.send_steps != 0) {
+			due_ns[i] = base_ns + ns_per_byte * phub_ring_window_inflight(win, NULL);
+			fifo[tail++] = i;
+		}
+	}
+	while (head < tail) {
+		unsigned int i = fifo[head++];
+
+		if (now < due_ns[i])
+			now = due_ns[i];
+		ck_assert(phub_ring_ack(&seg[i], &p, 0, 0, now, NULL));
+		for (; cursor < N; cursor++) {
+			if (seg[cursor].round[0].held == 0)
+				continue;
+			if (phub_ring_release(&seg[cursor], &p, now, rel) == 0)
+				break;
+			due_ns[cursor] = now + base_ns +
+					 ns_per_byte * phub_ring_window_inflight(win, NULL);
+			fifo[tail++] = cursor;
+		}
+	}
+	ck_assert_uint_eq(tail, N);	/* every segment went, once */
+	ck_assert_uint_eq(phub_ring_window_inflight(win, NULL), 0);
+	return atomic_load(&win->ceil);
+}
+
+/*
+ * The ceiling follows the path: with no queueing delay it grows to its top, and the window
+ * with it; where the window's own bytes queue more than PHUB_RING_QDELAY_TARGET_NS it never
+ * grows; a loss takes it back to its floor, held there.
+ */
+START_TEST(test_window_ceiling_follows_delay_and_loss)
+{
+	static float b2[4][MAX_ELEMS];
+	struct phub_ring_params p = params(2, 0);
+	struct phub_ring_window win;
+	struct phub_ring_seg seg;
+	struct phub_ring_out out, due[2];
+	float rack[200] = { 0 };
+
+	/* 1 ms round trips whatever is in flight: no queue. */
+	ck_assert_uint_eq(adapt_run(&win, NS_PER_MS, 0), 8000);
+	ck_assert_uint_gt(win.ceil_ups, 0);
+	ck_assert_uint_eq(win.ceil_downs, 0);
+	ck_assert_uint_gt(win.cwnd, 2000);
+	ck_assert_uint_eq(win.min_rtt_ns, NS_PER_MS);
+	/* 10 us a byte in flight: 2000 bytes queue 20 ms. */
+	ck_assert_uint_eq(adapt_run(&win, NS_PER_MS, 10000), 2000);
+	ck_assert_uint_eq(win.ceil_ups, 0);
+	ck_assert_uint_le(win.cwnd, 2000);
+	/* Grown, then a timeout: the ceiling is back at its floor and does not grow again. */
+	ck_assert_uint_eq(adapt_run(&win, NS_PER_MS, 0), 8000);
+	p.win = &win;
+	phub_ring_seg_init(&seg, 0, b2[0], b2[1], b2[2], b2[3]);
+	ck_assert_int_eq(phub_ring_local(&seg, &p, 200, 0, rack, 500 * NS_PER_MS, &out), 0);
+	ck_assert_uint_eq(out.send_steps, 0x1);
+	ck_assert_uint_eq(phub_ring_poll(&seg, &p, 200, 510 * NS_PER_MS, due), 1);
+	ck_assert_uint_eq(win.timeouts, 1);
+	ck_assert_uint_eq(win.ceil, 2000);
+	ck_assert_uint_eq(win.ceil_hold_ns, 510 * NS_PER_MS + PHUB_RING_CEIL_HOLD_NS);
+	ck_assert(phub_ring_ack(&seg, &p, 0, 0, 511 * NS_PER_MS, NULL));
+	ck_assert_uint_le(win.cwnd, 2000);
+}
+END_TEST
+
 Suite *
 phub_ring_suite(void)
 {
@@ -735,6 +898,8 @@ phub_ring_suite(void)
 		test_window_holds_steps_until_an_ack_opens_it,
 		test_window_grows_and_halves_within_its_bounds,
 		test_step_overtaken_by_acked_later_ones_is_resent_before_timeout,
-		test_whole_mtu_steps_are_found_lost_by_ack_order);
+		test_timeout_resends_one_step_then_by_the_ack_clock,
+		test_whole_mtu_steps_are_found_lost_by_ack_order,
+		test_window_ceiling_follows_delay_and_loss);
 	return s;
 }

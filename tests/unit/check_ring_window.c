@@ -477,7 +477,9 @@ START_TEST(test_window_keeps_a_deep_queue_from_overflowing)
 		ck_assert_uint_eq(w.held_steps, 0);	/* every held step went out */
 		ck_assert_uint_eq(w.inflight_bytes, 0);	/* and was acknowledged */
 		ck_assert_uint_gt(w.held_total, 0);	/* the window did hold steps */
-		ck_assert_uint_eq(w.max_bytes, PHUB_RING_WINDOW_MAX);
+		/* The ceiling adapts within its bounds (check_ring.c has how). */
+		ck_assert_uint_ge(w.max_bytes, PHUB_RING_WINDOW_MAX);
+		ck_assert_uint_le(w.max_bytes, PHUB_RING_WINDOW_TOP);
 		ck_assert_uint_gt(without->link[r].dropped, 0);
 	}
 	ck_assert_uint_gt(with->max_inflight, PHUB_RING_WINDOW_INIT);	/* it grew */
@@ -511,6 +513,7 @@ START_TEST(test_window_adapts_to_a_shallow_queue)
 	phub_engine_job_ring_window(with->rack[0].job, &w);
 	ck_assert_uint_gt(w.cuts, 0);
 	ck_assert_uint_eq(w.held_steps, 0);
+	ck_assert_uint_eq(w.max_bytes, PHUB_RING_WINDOW_MAX);	/* losses keep the ceiling down */
 	ck_assert_msg(r_with < 1.05, "with the window: %.4f x the schedule", r_with);
 	ck_assert_msg(r_without > 1.2, "without the window: %.4f x the schedule", r_without);
 	w_free(with);
