@@ -323,6 +323,14 @@ lg_reflect_run(struct lg *lg, bool acks, bool ackv)
 		 * --reflect-ackv: one ACKV-sized frame (one entry) for each rank of the group still
 		 * open at the burst's end, copied from its frame before that one is sent.
 		 */
+		/*
+		 * An idle turn gives back a frame held as a group's sum: a generator that stopped
+		 * between a group's frames gets its frame back (its run's end, or a loss).
+		 */
+		if (sum && n == 0 && rs.held != NULL) {
+			out[n_out++] = rs.held;
+			rs.held = NULL;
+		}
 		while (owed_group != 0) {
 			unsigned int r = (unsigned int)__builtin_ctzll(owed_group);
 
