@@ -165,3 +165,25 @@ lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds)
 	lg->n_txq = 0;
 	return 0;
 }
+
+/* Reads and frees what the server still sends, until it has been quiet for BLAST_DRAIN_QUIET_MS. */
+#define BLAST_DRAIN_QUIET_MS 50
+
+void
+lg_blast_drain(struct lg *lg)
+{
+	uint64_t quiet = lg->tsc_hz / 1000 * BLAST_DRAIN_QUIET_MS;
+	uint64_t last = rte_rdtsc();
+
+	while (!lg_quit && rte_rdtsc() - last < quiet) {
+		struct rte_mbuf *pkts[LG_BURST];
+		uint16_t n = rte_eth_rx_burst(lg->opt.port_id, 0, pkts, LG_BURST);
+
+		if (n > 0) {
+			rte_pktmbuf_free_bulk(pkts, n);
+			last = rte_rdtsc();
+		} else {
+			rte_delay_us_sleep(1000);
+		}
+	}
+}

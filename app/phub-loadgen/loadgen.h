@@ -265,4 +265,7 @@ int lg_blast_run(struct lg *lg, struct lg_stats *measured, double *seconds);
 /* reflect.c: the floor of the PBox's packet path, the server side of --blast, until a signal. */
 int lg_reflect_run(struct lg *lg, bool acks, bool ackv);
 
+/* blast.c: after the last --blast run, the server's last answers read and freed. */
+void lg_blast_drain(struct lg *lg);
+
 #endif /* LOADGEN_H */
