@@ -101,7 +101,7 @@ int
 plan_common_option(const char *cmd, int c, char **argv, struct plan_model_opts *m,
 		bool *json, void (*usage)(void))
 {
-	double ms;
+	double ms = 0;
 	int rc = 0;
 
 	if (m == NULL && c >= PLAN_OPT_PRESET && c <= PLAN_OPT_UNITS)
@@ -130,7 +130,8 @@ plan_common_option(const char *cmd, int c, char **argv, struct plan_model_opts *
 		break;
 	case PLAN_OPT_COMPUTE_MS:
 		rc = plan_double(cmd, "compute-ms", optarg, &ms);
-		m->compute_s = ms / 1e3;
+		if (rc == 0)
+			m->compute_s = ms / 1e3;
 		break;
 	case PLAN_OPT_UNITS:
 		if (phub_model_units_parse(optarg, &m->units) != 0)
