@@ -7,7 +7,8 @@
  * "connected" flag and munmaps the shared region from the interrupt thread at once, without
  * waiting for a burst that already passed the flag check; that burst then faults on the ring.
  * Seen as SIGSEGV in eth_memif_rx with the interrupt thread inside memif_free_regions, in
- * phub-pbox and in dpdk-testpmd alike (docs/performance.md).
+ * phub-pbox and in dpdk-testpmd alike (docs/history/performance-log.md, "Pitfalls found on the
+ * way").
  *
  * How: the interrupt thread runs its callbacks one at a time, so while it sits in an alarm
  * callback of ours no memif handler can run. The callback opens the gate, sleeps GATE_OPEN_US,

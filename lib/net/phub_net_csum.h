@@ -2,10 +2,11 @@
 /*
  * The Internet checksum, without DPDK: the part of lib/net that a DPDK-free program may use alone
  * (phub_net.h includes it). The raw sum goes 8 bytes per step: DPDK 22.11's rte_raw_cksum adds
- * 16 bits per step, and on an 8 KB datagram that cost as much as both of its memif copies (see
- * docs/performance.md). The ones'-complement sum does not care how the bytes are grouped, so
- * 32-bit little-endian halves added into 64-bit accumulators and folded give the same 16-bit
- * value as rte_raw_cksum, byte for byte; tests/unit/check_net.c checks that.
+ * 16 bits per step, and on an 8 KB datagram that cost as much as both of its memif copies
+ * (docs/history/performance-log.md, "What bounds it"). The ones'-complement sum does not care
+ * how the bytes are grouped, so 32-bit little-endian halves added into 64-bit accumulators and
+ * folded give the same 16-bit value as rte_raw_cksum, byte for byte; tests/unit/check_net.c
+ * checks that.
  */
 
 #ifndef PHUB_NET_CSUM_H

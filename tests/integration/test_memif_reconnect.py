@@ -4,8 +4,8 @@ pbox-memif-reconnect): phub-loadgen connects, trains, and is killed mid-traffic 
 leaves (SIGINT) or finishes, ROUNDS times in a row; every new client must be served and the
 PBox must stop cleanly at the end. Guards the memif gate (app/pbox/memif_gate.c) against DPDK
 net_memif unmapping the shared region under a running burst. --no-huge: the race fires far
-more often with hugepages (see docs/performance.md), so a pass here is a regression check, not
-proof of the fix.
+more often with hugepages (see docs/history/performance-log.md, "Pitfalls found on the way"),
+so a pass here is a regression check, not proof of the fix.
 
   CPU 0: phub-loadgen r (memif client) <==== net_memif ====> phub-pbox (server), lcore 1
          killed / stopped / done, then r+1 connects
