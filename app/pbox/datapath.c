@@ -626,6 +626,7 @@ flush_tx(struct pbox_lcore *lc)
 		if (lc->tx[pi] != NULL)
 			rte_eth_tx_buffer_flush(pbox.ports[pi].port_id, lc->queue[pi], lc->tx[pi]);
 	}
+	model_refs_flushed(lc);
 }
 
 /*
@@ -753,7 +754,7 @@ pbox_lcore_main(void *arg)
 		/* The turn's start stands for its time here too: a turn is microseconds. */
 		work += ring_poll(lc, start_tsc);
 		/* A loop that produced answers sends them now; an idle one every drain_tsc. */
-		if (work != 0 || start_tsc - prev_tsc > drain_tsc) {
+		if (work != 0 || lc->model_refs_turn || start_tsc - prev_tsc > drain_tsc) {
 			flush_tx(lc);
 			prev_tsc = start_tsc;
 		}

@@ -116,6 +116,7 @@ void ackv_flush(struct pbox_lcore *lc);
 void send_model(struct pbox_lcore *lc, struct phub_engine_job *job,
 		const struct phub_wire_msg *about, const struct phub_engine_reply *reply,
 		uint16_t tx_port, bool all);
+void model_refs_flushed(struct pbox_lcore *lc);
 
 /* datapath_ring.c: the ring of PBoxes (docs/hierarchy.md). */
 void handle_ring(struct pbox_lcore *lc, struct rx_frame *f, struct phub_engine_job *job,

@@ -333,14 +333,15 @@ model_iova(const void *p)
 
 /*
  * How a broadcast's frames (all) carry the payload on a port that sends multi-segment frames:
- * the job's model memory by reference, when no frame of an earlier broadcast still points into
- * model memory and the port gave the last ones back at its flush; else one copy that every
- * frame chains to. Elsewhere (one rank, a payload under PBOX_MODEL_CHAIN_MIN, or when that
- * copy finds no mbuf) each frame copies the payload after its headers.
+ * the job's model memory by reference, when every frame that still points into model memory is
+ * this turn's, waiting in a TX buffer for the turn's end, a reference is left for each of the
+ * n_frames, and the port gave the last ones back at its flush; else one copy that every frame
+ * chains to. Elsewhere (one rank, a payload under PBOX_MODEL_CHAIN_MIN, or when that copy finds
+ * no mbuf) each frame copies the payload after its headers.
  */
 static void
 model_payload_init(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_engine_reply *reply,
-		bool all, struct model_payload *pl)
+		bool all, uint32_t n_frames, struct model_payload *pl)
 {
 	void *dst;
 
@@ -351,8 +352,8 @@ model_payload_init(struct pbox_lcore *lc, uint16_t tx_port, const struct phub_en
 		lc->stats.model_inline++;
 		return;
 	}
-	/* With none out, every rank (at most PHUB_ENGINE_MAX_WORKERS) has a reference. */
-	if (!phub_net_extref_out(&lc->model_refs) && !lc->model_copy[tx_port]) {
+	if ((!phub_net_extref_out(&lc->model_refs) || lc->model_refs_turn) &&
+	    lc->model_refs.n_free >= n_frames && !lc->model_copy[tx_port]) {
 		pl->iova = model_iova(reply->model);
 		pl->by_ref = pl->iova != RTE_BAD_IOVA;
 		if (pl->by_ref) {
@@ -404,7 +405,7 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 		auth.job = job;
 		auth.lane = auth_lane(job, about->chunk_id);
 	}
-	model_payload_init(lc, tx_port, reply, all, &pl);
+	model_payload_init(lc, tx_port, reply, all, (uint32_t)(fan.end - fan.next), &pl);
 	while (phub_dataplane_fanout_next(&fan)) {
 		struct rte_mbuf *m;
 
@@ -423,15 +424,34 @@ send_model(struct pbox_lcore *lc, struct phub_engine_job *job, const struct phub
 	if (pl.copy != NULL)
 		rte_pktmbuf_free(pl.copy);
 	/*
-	 * By reference, the frames must be gone before the segment's model changes (its next
-	 * iteration): sent now. A port that still holds one after its flush (a NIC's TX ring)
-	 * gets copies from now on; the frames still out carry their UDP checksum of these bytes,
+	 * By reference, the frames must be gone before the segment's model changes: they leave at
+	 * this turn's end (model_refs_flushed), and the segment's next iteration needs every rank's
+	 * PUSH made from this MODEL. A port that still holds one after its flush (a NIC's TX ring)
+	 * gets copies from then on; the frames still out carry their UDP checksum of these bytes,
 	 * so a change under them is a checksum drop and a PULL, never a wrong model.
 	 */
-	if (pl.by_ref && lc->tx[tx_port] != NULL && lc->queue[tx_port] != PBOX_NO_QUEUE) {
-		rte_eth_tx_buffer_flush(pbox.ports[tx_port].port_id, lc->queue[tx_port],
-				lc->tx[tx_port]);
-		if (phub_net_extref_out(&lc->model_refs))
-			lc->model_copy[tx_port] = true;
+	if (pl.by_ref) {
+		lc->model_refs_turn = true;
+		lc->model_refs_port[tx_port] = true;
+	}
+}
+
+/*
+ * After the turn's flush: a port whose frames by reference are still out (held by the driver)
+ * takes copies from now on.
+ */
+void
+model_refs_flushed(struct pbox_lcore *lc)
+{
+	bool out;
+
+	if (likely(!lc->model_refs_turn))
+		return;
+	lc->model_refs_turn = false;
+	out = phub_net_extref_out(&lc->model_refs);
+	for (uint16_t pi = 0; pi < pbox.n_ports; pi++) {
+		if (out && lc->model_refs_port[pi])
+			lc->model_copy[pi] = true;
+		lc->model_refs_port[pi] = false;
 	}
 }

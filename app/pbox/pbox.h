@@ -150,6 +150,12 @@ struct pbox_lcore {
 	 */
 	struct phub_net_extref_stack model_refs;
 	bool model_copy[PBOX_MAX_PORTS];
+	/*
+	 * The references out are this turn's, in TX buffers that the turn's end flushes (several
+	 * broadcasts by reference in one turn, one flush), and the ports they went to.
+	 */
+	bool model_refs_turn;
+	bool model_refs_port[PBOX_MAX_PORTS];
 	/* Per job slot: where the next release of window-held ring steps starts. */
 	uint32_t ring_release_cursor[PHUB_ENGINE_MAX_JOBS];
 	bool memif_gated;		/* has a queue on a net_memif port: see memif_gate.c */
