@@ -11,10 +11,18 @@ its timed exchanges.
 
     python3 cpu_window.py sample PIDFILE... > samples     # until killed
     python3 cpu_window.py window samples T0 T1            # one JSON object
+    python3 cpu_window.py sleep-cost                      # one JSON object
+
+`sleep-cost` measures what blocking costs on this machine: a thread that sleeps when it has
+nothing to do (a PBox's data lcore under the adaptive idle policy, libphub's progress thread in
+ppoll) pays it at every wake-up. It differs by an order of magnitude between hosts (a
+paravirtualised guest traps every timer and context switch), and with it the CPU an iteration
+of a job on shared CPUs takes.
 """
 
 import json
 import os
+import resource
 import sys
 import time
 
@@ -82,9 +90,25 @@ def window(rows, t0, t1):
             "irq_s": d[2], "processes_s": d[3:]}
 
 
+def sleep_cost(n=2000, sleep_s=1e-6):
+    """Wall and CPU microseconds of one sleep of sleep_s, the mean of n."""
+    def cpu():
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+    t0, c0 = time.monotonic(), cpu()
+    for _ in range(n):
+        time.sleep(sleep_s)
+    t1, c1 = time.monotonic(), cpu()
+    return {"sleep_us": sleep_s * 1e6, "wall_us": round((t1 - t0) / n * 1e6, 1),
+            "cpu_us": round((c1 - c0) / n * 1e6, 2), "samples": n}
+
+
 def main(argv):
     if len(argv) >= 2 and argv[1] == "sample":
         sample(argv[2:])
+        return 0
+    if len(argv) == 2 and argv[1] == "sleep-cost":
+        print(json.dumps(sleep_cost()))
         return 0
     if len(argv) == 5 and argv[1] == "window":
         print(json.dumps(window(load(argv[2]), float(argv[3]), float(argv[4]))))

@@ -4,6 +4,7 @@
 a synthetic record, interpolated between samples; an instant outside the record is an error,
 never a guess; and the sampler's own lines on this machine."""
 
+import json
 import os
 import subprocess
 import sys
@@ -85,6 +86,17 @@ class Window(unittest.TestCase):
             self.assertGreater(w["processes_s"][0], 0.1)
             self.assertEqual(w["processes_s"][1], 0)
             self.assertGreater(w["busy_s"], 0.1)
+
+    def test_sleep_cost(self):
+        # Every sleep lasts at least what it asked; its CPU is some, and less than its wall time
+        # (a thread that burned its sleep would not be sleeping).
+        out = subprocess.run([sys.executable, os.path.join(HERE, "cpu_window.py"), "sleep-cost"],
+                             capture_output=True, text=True, check=True).stdout
+        c = json.loads(out)
+        self.assertEqual(c["samples"], 2000)
+        self.assertGreaterEqual(c["wall_us"], c["sleep_us"])
+        self.assertGreaterEqual(c["cpu_us"], 0)
+        self.assertLess(c["cpu_us"], c["wall_us"])
 
 
 if __name__ == "__main__":
