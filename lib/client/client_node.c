@@ -231,6 +231,67 @@ timer_arm(struct phub *h, struct seg *s, uint64_t deadline)
 	heap_update(h, &h->timer_heap, seg_id(h, s), true);
 }
 
+/*
+ * ---- segments waiting for their MODEL ----
+ *
+ * A job across racks gets its MODELs seconds after the ACKs, and thousands of segments wait.
+ * In the timer heap each would fire every model wait only to be armed again (a quarter of a
+ * worker's own CPU at 3 racks). They wait instead in their endpoint's list, oldest push first:
+ * the overtaken ones (an answer to a later push came) are its prefix, and the probe takes the
+ * oldest head. A segment leaves the list for the timer heap when it is PULLed.
+ */
+
+static inline struct seg *
+wait_seg(const struct phub *h, uint32_t link)
+{
+	return link != 0 ? &h->segs[link - 1] : NULL;
+}
+
+/* Into its endpoint's list by first_stamp: ACKs come nearly in push order, so from the tail. */
+static void
+model_wait_add(struct phub *h, struct seg *s, uint64_t deadline)
+{
+	struct ep_order *o = &h->ep_order[s->endpoint];
+	uint32_t link = seg_id(h, s) + 1;
+	struct seg *after = wait_seg(h, o->wait_tail);
+
+	heap_remove(h, &h->timer_heap, link - 1, true);
+	s->deadline_ns = deadline;
+	s->model_wait = true;
+	while (after != NULL && stamp_after(after->first_stamp, s->first_stamp))
+		after = wait_seg(h, after->wait_prev);
+	s->wait_prev = after != NULL ? seg_id(h, after) + 1 : 0;
+	s->wait_next = after != NULL ? after->wait_next : o->wait_head;
+	if (s->wait_next != 0)
+		wait_seg(h, s->wait_next)->wait_prev = link;
+	else
+		o->wait_tail = link;
+	if (after != NULL)
+		after->wait_next = link;
+	else
+		o->wait_head = link;
+}
+
+static void
+model_wait_remove(struct phub *h, struct seg *s)
+{
+	struct ep_order *o = &h->ep_order[s->endpoint];
+
+	if (!s->model_wait)
+		return;
+	s->model_wait = false;
+	if (s->wait_prev != 0)
+		wait_seg(h, s->wait_prev)->wait_next = s->wait_next;
+	else
+		o->wait_head = s->wait_next;
+	if (s->wait_next != 0)
+		wait_seg(h, s->wait_next)->wait_prev = s->wait_prev;
+	else
+		o->wait_tail = s->wait_prev;
+	s->wait_prev = 0;
+	s->wait_next = 0;
+}
+
 /* ---- transmit ---- */
 
 /* Queue one datagram: msg's header, written here, and payload_len bytes at payload. */
@@ -514,7 +575,7 @@ rx_ack(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 	seg_acked(h, s);
 	s->state = SEG_ACKED;
 	s->tries = 0;
-	timer_arm(h, s, now + backoff(h, MODEL_WAIT_SHIFT));
+	model_wait_add(h, s, now + backoff(h, MODEL_WAIT_SHIFT));
 	op_complete_if_done(h, &h->keys[s->key]);
 }
 
@@ -613,6 +674,7 @@ rx_model(struct phub *h, const struct phub_wire_msg *msg, uint64_t now)
 	s->tries = 0;
 	h->n_waiting--;
 	heap_remove(h, &h->timer_heap, seg_id(h, s), true);
+	model_wait_remove(h, s);
 	if (op != NULL && op->iter == s->iter && op->type != OP_PUSH) {
 		if (op->out != NULL)
 			memcpy((uint8_t *)op->out + (size_t)s->key_elem * h->elem_size,
@@ -876,6 +938,82 @@ timers_run(struct phub *h, uint64_t now)
 		timer_fire(h, s, now);
 }
 
+/* A waiting segment's first PULL: it leaves the wait list for the timer heap, as timer_fire(). */
+static void
+model_wait_pull(struct phub *h, struct seg *s, bool overtaken, uint64_t now)
+{
+	model_wait_remove(h, s);
+	if (overtaken)
+		h->overtake_guesses++;
+	s->pulled_overtaken = overtaken;
+	send_pull(h, s, now, false);
+	h->stats.pulls++;
+	s->tries = 1;
+	timer_arm(h, s, now + backoff(h, s->tries + MODEL_WAIT_SHIFT));
+}
+
+static bool
+model_wait_overtaken(const struct phub *h, const struct seg *s)
+{
+	return stamp_after(h->ep_order[s->endpoint].model_hi, s->first_stamp);
+}
+
+/* Taken for lost at the end of its wait: overtaken, while the rule holds and guesses are left. */
+static bool
+model_wait_lost(const struct phub *h, const struct seg *s)
+{
+	return model_wait_overtaken(h, s) && overtake_trusted(h) &&
+		h->overtake_guesses < OVERTAKE_GUESSES_MAX;
+}
+
+/*
+ * The wait lists' heads whose model wait is over: overtaken ones are PULLed as lost while the
+ * rule is trusted and guesses are left; of the others, the oldest is the probe when one is due.
+ */
+static void
+model_waits_run(struct phub *h, uint64_t now)
+{
+	struct seg *oldest = NULL;
+
+	for (uint32_t e = 0; e < h->n_endpoints; e++) {
+		struct seg *s;
+
+		while ((s = wait_seg(h, h->ep_order[e].wait_head)) != NULL &&
+		       s->deadline_ns <= now && model_wait_lost(h, s))
+			model_wait_pull(h, s, true, now);
+		if (s != NULL && s->deadline_ns <= now &&
+		    (oldest == NULL || s->deadline_ns < oldest->deadline_ns))
+			oldest = s;
+	}
+	if (oldest != NULL && now - h->pull_probe_ns >= backoff(h, MODEL_WAIT_SHIFT)) {
+		h->pull_probe_ns = now;
+		model_wait_pull(h, oldest, model_wait_overtaken(h, oldest), now);
+	}
+}
+
+/* When model_waits_run() has work next; UINT64_MAX: none but a MODEL can bring. */
+static uint64_t
+model_waits_next(const struct phub *h)
+{
+	uint64_t probe = h->pull_probe_ns + backoff(h, MODEL_WAIT_SHIFT);
+	uint64_t next = UINT64_MAX;
+
+	for (uint32_t e = 0; e < h->n_endpoints; e++) {
+		const struct seg *s = wait_seg(h, h->ep_order[e].wait_head);
+		uint64_t t;
+
+		if (s == NULL)
+			continue;
+		t = s->deadline_ns;
+		/* Not taken for lost: its wait ends with the probe (a MODEL wakes us anyway). */
+		if (!model_wait_lost(h, s) && t < probe)
+			t = probe;
+		if (t < next)
+			next = t;
+	}
+	return next;
+}
+
 static void
 send_run(struct phub *h, uint64_t now)
 {
@@ -952,6 +1090,8 @@ sleep_ts(struct phub *h, uint64_t now, struct timespec *ts)
 
 	if (s != NULL)
 		next = s->deadline_ns;
+	if (model_waits_next(h) < next)
+		next = model_waits_next(h);
 	if (h->n_active != 0 || h->n_waiting != 0) {
 		uint64_t t = h->last_heard_ns + ping_every(h);
 
@@ -1014,8 +1154,15 @@ progress_reset(struct phub *h)
 		s->repull = false;
 		s->charged = false;
 		s->pulled_overtaken = false;
+		s->model_wait = false;
+		s->wait_prev = 0;
+		s->wait_next = 0;
 		s->timer_pos = 0;
 		s->send_pos = 0;
+	}
+	for (uint32_t e = 0; e < h->n_endpoints; e++) {
+		h->ep_order[e].wait_head = 0;
+		h->ep_order[e].wait_tail = 0;
 	}
 	h->send_heap.n = 0;
 	h->timer_heap.n = 0;
@@ -1184,6 +1331,7 @@ client_node_main(void *arg)
 			break;
 		now = client_now_ns();
 		timers_run(h, now);
+		model_waits_run(h, now);
 		send_run(h, now);
 		client_tx_flush(h);
 		liveness(h, now);

@@ -92,6 +92,7 @@ struct seg {
 	bool repull;			/* a pull wants the MODEL that went by: PULL it */
 	bool charged;			/* that PULL holds window bytes until the MODEL */
 	bool pulled_overtaken;		/* PULLed as lost because a later MODEL came first */
+	bool model_wait;		/* ACKED, never PULLed: in its endpoint's wait list */
 	uint32_t iter;
 	uint32_t first_stamp;		/* aux of the PUSH's first transmission: its place */
 	uint32_t tx_stamp;		/* aux of its latest transmission */
@@ -99,7 +100,10 @@ struct seg {
 	uint32_t send_pos;		/* 1 + index in the send heap, 0 when not in it */
 	uint32_t send_prio;		/* send heap order: priority, then queueing order */
 	uint64_t send_seq;
-	uint64_t deadline_ns;
+	uint64_t deadline_ns;		/* the timer's; in a wait list, when its wait ends */
+	/* Its endpoint's wait list, by first_stamp: 1 + id of the neighbour, 0 for none. */
+	uint32_t wait_prev;
+	uint32_t wait_next;
 };
 
 enum op_type {
@@ -155,6 +159,12 @@ struct key {
 struct ep_order {
 	uint32_t ack_hi;		/* newest transmission stamp an ACK or replay echoed */
 	uint32_t model_hi;		/* newest first_stamp of a segment whose MODEL came */
+	/*
+	 * The segments ACKed here and waiting for their MODEL, never PULLed, oldest push first
+	 * (1 + id, 0: empty). Overtaken ones are a prefix; they wait outside the timer heap.
+	 */
+	uint32_t wait_head;
+	uint32_t wait_tail;
 };
 
 /* An indexed binary min-heap of segment ids; the order is the heap's own. */
@@ -282,7 +292,7 @@ struct phub {
 
 	/* Progress thread only. */
 	struct seg_heap send_heap;	/* QUEUED PUSHes and repull PULLs by (priority, order) */
-	struct seg_heap timer_heap;	/* SENT and ACKED segments by deadline */
+	struct seg_heap timer_heap;	/* SENT and PULLed ACKED segments by deadline */
 	uint64_t send_seq;
 	uint32_t inflight_bytes;	/* PUSH payload not ACKed + MODEL payload PULLed */
 	uint32_t n_active;		/* ops in the keys' FIFOs */

@@ -71,6 +71,8 @@ struct job_cfg {
 	unsigned int reverse_gap_us;
 	/* Ranks (bit r) that connect with PHUB_CONNECT_F_NO_ACKV: one ACK per PUSH. */
 	unsigned int no_ackv_ranks;
+	/* The last rank starts each iteration's pushes this many milliseconds late. */
+	unsigned int late_rank_ms;
 };
 
 /* Small integers: exact in every dtype, and their sums do not depend on arrival order. */
@@ -283,6 +285,8 @@ worker_main(void *arg)
 				c->keys[k].n_elems * es) != 0;
 
 	for (unsigned int it = 1; it <= c->n_iter && w->wait_rc == 0; it++) {
+		if (c->late_rank_ms != 0 && w->rank == c->n_workers - 1)
+			usleep(c->late_rank_ms * 1000u);
 		for (uint32_t i = 0; i < c->n_keys; i++) {
 			bool reverse = c->reverse_gap_us != 0 && w->rank % 2 == 1;
 			uint32_t k = reverse ? c->n_keys - 1 - i : i;
@@ -1386,6 +1390,45 @@ START_TEST(test_models_out_of_push_order_are_not_taken_for_lost)
 }
 END_TEST
 
+/*
+ * A rank late by much more than a model wait, as a ring job's MODELs come from the racks: the
+ * other rank's segments all wait. It PULLs about once per model wait (4 RTO, at least 8 ms
+ * here) however many segments wait, not once per segment; with loss, the MODELs lost among
+ * them are still found and every model is exact.
+ */
+START_TEST(test_segments_waiting_on_a_late_rank_pull_once_per_model_wait)
+{
+	enum { N_KEYS = 64, LATE_MS = 200, N_ITER = 3, RTO_MIN_MS = 2 };
+	static struct phub_key keys[N_KEYS];
+	struct job_cfg c = {
+		.name = "laterank", .dtype = PHUB_DTYPE_FP32, .optimizer = "sgd",
+		.opt = PHUB_OPT_SGD, .lr = 0.5f, .keys = keys, .n_keys = N_KEYS, .n_workers = 2,
+		.n_iter = N_ITER, .n_lcores = 2, .rto_min_ms = RTO_MIN_MS,
+		.late_rank_ms = LATE_MS,
+	};
+	struct worker w[MAX_WORKERS];
+	struct soft_pbox *sp = pbox_start(2, _i == 0 ? 0.0 : 0.05);
+	uint64_t waiting_pulls;
+
+	/* 3 segments a key at the default MTU: 192 segments wait on the late rank. */
+	for (uint32_t k = 0; k < N_KEYS; k++)
+		keys[k] = (struct phub_key){ .key_id = 2000 + k, .n_elems = 1000 };
+	job_run(&c, sp, w);
+	workers_check(&c, w);
+	if (_i == 0) {
+		/* The first pull of each segment after connect is the job's start, not a wait. */
+		waiting_pulls = w[0].stats.pulls - N_KEYS * 3;
+		ck_assert_msg(w[0].stats.pulls >= N_KEYS * 3, "rank 0: %" PRIu64 " PULLs",
+				w[0].stats.pulls);
+		/* One per 8 ms of a 200 ms wait is 25 an iteration; a storm is 192 a wait. */
+		ck_assert_msg(waiting_pulls <= N_ITER * (LATE_MS / (4 * RTO_MIN_MS) + 8),
+				"rank 0: %" PRIu64 " PULLs while waiting on rank 1",
+				waiting_pulls);
+	}
+	soft_pbox_stop(sp);
+}
+END_TEST
+
 /* ---- priority ---- */
 
 static const struct phub_key prio_keys[] = {
@@ -2408,6 +2451,8 @@ phub_client_suite(void)
 		test_ten_percent_loss_exact_without_ackv,
 		test_models_out_of_push_order_are_not_taken_for_lost);
 	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_segments_waiting_on_a_late_rank_pull_once_per_model_wait,
+			0, 2);
 
 	tc = PHUB_TCASE(s, "priority", test_urgent_key_overtakes_queued_segments);
 	tcase_set_timeout(tc, 60);
