@@ -66,6 +66,11 @@ enum bench_phase {
 	BENCH_PHASE_RUNNING = 1,
 	BENCH_PHASE_VERIFYING = 2,
 	BENCH_PHASE_DONE = 3,
+	/*
+	 * Its timed loop ended; it verifies once every rank's has (the parent writes a byte):
+	 * a verifying rank takes a CPU that ranks still timed on the same machine would lose.
+	 */
+	BENCH_PHASE_TIMED = 4,
 };
 
 struct bench_progress {

@@ -210,6 +210,7 @@ worker_json(const struct phub_bench_worker_result *r, uint64_t xbytes, bool *ok)
 	set(w, "p99_ms", real(r->p99_ms), ok);
 	set(w, "connect_s", real(r->connect_s), ok);
 	set(w, "verify_s", real(r->verify_s), ok);
+	set(w, "verify_from_monotonic_s", real(r->verify_from), ok);
 	set(w, "retransmits", json_integer((json_int_t)r->retransmits), ok);
 	set(w, "pulls", json_integer((json_int_t)r->pulls), ok);
 	set(w, "replays", json_integer((json_int_t)r->replays), ok);

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -414,6 +415,32 @@ inject_fault(struct worker *w, char *model)
 	}
 }
 
+/*
+ * Wait for the parent's word that every rank's timed loop ended (BENCH_PHASE_TIMED). A parent
+ * that is gone says nothing more: verify anyway, the result goes nowhere.
+ */
+static void
+await_verify(struct worker *w)
+{
+	w->prog.phase = BENCH_PHASE_TIMED;
+	progress(w, true);
+	while (!w->parent_gone) {
+		struct pollfd pfd = { .fd = w->fd, .events = POLLIN };
+		char go;
+		ssize_t n;
+
+		if (poll(&pfd, 1, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return;
+		}
+		n = read(w->fd, &go, 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		return;
+	}
+}
+
 static void
 verify(struct worker *w, const char *model)
 {
@@ -424,6 +451,7 @@ verify(struct worker *w, const char *model)
 
 	w->prog.phase = BENCH_PHASE_VERIFYING;
 	progress(w, true);
+	w->res.verify_from = t0;
 	whole = verify_against(w, model, w->cfg->iterations, &vr);
 	w->res.verify_s = bench_now() - t0;
 	w->res.max_abs_error = vr.max_abs_error;
@@ -589,6 +617,7 @@ bench_worker_run(const struct bench_config *cfg, uint16_t rank, int fd)
 	/* Every rank has the final model once its last wait returned: leave, then check. */
 	phub_close(h);
 	h = NULL;
+	await_verify(&w);
 	inject_fault(&w, model);
 	verify(&w, model);
 	/* The model's bits, for runs that must repeat them (deterministic across racks). */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -743,6 +744,28 @@ describe_loss(struct child *ch, bool stopped)
 }
 
 /*
+ * Once every worker still running has ended its timed loop (BENCH_PHASE_TIMED), tell each to
+ * verify: true when told. A worker that failed or vanished does not hold the others.
+ */
+static bool
+verify_release(struct child *kids, unsigned int n)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++) {
+		if (kids[i].fd >= 0 && !kids[i].have_result &&
+		    kids[i].prog.phase != BENCH_PHASE_TIMED)
+			return false;
+	}
+	for (i = 0; i < n; i++) {
+		if (kids[i].fd >= 0 && kids[i].prog.phase == BENCH_PHASE_TIMED &&
+		    write(kids[i].fd, "v", 1) != 1)
+			child_close(&kids[i]);
+	}
+	return true;
+}
+
+/*
  * Run the workers until each has reported and exited, a worker fails (the others then get
  * GRACE_S to finish, then SIGTERM, then SIGKILL), or one makes no progress for timeout_s.
  * Every wait here is bounded; *reason gets the first failure.
@@ -757,7 +780,7 @@ supervise(const struct options *o, struct child *kids, unsigned int n, char *rea
 	double next_print = bench_now() + 1;
 	double stop_at = 0, kill_at = 0;
 	unsigned int i, open_fds;
-	bool stopping = false;
+	bool stopping = false, verify_released = false;
 	struct pollfd *pfd;
 	unsigned int *map;
 
@@ -800,6 +823,8 @@ supervise(const struct options *o, struct child *kids, unsigned int n, char *rea
 			if (!child_read(ch))
 				child_close(ch);
 		}
+		if (!verify_released)
+			verify_released = verify_release(kids, n);
 		now = bench_now();
 		for (i = 0; i < n && !stopping; i++) {
 			struct child *ch = &kids[i];
@@ -811,7 +836,8 @@ supervise(const struct options *o, struct child *kids, unsigned int n, char *rea
 			} else if (ch->fd < 0 && !ch->have_result) {
 				/* Said once reaped, when how it ended is known. */
 				died = (int)i;
-			} else if (!ch->have_result && now - ch->last_change > limit) {
+			} else if (!ch->have_result && ch->prog.phase != BENCH_PHASE_TIMED &&
+				   now - ch->last_change > limit) {
 				snprintf(reason, reason_len, "rank %u made no progress for %.0f s"
 					" (phase %u, %u exchange(s) done): stopped", ch->rank,
 					limit, ch->prog.phase, ch->prog.iteration);
@@ -1016,8 +1042,9 @@ main(int argc, char **argv)
 		kids[i].rank = o.rank >= 0 ? (uint16_t)o.rank : (uint16_t)i;
 		kids[i].fd = -1;
 		kids[i].reaped = true;
-		if (pipe2(fds, O_CLOEXEC) != 0) {
-			snprintf(reason, sizeof(reason), "pipe: %s", strerror(errno));
+		/* Both ways: the worker's reports up, the word to verify down. */
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+			snprintf(reason, sizeof(reason), "socketpair: %s", strerror(errno));
 			break;
 		}
 		kids[i].pid = fork();

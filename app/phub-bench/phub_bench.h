@@ -250,6 +250,7 @@ struct phub_bench_worker_result {
 	double timed_s;			/* their wall-clock time */
 	double connect_s;		/* phub_connect(), including the initial-model round */
 	double verify_s;
+	double verify_from;		/* CLOCK_MONOTONIC seconds it began: after every timed_to */
 	double p50_ms;
 	double p99_ms;
 	double wire_bytes;		/* UDP payload bytes both ways over the timed exchanges */

@@ -195,6 +195,9 @@ def test_json_shape(b):
     assert all(w["iterations"] == 6 for w in r["per_worker"])
     assert abs(sum(w["exchanges_per_s"] for w in r["per_worker"]) - r["exchanges_per_s"]) \
         <= 1e-8 * max(1.0, r["exchanges_per_s"])
+    # No rank verifies (a CPU's work for a while) before every rank's timed loop ended.
+    assert min(w["verify_from_monotonic_s"] for w in r["per_worker"]) >= \
+        max(w["timed_to_monotonic_s"] for w in r["per_worker"])
     # Without --json: a table on stdout, the same verdict.
     assert b.run("--job", f"table-{PID}", "--workers", "1", "--keys", "2", "--key-elems", "100",
                  "--iterations", "3") == 0, "phub-bench (table)"
