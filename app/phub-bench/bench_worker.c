@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -425,17 +424,9 @@ await_verify(struct worker *w)
 	w->prog.phase = BENCH_PHASE_TIMED;
 	progress(w, true);
 	while (!w->parent_gone) {
-		struct pollfd pfd = { .fd = w->fd, .events = POLLIN };
 		char go;
-		ssize_t n;
 
-		if (poll(&pfd, 1, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			return;
-		}
-		n = read(w->fd, &go, 1);
-		if (n < 0 && errno == EINTR)
+		if (read(w->fd, &go, 1) < 0 && errno == EINTR)
 			continue;
 		return;
 	}

@@ -890,6 +890,28 @@ rx_drain(struct phub *h)
  * as a probe, the others wait. The same for a MODEL that is late: lost if a segment pushed after
  * this one has its MODEL, else the ranks are still pushing and one PULL per model wait probes.
  */
+/* A later push to the same port has its MODEL: s's was lost, while the ranks push in one order. */
+static bool
+seg_overtaken(const struct phub *h, const struct seg *s)
+{
+	return !s->repull && stamp_after(h->ep_order[s->endpoint].model_hi, s->first_stamp);
+}
+
+/* PULL the MODEL of s, taken for lost (overtaken) or as the probe; its timer backs off. */
+static void
+seg_pull(struct phub *h, struct seg *s, bool overtaken, uint64_t now)
+{
+	/* A probe of an overtaken segment tells as much about the rule as a guess. */
+	if (overtaken != s->pulled_overtaken)
+		h->overtake_guesses += overtaken ? 1u : UINT32_MAX;	/* -1 */
+	s->pulled_overtaken = overtaken;
+	send_pull(h, s, now, s->tries > 0 || s->charged);
+	h->stats.pulls++;
+	if (s->tries < UINT8_MAX)
+		s->tries++;
+	timer_arm(h, s, now + backoff(h, s->tries + (s->repull ? 0 : MODEL_WAIT_SHIFT)));
+}
+
 static void
 timer_fire(struct phub *h, struct seg *s, uint64_t now)
 {
@@ -909,7 +931,7 @@ timer_fire(struct phub *h, struct seg *s, uint64_t now)
 		timer_arm(h, s, now + (go ? backoff(h, s->tries) : h->rto_ns));
 		return;
 	}
-	overtaken = !s->repull && stamp_after(h->ep_order[s->endpoint].model_hi, s->first_stamp);
+	overtaken = seg_overtaken(h, s);
 	/* A guess takes one of OVERTAKE_GUESSES_MAX places until its MODEL comes, and keeps it. */
 	lost = s->repull || (overtaken && overtake_trusted(h) &&
 			(s->pulled_overtaken || h->overtake_guesses < OVERTAKE_GUESSES_MAX));
@@ -917,14 +939,8 @@ timer_fire(struct phub *h, struct seg *s, uint64_t now)
 	if (go && !lost)
 		h->pull_probe_ns = now;
 	if (go) {
-		/* A probe of an overtaken segment tells as much about the rule as a guess. */
-		if (overtaken != s->pulled_overtaken)
-			h->overtake_guesses += overtaken ? 1u : UINT32_MAX;	/* -1 */
-		s->pulled_overtaken = overtaken;
-		send_pull(h, s, now, s->tries > 0 || s->charged);
-		h->stats.pulls++;
-		if (s->tries < UINT8_MAX)
-			s->tries++;
+		seg_pull(h, s, overtaken, now);
+		return;
 	}
 	timer_arm(h, s, now + backoff(h, s->tries + (s->repull ? 0 : MODEL_WAIT_SHIFT)));
 }
@@ -938,31 +954,19 @@ timers_run(struct phub *h, uint64_t now)
 		timer_fire(h, s, now);
 }
 
-/* A waiting segment's first PULL: it leaves the wait list for the timer heap, as timer_fire(). */
+/* A waiting segment's first PULL: it leaves the wait list for the timer heap. */
 static void
 model_wait_pull(struct phub *h, struct seg *s, bool overtaken, uint64_t now)
 {
 	model_wait_remove(h, s);
-	if (overtaken)
-		h->overtake_guesses++;
-	s->pulled_overtaken = overtaken;
-	send_pull(h, s, now, false);
-	h->stats.pulls++;
-	s->tries = 1;
-	timer_arm(h, s, now + backoff(h, s->tries + MODEL_WAIT_SHIFT));
-}
-
-static bool
-model_wait_overtaken(const struct phub *h, const struct seg *s)
-{
-	return stamp_after(h->ep_order[s->endpoint].model_hi, s->first_stamp);
+	seg_pull(h, s, overtaken, now);
 }
 
 /* Taken for lost at the end of its wait: overtaken, while the rule holds and guesses are left. */
 static bool
 model_wait_lost(const struct phub *h, const struct seg *s)
 {
-	return model_wait_overtaken(h, s) && overtake_trusted(h) &&
+	return seg_overtaken(h, s) && overtake_trusted(h) &&
 		h->overtake_guesses < OVERTAKE_GUESSES_MAX;
 }
 
@@ -987,7 +991,7 @@ model_waits_run(struct phub *h, uint64_t now)
 	}
 	if (oldest != NULL && now - h->pull_probe_ns >= backoff(h, MODEL_WAIT_SHIFT)) {
 		h->pull_probe_ns = now;
-		model_wait_pull(h, oldest, model_wait_overtaken(h, oldest), now);
+		model_wait_pull(h, oldest, seg_overtaken(h, oldest), now);
 	}
 }
 
@@ -1085,13 +1089,14 @@ liveness(struct phub *h, uint64_t now)
 static void
 sleep_ts(struct phub *h, uint64_t now, struct timespec *ts)
 {
-	uint64_t next = UINT64_MAX;
+	uint64_t next = UINT64_MAX, wait_next;
 	struct seg *s = heap_top(h, &h->timer_heap);
 
 	if (s != NULL)
 		next = s->deadline_ns;
-	if (model_waits_next(h) < next)
-		next = model_waits_next(h);
+	wait_next = model_waits_next(h);
+	if (wait_next < next)
+		next = wait_next;
 	if (h->n_active != 0 || h->n_waiting != 0) {
 		uint64_t t = h->last_heard_ns + ping_every(h);
 
