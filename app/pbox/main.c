@@ -430,7 +430,7 @@ main(int argc, char **argv)
 
 	PBOX_LOG(NOTICE, "stopping");
 	rte_eal_mp_wait_lcore();
-	pbox_memif_gate_fini(&pbox);
+	phub_memif_gate_fini();
 	pbox_checkpoint_fini(&pbox);
 	print_summary(&pbox);
 	pbox_control_fini(&pbox);

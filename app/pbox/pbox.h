@@ -21,6 +21,7 @@
 #include "config/phub_config.h"
 #include "engine/phub_ackv.h"
 #include "engine/phub_engine.h"
+#include "net/phub_memif_gate.h"
 #include "net/phub_net.h"
 #include "wire/phub_wire.h"
 
@@ -294,9 +295,7 @@ void pbox_memory_plan(const struct phub_config *cfg, FILE *f);
 int pbox_memory_check_jobs(const struct phub_config *cfg, const char *path, FILE *f);
 
 /* memif_gate.c: the interrupt thread's net_memif handlers and the lcores take turns. */
-extern atomic_bool pbox_memif_gate_open;
 int pbox_memif_gate_init(struct pbox *pb);
-void pbox_memif_gate_fini(struct pbox *pb);
 /* Whether a port is a net_memif one (main.c: no rte_eal_cleanup after one; see there). */
 bool pbox_has_memif_port(const struct pbox *pb);
 
@@ -307,20 +306,14 @@ bool pbox_has_memif_port(const struct pbox *pb);
 static inline bool
 pbox_memif_gate_enter(struct pbox_lcore *lc)
 {
-	if (!lc->memif_gated)
-		return true;
-	atomic_store(&lc->in_memif_section, true);
-	if (atomic_load(&pbox_memif_gate_open))
-		return true;
-	atomic_store_explicit(&lc->in_memif_section, false, memory_order_release);
-	return false;
+	return !lc->memif_gated || phub_memif_gate_enter(&lc->in_memif_section);
 }
 
 static inline void
 pbox_memif_gate_leave(struct pbox_lcore *lc)
 {
 	if (lc->memif_gated)
-		atomic_store_explicit(&lc->in_memif_section, false, memory_order_release);
+		phub_memif_gate_leave(&lc->in_memif_section);
 }
 
 /* checkpoint.c (docs/reliability.md) */
